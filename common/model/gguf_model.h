@@ -1,0 +1,30 @@
+// Llama-architecture models stored as GGUF v3 (tensors F32 or F16).
+#ifndef TANDEM_COMMON_MODEL_GGUF_MODEL_H_
+#define TANDEM_COMMON_MODEL_GGUF_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model/model_weights.h"
+
+namespace tandem {
+
+// Reads a GGUF v3 file with general.architecture = "llama" and its tensors
+// (token_embd, blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,
+// ffn_gate,ffn_down,ffn_up}, output_norm, optional output). F32 tensors are
+// used in place from the mapping; F16 tensors are widened to fp32.
+// INVALID_ARGUMENT naming the file and the problem for anything malformed.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
+
+enum class GgufTensorType { kF32, kF16 };
+
+// Writes `weights` as a GGUF v3 llama model with the metadata llama.cpp
+// expects (context length, sizes, head counts, rope base, rms eps).
+absl::Status WriteGgufModel(const ModelWeights& weights, const std::string& path,
+                            GgufTensorType type = GgufTensorType::kF32);
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_MODEL_GGUF_MODEL_H_

@@ -1,0 +1,102 @@
+#include "common/model/synthetic.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// SplitMix64: a tiny, well-known generator whose output does not depend on
+// the standard library, so synthetic weights are identical everywhere.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float Symmetric() { return static_cast<float>((Next() >> 40) * 0x1.0p-23 - 1.0); }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
+                                                                  uint64_t seed) {
+  RETURN_IF_ERROR(config.Validate());
+  const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim();
+  const int64_t v = config.vocab_size, L = config.n_layers;
+  const int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
+  const int64_t total = v * d * (config.shared_classifier ? 1 : 2) + L * per_layer + d;
+  auto storage = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
+  SplitMix64 rng(seed * 0x2545F4914F6CDD1Dull + 1);
+  float* p = storage->data();
+
+  // Uniform with variance 1/fan_in keeps each projection's output near unit
+  // scale: U(-a, a) has variance a^2 / 3.
+  auto matrix = [&](int64_t rows, int64_t cols) {
+    const float a = std::sqrt(3.0f / static_cast<float>(cols));
+    std::span<const float> s(p, static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows * cols; ++i) *p++ = a * rng.Symmetric();
+    return s;
+  };
+  auto norm = [&](int64_t n) {
+    std::span<const float> s(p, static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) *p++ = 1.0f + 0.1f * rng.Symmetric();
+    return s;
+  };
+
+  auto weights = std::make_unique<ModelWeights>();
+  weights->config = config;
+  weights->source = "synthetic";
+  weights->token_embedding = matrix(v, d);
+  weights->layers.resize(L);
+  for (LayerWeights& layer : weights->layers) {
+    layer.rms_att = norm(d);
+    layer.wq = matrix(d, d);
+    layer.wk = matrix(kv, d);
+    layer.wv = matrix(kv, d);
+    layer.wo = matrix(d, d);
+    layer.rms_ffn = norm(d);
+    layer.w1 = matrix(h, d);
+    layer.w2 = matrix(d, h);
+    layer.w3 = matrix(h, d);
+  }
+  weights->rms_final = norm(d);
+  weights->classifier = config.shared_classifier ? weights->token_embedding : matrix(v, d);
+  weights->storage = std::move(storage);
+  return weights;
+}
+
+ModelConfig Stories15MShape() {
+  ModelConfig c;
+  c.dim = 288;
+  c.hidden_dim = 768;
+  c.n_layers = 6;
+  c.n_heads = 6;
+  c.n_kv_heads = 6;
+  c.vocab_size = 32000;
+  c.seq_len = 256;
+  return c;
+}
+
+ModelConfig Stories110MShape() {
+  ModelConfig c;
+  c.dim = 768;
+  c.hidden_dim = 2048;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.n_kv_heads = 12;
+  c.vocab_size = 32000;
+  c.seq_len = 1024;
+  return c;
+}
+
+}  // namespace tandem

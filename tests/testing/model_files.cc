@@ -1,0 +1,45 @@
+#include "tests/testing/model_files.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace tandem::testing {
+
+std::string ModelsDir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("TANDEM_MODELS"); env != nullptr && *env != '\0') {
+    return fs::is_directory(env) ? std::string(env) : std::string();
+  }
+  const fs::path beside = fs::path(TANDEM_SOURCE_DIR).parent_path() / "shared" / "models";
+  return fs::is_directory(beside) ? beside.string() : std::string();
+}
+
+std::string ModelFile(const std::string& name) {
+  const std::string dir = ModelsDir();
+  if (dir.empty()) return {};
+  const std::filesystem::path p = std::filesystem::path(dir) / name;
+  return std::filesystem::is_regular_file(p) ? p.string() : std::string();
+}
+
+bool ModelsRequired() {
+  const char* env = std::getenv("TANDEM_REQUIRE_MODELS");
+  return env != nullptr && std::string(env) == "1";
+}
+
+std::string TempDir() {
+  namespace fs = std::filesystem;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "tandem";
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  const fs::path dir = fs::temp_directory_path() /
+                       ("tandem-test-" + std::to_string(::getpid()) + "-" + name);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+}  // namespace tandem::testing
