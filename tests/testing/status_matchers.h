@@ -35,6 +35,13 @@ MATCHER_P2(StatusIs, code, message_matcher,
          ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
+// StatusIs(code): any message.
+MATCHER_P(StatusIs, code, "has code " + absl::StatusCodeToString(code)) {
+  const absl::Status& s = ::tandem::testing::GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code;
+}
+
 MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a matching value") {
   if (!arg.ok()) {
     *result_listener << "status is " << arg.status();

@@ -1,0 +1,88 @@
+// The compute backend: memory and the operations of a Llama forward pass.
+// The CPU backend is the numerical reference; others must match it within
+// stated tolerances. All pointers are backend memory (host memory for the
+// CPU backend) obtained from Allocate(). Calls are issued from one thread;
+// a backend may use many threads inside one call.
+#ifndef TANDEM_COMMON_COMPUTE_BACKEND_H_
+#define TANDEM_COMMON_COMPUTE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/kvcache/kv_layout.h"
+
+namespace tandem {
+
+// Backend memory; freed when destroyed.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+  float* floats() { return static_cast<float*>(data()); }
+};
+
+// One row of a batch as attention sees it: the row's query attends to the
+// cached positions [0, position] of the sequence whose blocks are `blocks`.
+struct AttentionRow {
+  int32_t position;
+  std::span<const int32_t> blocks;
+};
+
+struct AttentionShape {
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
+  virtual void CopyToDevice(const void* host, void* device, size_t bytes) = 0;
+  virtual void CopyToHost(const void* device, void* host, size_t bytes) = 0;
+
+  // out[m, n] (+)= x[m, k] * w[n, k]^T; adds to `out` when `accumulate`.
+  virtual void MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+                      bool accumulate) = 0;
+
+  // out[r, :] = table[ids[r], :] for r < rows.
+  virtual void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) = 0;
+
+  // out[r] = x[r] / rms(x[r]) * weight, rows of `dim`.
+  virtual void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
+                       float eps) = 0;
+
+  // Rotates consecutive pairs (2i, 2i+1) of every head of q ([rows, n_heads *
+  // head_dim], row stride q_stride) and k ([rows, n_kv_heads * head_dim],
+  // stride k_stride) by position * theta^(-2i / head_dim), using the
+  // precomputed `cos_sin` table [max_position][head_dim / 2][2].
+  virtual void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
+                    const AttentionShape& shape, const float* cos_sin) = 0;
+
+  // out[r, i] = silu(gate_up[r, i]) * gate_up[r, hidden + i].
+  virtual void SwiGlu(const float* gate_up, float* out, int rows, int hidden) = 0;
+
+  // Writes row r's key k[r] and value v[r] (kv_dim floats each, row strides
+  // k_stride / v_stride) into the cache slot of rows[r].position.
+  virtual void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
+                       std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
+                       float* cache) = 0;
+
+  // Causal attention of each row's query (q row stride q_stride) over the
+  // cached keys/values of positions [0, position] of its sequence (grouped
+  // heads share a KV head), into out[r, n_heads * head_dim].
+  virtual void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
+                              int layer, const KvLayout& layout, const float* cache,
+                              const AttentionShape& shape, float* out) = 0;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_COMPUTE_BACKEND_H_

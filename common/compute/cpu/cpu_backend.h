@@ -1,0 +1,53 @@
+// The CPU backend: OpenBLAS (OpenMP flavour) for matrix products, our own
+// vectorised kernels for the rest, all cores through OpenMP. Kernels are
+// compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at load time
+// by the CPU's features, so one binary runs everywhere.
+#ifndef TANDEM_COMMON_COMPUTE_CPU_CPU_BACKEND_H_
+#define TANDEM_COMMON_COMPUTE_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "common/compute/backend.h"
+
+namespace tandem {
+
+struct CpuBackendOptions {
+  // Threads for BLAS and kernels; 0 uses every core the process may run on.
+  int num_threads = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {});
+
+  std::string_view name() const override { return "cpu"; }
+  int num_threads() const { return num_threads_; }
+  // e.g. "openblas 0.3.21 (openmp, SkylakeX), kernels avx512f, 2 threads".
+  std::string Describe() const;
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
+  void CopyToDevice(const void* host, void* device, size_t bytes) override;
+  void CopyToHost(const void* device, void* host, size_t bytes) override;
+  void MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+              bool accumulate) override;
+  void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) override;
+  void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
+               float eps) override;
+  void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
+            const AttentionShape& shape, const float* cos_sin) override;
+  void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;
+  void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
+               std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
+               float* cache) override;
+  void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
+                      const KvLayout& layout, const float* cache, const AttentionShape& shape,
+                      float* out) override;
+
+ private:
+  int num_threads_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_COMPUTE_CPU_CPU_BACKEND_H_

@@ -1,0 +1,98 @@
+#include "common/compute/cpu/cpu_kernels.h"
+
+#include <cmath>
+
+// Plain loops the compiler vectorises for each target; `omp simd
+// reduction` lets it reorder sums into lanes without -ffast-math.
+#define TANDEM_MULTIVERSION __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+
+namespace tandem::cpu {
+
+const char* KernelIsa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512f";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2+fma";
+  return "x86-64";
+}
+
+TANDEM_MULTIVERSION
+void RmsNormRow(const float* x, const float* weight, float* out, int dim, float eps) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int i = 0; i < dim; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+#pragma omp simd
+  for (int i = 0; i < dim; ++i) out[i] = weight[i] * (scale * x[i]);
+}
+
+TANDEM_MULTIVERSION
+void SwiGluRow(const float* gate, const float* up, float* out, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+TANDEM_MULTIVERSION
+void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+#pragma omp simd
+    for (int i = 0; i < half; ++i) {
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * c - b * s;
+      v[2 * i + 1] = a * s + b * c;
+    }
+  }
+}
+
+TANDEM_MULTIVERSION
+void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
+                 int layer, const KvLayout& layout, const float* cache, float* scores,
+                 float* out) {
+  const int n = row.position + 1;
+  const int bs = layout.block_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int kv_off = kv_head * head_dim;
+
+  // Scores: every position's key is loaded once for all heads of the group.
+  for (int t = 0; t < n; ++t) {
+    const float* k = cache + layout.KeyOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+    for (int g = 0; g < group; ++g) {
+      const float* qh = q + g * head_dim;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int i = 0; i < head_dim; ++i) dot += qh[i] * k[i];
+      scores[g * n + t] = dot * scale;
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* s = scores + g * n;
+    float max = s[0];
+    for (int t = 1; t < n; ++t) max = s[t] > max ? s[t] : max;
+    float sum = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      s[t] = std::exp(s[t] - max);
+      sum += s[t];
+    }
+    const float inv = 1.0f / sum;
+    for (int t = 0; t < n; ++t) s[t] *= inv;
+    float* o = out + g * head_dim;
+#pragma omp simd
+    for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
+  }
+  for (int t = 0; t < n; ++t) {
+    const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+    for (int g = 0; g < group; ++g) {
+      const float p = scores[g * n + t];
+      float* o = out + g * head_dim;
+#pragma omp simd
+      for (int i = 0; i < head_dim; ++i) o[i] += p * v[i];
+    }
+  }
+}
+
+}  // namespace tandem::cpu

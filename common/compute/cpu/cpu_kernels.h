@@ -1,0 +1,28 @@
+// Row kernels of the CPU backend. Each is compiled for several instruction
+// sets (target_clones) and dispatched once by the dynamic loader.
+#ifndef TANDEM_COMMON_COMPUTE_CPU_CPU_KERNELS_H_
+#define TANDEM_COMMON_COMPUTE_CPU_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <span>
+
+#include "common/compute/backend.h"
+
+namespace tandem::cpu {
+
+// The instruction set the kernels were dispatched to on this CPU.
+const char* KernelIsa();
+
+void RmsNormRow(const float* x, const float* weight, float* out, int dim, float eps);
+void SwiGluRow(const float* gate, const float* up, float* out, int n);
+void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin_at_position);
+
+// Attention of the `group` query heads that share KV head `kv_head`, for one
+// row: q points at the first of those heads, out likewise. `scores` has room
+// for group * (position + 1) floats.
+void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
+                 int layer, const KvLayout& layout, const float* cache, float* scores, float* out);
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_COMMON_COMPUTE_CPU_CPU_KERNELS_H_

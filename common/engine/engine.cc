@@ -1,0 +1,227 @@
+#include "common/engine/engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+
+Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
+               const EngineOptions& options)
+    : config_(config),
+      options_(options),
+      layout_{config.n_layers, options.num_blocks, options.block_size, config.kv_dim()},
+      backend_(std::move(backend)),
+      pool_(options.num_blocks) {}
+
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weights,
+                                                       std::unique_ptr<Backend> backend,
+                                                       const EngineOptions& options) {
+  RETURN_IF_ERROR(weights.config.Validate());
+  if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
+  EngineOptions opts = options;
+  if (opts.block_size <= 0 || opts.block_size > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size ", opts.block_size, " must be in [1, 4096]"));
+  }
+  if (opts.num_blocks == 0) {
+    opts.num_blocks = (weights.config.seq_len + opts.block_size - 1) / opts.block_size;
+  }
+  if (opts.num_blocks < 0 || opts.max_batch_tokens <= 0 || opts.max_logit_rows <= 0) {
+    return absl::InvalidArgumentError(
+        "num_blocks must be >= 0, max_batch_tokens and max_logit_rows > 0");
+  }
+  std::unique_ptr<Engine> engine(new Engine(weights.config, std::move(backend), opts));
+  RETURN_IF_ERROR(engine->Init(weights));
+  return engine;
+}
+
+absl::Status Engine::Init(const ModelWeights& w) {
+  const ModelConfig& c = config_;
+  const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  auto alloc = [this](size_t floats) -> absl::StatusOr<float*> {
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf,
+                     backend_->Allocate(std::max<size_t>(floats, 1) * sizeof(float)));
+    float* p = buf->floats();
+    buffers_.push_back(std::move(buf));
+    return p;
+  };
+  // Copies consecutive host spans into one backend buffer.
+  auto upload = [&](std::initializer_list<std::span<const float>> parts) -> absl::StatusOr<float*> {
+    size_t total = 0;
+    for (auto s : parts) total += s.size();
+    ASSIGN_OR_RETURN(float* dst, alloc(total));
+    size_t at = 0;
+    for (auto s : parts) {
+      backend_->CopyToDevice(s.data(), dst + at, s.size_bytes());
+      at += s.size();
+    }
+    return dst;
+  };
+
+  ASSIGN_OR_RETURN(float* emb, upload({w.token_embedding}));
+  embedding_ = emb;
+  if (c.shared_classifier) {
+    classifier_ = embedding_;
+  } else {
+    ASSIGN_OR_RETURN(float* cls, upload({w.classifier}));
+    classifier_ = cls;
+  }
+  ASSIGN_OR_RETURN(float* rms_final, upload({w.rms_final}));
+  rms_final_ = rms_final;
+  for (const LayerWeights& lw : w.layers) {
+    Layer layer;
+    ASSIGN_OR_RETURN(float* p, upload({lw.rms_att, lw.rms_ffn}));
+    layer.rms_att = p;
+    layer.rms_ffn = p + d;
+    ASSIGN_OR_RETURN(layer.wqkv, upload({lw.wq, lw.wk, lw.wv}));
+    ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}));
+    ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}));
+    ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}));
+    layers_.push_back(layer);
+  }
+
+  // RoPE table in float arithmetic, as the reference implementations do, so
+  // that greedy text matches theirs token for token.
+  const int half = c.head_dim() / 2;
+  std::vector<float> rope(static_cast<size_t>(c.seq_len) * half * 2);
+  for (int pos = 0; pos < c.seq_len; ++pos) {
+    for (int i = 0; i < half; ++i) {
+      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / c.head_dim());
+      const float angle = static_cast<float>(pos) * freq;
+      rope[(static_cast<size_t>(pos) * half + i) * 2] = std::cos(angle);
+      rope[(static_cast<size_t>(pos) * half + i) * 2 + 1] = std::sin(angle);
+    }
+  }
+  ASSIGN_OR_RETURN(float* rope_dev, upload({rope}));
+  rope_ = rope_dev;
+
+  ASSIGN_OR_RETURN(cache_, alloc(layout_.total_floats()));
+  const size_t t = options_.max_batch_tokens;
+  ASSIGN_OR_RETURN(x_, alloc(t * d));
+  ASSIGN_OR_RETURN(xb_, alloc(t * d));
+  ASSIGN_OR_RETURN(qkv_, alloc(t * (d + 2 * kv)));
+  ASSIGN_OR_RETURN(att_, alloc(t * d));
+  ASSIGN_OR_RETURN(hb_, alloc(t * 2 * h));
+  ASSIGN_OR_RETURN(hb2_, alloc(t * h));
+  ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Validate(std::span<const BatchItem> items) const {
+  if (items.empty()) return absl::InvalidArgumentError("a step needs at least one batch item");
+  int64_t tokens = 0, logit_rows = 0, new_blocks = 0;
+  absl::flat_hash_set<const BlockTable*> seen;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& item = items[i];
+    if (item.table == nullptr || item.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch item ", i, " has no tokens; send at least one token per item"));
+    }
+    if (item.table->block_size() != layout_.block_size) {
+      return absl::InvalidArgumentError(absl::StrCat("batch item ", i, " has block size ",
+                                                     item.table->block_size(), ", engine uses ",
+                                                     layout_.block_size));
+    }
+    if (!seen.insert(item.table).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch item ", i, " repeats a sequence; merge its tokens into one item"));
+    }
+    for (int32_t id : item.tokens) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", id, " is out of range; the vocabulary has ", config_.vocab_size, " ids"));
+      }
+    }
+    const int64_t end = int64_t{item.table->num_tokens()} + item.tokens.size();
+    if (end > config_.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence would reach ", end, " tokens, past the model's context of ", config_.seq_len,
+          "; shorten the prompt or lower max tokens"));
+    }
+    const int64_t blocks_needed = (end + layout_.block_size - 1) / layout_.block_size;
+    new_blocks += std::max<int64_t>(0, blocks_needed - int64_t(item.table->blocks().size()));
+    tokens += item.tokens.size();
+    logit_rows += item.want_logits ? 1 : 0;
+  }
+  if (tokens > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("step carries ", tokens,
+                                                   " tokens, over max_batch_tokens ",
+                                                   options_.max_batch_tokens, "; split it"));
+  }
+  if (logit_rows > options_.max_logit_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("step wants ", logit_rows,
+                                                   " rows of logits, over max_logit_rows ",
+                                                   options_.max_logit_rows));
+  }
+  if (new_blocks > pool_.num_free()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: step needs ", new_blocks,
+                                                     " new blocks, ", pool_.num_free(), " of ",
+                                                     pool_.num_blocks(), " free"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items) {
+  RETURN_IF_ERROR(Validate(items));
+  ids_.clear();
+  positions_.clear();
+  rows_.clear();
+  logit_rows_.clear();
+  for (const BatchItem& item : items) {
+    // Cannot fail: Validate counted the free blocks.
+    RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), pool_));
+    const int start = item.table->num_tokens();
+    for (size_t j = 0; j < item.tokens.size(); ++j) {
+      ids_.push_back(item.tokens[j]);
+      positions_.push_back(start + static_cast<int32_t>(j));
+      rows_.push_back(AttentionRow{start + static_cast<int32_t>(j), item.table->blocks()});
+    }
+    if (item.want_logits) logit_rows_.push_back(static_cast<int32_t>(ids_.size()) - 1);
+  }
+  Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()));
+  for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
+
+  std::vector<float> logits(logit_rows_.size() * config_.vocab_size);
+  backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
+  return logits;
+}
+
+void Engine::Forward(int rows, int logit_rows) {
+  const ModelConfig& c = config_;
+  const int d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, qkv_stride = d + 2 * kv;
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  Backend& b = *backend_;
+
+  b.Embed(embedding_, ids_, d, x_);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& layer = layers_[l];
+    b.RmsNorm(x_, layer.rms_att, xb_, rows, d, c.norm_eps);
+    b.MatMul(xb_, layer.wqkv, qkv_, rows, qkv_stride, d, /*accumulate=*/false);
+    float* q = qkv_;
+    float* k = qkv_ + d;
+    float* v = qkv_ + d + kv;
+    b.Rope(q, qkv_stride, k, qkv_stride, positions_, shape, rope_);
+    b.WriteKv(k, qkv_stride, v, qkv_stride, rows_, l, layout_, cache_);
+    b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
+    b.MatMul(att_, layer.wo, x_, rows, d, d, /*accumulate=*/true);
+    b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
+    b.MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
+    b.SwiGlu(hb_, hb2_, rows, h);
+    b.MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);
+  }
+  if (logit_rows == 0) return;
+  for (int i = 0; i < logit_rows; ++i) {
+    b.RmsNorm(x_ + int64_t{logit_rows_[i]} * d, rms_final_, xb_ + int64_t{i} * d, 1, d,
+              c.norm_eps);
+  }
+  b.MatMul(xb_, classifier_, logits_, logit_rows, c.vocab_size, d, /*accumulate=*/false);
+}
+
+}  // namespace tandem

@@ -1,0 +1,111 @@
+// The inference engine: one forward pass of a Llama model over a mixed batch
+// (decode tokens of some sequences and prefill chunks of others) against a
+// paged KV cache.
+//
+// Thread-compatible: one thread (the scheduler's) drives an Engine. The
+// backend may use many threads inside a step.
+#ifndef TANDEM_COMMON_ENGINE_ENGINE_H_
+#define TANDEM_COMMON_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/compute/backend.h"
+#include "common/kvcache/block_pool.h"
+#include "common/kvcache/block_table.h"
+#include "common/kvcache/kv_layout.h"
+#include "common/model/model_weights.h"
+
+namespace tandem {
+
+struct EngineOptions {
+  int block_size = 16;
+  // KV blocks in the pool; 0 sizes the pool for one full-context sequence.
+  int num_blocks = 0;
+  // Most tokens one step may carry (sizes the activation buffers).
+  int max_batch_tokens = 1024;
+  // Most rows of logits one step may return.
+  int max_logit_rows = 256;
+};
+
+// One sequence's part of a step: `tokens` continue the sequence whose KV
+// cache `table` holds (positions table->num_tokens() onwards). One entry per
+// sequence per step.
+struct BatchItem {
+  BlockTable* table;
+  std::span<const int32_t> tokens;
+  bool want_logits = true;  // logits of the entry's last token
+};
+
+class Engine {
+ public:
+  // Copies (and packs) the weights into backend memory; `weights` may be
+  // dropped afterwards. INVALID_ARGUMENT for impossible options.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelWeights& weights,
+                                                        std::unique_ptr<Backend> backend,
+                                                        const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  const KvLayout& kv_layout() const { return layout_; }
+  BlockPool& block_pool() { return pool_; }
+  Backend& backend() { return *backend_; }
+
+  // A table for a new, empty sequence.
+  BlockTable NewSequence() const { return BlockTable(layout_.block_size); }
+
+  // Runs one forward pass over `items`, appending each item's tokens to its
+  // sequence, and returns the logits of the items that want them,
+  // [rows][vocab_size] in item order. Nothing changes on error:
+  // INVALID_ARGUMENT for bad input (empty item, token id out of range,
+  // sequence past the context, batch over the configured limits) and
+  // RESOURCE_EXHAUSTED when the KV pool cannot hold the new tokens.
+  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items);
+
+  // Frees a sequence's blocks.
+  void Release(BlockTable& table) { table.Release(pool_); }
+
+ private:
+  struct Layer {
+    const float* rms_att;
+    const float* wqkv;  // [dim + 2 kv_dim, dim]: q, k, v projections stacked
+    const float* wo;
+    const float* rms_ffn;
+    const float* w13;  // [2 hidden, dim]: gate rows, then up rows
+    const float* w2;
+  };
+
+  Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
+  absl::Status Init(const ModelWeights& weights);
+  absl::Status Validate(std::span<const BatchItem> items) const;
+  void Forward(int rows, int logit_rows);
+
+  ModelConfig config_;
+  EngineOptions options_;
+  KvLayout layout_;
+  std::unique_ptr<Backend> backend_;
+  BlockPool pool_;
+
+  // Backend memory.
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
+  std::vector<Layer> layers_;
+  const float* embedding_ = nullptr;
+  const float* rms_final_ = nullptr;
+  const float* classifier_ = nullptr;
+  const float* rope_ = nullptr;  // [seq_len][head_dim / 2][cos, sin]
+  float* cache_ = nullptr;
+  float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr;
+  float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
+
+  // Per-step host scratch.
+  std::vector<int32_t> ids_, positions_, logit_rows_;
+  std::vector<AttentionRow> rows_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_ENGINE_ENGINE_H_

@@ -1,0 +1,118 @@
+#include "tests/testing/reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::testing {
+namespace {
+
+using Vec = std::vector<double>;
+
+// y = W x for W [rows, cols] row-major.
+Vec MatVec(std::span<const float> w, const Vec& x, int rows) {
+  const size_t cols = x.size();
+  Vec y(rows, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    double acc = 0.0;
+    for (size_t c = 0; c < cols; ++c) acc += double{w[r * cols + c]} * x[c];
+    y[r] = acc;
+  }
+  return y;
+}
+
+Vec RmsNorm(const Vec& x, std::span<const float> weight, double eps) {
+  double ss = 0.0;
+  for (double v : x) ss += v * v;
+  const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * weight[i];
+  return y;
+}
+
+// Rotates consecutive pairs of each head by pos * theta^(-2i/head_dim).
+void Rope(Vec& v, int head_dim, int pos, double theta) {
+  for (size_t h = 0; h < v.size() / head_dim; ++h) {
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
+      double& a = v[h * head_dim + 2 * i];
+      double& b = v[h * head_dim + 2 * i + 1];
+      const double ra = a * std::cos(angle) - b * std::sin(angle);
+      const double rb = a * std::sin(angle) + b * std::cos(angle);
+      a = ra;
+      b = rb;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
+                                                 std::span<const int32_t> tokens) {
+  const ModelConfig& c = weights.config;
+  const int d = c.dim, hd = c.head_dim(), kv_dim = c.kv_dim();
+  const int group = c.n_heads / c.n_kv_heads;
+  // keys[layer][pos], values[layer][pos]
+  std::vector<std::vector<Vec>> keys(c.n_layers), values(c.n_layers);
+  std::vector<std::vector<double>> out;
+
+  for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    Vec x(weights.token_embedding.begin() + size_t{tokens[pos]} * d,
+          weights.token_embedding.begin() + size_t{tokens[pos]} * d + d);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& w = weights.layers[l];
+      const Vec xb = RmsNorm(x, w.rms_att, c.norm_eps);
+      Vec q = MatVec(w.wq, xb, d);
+      Vec k = MatVec(w.wk, xb, kv_dim);
+      const Vec v = MatVec(w.wv, xb, kv_dim);
+      Rope(q, hd, static_cast<int>(pos), c.rope_theta);
+      Rope(k, hd, static_cast<int>(pos), c.rope_theta);
+      keys[l].push_back(k);
+      values[l].push_back(v);
+
+      Vec att(d, 0.0);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int kvh = h / group;
+        std::vector<double> scores(pos + 1);
+        for (size_t t = 0; t <= pos; ++t) {
+          double dot = 0.0;
+          for (int i = 0; i < hd; ++i) dot += q[h * hd + i] * keys[l][t][kvh * hd + i];
+          scores[t] = dot / std::sqrt(double(hd));
+        }
+        const double max = *std::max_element(scores.begin(), scores.end());
+        double sum = 0.0;
+        for (double& s : scores) sum += (s = std::exp(s - max));
+        for (size_t t = 0; t <= pos; ++t) {
+          for (int i = 0; i < hd; ++i) {
+            att[h * hd + i] += scores[t] / sum * values[l][t][kvh * hd + i];
+          }
+        }
+      }
+      const Vec o = MatVec(w.wo, att, d);
+      for (int i = 0; i < d; ++i) x[i] += o[i];
+
+      const Vec xf = RmsNorm(x, w.rms_ffn, c.norm_eps);
+      const Vec gate = MatVec(w.w1, xf, c.hidden_dim);
+      const Vec up = MatVec(w.w3, xf, c.hidden_dim);
+      Vec hidden(c.hidden_dim);
+      for (int i = 0; i < c.hidden_dim; ++i) {
+        hidden[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      }
+      const Vec down = MatVec(w.w2, hidden, d);
+      for (int i = 0; i < d; ++i) x[i] += down[i];
+    }
+    out.push_back(MatVec(weights.classifier, RmsNorm(x, weights.rms_final, c.norm_eps),
+                         c.vocab_size));
+  }
+  return out;
+}
+
+double MaxRelativeError(std::span<const float> actual, std::span<const double> expected) {
+  double max_diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(double{actual[i]} - expected[i]));
+    scale = std::max(scale, std::abs(expected[i]));
+  }
+  return scale > 0.0 ? max_diff / scale : max_diff;
+}
+
+}  // namespace tandem::testing

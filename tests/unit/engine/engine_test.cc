@@ -1,0 +1,267 @@
+#include "common/engine/engine.h"
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/base/logging.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/generate.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/reference_model.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::MaxRelativeError;
+using ::tandem::testing::ReferenceLogits;
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+ModelConfig SmallShape(int n_heads, int n_kv_heads, bool tied = true) {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 3;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.vocab_size = 101;
+  c.seq_len = 128;
+  c.rope_theta = 10000.0f;
+  c.shared_classifier = tied;
+  return c;
+}
+
+std::unique_ptr<Engine> MakeEngine(const ModelWeights& w, EngineOptions options = {}) {
+  auto engine = Engine::Create(w, std::make_unique<CpuBackend>(), options);
+  CHECK_OK(engine.status());
+  return std::move(engine).value();
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& id : t) id = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+// Logits of every position of `tokens`, fed `chunk` tokens per step.
+std::vector<std::vector<float>> ChunkedLogits(Engine& engine, std::span<const int32_t> tokens,
+                                              int chunk) {
+  BlockTable table = engine.NewSequence();
+  std::vector<std::vector<float>> out;
+  const int vocab = engine.config().vocab_size;
+  for (size_t at = 0; at < tokens.size(); at += chunk) {
+    const size_t n = std::min<size_t>(chunk, tokens.size() - at);
+    // One item per position would need one sequence per item; instead take
+    // the last position's logits of each chunk, and of chunk 1 every one.
+    const BatchItem item{&table, tokens.subspan(at, n), true};
+    auto logits = engine.Step({&item, 1});
+    CHECK_OK(logits.status());
+    out.emplace_back(logits->begin(), logits->begin() + vocab);
+  }
+  engine.Release(table);
+  return out;
+}
+
+struct ShapeCase {
+  std::string name;
+  int n_heads, n_kv_heads;
+  bool tied;
+};
+
+class EngineVsReference : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(EngineVsReference, LogitsMatchFloat64Reference) {
+  const ShapeCase& shape = GetParam();
+  ASSERT_OK_AND_ASSIGN(auto weights,
+                       MakeSyntheticModel(SmallShape(shape.n_heads, shape.n_kv_heads, shape.tied),
+                                          /*seed=*/7));
+  auto engine = MakeEngine(*weights);
+  const std::vector<int32_t> tokens = RandomTokens(40, weights->config.vocab_size, 11);
+  const auto expected = ReferenceLogits(*weights, tokens);
+  // Token by token, so every position's logits are checked.
+  const auto actual = ChunkedLogits(*engine, tokens, 1);
+  ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0.0;
+  for (size_t p = 0; p < actual.size(); ++p) {
+    worst = std::max(worst, MaxRelativeError(actual[p], expected[p]));
+  }
+  EXPECT_LE(worst, 1e-4) << shape.name;
+  RecordProperty("max_relative_error", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EngineVsReference,
+                         ::testing::Values(ShapeCase{"MHA", 8, 8, true},
+                                           ShapeCase{"GQA2", 8, 4, true},
+                                           ShapeCase{"GQA4", 8, 2, true},
+                                           ShapeCase{"MQA", 8, 1, true},
+                                           ShapeCase{"Untied", 4, 2, false}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(Engine, ChunkedPrefillMatchesOnePass) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(8, 2), 3));
+  auto engine = MakeEngine(*weights);
+  const std::vector<int32_t> tokens = RandomTokens(100, weights->config.vocab_size, 5);
+  const std::vector<float> whole = ChunkedLogits(*engine, tokens, 100).back();
+  for (int chunk : {1, 7, 16, 64}) {
+    const std::vector<float> last = ChunkedLogits(*engine, tokens, chunk).back();
+    double max_diff = 0.0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      max_diff = std::max<double>(max_diff, std::abs(last[i] - whole[i]));
+    }
+    EXPECT_LE(max_diff, 1e-5) << "chunk " << chunk;
+  }
+  EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
+}
+
+// Greedy tokens of one sequence must not depend on what else is in its batch.
+TEST(Engine, GreedyTokensAreBatchInvariant) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(8, 4), 21));
+  EngineOptions options;
+  options.num_blocks = 64;
+  auto engine = MakeEngine(*weights, options);
+  const int vocab = weights->config.vocab_size;
+  const std::vector<int32_t> prompt = RandomTokens(20, vocab, 1);
+  constexpr int kNew = 30;
+
+  GenerateRequest request;
+  request.prompt = prompt;
+  request.max_new_tokens = kNew;
+  ASSERT_OK_AND_ASSIGN(GenerateResult alone, Generate(*engine, request));
+  ASSERT_EQ(alone.tokens.size(), size_t{kNew});
+
+  // The same sequence, stepped with two neighbours: one decoding from the
+  // start, one that prefills a long prompt in chunks while ours decodes.
+  BlockTable ours = engine->NewSequence(), decoder = engine->NewSequence(),
+             prefiller = engine->NewSequence();
+  const std::vector<int32_t> other_prompt = RandomTokens(9, vocab, 2);
+  const std::vector<int32_t> long_prompt = RandomTokens(90, vocab, 3);
+  std::vector<int32_t> got;
+  int32_t our_next = -1, decoder_next = -1;
+  size_t long_at = 0;
+  for (int step = 0; static_cast<int>(got.size()) < kNew; ++step) {
+    std::vector<BatchItem> items;
+    std::vector<int32_t> ours_in = step == 0 ? prompt : std::vector<int32_t>{our_next};
+    std::vector<int32_t> dec_in = step == 0 ? other_prompt : std::vector<int32_t>{decoder_next};
+    items.push_back({&decoder, dec_in, true});
+    if (long_at < long_prompt.size()) {
+      const size_t n = std::min<size_t>(13, long_prompt.size() - long_at);
+      items.push_back({&prefiller, std::span(long_prompt).subspan(long_at, n), false});
+      long_at += n;
+    }
+    items.push_back({&ours, ours_in, true});
+    ASSERT_OK_AND_ASSIGN(std::vector<float> logits, engine->Step(items));
+    decoder_next = Argmax(std::span(logits).subspan(0, vocab));
+    our_next = Argmax(std::span(logits).subspan(vocab, vocab));
+    got.push_back(our_next);
+  }
+  EXPECT_EQ(got, alone.tokens);
+  for (BlockTable* t : {&ours, &decoder, &prefiller}) engine->Release(*t);
+  EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
+}
+
+TEST(Engine, EveryBlockIsFreeAfterSequencesFinishOrAbort) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 4), 9));
+  EngineOptions options;
+  options.num_blocks = 40;
+  auto engine = MakeEngine(*weights, options);
+  BlockPool& pool = engine->block_pool();
+  std::mt19937_64 rng(42);
+  std::vector<BlockTable> live;
+  for (int step = 0; step < 300; ++step) {
+    if (live.size() < 6 && rng() % 3 == 0) live.push_back(engine->NewSequence());
+    std::vector<BatchItem> items;
+    std::vector<std::vector<int32_t>> inputs;
+    inputs.reserve(live.size());
+    for (BlockTable& t : live) {
+      inputs.push_back(RandomTokens(1 + rng() % 20, weights->config.vocab_size, rng()));
+      items.push_back({&t, inputs.back(), rng() % 2 == 0});
+    }
+    if (!items.empty()) {
+      auto logits = engine->Step(items);
+      // A full pool or a full context is an expected outcome here; anything
+      // else is a bug.
+      if (!logits.ok()) {
+        ASSERT_THAT(logits.status().code(),
+                    ::testing::AnyOf(absl::StatusCode::kResourceExhausted,
+                                     absl::StatusCode::kInvalidArgument))
+            << logits.status();
+      }
+    }
+    // Finish or abort a random sequence.
+    if (!live.empty() && rng() % 4 == 0) {
+      const size_t victim = rng() % live.size();
+      engine->Release(live[victim]);
+      live.erase(live.begin() + victim);
+    }
+    int held = 0;
+    for (const BlockTable& t : live) held += static_cast<int>(t.blocks().size());
+    ASSERT_EQ(pool.num_used(), held) << "step " << step;
+  }
+  for (BlockTable& t : live) engine->Release(t);
+  EXPECT_EQ(pool.num_free(), pool.num_blocks());
+}
+
+TEST(Engine, BadInputIsRejectedWithoutSideEffects) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 1));
+  EngineOptions options;
+  options.num_blocks = 4;  // 64 tokens
+  options.max_batch_tokens = 100;
+  auto engine = MakeEngine(*weights, options);
+  BlockTable table = engine->NewSequence();
+  const int32_t bad_id[] = {5, 101};
+  const BatchItem out_of_range{&table, bad_id, true};
+  EXPECT_THAT(engine->Step({&out_of_range, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token id 101")));
+  const BatchItem empty{&table, {}, true};
+  EXPECT_THAT(engine->Step({&empty, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tokens")));
+  const std::vector<int32_t> too_long(129, 1);
+  const BatchItem over_context{&table, too_long, true};
+  EXPECT_THAT(engine->Step({&over_context, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context")));
+  const std::vector<int32_t> seventy(70, 1);
+  const BatchItem over_pool{&table, seventy, true};
+  EXPECT_THAT(engine->Step({&over_pool, 1}),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("KV cache full")));
+  const int32_t good_id[] = {5};
+  const BatchItem twice[] = {{&table, good_id, true}, {&table, good_id, true}};
+  EXPECT_THAT(engine->Step(twice),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repeats a sequence")));
+  EXPECT_EQ(table.num_tokens(), 0);
+  EXPECT_EQ(engine->block_pool().num_free(), 4);
+
+  GenerateRequest request;
+  EXPECT_THAT(Generate(*engine, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prompt is empty")));
+  request.prompt.assign(128, 1);
+  EXPECT_THAT(Generate(*engine, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context")));
+  request.prompt = {1, 2};
+  request.sampling.top_p = 0.0f;
+  EXPECT_THAT(Generate(*engine, request),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p")));
+  EXPECT_EQ(engine->block_pool().num_free(), 4);
+}
+
+TEST(Engine, GenerationStopsAtContextEnd) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 4), 2));
+  auto engine = MakeEngine(*weights);
+  GenerateRequest request;
+  request.prompt = RandomTokens(120, weights->config.vocab_size, 8);
+  request.max_new_tokens = 50;
+  ASSERT_OK_AND_ASSIGN(GenerateResult result, Generate(*engine, request));
+  // 120 prompt tokens + 8 generated fill the 128 positions; the 9th generated
+  // token is the one sampled at the last position.
+  EXPECT_EQ(result.finish, FinishReason::kContext);
+  EXPECT_EQ(result.tokens.size(), 9u);
+  EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
+}
+
+}  // namespace
+}  // namespace tandem
