@@ -1,6 +1,5 @@
 #include "common/compute/cpu/cpu_backend.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -8,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/blas_library.h"
 #include "common/compute/cpu/cpu_kernels.h"
 
 namespace tandem {
@@ -31,18 +32,26 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options)
-    : num_threads_(options.num_threads > 0 ? options.num_threads : omp_get_num_procs()) {
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError("CPU backend threads must be >= 0 (0 = every core)");
+  }
+  ASSIGN_OR_RETURN(const cpu::BlasLibrary* blas, cpu::LoadBlasLibrary());
+  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_num_procs();
+  return std::unique_ptr<CpuBackend>(new CpuBackend(blas, threads));
+}
+
+CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
+    : blas_(blas), num_threads_(num_threads) {
   omp_set_num_threads(num_threads_);
-  openblas_set_num_threads(num_threads_);
+  blas_->set_num_threads(num_threads_);
 }
 
 std::string CpuBackend::Describe() const {
-  const int parallel = openblas_get_parallel();
-  return absl::StrCat(openblas_get_config(), " [",
-                      parallel == 2 ? "openmp" : parallel == 1 ? "pthreads" : "serial", ", core ",
-                      openblas_get_corename(), "], kernels ", cpu::KernelIsa(), ", ",
-                      num_threads_, " threads");
+  const int parallel = blas_->get_parallel();
+  return absl::StrCat("OpenBLAS core ", blas_->get_corename(), " (",
+                      parallel == 2 ? "openmp" : parallel == 1 ? "pthreads" : "serial",
+                      "), kernels ", cpu::KernelIsa(), ", ", num_threads_, " threads");
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuBackend::Allocate(size_t bytes) {
@@ -67,9 +76,9 @@ void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n
   const float beta = accumulate ? 1.0f : 0.0f;
   if (m == 1) {
     // A single row is a matrix-vector product: bound by reading w once.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, out, 1);
+    blas_->sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, out, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, beta, out, n);
+    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, beta, out, n);
   }
 }
 

@@ -17,9 +17,14 @@ struct CpuBackendOptions {
   int num_threads = 0;
 };
 
+namespace cpu {
+struct BlasLibrary;
+}
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuBackendOptions options = {});
+  // FAILED_PRECONDITION when OpenBLAS cannot be loaded.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(CpuBackendOptions options = {});
 
   std::string_view name() const override { return "cpu"; }
   int num_threads() const { return num_threads_; }
@@ -45,6 +50,9 @@ class CpuBackend final : public Backend {
                       float* out) override;
 
  private:
+  CpuBackend(const cpu::BlasLibrary* blas, int num_threads);
+
+  const cpu::BlasLibrary* blas_;
   int num_threads_;
 };
 

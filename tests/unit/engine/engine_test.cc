@@ -37,7 +37,9 @@ ModelConfig SmallShape(int n_heads, int n_kv_heads, bool tied = true) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const ModelWeights& w, EngineOptions options = {}) {
-  auto engine = Engine::Create(w, std::make_unique<CpuBackend>(), options);
+  auto backend = CpuBackend::Create();
+  CHECK_OK(backend.status());
+  auto engine = Engine::Create(w, std::move(backend).value(), options);
   CHECK_OK(engine.status());
   return std::move(engine).value();
 }
