@@ -1,0 +1,36 @@
+#include "common/base/flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+
+namespace tandem {
+
+void ParseToolFlags(int argc, char** argv, std::string_view usage) {
+  absl::SetProgramUsageMessage(absl::string_view(usage.data(), usage.size()));
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a[0] != '-' || a[1] != '-') continue;
+    const size_t end = a.find('=');
+    for (size_t j = 2; j < std::min(end, a.size()); ++j) {
+      if (a[j] == '-') a[j] = '_';
+    }
+  }
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  ptrs.push_back(nullptr);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, ptrs.data());
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "unexpected argument '%s'; every option is a --flag (see --help)\n",
+                 rest[1]);
+    std::exit(2);
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,135 @@
+// tandem-generate: streams a model's continuation of a prompt to stdout.
+// Only generated text goes to stdout; timings go to stderr.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "common/base/flags.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/engine.h"
+#include "common/engine/generate.h"
+#include "common/model/incremental_detokenizer.h"
+#include "common/model/model_weights.h"
+#include "common/model/tokenizer.h"
+
+ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Tokenizer: llama2.c tokenizer.bin or SentencePiece .model. Without one, the prompt "
+          "must be empty and token ids are printed instead of text");
+ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone");
+ABSL_FLAG(int, max_tokens, 256, "Most tokens to generate");
+ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy");
+ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = off");
+ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = off");
+ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same tokens");
+ABSL_FLAG(int, threads, 0, "CPU threads; 0 = every core");
+ABSL_FLAG(int, prefill_chunk, 0, "Prompt tokens per prefill step; 0 = all at once");
+
+namespace tandem {
+namespace {
+
+absl::Status Run() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
+    ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(path));
+    if (tokenizer->vocab_size() != weights->config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tokenizer '%s' has %d tokens but model '%s' has a vocabulary of %d; pass the "
+          "tokenizer that belongs to the model",
+          path, tokenizer->vocab_size(), model_path, weights->config.vocab_size));
+    }
+  }
+
+  GenerateRequest request;
+  const std::string prompt = absl::GetFlag(FLAGS_prompt);
+  if (tokenizer != nullptr) {
+    ASSIGN_OR_RETURN(request.prompt, tokenizer->Encode(prompt, /*add_bos=*/true));
+    request.eos_id = tokenizer->eos_id();
+  } else {
+    if (!prompt.empty()) {
+      return absl::InvalidArgumentError("a text --prompt needs --tokenizer");
+    }
+    request.prompt = {1};  // BOS in llama vocabularies
+  }
+  request.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
+  request.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  request.sampling.seed = absl::GetFlag(FLAGS_seed);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
+                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
+  const std::string backend_info = backend->Describe();
+  EngineOptions options;
+  options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
+  options.max_logit_rows = 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(*weights, std::move(backend), options));
+  weights.reset();
+
+  // Continue the prompt's last token, so a space after prompt text is kept
+  // and the first piece after a bare BOS loses its leading space.
+  std::optional<IncrementalDetokenizer> detok;
+  if (tokenizer != nullptr) detok.emplace(*tokenizer, request.prompt.back());
+  absl::Status sink_status;
+  auto sink = [&](int32_t token) {
+    if (tokenizer == nullptr) {
+      std::printf("%d ", token);
+    } else {
+      absl::StatusOr<std::string> text = detok->Push(token);
+      if (!text.ok()) {
+        sink_status = text.status();
+        return false;
+      }
+      std::fwrite(text->data(), 1, text->size(), stdout);
+    }
+    std::fflush(stdout);
+    return true;
+  };
+  ASSIGN_OR_RETURN(GenerateResult result, Generate(*engine, request, sink));
+  RETURN_IF_ERROR(sink_status);
+  if (tokenizer != nullptr) {
+    const std::string rest = detok->Flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::fflush(stdout);
+
+  const double prefill_s = absl::ToDoubleSeconds(result.prefill);
+  const double decode_s = absl::ToDoubleSeconds(result.decode);
+  const size_t decoded = result.tokens.empty() ? 0 : result.tokens.size() - 1;
+  std::cerr << absl::StrFormat(
+      "\n[tandem-generate] %s | prompt %d tokens, generated %d (%s) | TTFT %.2f ms | prefill "
+      "%.1f tok/s | decode %.1f tok/s\n",
+      backend_info, request.prompt.size(), result.tokens.size(),
+      FinishReasonName(result.finish), prefill_s * 1e3, request.prompt.size() / prefill_s,
+      decode_s > 0 ? decoded / decode_s : 0.0);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(
+      argc, argv,
+      "Streams a model's continuation of a prompt to stdout.\n"
+      "Usage: tandem-generate --model FILE --tokenizer FILE --prompt TEXT --max-tokens N\n"
+      "       [--temperature T --top-p P --top-k K --seed S]");
+  if (absl::Status s = tandem::Run(); !s.ok()) {
+    std::fflush(stdout);
+    std::cerr << "tandem-generate: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
