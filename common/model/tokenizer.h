@@ -29,14 +29,17 @@ class Tokenizer {
 
   // The bytes token `id` stands for when it follows token `prev`: byte tokens
   // <0xXX> give their byte, U+2581 gives a space, and the leading space of
-  // the first piece after BOS is dropped. Control tokens give "". Out-of-range
-  // ids are INVALID_ARGUMENT. Bytes may be part of a UTF-8 character; see
-  // IncrementalDetokenizer for streaming whole characters.
+  // the first piece after BOS is dropped. Control tokens give "", <unk> gives
+  // " \u2047 " as SentencePiece does. Out-of-range ids are INVALID_ARGUMENT;
+  // any `prev` is accepted (-1 for "none"). Bytes may be part of a UTF-8
+  // character; see IncrementalDetokenizer for streaming whole characters.
   virtual absl::StatusOr<std::string> Decode(int32_t prev, int32_t id) const = 0;
 };
 
 // Loads a tokenizer by the file's contents: a SentencePiece model
-// (`.model`, protobuf) or a llama2.c `tokenizer.bin`.
+// (`.model`, protobuf) or a llama2.c `tokenizer.bin`. A missing file is
+// NOT_FOUND; an empty, truncated or corrupt one is INVALID_ARGUMENT naming
+// the file and the problem.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
 
 }  // namespace tandem

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/blas_library.h"
 #include "common/compute/cpu/cpu_kernels.h"
+#include "common/compute/cpu/small_matmul.h"
 
 namespace tandem {
 namespace {
@@ -30,6 +33,11 @@ class HostBuffer final : public DeviceBuffer {
 // the team costs more than it saves.
 constexpr int64_t kParallelThreshold = 1 << 14;
 
+// Prefill runs at least this long use the matrix-product attention path,
+// in tiles of at most kAttentionTileRows query rows.
+constexpr size_t kAttentionGemmRows = 16;
+constexpr int kAttentionTileRows = 64;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions options) {
@@ -42,7 +50,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions
 }
 
 CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
-    : blas_(blas), num_threads_(num_threads) {
+    : blas_(blas), num_threads_(num_threads), small_matmul_(cpu::SmallMatMulSupported()) {
   omp_set_num_threads(num_threads_);
   blas_->set_num_threads(num_threads_);
 }
@@ -73,6 +81,18 @@ void CpuBackend::CopyToHost(const void* device, void* host, size_t bytes) {
 
 void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n, int k,
                         bool accumulate) {
+  if (small_matmul_ && m > 1 && m <= cpu::kSmallMatMulMaxRows) {
+    // Split the outputs among threads in multiples of the 4-row tile.
+    const int64_t work = int64_t{m} * n * k;
+#pragma omp parallel if (work > kParallelThreshold * 16)
+    {
+      const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+      const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+      const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+      if (begin < end) cpu::SmallMatMul(x, w, out, m, n, k, accumulate, begin, end);
+    }
+    return;
+  }
   const float beta = accumulate ? 1.0f : 0.0f;
   if (m == 1) {
     // A single row is a matrix-vector product: bound by reading w once.
@@ -133,24 +153,103 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
 void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                                 int layer, const KvLayout& layout, const float* cache,
                                 const AttentionShape& shape, float* out) {
+  // Rows of one sequence at consecutive positions (a prefill chunk) share
+  // every key and value: long runs go through matrix products, the rest
+  // (decode rows, short chunks) through the row kernel.
+  struct Run {
+    int64_t first;
+    int n;
+  };
+  std::vector<Run> gemm_runs;
+  std::vector<int64_t> single_rows;
+  for (size_t r = 0; r < rows.size();) {
+    size_t e = r + 1;
+    while (e < rows.size() && rows[e].blocks.data() == rows[r].blocks.data() &&
+           rows[e].position == rows[e - 1].position + 1) {
+      ++e;
+    }
+    if (e - r >= kAttentionGemmRows) {
+      gemm_runs.push_back({static_cast<int64_t>(r), static_cast<int>(e - r)});
+    } else {
+      for (size_t i = r; i < e; ++i) single_rows.push_back(static_cast<int64_t>(i));
+    }
+    r = e;
+  }
+
   const int group = shape.n_heads / shape.n_kv_heads;
-  const int64_t tasks = static_cast<int64_t>(rows.size()) * shape.n_kv_heads;
+  const int out_stride = shape.n_heads * shape.head_dim;
+  // Task lists: (row, kv head) for single rows, (run tile, kv head) for runs.
+  struct Tile {
+    int64_t first;
+    int n;
+  };
+  std::vector<Tile> tiles;
+  for (const Run& run : gemm_runs) {
+    for (int at = 0; at < run.n; at += kAttentionTileRows) {
+      tiles.push_back({run.first + at, std::min(kAttentionTileRows, run.n - at)});
+    }
+  }
+  const int64_t single_tasks = static_cast<int64_t>(single_rows.size()) * shape.n_kv_heads;
+  const int64_t tasks = single_tasks + static_cast<int64_t>(tiles.size()) * shape.n_kv_heads;
   int64_t work = 0;
   for (const AttentionRow& row : rows) work += int64_t{row.position + 1} * shape.head_dim;
-  const int out_stride = shape.n_heads * shape.head_dim;
+
 #pragma omp parallel if (work * shape.n_heads > kParallelThreshold)
   {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t r = task / shape.n_kv_heads;
       const int kv_head = static_cast<int>(task % shape.n_kv_heads);
-      const size_t need = static_cast<size_t>(group) * (rows[r].position + 1);
-      if (scores.size() < need) scores.resize(need);
       const int64_t head0 = int64_t{kv_head} * group * shape.head_dim;
-      cpu::AttendGroup(q + r * q_stride + head0, rows[r], kv_head, group, shape.head_dim, layer,
-                       layout, cache, scores.data(), out + r * out_stride + head0);
+      if (task < single_tasks) {
+        const int64_t r = single_rows[task / shape.n_kv_heads];
+        const size_t need = static_cast<size_t>(group) * (rows[r].position + 1);
+        if (scratch.size() < need) scratch.resize(need);
+        cpu::AttendGroup(q + r * q_stride + head0, rows[r], kv_head, group, shape.head_dim,
+                         layer, layout, cache, scratch.data(), out + r * out_stride + head0);
+      } else {
+        const Tile& tile = tiles[(task - single_tasks) / shape.n_kv_heads];
+        AttendTile(q + tile.first * q_stride + head0, q_stride, rows.subspan(tile.first, tile.n),
+                   kv_head, group, shape.head_dim, layer, layout, cache, scratch,
+                   out + tile.first * out_stride + head0, out_stride);
+      }
     }
+  }
+}
+
+void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows,
+                            int kv_head, int group, int head_dim, int layer,
+                            const KvLayout& layout, const float* cache,
+                            std::vector<float>& scratch, float* out, int out_stride) const {
+  // Keys and values of positions [0, last] gathered contiguous, then for
+  // each query head: S = Q K^T, causal softmax per row, O = S V.
+  const int n = static_cast<int>(rows.size());
+  const int ctx = rows.back().position + 1;
+  const size_t kv_floats = static_cast<size_t>(ctx) * head_dim;
+  const size_t need = 2 * kv_floats + static_cast<size_t>(n) * ctx;
+  if (scratch.size() < need) scratch.resize(need);
+  float* keys = scratch.data();
+  float* values = keys + kv_floats;
+  float* scores = values + kv_floats;
+  const int bs = layout.block_size;
+  const std::span<const int32_t> blocks = rows[0].blocks;
+  const size_t bytes = sizeof(float) * head_dim;
+  for (int t = 0; t < ctx; ++t) {
+    const int32_t block = blocks[t / bs];
+    std::memcpy(keys + size_t(t) * head_dim,
+                cache + layout.KeyOffset(layer, block, t % bs) + kv_head * head_dim, bytes);
+    std::memcpy(values + size_t(t) * head_dim,
+                cache + layout.ValueOffset(layer, block, t % bs) + kv_head * head_dim, bytes);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int g = 0; g < group; ++g) {
+    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ctx, head_dim, scale,
+                 q + g * head_dim, q_stride, keys, head_dim, 0.0f, scores, ctx);
+    for (int i = 0; i < n; ++i) {
+      cpu::CausalSoftmaxRow(scores + size_t(i) * ctx, rows[i].position + 1, ctx);
+    }
+    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, ctx, 1.0f, scores, ctx,
+                 values, head_dim, 0.0f, out + g * head_dim, out_stride);
   }
 }
 

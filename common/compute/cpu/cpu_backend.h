@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/compute/backend.h"
 
@@ -51,9 +52,15 @@ class CpuBackend final : public Backend {
 
  private:
   CpuBackend(const cpu::BlasLibrary* blas, int num_threads);
+  // Attention of rows (one sequence, consecutive positions) for the query
+  // heads of one KV head, through matrix products; scratch grows as needed.
+  void AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows, int kv_head,
+                  int group, int head_dim, int layer, const KvLayout& layout, const float* cache,
+                  std::vector<float>& scratch, float* out, int out_stride) const;
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
+  bool small_matmul_;  // few-row products bypass BLAS (cpu/small_matmul.h)
 };
 
 }  // namespace tandem

@@ -50,6 +50,22 @@ void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin) {
 }
 
 TANDEM_MULTIVERSION
+void CausalSoftmaxRow(float* row, int valid, int width) {
+  float max = row[0];
+  for (int t = 1; t < valid; ++t) max = row[t] > max ? row[t] : max;
+  float sum = 0.0f;
+  for (int t = 0; t < valid; ++t) {
+    row[t] = std::exp(row[t] - max);
+    sum += row[t];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int t = 0; t < valid; ++t) row[t] *= inv;
+#pragma omp simd
+  for (int t = valid; t < width; ++t) row[t] = 0.0f;
+}
+
+TANDEM_MULTIVERSION
 void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
                  int layer, const KvLayout& layout, const float* cache, float* scores,
                  float* out) {

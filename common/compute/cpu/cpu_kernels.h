@@ -17,6 +17,9 @@ void RmsNormRow(const float* x, const float* weight, float* out, int dim, float 
 void SwiGluRow(const float* gate, const float* up, float* out, int n);
 void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin_at_position);
 
+// Softmax over row[0, valid) in place; row[valid, width) is set to zero.
+void CausalSoftmaxRow(float* row, int valid, int width);
+
 // Attention of the `group` query heads that share KV head `kv_head`, for one
 // row: q points at the first of those heads, out likewise. `scores` has room
 // for group * (position + 1) floats.

@@ -1,0 +1,26 @@
+// out[m, n] (+)= x[m, k] * w[n, k]^T for few rows m (decode batches), in a
+// way bound by reading w once: each 4x4 tile of (weight rows, input rows)
+// stays in registers while k streams by. BLAS packs w into panels first,
+// which for small m costs more than the product itself.
+//
+// Every element is summed in the same order whatever m is, so a row's
+// result does not depend on the other rows of its batch.
+#ifndef TANDEM_COMMON_COMPUTE_CPU_SMALL_MATMUL_H_
+#define TANDEM_COMMON_COMPUTE_CPU_SMALL_MATMUL_H_
+
+namespace tandem::cpu {
+
+// Most rows the small-m path takes; larger products go to BLAS.
+inline constexpr int kSmallMatMulMaxRows = 32;
+
+// True when this CPU runs the small-m kernel (it needs AVX-512F).
+bool SmallMatMulSupported();
+
+// Computes output columns [n_begin, n_end) of out; callers split n among
+// threads. Requires SmallMatMulSupported().
+void SmallMatMul(const float* x, const float* w, float* out, int m, int n, int k, bool accumulate,
+                 int n_begin, int n_end);
+
+}  // namespace tandem::cpu
+
+#endif  // TANDEM_COMMON_COMPUTE_CPU_SMALL_MATMUL_H_

@@ -1,0 +1,397 @@
+#include "common/model/gguf_model.h"
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/gguf.h"
+#include "common/model/gguf_writer.h"
+#include "common/model/llama2c_checkpoint.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/model/weights_testing.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::ExpectSameWeights;
+using ::tandem::testing::ExpectWeightsMap;
+using ::tandem::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) { return ::tandem::testing::TempDir() + "/" + name; }
+
+float RoundThroughFp16(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
+
+// What an F16 file gives back: matrices rounded to half, norms as written.
+float F16Expected(const std::string& name, float v) {
+  return name.find("rms") != std::string::npos ? v : RoundThroughFp16(v);
+}
+
+ModelConfig TinyShape(int n_heads, int n_kv_heads, bool tied) {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.vocab_size = 40;
+  c.seq_len = 32;
+  c.shared_classifier = tied;
+  return c;
+}
+
+// A small llama GGUF described field by field, so tests can break one thing.
+// Tensor values follow Pattern() so that loads can be checked exactly.
+struct LlamaGgufSpec {
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> dims;
+    GgmlType type;
+  };
+  std::string architecture = "llama";
+  std::map<std::string, uint32_t> sizes;
+  std::map<std::string, float> floats;
+  std::function<void(GgufWriter&)> extra_metadata = [](GgufWriter&) {};
+  std::vector<Tensor> tensors;
+  uint32_t alignment = 32;
+
+  Tensor* Find(const std::string& name) {
+    for (Tensor& t : tensors) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  }
+};
+
+float Pattern(int64_t i) { return static_cast<float>(i % 251) / 251.0f - 0.5f; }
+
+LlamaGgufSpec SpecOf(const ModelConfig& c, GgmlType type) {
+  LlamaGgufSpec s;
+  s.sizes = {
+      {"llama.context_length", c.seq_len},       {"llama.embedding_length", c.dim},
+      {"llama.block_count", c.n_layers},         {"llama.feed_forward_length", c.hidden_dim},
+      {"llama.attention.head_count", c.n_heads}, {"llama.attention.head_count_kv", c.n_kv_heads},
+      {"llama.vocab_size", c.vocab_size}};
+  s.floats = {{"llama.rope.freq_base", 500000.0f},
+              {"llama.attention.layer_norm_rms_epsilon", 1e-6f}};
+  const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), v = c.vocab_size;
+  s.tensors.push_back({"token_embd.weight", {d, v}, type});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    s.tensors.push_back({p + "attn_norm.weight", {d}, GgmlType::kF32});
+    s.tensors.push_back({p + "attn_q.weight", {d, d}, type});
+    s.tensors.push_back({p + "attn_k.weight", {d, kv}, type});
+    s.tensors.push_back({p + "attn_v.weight", {d, kv}, type});
+    s.tensors.push_back({p + "attn_output.weight", {d, d}, type});
+    s.tensors.push_back({p + "ffn_norm.weight", {d}, GgmlType::kF32});
+    s.tensors.push_back({p + "ffn_gate.weight", {d, h}, type});
+    s.tensors.push_back({p + "ffn_down.weight", {h, d}, type});
+    s.tensors.push_back({p + "ffn_up.weight", {d, h}, type});
+  }
+  s.tensors.push_back({"output_norm.weight", {d}, GgmlType::kF32});
+  if (!c.shared_classifier) s.tensors.push_back({"output.weight", {d, v}, type});
+  return s;
+}
+
+std::string WriteSpec(const LlamaGgufSpec& s, const std::string& name) {
+  GgufWriter w(s.alignment);
+  w.AddString("general.architecture", s.architecture);
+  for (const auto& [key, value] : s.sizes) w.AddUint32(key, value);
+  for (const auto& [key, value] : s.floats) w.AddFloat32(key, value);
+  s.extra_metadata(w);
+  for (const LlamaGgufSpec::Tensor& t : s.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    const GgmlTypeTraits traits = *GgmlTypeTraitsOf(t.type);
+    std::vector<uint8_t> bytes(n / traits.block_elements * traits.block_bytes);
+    for (int64_t i = 0; i < n && traits.block_elements == 1; ++i) {
+      const float f = Pattern(i);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      const uint16_t half =
+          t.type == GgmlType::kF16 ? Fp32ToFp16(f) : static_cast<uint16_t>(bits >> 16);
+      if (t.type == GgmlType::kF32) {
+        std::memcpy(&bytes[4 * i], &f, 4);
+      } else {
+        std::memcpy(&bytes[2 * i], &half, 2);
+      }
+    }
+    w.AddTensor(t.name, t.dims, t.type, std::move(bytes));
+  }
+  const std::string path = TempPath(name);
+  EXPECT_OK(w.WriteFile(path));
+  return path;
+}
+
+void ExpectPatternWeights(const ModelWeights& w, GgmlType matrix_type) {
+  for (const auto& [name, span] : ::tandem::testing::NamedTensors(w)) {
+    const bool norm = name.find("rms") != std::string::npos;
+    const GgmlType type = norm ? GgmlType::kF32 : matrix_type;
+    for (size_t i = 0; i < span.size(); ++i) {
+      float want = Pattern(static_cast<int64_t>(i));
+      if (type == GgmlType::kF16) want = RoundThroughFp16(want);
+      if (type == GgmlType::kBF16) {
+        uint32_t bits;
+        std::memcpy(&bits, &want, 4);
+        want = Bf16ToFp32(static_cast<uint16_t>(bits >> 16));
+      }
+      if (span[i] != want) {
+        ADD_FAILURE() << name << "[" << i << "] = " << span[i] << ", want " << want;
+        break;
+      }
+    }
+  }
+}
+
+TEST(GgufModelTest, Stories260KRoundTripsThroughF32BitForBit) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
+  ASSERT_OK_AND_ASSIGN(auto original, LoadLlama2cCheckpoint(path));
+  const std::string gguf = TempPath("stories260K.gguf");
+  ASSERT_OK(WriteGgufModel(*original, gguf));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(gguf));
+  ExpectSameWeights(*original, *loaded);
+  EXPECT_EQ(loaded->classifier.data(), loaded->token_embedding.data());
+  EXPECT_EQ(loaded->source, gguf);
+
+  ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(gguf));
+  EXPECT_THAT(file.GetString("general.architecture"), ::tandem::testing::IsOkAndHolds("llama"));
+  EXPECT_THAT(file.GetUint32("llama.attention.head_count_kv"), ::tandem::testing::IsOkAndHolds(4u));
+  EXPECT_THAT(file.GetUint32("general.file_type"), ::tandem::testing::IsOkAndHolds(0u));
+  EXPECT_EQ(file.FindTensor("output.weight"), nullptr);
+  EXPECT_THAT(file.FindTensor("token_embd.weight")->dims, ::testing::ElementsAre(64, 512));
+  EXPECT_THAT(file.FindTensor("blk.4.attn_k.weight")->dims, ::testing::ElementsAre(64, 32));
+}
+
+TEST(GgufModelTest, Stories260KRoundTripsThroughF16WithinHalfPrecision) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
+  ASSERT_OK_AND_ASSIGN(auto original, LoadLlama2cCheckpoint(path));
+  const std::string gguf = TempPath("stories260K.f16.gguf");
+  ASSERT_OK(WriteGgufModel(*original, gguf, GgufTensorType::kF16));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(gguf));
+  ExpectWeightsMap(*original, *loaded, F16Expected);
+  // Independent of the conversion code: half keeps 11 significant bits.
+  for (size_t i = 0; i < original->token_embedding.size(); ++i) {
+    const float want = original->token_embedding[i];
+    ASSERT_NEAR(loaded->token_embedding[i], want, std::abs(want) * 0x1p-11f + 0x1p-25f) << i;
+  }
+  ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(gguf));
+  EXPECT_EQ(file.FindTensor("blk.0.attn_q.weight")->type, GgmlType::kF16);
+  EXPECT_EQ(file.FindTensor("blk.0.attn_norm.weight")->type, GgmlType::kF32);
+  EXPECT_THAT(file.GetUint32("general.file_type"), ::tandem::testing::IsOkAndHolds(1u));
+}
+
+struct ShapeCase {
+  const char* name;
+  int n_heads, n_kv_heads;
+  bool tied;
+};
+
+class GgufSyntheticTest : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(GgufSyntheticTest, RoundTrips) {
+  const ShapeCase& s = GetParam();
+  ModelConfig config = TinyShape(s.n_heads, s.n_kv_heads, s.tied);
+  config.rope_theta = 500000.0f;
+  config.norm_eps = 1e-6f;
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 42));
+  const std::string f32 = TempPath(absl::StrCat(s.name, ".gguf"));
+  ASSERT_OK(WriteGgufModel(*model, f32));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(f32));
+  ExpectSameWeights(*model, *loaded);
+  const std::string f16 = TempPath(absl::StrCat(s.name, ".f16.gguf"));
+  ASSERT_OK(WriteGgufModel(*model, f16, GgufTensorType::kF16));
+  ASSERT_OK_AND_ASSIGN(auto half, LoadGgufModel(f16));
+  ExpectWeightsMap(*model, *half, F16Expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GgufSyntheticTest,
+                         ::testing::Values(ShapeCase{"mha", 4, 4, true},
+                                           ShapeCase{"gqa", 8, 2, true},
+                                           ShapeCase{"mqa", 4, 1, true},
+                                           ShapeCase{"gqa_untied", 8, 4, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(GgufModelTest, LoadsF32F16AndBf16AtAnyAlignment) {
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (uint32_t alignment : {1u, 2u, 32u, 64u}) {
+      SCOPED_TRACE(absl::StrCat(GgmlTypeName(type), " alignment ", alignment));
+      LlamaGgufSpec spec = SpecOf(TinyShape(4, 2, false), type);
+      spec.alignment = alignment;
+      ASSERT_OK_AND_ASSIGN(auto w, LoadGgufModel(WriteSpec(spec, "typed.gguf")));
+      EXPECT_EQ(w->config.rope_theta, 500000.0f);
+      EXPECT_EQ(w->config.norm_eps, 1e-6f);
+      EXPECT_FALSE(w->config.shared_classifier);
+      ExpectPatternWeights(*w, type);
+    }
+  }
+}
+
+TEST(GgufModelTest, OptionalMetadataHasDefaults) {
+  LlamaGgufSpec spec = SpecOf(TinyShape(4, 4, true), GgmlType::kF32);
+  spec.sizes.erase("llama.attention.head_count_kv");
+  spec.sizes.erase("llama.vocab_size");
+  spec.floats.erase("llama.rope.freq_base");
+  ASSERT_OK_AND_ASSIGN(auto w, LoadGgufModel(WriteSpec(spec, "defaults.gguf")));
+  EXPECT_EQ(w->config.n_kv_heads, 4);
+  EXPECT_EQ(w->config.vocab_size, 40);
+  EXPECT_EQ(w->config.rope_theta, 10000.0f);
+  EXPECT_TRUE(w->config.shared_classifier);
+}
+
+struct BadModelCase {
+  const char* name;
+  std::function<void(LlamaGgufSpec&)> edit;
+  const char* message;
+};
+
+class GgufBadModelTest : public ::testing::TestWithParam<BadModelCase> {};
+
+TEST_P(GgufBadModelTest, IsInvalidArgumentNamingTheFile) {
+  LlamaGgufSpec spec = SpecOf(TinyShape(4, 2, true), GgmlType::kF32);
+  GetParam().edit(spec);
+  const std::string path = WriteSpec(spec, absl::StrCat(GetParam().name, ".gguf"));
+  EXPECT_THAT(LoadGgufModel(path).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(path), HasSubstr(GetParam().message))));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GgufBadModelTest,
+    ::testing::Values(
+        BadModelCase{"missing_tensor",
+                     [](auto& s) {
+                       std::erase_if(s.tensors,
+                                     [](auto& t) { return t.name == "blk.1.ffn_up.weight"; });
+                     },
+                     "has no tensor 'blk.1.ffn_up.weight'"},
+        BadModelCase{"wrong_shape",
+                     [](auto& s) {
+                       s.Find("blk.0.attn_k.weight")->dims = {64, 64};
+                     },
+                     "'blk.0.attn_k.weight' of shape [64, 64]"},
+        BadModelCase{"transposed",
+                     [](auto& s) {
+                       s.Find("blk.0.ffn_down.weight")->dims = {64, 96};
+                     },
+                     "needs [96, 64]"},
+        BadModelCase{"quantized",
+                     [](auto& s) { s.Find("blk.0.attn_q.weight")->type = GgmlType::kQ8_0; },
+                     "of type Q8_0; only F32, F16 and BF16"},
+        BadModelCase{"extra_tensor",
+                     [](auto& s) {
+                       s.tensors.push_back({"rope_freqs.weight", {16}, GgmlType::kF32});
+                     },
+                     "'rope_freqs.weight'"},
+        BadModelCase{"zero_dim", [](auto& s) { s.sizes["llama.embedding_length"] = 0; },
+                     "impossible"},
+        BadModelCase{"indivisible_heads",
+                     [](auto& s) { s.sizes["llama.attention.head_count"] = 3; },
+                     "not divisible by n_heads 3"},
+        BadModelCase{"huge_dim", [](auto& s) { s.sizes["llama.block_count"] = 3000000000u; },
+                     "too large"},
+        BadModelCase{"negative_heads",
+                     [](auto& s) {
+                       s.sizes.erase("llama.attention.head_count");
+                       s.extra_metadata = [](GgufWriter& w) {
+                         w.AddInt32("llama.attention.head_count", -4);
+                       };
+                     },
+                     "is -4, out of range"},
+        BadModelCase{"string_size",
+                     [](auto& s) {
+                       s.sizes.erase("llama.block_count");
+                       s.extra_metadata = [](GgufWriter& w) {
+                         w.AddString("llama.block_count", "2");
+                       };
+                     },
+                     "'llama.block_count' is a string"},
+        BadModelCase{"missing_key", [](auto& s) { s.sizes.erase("llama.feed_forward_length"); },
+                     "no metadata 'llama.feed_forward_length'"},
+        BadModelCase{"missing_eps",
+                     [](auto& s) { s.floats.erase("llama.attention.layer_norm_rms_epsilon"); },
+                     "layer_norm_rms_epsilon"},
+        BadModelCase{"architecture", [](auto& s) { s.architecture = "gpt2"; },
+                     "architecture 'gpt2'"},
+        BadModelCase{"partial_rope", [](auto& s) { s.sizes["llama.rope.dimension_count"] = 8; },
+                     "partial RoPE"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(GgufModelTest, TruncatedOrPaddedModelFilesAreInvalid) {
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(TinyShape(4, 2, true), 7));
+  const std::string path = TempPath("full.gguf");
+  ASSERT_OK(WriteGgufModel(*model, path));
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const size_t infos = bytes.find("blk.1.attn_q.weight");
+  ASSERT_NE(infos, std::string::npos);
+  const std::string cut_path = TempPath("cut.gguf");
+  // Inside the header, the metadata, the tensor infos, the data; 4 bytes short.
+  for (size_t cut : {10ul, 100ul, infos + 5, bytes.size() / 2, bytes.size() - 4}) {
+    SCOPED_TRACE(cut);
+    std::ofstream(cut_path, std::ios::binary | std::ios::trunc).write(bytes.data(), cut);
+    EXPECT_THAT(LoadGgufModel(cut_path).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(cut_path), HasSubstr("truncated"))));
+  }
+  std::ofstream(cut_path, std::ios::binary | std::ios::trunc) << bytes << std::string(64, 'x');
+  EXPECT_THAT(LoadGgufModel(cut_path).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64 unexpected bytes")));
+}
+
+// Corrupt header bytes must give an error or a valid model, never a crash
+// (the sanitizer builds check the "never" part).
+TEST(GgufModelTest, RandomCorruptionIsAnErrorNotACrash) {
+  ModelConfig c = TinyShape(2, 1, false);
+  c.dim = 16;
+  c.hidden_dim = 8;
+  c.n_layers = 1;
+  c.vocab_size = 6;
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 5));
+  const std::string path = TempPath("small.gguf");
+  ASSERT_OK(WriteGgufModel(*model, path));
+  std::ifstream in(path, std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  const size_t header_end = good.find("output.weight") + 64;
+  std::mt19937 rng(1234);
+  const std::string bad_path = TempPath("mutated.gguf");
+  int failures = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) {
+      const size_t at = rng() % header_end;
+      bytes[at] = static_cast<char>(trial % 2 == 0 ? rng() : bytes[at] ^ (1 << (rng() % 8)));
+    }
+    std::ofstream(bad_path, std::ios::binary | std::ios::trunc) << bytes;
+    absl::Status s = LoadGgufModel(bad_path).status();
+    if (!s.ok()) {
+      ++failures;
+      ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      ASSERT_THAT(std::string(s.message()), HasSubstr(bad_path));
+    }
+  }
+  EXPECT_GT(failures, 1000);
+}
+
+TEST(GgufModelTest, WriterRejectsInconsistentWeights) {
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(TinyShape(4, 2, true), 7));
+  model->layers[1].wk = model->layers[1].wk.subspan(1);
+  EXPECT_THAT(WriteGgufModel(*model, TempPath("bad.gguf")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("blk.1.attn_k.weight")));
+  model->layers.pop_back();
+  EXPECT_THAT(WriteGgufModel(*model, TempPath("bad.gguf")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 layers")));
+}
+
+}  // namespace
+}  // namespace tandem

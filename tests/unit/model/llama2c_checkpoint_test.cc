@@ -1,0 +1,219 @@
+#include "common/model/llama2c_checkpoint.h"
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/gguf_model.h"
+#include "common/model/model_weights.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/model/weights_testing.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::ExpectSameWeights;
+using ::tandem::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) { return ::tandem::testing::TempDir() + "/" + name; }
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string WriteBytes(const std::string& name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
+  return path;
+}
+
+// A llama2.c header followed by `floats` zero weights.
+std::string Checkpoint(const std::vector<int32_t>& header, size_t floats) {
+  std::string bytes(header.size() * 4 + floats * 4, '\0');
+  std::memcpy(bytes.data(), header.data(), header.size() * 4);
+  return bytes;
+}
+
+void ExpectInvalid(const std::string& bytes, const std::string& what) {
+  const std::string path = WriteBytes("bad.bin", bytes);
+  EXPECT_THAT(
+      LoadLlama2cCheckpoint(path).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(path), HasSubstr(what))));
+}
+
+TEST(Llama2cCheckpointTest, LoadsStories260K) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
+  ASSERT_OK_AND_ASSIGN(auto w, LoadLlama2cCheckpoint(path));
+  const ModelConfig& c = w->config;
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.seq_len, 512);
+  EXPECT_TRUE(c.shared_classifier);
+  EXPECT_EQ(w->classifier.data(), w->token_embedding.data());
+  ASSERT_EQ(w->layers.size(), 5u);
+  EXPECT_EQ(w->layers[4].wk.size(), 32u * 64);
+  EXPECT_EQ(w->layers[4].w2.size(), 64u * 172);
+  // The embedding is the first tensor after the 28-byte header.
+  const std::string bytes = ReadBytes(path);
+  EXPECT_EQ(std::memcmp(w->token_embedding.data(), bytes.data() + 28, 512 * 64 * 4), 0);
+  // rms_final sits right before the two RoPE tables at the end.
+  const size_t rope_bytes = 512 * 8 * 4;
+  EXPECT_EQ(
+      std::memcmp(w->rms_final.data(), bytes.data() + bytes.size() - rope_bytes - 64 * 4, 64 * 4),
+      0);
+}
+
+TEST(Llama2cCheckpointTest, Stories260KRewritesToTheSameWeights) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
+  ASSERT_OK_AND_ASSIGN(auto original, LoadLlama2cCheckpoint(path));
+  const std::string copy = TempPath("copy.bin");
+  ASSERT_OK(WriteLlama2cCheckpoint(*original, copy));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadLlama2cCheckpoint(copy));
+  ExpectSameWeights(*original, *loaded);
+  EXPECT_EQ(ReadBytes(copy).size(), ReadBytes(path).size());
+}
+
+struct ShapeCase {
+  const char* name;
+  int n_heads, n_kv_heads;
+  bool tied;
+};
+
+class SyntheticRoundTripTest : public ::testing::TestWithParam<ShapeCase> {};
+
+// Synthetic weights through both writers and back, then across formats.
+TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
+  const ShapeCase& s = GetParam();
+  ModelConfig c;
+  c.dim = 96;
+  c.hidden_dim = 160;
+  c.n_layers = 3;
+  c.n_heads = s.n_heads;
+  c.n_kv_heads = s.n_kv_heads;
+  c.vocab_size = 70;
+  c.seq_len = 48;
+  c.shared_classifier = s.tied;
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 3));
+  const std::string bin = TempPath(absl::StrCat(s.name, ".bin"));
+  const std::string gguf = TempPath(absl::StrCat(s.name, ".gguf"));
+  ASSERT_OK(WriteLlama2cCheckpoint(*model, bin));
+  ASSERT_OK(WriteGgufModel(*model, gguf));
+  ASSERT_OK_AND_ASSIGN(auto from_bin, LoadModel(bin));
+  ASSERT_OK_AND_ASSIGN(auto from_gguf, LoadModel(gguf));
+  ExpectSameWeights(*model, *from_bin);
+  ExpectSameWeights(*model, *from_gguf);
+  EXPECT_EQ(from_bin->config.shared_classifier, s.tied);
+  EXPECT_EQ(from_bin->classifier.data() == from_bin->token_embedding.data(), s.tied);
+
+  const std::string again = TempPath(absl::StrCat(s.name, ".again.bin"));
+  ASSERT_OK(WriteLlama2cCheckpoint(*from_gguf, again));
+  EXPECT_EQ(ReadBytes(again), ReadBytes(bin));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticRoundTripTest,
+                         ::testing::Values(ShapeCase{"mha", 6, 6, true},
+                                           ShapeCase{"gqa", 6, 2, true},
+                                           ShapeCase{"mqa", 6, 1, true},
+                                           ShapeCase{"mha_untied", 4, 4, false},
+                                           ShapeCase{"gqa_untied", 6, 3, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(Stories15MShape(), 1));
+  ModelConfig small = model->config;
+  small.dim = 32;
+  small.hidden_dim = 48;
+  small.n_layers = 2;
+  small.n_heads = 4;
+  small.n_kv_heads = 2;
+  small.vocab_size = 20;
+  small.seq_len = 16;
+  ASSERT_OK_AND_ASSIGN(model, MakeSyntheticModel(small, 1));
+  const std::string good = ReadBytes([&] {
+    const std::string path = TempPath("good.bin");
+    EXPECT_OK(WriteLlama2cCheckpoint(*model, path));
+    return path;
+  }());
+  ExpectInvalid("", "fewer than the 28-byte llama2.c header");
+  ExpectInvalid(good.substr(0, 10), "fewer than the 28-byte llama2.c header");
+  // Right after the header, inside the embedding, inside a layer, 4 bytes short.
+  for (size_t cut : {28ul, 100ul, good.size() / 2, good.size() - 4}) {
+    SCOPED_TRACE(cut);
+    ExpectInvalid(good.substr(0, cut), "the file is truncated");
+  }
+  ExpectInvalid(good + std::string(4, '\0'),
+                absl::StrCat("is ", good.size() + 4, " bytes but its header"));
+}
+
+TEST(Llama2cCheckpointTest, RejectsImpossibleHeaders) {
+  // dim, hidden, layers, heads, kv_heads, vocab, seq_len
+  ExpectInvalid(Checkpoint({0, 48, 2, 4, 2, 20, 16}, 100), "dim is 0");
+  ExpectInvalid(Checkpoint({-32, 48, 2, 4, 2, 20, 16}, 100), "dim is -32");
+  ExpectInvalid(Checkpoint({32, 48, 2, 0, 2, 20, 16}, 100), "n_heads is 0");
+  ExpectInvalid(Checkpoint({30, 48, 2, 4, 2, 20, 16}, 100), "not divisible by n_heads 4");
+  ExpectInvalid(Checkpoint({32, 48, 2, 4, 3, 20, 16}, 100), "not divisible by n_kv_heads 3");
+  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, INT32_MIN, 16}, 100), "vocab_size is 0");
+  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 0, 16}, 100), "vocab_size is 0");
+  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 20, -1}, 100), "seq_len is -1");
+  // Sizes whose tensor bytes would overflow 32 bits must still be checked
+  // against the file, not trusted.
+  ExpectInvalid(Checkpoint({1 << 20, 1 << 20, 4096, 2, 2, 1 << 22, 1 << 20}, 10),
+                "the file is truncated");
+}
+
+TEST(LoadModelTest, DispatchesOnTheMagic) {
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(Stories15MShape(), 1));
+  ModelConfig small = model->config;
+  small.dim = 32;
+  small.hidden_dim = 48;
+  small.n_layers = 1;
+  small.n_heads = 2;
+  small.n_kv_heads = 2;
+  small.vocab_size = 10;
+  small.seq_len = 8;
+  ASSERT_OK_AND_ASSIGN(model, MakeSyntheticModel(small, 1));
+  // A misleading name: the contents decide.
+  const std::string gguf = TempPath("model.bin");
+  ASSERT_OK(WriteGgufModel(*model, gguf));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadModel(gguf));
+  ExpectSameWeights(*model, *loaded);
+
+  const std::string bin = TempPath("model.gguf");
+  ASSERT_OK(WriteLlama2cCheckpoint(*model, bin));
+  ASSERT_OK_AND_ASSIGN(loaded, LoadModel(bin));
+  ExpectSameWeights(*model, *loaded);
+
+  const std::string bad_gguf = WriteBytes("bad_gguf", ReadBytes(gguf).substr(0, 200));
+  EXPECT_THAT(LoadModel(bad_gguf).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GGUF file '" + bad_gguf)));
+  const std::string bad_bin = WriteBytes("bad_bin", ReadBytes(bin).substr(0, 200));
+  EXPECT_THAT(LoadModel(bad_bin).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                    HasSubstr("is 200 bytes but its header")));
+  const std::string tiny = WriteBytes("tiny", "GG");
+  EXPECT_THAT(LoadModel(tiny).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("28-byte")));
+  EXPECT_THAT(LoadModel(TempPath("absent")).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(LoadModelTest, VocabularyOnlyGgufIsRefused) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "ggml-vocab-llama-spm.gguf");
+  EXPECT_THAT(LoadModel(path).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 AllOf(HasSubstr(path), HasSubstr("no tensors"))));
+}
+
+}  // namespace
+}  // namespace tandem

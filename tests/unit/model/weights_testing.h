@@ -1,0 +1,78 @@
+// Comparisons of ModelWeights for the model tests.
+#ifndef TANDEM_TESTS_UNIT_MODEL_WEIGHTS_TESTING_H_
+#define TANDEM_TESTS_UNIT_MODEL_WEIGHTS_TESTING_H_
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
+#include "gtest/gtest.h"
+
+namespace tandem::testing {
+
+inline std::vector<std::pair<std::string, std::span<const float>>> NamedTensors(
+    const ModelWeights& w) {
+  std::vector<std::pair<std::string, std::span<const float>>> out;
+  out.emplace_back("token_embedding", w.token_embedding);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& x = w.layers[l];
+    const std::string p = absl::StrCat("layer ", l, " ");
+    for (auto [name, span] :
+         {std::pair{"rms_att", x.rms_att}, std::pair{"wq", x.wq}, std::pair{"wk", x.wk},
+          std::pair{"wv", x.wv}, std::pair{"wo", x.wo}, std::pair{"rms_ffn", x.rms_ffn},
+          std::pair{"w1", x.w1}, std::pair{"w2", x.w2}, std::pair{"w3", x.w3}}) {
+      out.emplace_back(p + name, span);
+    }
+  }
+  out.emplace_back("rms_final", w.rms_final);
+  out.emplace_back("classifier", w.classifier);
+  return out;
+}
+
+inline void ExpectSameConfig(const ModelConfig& want, const ModelConfig& got) {
+  EXPECT_EQ(want.dim, got.dim);
+  EXPECT_EQ(want.hidden_dim, got.hidden_dim);
+  EXPECT_EQ(want.n_layers, got.n_layers);
+  EXPECT_EQ(want.n_heads, got.n_heads);
+  EXPECT_EQ(want.n_kv_heads, got.n_kv_heads);
+  EXPECT_EQ(want.vocab_size, got.vocab_size);
+  EXPECT_EQ(want.seq_len, got.seq_len);
+  EXPECT_EQ(want.rope_theta, got.rope_theta);
+  EXPECT_EQ(want.norm_eps, got.norm_eps);
+  EXPECT_EQ(want.shared_classifier, got.shared_classifier);
+}
+
+// Expects every tensor of `got` to equal `expected(name, value of want)`,
+// bit for bit, reporting the first difference of each tensor.
+inline void ExpectWeightsMap(const ModelWeights& want, const ModelWeights& got,
+                             const std::function<float(const std::string&, float)>& expected) {
+  ExpectSameConfig(want.config, got.config);
+  const auto a = NamedTensors(want);
+  const auto b = NamedTensors(got);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].second.size(), b[t].second.size()) << a[t].first;
+    for (size_t i = 0; i < a[t].second.size(); ++i) {
+      const float e = expected(a[t].first, a[t].second[i]);
+      if (std::memcmp(&e, &b[t].second[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << a[t].first << "[" << i << "] is " << b[t].second[i] << ", expected " << e;
+        break;
+      }
+    }
+  }
+}
+
+inline void ExpectSameWeights(const ModelWeights& want, const ModelWeights& got) {
+  ExpectWeightsMap(want, got, [](const std::string&, float v) { return v; });
+}
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_UNIT_MODEL_WEIGHTS_TESTING_H_

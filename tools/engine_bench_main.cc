@@ -1,0 +1,250 @@
+// tandem-engine-bench: prefill and batched-decode throughput of the CPU
+// engine on synthetic models of real shapes, beside the llama.cpp anchors of
+// ../shared/docs/PERF_ANCHORS.md and the machine's measured read bandwidth.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/engine.h"
+#include "common/engine/sampler.h"
+#include "common/model/synthetic.h"
+
+ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15M", "stories110M"}),
+          "Model shapes to measure: stories15M, stories110M");
+ABSL_FLAG(std::vector<std::string>, prompts, std::vector<std::string>({"128", "512"}),
+          "Prompt lengths for the prefill measurement");
+ABSL_FLAG(std::vector<std::string>, batches,
+          std::vector<std::string>({"1", "2", "4", "8", "16", "32"}),
+          "Batch sizes for the decode measurement");
+ABSL_FLAG(int, decode_prompt, 128, "Prompt tokens per sequence before decoding");
+ABSL_FLAG(int, decode_steps, 64, "Decode steps timed per batch size");
+ABSL_FLAG(int, repeats, 3, "Repetitions of each measurement; the best is reported");
+ABSL_FLAG(int, threads, 0, "Threads (0 = all cores)");
+
+namespace tandem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Sum of n floats (n a multiple of 64) with 64 independent lanes, so the
+// loop is bound by memory, not by the latency of one accumulator.
+__attribute__((target_clones("avx512f", "arch=haswell", "default")))
+float SumFloats(const float* p, size_t n) {
+  float acc[64] = {};
+  for (size_t i = 0; i < n; i += 64) {
+#pragma omp simd
+    for (int j = 0; j < 64; ++j) acc[j] += p[i + j];
+  }
+  float total = 0.0f;
+  for (float a : acc) total += a;
+  return total;
+}
+
+// Sustained read bandwidth over a buffer far larger than the caches, with
+// all threads: the ceiling for batch-1 decode, which reads every weight once
+// per token.
+double MeasureReadBandwidth() {
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    float total = 0.0f;
+    const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : total)
+    {
+      const size_t per = n / omp_get_num_threads() / 64 * 64;
+      const size_t begin = per * omp_get_thread_num();
+      total += SumFloats(buf.data() + begin, per);
+    }
+    const double bw = n * sizeof(float) / Seconds(Clock::now() - t0);
+    if (total != float(n)) std::cerr << "bandwidth check summed " << total << "\n";
+    best = std::max(best, bw);
+  }
+  return best;
+}
+
+struct Anchor {
+  double prefill128, prefill512, decode1, decode16;
+};
+
+Anchor AnchorFor(const std::string& shape) {
+  // llama.cpp F32, 2 threads, same machine type (PERF_ANCHORS.md).
+  if (shape == "stories15M") return {11130, 9702, 641, 1528};
+  return {1131, 1138, 84, 306};
+}
+
+struct Result {
+  std::string shape;
+  std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
+  std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
+  double weight_bytes = 0;
+};
+
+double TimePrefill(Engine& engine, int n, int repeats) {
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 7919 + 13) % engine.config().vocab_size;
+  double best = 1e30;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run warms up
+    BlockTable table = engine.NewSequence();
+    const BatchItem item{&table, tokens, true};
+    const auto t0 = Clock::now();
+    CHECK_OK(engine.Step({&item, 1}).status());
+    const double s = Seconds(Clock::now() - t0);
+    if (r > 0) best = std::min(best, s);
+    engine.Release(table);
+  }
+  return n / best;
+}
+
+double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats) {
+  const int vocab = engine.config().vocab_size;
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<BlockTable> tables(batch, engine.NewSequence());
+    std::vector<int32_t> next(batch);
+    for (int b = 0; b < batch; ++b) {
+      std::vector<int32_t> tokens(prompt);
+      for (int i = 0; i < prompt; ++i) tokens[i] = (i * 31 + b * 977 + 1) % vocab;
+      const BatchItem item{&tables[b], tokens, true};
+      auto logits = engine.Step({&item, 1});
+      CHECK_OK(logits.status());
+      next[b] = Argmax(*logits);
+    }
+    std::vector<BatchItem> items(batch);
+    const auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+      for (int b = 0; b < batch; ++b) items[b] = {&tables[b], {&next[b], 1}, true};
+      auto logits = engine.Step(items);
+      CHECK_OK(logits.status());
+      for (int b = 0; b < batch; ++b) {
+        next[b] = Argmax(std::span(*logits).subspan(size_t(b) * vocab, vocab));
+      }
+    }
+    best = std::min(best, Seconds(Clock::now() - t0));
+    for (BlockTable& t : tables) engine.Release(t);
+  }
+  return double(batch) * steps / best;
+}
+
+int Run() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  std::vector<int> prompts, batches;
+  for (const std::string& s : absl::GetFlag(FLAGS_prompts)) prompts.push_back(std::stoi(s));
+  for (const std::string& s : absl::GetFlag(FLAGS_batches)) batches.push_back(std::stoi(s));
+  const int decode_prompt = absl::GetFlag(FLAGS_decode_prompt);
+  const int decode_steps = absl::GetFlag(FLAGS_decode_steps);
+
+  auto probe = CpuBackend::Create(CpuBackendOptions{threads});
+  if (!probe.ok()) {
+    std::cerr << probe.status() << "\n";
+    return 1;
+  }
+  std::printf("backend: %s\n", (*probe)->Describe().c_str());
+  const double bandwidth = MeasureReadBandwidth();
+  std::printf("measured read bandwidth: %.1f GB/s\n\n", bandwidth / 1e9);
+
+  std::vector<Result> results;
+  for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
+    ModelConfig config;
+    if (shape == "stories15M") {
+      config = Stories15MShape();
+    } else if (shape == "stories110M") {
+      config = Stories110MShape();
+    } else {
+      std::cerr << "unknown --shapes entry '" << shape << "'; use stories15M or stories110M\n";
+      return 2;
+    }
+    // The benchmark's prompts may be longer than the checkpoint's training
+    // context; positions past it are still well defined for RoPE.
+    const int longest = std::max(*std::max_element(prompts.begin(), prompts.end()),
+                                 decode_prompt + decode_steps);
+    config.seq_len = std::max(config.seq_len, longest);
+    auto weights = MakeSyntheticModel(config, 1);
+    CHECK_OK(weights.status());
+    const int max_batch = *std::max_element(batches.begin(), batches.end());
+    EngineOptions options;
+    options.max_batch_tokens = std::max(longest, max_batch);
+    options.max_logit_rows = max_batch;
+    options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
+    auto backend = CpuBackend::Create(CpuBackendOptions{threads});
+    CHECK_OK(backend.status());
+    auto engine = Engine::Create(**weights, std::move(backend).value(), options);
+    CHECK_OK(engine.status());
+    Result result;
+    result.shape = shape;
+    // Bytes a batch-1 decode step must read: every weight but the embedding
+    // rows not looked up (the tied classifier reads the whole table).
+    result.weight_bytes = double(config.NumParameters()) * sizeof(float);
+    for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
+    for (int b : batches) {
+      result.decode.emplace_back(b, TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
+    }
+    results.push_back(result);
+  }
+
+  // Table.
+  std::printf("%-12s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s",
+              "llama.cpp", "ratio");
+  for (const Result& r : results) {
+    const Anchor a = AnchorFor(r.shape);
+    for (auto [p, tps] : r.prefill) {
+      const double anchor = p == 128 ? a.prefill128 : p == 512 ? a.prefill512 : 0;
+      std::printf("%-12s %-22s %12.0f %12s %8s\n", r.shape.c_str(),
+                  absl::StrCat("prefill ", p).c_str(), tps,
+                  anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
+                  anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
+    }
+    for (auto [b, tps] : r.decode) {
+      const double anchor = b == 1 ? a.decode1 : b == 16 ? a.decode16 : 0;
+      std::printf("%-12s %-22s %12.0f %12s %8s\n", r.shape.c_str(),
+                  absl::StrCat("decode batch ", b).c_str(), tps,
+                  anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
+                  anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
+    }
+    const double limit = bandwidth / r.weight_bytes;
+    const double batch1 = r.decode.front().first == 1 ? r.decode.front().second : 0;
+    std::printf("%-12s batch-1 roofline %.0f tok/s (%.0f MB/token at %.1f GB/s); at %.0f%%\n\n",
+                r.shape.c_str(), limit, r.weight_bytes / 1e6, bandwidth / 1e9,
+                100.0 * batch1 / limit);
+  }
+
+  // One JSON line for scripts.
+  std::vector<std::string> parts;
+  for (const Result& r : results) {
+    std::vector<std::string> pf, dc;
+    for (auto [p, t] : r.prefill) pf.push_back(absl::StrFormat("\"%d\":%.1f", p, t));
+    for (auto [b, t] : r.decode) dc.push_back(absl::StrFormat("\"%d\":%.1f", b, t));
+    parts.push_back(absl::StrFormat(
+        "\"%s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}", r.shape,
+        absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
+  }
+  std::printf("{\"bench\":\"tandem-engine-bench\",\"threads\":%d,\"read_bw_gbs\":%.2f,%s}\n",
+              (*probe)->num_threads(), bandwidth / 1e9, absl::StrJoin(parts, ",").c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(
+      argc, argv,
+      "Measures prefill and batched decode tokens/s of the CPU engine on synthetic models.\n"
+      "Usage: tandem-engine-bench [--shapes=stories15M,stories110M] [--batches=1,2,4,...]");
+  return tandem::Run();
+}
