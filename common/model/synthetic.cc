@@ -76,27 +76,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
 }
 
 ModelConfig Stories15MShape() {
-  ModelConfig c;
-  c.dim = 288;
-  c.hidden_dim = 768;
-  c.n_layers = 6;
-  c.n_heads = 6;
-  c.n_kv_heads = 6;
-  c.vocab_size = 32000;
-  c.seq_len = 256;
-  return c;
+  return ModelConfig{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6,
+                     .n_kv_heads = 6, .vocab_size = 32000, .seq_len = 256};
 }
 
 ModelConfig Stories110MShape() {
-  ModelConfig c;
-  c.dim = 768;
-  c.hidden_dim = 2048;
-  c.n_layers = 12;
-  c.n_heads = 12;
-  c.n_kv_heads = 12;
-  c.vocab_size = 32000;
-  c.seq_len = 1024;
-  return c;
+  return ModelConfig{.dim = 768, .hidden_dim = 2048, .n_layers = 12, .n_heads = 12,
+                     .n_kv_heads = 12, .vocab_size = 32000, .seq_len = 1024};
 }
 
 }  // namespace tandem

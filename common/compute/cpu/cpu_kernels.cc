@@ -111,17 +111,7 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
     }
   }
   for (int g = 0; g < group; ++g) {
-    float* s = scores + g * n;
-    float max = s[0];
-    for (int t = 1; t < n; ++t) max = s[t] > max ? s[t] : max;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int t = 0; t < n; ++t) {
-      s[t] = Exp(s[t] - max);
-      sum += s[t];
-    }
-    const float inv = 1.0f / sum;
-    for (int t = 0; t < n; ++t) s[t] *= inv;
+    CausalSoftmaxRow(scores + g * n, n, n);
     float* o = out + g * head_dim;
 #pragma omp simd
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
