@@ -53,6 +53,9 @@ CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
     : blas_(blas), num_threads_(num_threads), small_matmul_(cpu::SmallMatMulSupported()) {
   omp_set_num_threads(num_threads_);
   blas_->set_num_threads(num_threads_);
+  // Start the thread team now rather than inside a request's first step.
+#pragma omp parallel
+  { (void)omp_get_thread_num(); }
 }
 
 std::string CpuBackend::Describe() const {
