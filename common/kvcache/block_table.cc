@@ -1,14 +1,23 @@
 #include "common/kvcache/block_table.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 
 absl::Status BlockTable::Reserve(int extra, BlockPool& pool) {
-  const int needed = (num_tokens_ + extra + block_size_ - 1) / block_size_;
-  const int missing = needed - static_cast<int>(blocks_.size());
+  if (extra < 0 || extra > pool.num_blocks() * int64_t{block_size_}) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reserve room for ", extra, " tokens"));
+  }
+  const int64_t needed = (int64_t{num_tokens_} + extra + block_size_ - 1) / block_size_;
+  const int64_t missing = needed - static_cast<int64_t>(blocks_.size());
   if (missing <= 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool.Allocate(missing));
+  if (missing > pool.num_free()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", missing,
+                                                     " blocks wanted, ", pool.num_free(), " of ",
+                                                     pool.num_blocks(), " free"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool.Allocate(static_cast<int>(missing)));
   blocks_.insert(blocks_.end(), fresh.begin(), fresh.end());
   return absl::OkStatus();
 }

@@ -4,9 +4,44 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
+#include <system_error>
 
 namespace tandem::testing {
+namespace {
+
+// The folders TempDir() created, with the creating process; the destructor,
+// run at normal exit, removes those this process created. A forked child (a
+// death test, a spawned worker) that exits normally must not delete its
+// parent's folders.
+class TempDirRegistry {
+ public:
+  ~TempDirRegistry() {
+    for (const auto& [dir, creator] : dirs_) {
+      if (creator != ::getpid()) continue;
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+
+  void Add(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.emplace(dir, ::getpid());
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, pid_t> dirs_;
+};
+
+TempDirRegistry& Registry() {
+  static TempDirRegistry registry;
+  return registry;
+}
+
+}  // namespace
 
 std::string ModelsDir() {
   namespace fs = std::filesystem;
@@ -39,6 +74,7 @@ std::string TempDir() {
   const fs::path dir = fs::temp_directory_path() /
                        ("tandem-test-" + std::to_string(::getpid()) + "-" + name);
   fs::create_directories(dir);
+  Registry().Add(dir.string());
   return dir.string();
 }
 

@@ -56,8 +56,8 @@ std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
   std::vector<std::vector<double>> out;
 
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
-    Vec x(weights.token_embedding.begin() + size_t{tokens[pos]} * d,
-          weights.token_embedding.begin() + size_t{tokens[pos]} * d + d);
+    const size_t row = static_cast<size_t>(tokens[pos]) * d;
+    Vec x(weights.token_embedding.begin() + row, weights.token_embedding.begin() + row + d);
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& w = weights.layers[l];
       const Vec xb = RmsNorm(x, w.rms_att, c.norm_eps);
@@ -109,7 +109,10 @@ std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
 double MaxRelativeError(std::span<const float> actual, std::span<const double> expected) {
   double max_diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < expected.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(double{actual[i]} - expected[i]));
+    // Written so that a NaN difference wins: std::max would drop it and let
+    // a NaN output pass.
+    const double diff = std::abs(double{actual[i]} - expected[i]);
+    if (!(diff <= max_diff)) max_diff = diff;
     scale = std::max(scale, std::abs(expected[i]));
   }
   return scale > 0.0 ? max_diff / scale : max_diff;

@@ -15,9 +15,12 @@ namespace {
 // vectorise (libm's expf does not without -ffast-math). Cody-Waite range
 // reduction x = n ln2 + r, then a degree-6 polynomial for e^r (the Cephes
 // coefficients); relative error about 1e-7, at the level of float rounding.
-// Inputs are clamped to [-87, 88], inside float's normal range.
+// Inputs are clamped to [-87, 88], inside float's normal range (so e^x for
+// x < -87 is 1.6e-38 rather than smaller; far below any tolerance). The
+// comparisons are written so that NaN maps to -87 instead of reaching the
+// integer conversion.
 inline float Exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  x = x >= -87.0f ? (x > 88.0f ? 88.0f : x) : -87.0f;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
