@@ -77,6 +77,21 @@ double MeasureReadBandwidth() {
   return best;
 }
 
+// Sustained fp32 matrix-product rate of the backend on a prefill-sized
+// product (512 x 2048 x 768): the ceiling for prefill, which is mostly such
+// products.
+double MeasureGemmFlops(Backend& backend) {
+  constexpr int m = 512, n = 2048, k = 768;
+  std::vector<float> x(size_t{m} * k, 0.5f), w(size_t{n} * k, 0.25f), out(size_t{m} * n);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    backend.MatMul(x.data(), w.data(), out.data(), m, n, k, /*accumulate=*/false);
+    best = std::min(best, Seconds(Clock::now() - t0));
+  }
+  return 2.0 * m * n * k / best;
+}
+
 struct Anchor {
   double prefill128, prefill512, decode1, decode16;
 };
@@ -92,6 +107,7 @@ struct Result {
   std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
   double weight_bytes = 0;
+  double classifier_params = 0;
 };
 
 double TimePrefill(Engine& engine, int n, int repeats) {
@@ -156,7 +172,9 @@ int Run() {
   }
   std::printf("backend: %s\n", (*probe)->Describe().c_str());
   const double bandwidth = MeasureReadBandwidth();
-  std::printf("measured read bandwidth: %.1f GB/s\n\n", bandwidth / 1e9);
+  const double gemm_flops = MeasureGemmFlops(**probe);
+  std::printf("measured read bandwidth: %.1f GB/s; fp32 GEMM 512x2048x768: %.0f GFLOP/s\n\n",
+              bandwidth / 1e9, gemm_flops / 1e9);
 
   std::vector<Result> results;
   for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
@@ -190,6 +208,7 @@ int Run() {
     // Bytes a batch-1 decode step must read: every weight but the embedding
     // rows not looked up (the tied classifier reads the whole table).
     result.weight_bytes = double(config.NumParameters()) * sizeof(float);
+    result.classifier_params = double(config.vocab_size) * config.dim;
     for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
     for (int b : batches) {
       result.decode.emplace_back(b, TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
@@ -216,6 +235,14 @@ int Run() {
                   anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
                   anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
     }
+    // Prefill: 2 flops per weight per token, classifier excluded (only the
+    // last token's logits are computed), attention excluded.
+    const double prefill_flops = 2.0 * (r.weight_bytes / sizeof(float) - r.classifier_params);
+    for (auto [p, tps] : r.prefill) {
+      std::printf("%-12s prefill %d at %.0f GFLOP/s of weight products, %.0f%% of the GEMM rate\n",
+                  r.shape.c_str(), p, tps * prefill_flops / 1e9,
+                  100.0 * tps * prefill_flops / gemm_flops);
+    }
     const double limit = bandwidth / r.weight_bytes;
     const double batch1 = r.decode.front().first == 1 ? r.decode.front().second : 0;
     std::printf("%-12s batch-1 roofline %.0f tok/s (%.0f MB/token at %.1f GB/s); at %.0f%%\n\n",
@@ -233,8 +260,10 @@ int Run() {
         "\"%s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}", r.shape,
         absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
   }
-  std::printf("{\"bench\":\"tandem-engine-bench\",\"threads\":%d,\"read_bw_gbs\":%.2f,%s}\n",
-              (*probe)->num_threads(), bandwidth / 1e9, absl::StrJoin(parts, ",").c_str());
+  std::printf(
+      "{\"bench\":\"tandem-engine-bench\",\"threads\":%d,\"read_bw_gbs\":%.2f,"
+      "\"gemm_gflops\":%.1f,%s}\n",
+      (*probe)->num_threads(), bandwidth / 1e9, gemm_flops / 1e9, absl::StrJoin(parts, ",").c_str());
   return 0;
 }
 

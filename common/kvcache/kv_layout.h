@@ -2,16 +2,20 @@
 //
 // The cache is one array of floats, layer-major:
 //
-//   cache[layer][block][K|V][slot][kv_dim]
+//   cache[layer][block] = { K[kv_dim][block_size], V[block_size][kv_dim] }
 //
 // One block of one layer is a single contiguous range of
-// 2 * block_size * kv_dim floats holding the keys of its block_size slots
-// followed by their values; a slot's key (or value) is the kv_dim floats of
-// all KV heads for one token. So one layer of one sequence is exactly one
-// contiguous piece per block, and runs of adjacent block ids (which the
-// pool hands out lowest-first) merge into a single piece: a transfer sends
-// layer l of a sequence as few (offset, length) ranges as it has runs of
-// consecutive block ids.
+// 2 * block_size * kv_dim floats: the keys of its block_size slots stored
+// dimension-major (element d of every slot's key together), then the values
+// slot-major (each slot's kv_dim values together). A slot holds one token,
+// all KV heads. Keys are transposed so that attention scores of all slots of
+// a block come from one vector operation per key dimension; values are not,
+// because the weighted sum of values runs along the dimension.
+//
+// One layer of one sequence is therefore one contiguous piece per block, and
+// runs of adjacent block ids (which the pool hands out lowest-first) merge
+// into a single piece: a transfer sends layer l of a sequence as few
+// (offset, length) ranges as it has runs of consecutive block ids.
 #ifndef TANDEM_COMMON_KVCACHE_KV_LAYOUT_H_
 #define TANDEM_COMMON_KVCACHE_KV_LAYOUT_H_
 
@@ -34,11 +38,15 @@ struct KvLayout {
   size_t BlockOffset(int layer, int32_t block) const {
     return layer * layer_floats() + static_cast<size_t>(block) * block_floats();
   }
-  size_t KeyOffset(int layer, int32_t block, int slot) const {
-    return BlockOffset(layer, block) + static_cast<size_t>(slot) * kv_dim;
+  // Element `dim` of the key in `slot`; the block's keys for one dim are
+  // block_size consecutive floats starting at KeyOffset(layer, block, 0, dim).
+  size_t KeyOffset(int layer, int32_t block, int slot, int dim) const {
+    return BlockOffset(layer, block) + static_cast<size_t>(dim) * block_size + slot;
   }
+  // The kv_dim consecutive values of `slot`.
   size_t ValueOffset(int layer, int32_t block, int slot) const {
-    return KeyOffset(layer, block, slot) + static_cast<size_t>(block_size) * kv_dim;
+    return BlockOffset(layer, block) + static_cast<size_t>(block_size) * kv_dim +
+           static_cast<size_t>(slot) * kv_dim;
   }
 };
 

@@ -148,7 +148,9 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
     const int pos = rows[r].position;
     const int32_t block = rows[r].blocks[pos / layout.block_size];
     const int slot = pos % layout.block_size;
-    std::memcpy(cache + layout.KeyOffset(layer, block, slot), k + r * k_stride, bytes);
+    float* keys = cache + layout.KeyOffset(layer, block, slot, 0);
+    const float* key = k + r * k_stride;
+    for (int d = 0; d < layout.kv_dim; ++d) keys[size_t(d) * layout.block_size] = key[d];
     std::memcpy(cache + layout.ValueOffset(layer, block, slot), v + r * v_stride, bytes);
   }
 }
@@ -224,8 +226,9 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
                             int kv_head, int group, int head_dim, int layer,
                             const KvLayout& layout, const float* cache,
                             std::vector<float>& scratch, float* out, int out_stride) const {
-  // Keys and values of positions [0, last] gathered contiguous, then for
-  // each query head: S = Q K^T, causal softmax per row, O = S V.
+  // Keys (transposed, [head_dim][ctx]) and values ([ctx][head_dim]) of
+  // positions [0, last] gathered contiguous, then for each query head:
+  // S = Q K^T, causal softmax per row, O = S V.
   const int n = static_cast<int>(rows.size());
   const int ctx = rows.back().position + 1;
   const size_t kv_floats = static_cast<size_t>(ctx) * head_dim;
@@ -237,17 +240,23 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
   const int bs = layout.block_size;
   const std::span<const int32_t> blocks = rows[0].blocks;
   const size_t bytes = sizeof(float) * head_dim;
-  for (int t = 0; t < ctx; ++t) {
-    const int32_t block = blocks[t / bs];
-    std::memcpy(keys + size_t(t) * head_dim,
-                cache + layout.KeyOffset(layer, block, t % bs) + kv_head * head_dim, bytes);
-    std::memcpy(values + size_t(t) * head_dim,
-                cache + layout.ValueOffset(layer, block, t % bs) + kv_head * head_dim, bytes);
+  for (int t0 = 0; t0 < ctx; t0 += bs) {
+    const int32_t block = blocks[t0 / bs];
+    const int valid = std::min(bs, ctx - t0);
+    for (int d = 0; d < head_dim; ++d) {
+      std::memcpy(keys + size_t(d) * ctx + t0,
+                  cache + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d),
+                  sizeof(float) * valid);
+    }
+    for (int j = 0; j < valid; ++j) {
+      std::memcpy(values + size_t(t0 + j) * head_dim,
+                  cache + layout.ValueOffset(layer, block, j) + kv_head * head_dim, bytes);
+    }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (int g = 0; g < group; ++g) {
-    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ctx, head_dim, scale,
-                 q + g * head_dim, q_stride, keys, head_dim, 0.0f, scores, ctx);
+    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ctx, head_dim, scale,
+                 q + g * head_dim, q_stride, keys, ctx, 0.0f, scores, ctx);
     for (int i = 0; i < n; ++i) {
       cpu::CausalSoftmaxRow(scores + size_t(i) * ctx, rows[i].position + 1, ctx);
     }

@@ -3,6 +3,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+
+// Vec16 values never cross a call boundary (every helper is inlined into its
+// caller's clone), so GCC's note that their ABI depends on the ISA is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 // Plain loops the compiler vectorises for each target; `omp simd
 // reduction` lets it reorder sums into lanes without -ffast-math.
@@ -93,6 +98,45 @@ void CausalSoftmaxRow(float* row, int valid, int width) {
   for (int t = valid; t < width; ++t) row[t] = 0.0f;
 }
 
+namespace {
+
+// 16 floats as one value; lowers to whatever vector width the clone has.
+typedef float Vec16 __attribute__((vector_size(64)));
+
+__attribute__((always_inline)) inline Vec16 Load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Scores of the 16 slots of a full block for one query head: keys are
+// dimension-major, so each dimension is one vector FMA; four accumulators
+// hide the FMA latency.
+__attribute__((always_inline)) inline Vec16 BlockScores16(const float* qh, const float* keys, int head_dim, float scale) {
+  Vec16 acc[4] = {};
+  int d = 0;
+  for (; d + 4 <= head_dim; d += 4) {
+    for (int u = 0; u < 4; ++u) acc[u] += (qh[d + u] * scale) * Load16(keys + (d + u) * 16);
+  }
+  for (; d < head_dim; ++d) acc[0] += (qh[d] * scale) * Load16(keys + d * 16);
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// out[0, 16 * C) = sum over t of p[t] * values(t), accumulated in registers.
+template <int C>
+__attribute__((always_inline)) inline void WeightedValues(const float* p, int n, const AttentionRow& row, int layer,
+                           const KvLayout& layout, const float* cache, int kv_off, float* out) {
+  Vec16 acc[C] = {};
+  const int bs = layout.block_size;
+  for (int t = 0; t < n; ++t) {
+    const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+    for (int c = 0; c < C; ++c) acc[c] += p[t] * Load16(v + 16 * c);
+  }
+  std::memcpy(out, acc, sizeof(acc));
+}
+
+}  // namespace
+
 TANDEM_MULTIVERSION
 void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
                  int layer, const KvLayout& layout, const float* cache, float* scores,
@@ -102,30 +146,46 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int kv_off = kv_head * head_dim;
 
-  // Scores: every position's key is loaded once for all heads of the group.
-  for (int t = 0; t < n; ++t) {
-    const float* k = cache + layout.KeyOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+  // Scores a block at a time: keys are stored dimension-major within a
+  // block, so each key dimension updates all the block's slots at once.
+  for (int t0 = 0; t0 < n; t0 += bs) {
+    const int valid = n - t0 < bs ? n - t0 : bs;
+    const float* keys = cache + layout.KeyOffset(layer, row.blocks[t0 / bs], 0, kv_off);
     for (int g = 0; g < group; ++g) {
       const float* qh = q + g * head_dim;
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int i = 0; i < head_dim; ++i) dot += qh[i] * k[i];
-      scores[g * n + t] = dot * scale;
+      float* s = scores + g * n + t0;
+      if (bs == 16 && valid == 16) {
+        const Vec16 block = BlockScores16(qh, keys, head_dim, scale);
+        std::memcpy(s, &block, sizeof(block));
+        continue;
+      }
+      for (int j = 0; j < valid; ++j) s[j] = 0.0f;
+      for (int d = 0; d < head_dim; ++d) {
+        const float qd = qh[d] * scale;
+        const float* kd = keys + d * bs;
+#pragma omp simd
+        for (int j = 0; j < valid; ++j) s[j] += qd * kd[j];
+      }
     }
   }
+
   for (int g = 0; g < group; ++g) {
+    const float* p = scores + g * n;
     CausalSoftmaxRow(scores + g * n, n, n);
     float* o = out + g * head_dim;
-#pragma omp simd
+    switch (head_dim) {
+      case 32: WeightedValues<2>(p, n, row, layer, layout, cache, kv_off, o); continue;
+      case 48: WeightedValues<3>(p, n, row, layer, layout, cache, kv_off, o); continue;
+      case 64: WeightedValues<4>(p, n, row, layer, layout, cache, kv_off, o); continue;
+      case 96: WeightedValues<6>(p, n, row, layer, layout, cache, kv_off, o); continue;
+      case 128: WeightedValues<8>(p, n, row, layer, layout, cache, kv_off, o); continue;
+      default: break;
+    }
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
-  }
-  for (int t = 0; t < n; ++t) {
-    const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
-    for (int g = 0; g < group; ++g) {
-      const float p = scores[g * n + t];
-      float* o = out + g * head_dim;
+    for (int t = 0; t < n; ++t) {
+      const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
 #pragma omp simd
-      for (int i = 0; i < head_dim; ++i) o[i] += p * v[i];
+      for (int i = 0; i < head_dim; ++i) o[i] += p[t] * v[i];
     }
   }
 }

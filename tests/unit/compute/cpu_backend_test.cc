@@ -245,7 +245,8 @@ TEST_P(CpuBackendTest, EmbedCopiesTableRows) {
 }
 
 // WriteKv places each row's key and value where the documented layout
-// cache[layer][block][K|V][slot][kv_dim] says, and writes nothing else.
+// cache[layer][block] = {K[kv_dim][block_size], V[block_size][kv_dim]} says,
+// and writes nothing else.
 TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
   KvLayout layout;
   layout.n_layers = 2;
@@ -271,14 +272,19 @@ TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
     const int pos = rows[r].position;
     const size_t block = rows[r].blocks[pos / layout.block_size];
     const size_t slot = pos % layout.block_size;
-    for (int kv = 0; kv < 2; ++kv) {
-      const size_t at =
-          (((layer * layout.num_blocks + block) * 2 + kv) * layout.block_size + slot) *
-          layout.kv_dim;
-      const float* src = qkv.data() + r * stride + q_dim + kv * layout.kv_dim;
-      EXPECT_EQ(std::memcmp(cache.data() + at, src, layout.kv_dim * sizeof(float)), 0)
-          << "row " << r << (kv == 0 ? " key" : " value");
+    const size_t block_start = (layer * layout.num_blocks + block) * 2 * layout.block_size *
+                               layout.kv_dim;
+    const float* key = qkv.data() + r * stride + q_dim;
+    for (int d = 0; d < layout.kv_dim; ++d) {
+      EXPECT_EQ(cache[block_start + d * layout.block_size + slot], key[d])
+          << "row " << r << " key dim " << d;
     }
+    const size_t value_at =
+        block_start + (layout.block_size + slot) * static_cast<size_t>(layout.kv_dim);
+    EXPECT_EQ(std::memcmp(cache.data() + value_at, key + layout.kv_dim,
+                          layout.kv_dim * sizeof(float)),
+              0)
+        << "row " << r << " value";
   }
 }
 

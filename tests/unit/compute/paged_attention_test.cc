@@ -75,8 +75,10 @@ class AttentionCase {
       for (float& f : s.values) f = dist(rng_);
       for (int t = 0; t < len; ++t) {
         const int32_t block = s.blocks[t / block_size];
-        std::copy_n(s.keys.begin() + size_t(t) * layout_.kv_dim, layout_.kv_dim,
-                    cache_.begin() + layout_.KeyOffset(kLayer, block, t % block_size));
+        for (int d = 0; d < layout_.kv_dim; ++d) {
+          cache_[layout_.KeyOffset(kLayer, block, t % block_size, d)] =
+              s.keys[size_t(t) * layout_.kv_dim + d];
+        }
         std::copy_n(s.values.begin() + size_t(t) * layout_.kv_dim, layout_.kv_dim,
                     cache_.begin() + layout_.ValueOffset(kLayer, block, t % block_size));
       }

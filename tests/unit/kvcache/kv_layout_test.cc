@@ -18,10 +18,24 @@ KvLayout SmallLayout() {
   return layout;
 }
 
-// cache[layer][block][K|V][slot][kv_dim], written out as the header draws it.
-size_t DocumentedOffset(const KvLayout& l, int layer, int block, int kv, int slot) {
-  return ((((static_cast<size_t>(layer) * l.num_blocks + block) * 2 + kv) * l.block_size + slot) *
-          l.kv_dim);
+// cache[layer][block] = {K[kv_dim][block_size], V[block_size][kv_dim]},
+// written out as the header draws it.
+size_t DocumentedBlock(const KvLayout& l, int layer, int block) {
+  return (static_cast<size_t>(layer) * l.num_blocks + block) * 2 * l.block_size * l.kv_dim;
+}
+size_t DocumentedKey(const KvLayout& l, int layer, int block, int slot, int dim) {
+  return DocumentedBlock(l, layer, block) + static_cast<size_t>(dim) * l.block_size + slot;
+}
+size_t DocumentedValue(const KvLayout& l, int layer, int block, int slot) {
+  return DocumentedBlock(l, layer, block) + static_cast<size_t>(l.block_size + slot) * l.kv_dim;
+}
+
+// Offsets of every float of a slot's key and value.
+std::vector<size_t> SlotFloats(const KvLayout& l, int layer, int block, int slot) {
+  std::vector<size_t> at;
+  for (int d = 0; d < l.kv_dim; ++d) at.push_back(l.KeyOffset(layer, block, slot, d));
+  for (int d = 0; d < l.kv_dim; ++d) at.push_back(l.ValueOffset(layer, block, slot) + d);
+  return at;
 }
 
 TEST(KvLayout, SizesFollowTheShape) {
@@ -35,10 +49,12 @@ TEST(KvLayout, OffsetsMatchTheDocumentedLayout) {
   const KvLayout l = SmallLayout();
   for (int layer = 0; layer < l.n_layers; ++layer) {
     for (int block = 0; block < l.num_blocks; ++block) {
-      EXPECT_EQ(l.BlockOffset(layer, block), DocumentedOffset(l, layer, block, 0, 0));
+      EXPECT_EQ(l.BlockOffset(layer, block), DocumentedBlock(l, layer, block));
       for (int slot = 0; slot < l.block_size; ++slot) {
-        EXPECT_EQ(l.KeyOffset(layer, block, slot), DocumentedOffset(l, layer, block, 0, slot));
-        EXPECT_EQ(l.ValueOffset(layer, block, slot), DocumentedOffset(l, layer, block, 1, slot));
+        for (int d = 0; d < l.kv_dim; ++d) {
+          EXPECT_EQ(l.KeyOffset(layer, block, slot, d), DocumentedKey(l, layer, block, slot, d));
+        }
+        EXPECT_EQ(l.ValueOffset(layer, block, slot), DocumentedValue(l, layer, block, slot));
       }
     }
   }
@@ -51,9 +67,9 @@ TEST(KvLayout, SlotsTileTheCacheExactlyOnce) {
   for (int layer = 0; layer < l.n_layers; ++layer) {
     for (int block = 0; block < l.num_blocks; ++block) {
       for (int slot = 0; slot < l.block_size; ++slot) {
-        for (size_t start : {l.KeyOffset(layer, block, slot), l.ValueOffset(layer, block, slot)}) {
-          ASSERT_LE(start + l.kv_dim, uses.size());
-          for (int i = 0; i < l.kv_dim; ++i) ++uses[start + i];
+        for (size_t at : SlotFloats(l, layer, block, slot)) {
+          ASSERT_LT(at, uses.size());
+          ++uses[at];
         }
       }
     }
@@ -73,10 +89,7 @@ TEST(KvLayout, LayerOfConsecutiveBlocksIsOneRange) {
         std::vector<int> uses(l.total_floats(), 0);
         for (int block = first; block < first + count; ++block) {
           for (int slot = 0; slot < l.block_size; ++slot) {
-            for (size_t start :
-                 {l.KeyOffset(layer, block, slot), l.ValueOffset(layer, block, slot)}) {
-              for (int i = 0; i < l.kv_dim; ++i) ++uses[start + i];
-            }
+            for (size_t at : SlotFloats(l, layer, block, slot)) ++uses[at];
           }
         }
         for (size_t i = 0; i < uses.size(); ++i) {
