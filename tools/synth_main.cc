@@ -16,10 +16,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/flags.h"
 #include "common/model/gguf_model.h"
 #include "common/model/llama2c_checkpoint.h"
 #include "common/model/model_config.h"
@@ -62,14 +61,9 @@ struct SizeFlag {
 };
 
 int Run(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Writes a synthetic Llama checkpoint: tandem-synth --output FILE [--format gguf] "
-      "[--shape stories15M|stories110M|custom] [--dim N ...]");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    return BadFlags(absl::StrCat("unexpected argument '", positional[1],
-                                 "'; every setting is a --flag (see --help)"));
-  }
+  ParseToolFlags(argc, argv,
+                 "Writes a synthetic Llama checkpoint: tandem-synth --output FILE [--format gguf] "
+                 "[--shape stories15M|stories110M|custom] [--dim N ...]");
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return BadFlags("--output is required: the file to write");
   const std::string format = absl::GetFlag(FLAGS_format);

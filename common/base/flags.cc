@@ -7,11 +7,22 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 
 namespace tandem {
 
 void ParseToolFlags(int argc, char** argv, std::string_view usage) {
   absl::SetProgramUsageMessage(absl::string_view(usage.data(), usage.size()));
+  // --help lists the flags defined in a tool's main file and in the
+  // libraries under the tree (absl's default looks only for a file named
+  // after the binary).
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view path) {
+    return absl::StrContains(path, "tools/") || absl::StrContains(path, "_main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     std::string& a = args[i];
