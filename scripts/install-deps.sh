@@ -12,6 +12,7 @@ packages=(
   libopenblas-openmp-dev
   libsentencepiece-dev
   libxxhash-dev
+  libucx-dev ucx-utils iproute2
 )
 
 missing=()

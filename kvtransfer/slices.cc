@@ -1,0 +1,80 @@
+#include "kvtransfer/slices.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "xxhash.h"
+
+namespace tandem::kvtransfer {
+
+uint64_t TotalBytes(std::span<const Slice> slices) {
+  uint64_t total = 0;
+  for (const Slice& s : slices) total += s.length;
+  return total;
+}
+
+absl::StatusOr<std::vector<Slice>> SubSlices(std::span<const Slice> slices, uint64_t offset,
+                                             uint64_t length) {
+  std::vector<Slice> out;
+  uint64_t skip = offset;
+  uint64_t want = length;
+  for (const Slice& s : slices) {
+    if (want == 0) break;
+    if (skip >= s.length) {
+      skip -= s.length;
+      continue;
+    }
+    const uint64_t take = std::min(s.length - skip, want);
+    out.push_back(Slice{s.region, s.offset + skip, take});
+    want -= take;
+    skip = 0;
+  }
+  if (want != 0) {
+    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset + length,
+                                              ") run past slices of ", TotalBytes(slices),
+                                              " bytes"));
+  }
+  return out;
+}
+
+void RegionMap::Add(RegionId region, void* base, size_t length, MemoryKind kind) {
+  regions_[region] = Region{static_cast<std::byte*>(base), length, kind};
+}
+
+void RegionMap::Remove(RegionId region) { regions_.erase(region); }
+
+absl::StatusOr<std::span<std::byte>> RegionMap::Bytes(const Slice& slice) const {
+  auto it = regions_.find(slice.region);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(absl::StrCat("region ", slice.region, " is not registered"));
+  }
+  const Region& r = it->second;
+  if (r.kind != MemoryKind::kHost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("region ", slice.region, " is device memory; its bytes cannot be read here"));
+  }
+  if (slice.offset > r.length || slice.length > r.length - slice.offset) {
+    return absl::OutOfRangeError(absl::StrCat("slice [", slice.offset, ", +", slice.length,
+                                              ") runs past region ", slice.region, " of ", r.length,
+                                              " bytes"));
+  }
+  return std::span<std::byte>(r.base + slice.offset, slice.length);
+}
+
+absl::StatusOr<uint64_t> RegionMap::Checksum(std::span<const Slice> slices) const {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  if (state == nullptr || XXH3_64bits_reset(state.get()) != XXH_OK) {
+    return absl::ResourceExhaustedError("cannot allocate an XXH3 state");
+  }
+  for (const Slice& s : slices) {
+    absl::StatusOr<std::span<std::byte>> bytes = Bytes(s);
+    if (!bytes.ok()) return bytes.status();
+    XXH3_64bits_update(state.get(), bytes->data(), bytes->size());
+  }
+  return XXH3_64bits_digest(state.get());
+}
+
+}  // namespace tandem::kvtransfer

@@ -1,0 +1,49 @@
+// Helpers over lists of Slices: their length, the part of them that holds a
+// byte range, and (for host memory) their bytes and XXH3-64 checksum.
+#ifndef TANDEM_KVTRANSFER_SLICES_H_
+#define TANDEM_KVTRANSFER_SLICES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "kvtransfer/kv_transport.h"
+
+namespace tandem::kvtransfer {
+
+uint64_t TotalBytes(std::span<const Slice> slices);
+
+// The slices that hold bytes [offset, offset + length) of the concatenation
+// of `slices`; OUT_OF_RANGE when the range runs past their end.
+absl::StatusOr<std::vector<Slice>> SubSlices(std::span<const Slice> slices, uint64_t offset,
+                                             uint64_t length);
+
+// Where registered host regions lie in this process, so that code above a
+// transport can read the bytes of a Slice. Thread-compatible.
+class RegionMap {
+ public:
+  void Add(RegionId region, void* base, size_t length, MemoryKind kind);
+  void Remove(RegionId region);
+
+  // The bytes of `slice`; FAILED_PRECONDITION for device memory, NOT_FOUND
+  // for an unknown region, OUT_OF_RANGE past its end.
+  absl::StatusOr<std::span<std::byte>> Bytes(const Slice& slice) const;
+
+  // XXH3-64 of the concatenated bytes of `slices`.
+  absl::StatusOr<uint64_t> Checksum(std::span<const Slice> slices) const;
+
+ private:
+  struct Region {
+    std::byte* base;
+    size_t length;
+    MemoryKind kind;
+  };
+  absl::flat_hash_map<RegionId, Region> regions_;
+};
+
+}  // namespace tandem::kvtransfer
+
+#endif  // TANDEM_KVTRANSFER_SLICES_H_

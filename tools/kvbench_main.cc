@@ -1,0 +1,377 @@
+// tandem-kvbench: KV-cache transfer bandwidth and latency of UcxTransport
+// between two processes on this host, beside ucx_perftest's tag_bw at the
+// same message sizes and the same UCX_TLS (see ../shared/docs/PERF_ANCHORS.md).
+//
+// A transfer is shaped like one request's KV: `--layers` messages of one
+// size, posted layer by layer and striped round-robin over `--lanes`
+// connections; the receiver places each layer into its own slot and answers
+// once every layer has landed. Latency is from the first post to that
+// answer. Run it once per UCX_TLS setting:
+//   tandem-kvbench
+//   UCX_TLS=tcp tandem-kvbench
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "kvtransfer/ucx/ucx_transport.h"
+
+ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"64KiB", "1MiB"}),
+          "Message (one layer's KV) sizes: bytes, or with a KiB / MiB suffix");
+ABSL_FLAG(int, layers, 32, "Messages per transfer, one per layer (8 to 64 for real models)");
+ABSL_FLAG(int, transfers, 30, "Timed transfers per configuration");
+ABSL_FLAG(int, warmup, 3, "Untimed transfers before the timed ones");
+ABSL_FLAG(std::vector<std::string>, lanes, std::vector<std::string>({"1", "4"}),
+          "Connections to stripe each transfer over, one configuration per value");
+ABSL_FLAG(int, slices, 1,
+          "Slices each message is gathered from and scattered into (KV blocks of a layer)");
+ABSL_FLAG(int, repeats, 3,
+          "Runs of every configuration, interleaved with ucx_perftest; medians are reported "
+          "(the machines this runs on are noisy)");
+ABSL_FLAG(bool, perftest, true, "Also run ucx_perftest -t tag_bw when it is installed");
+ABSL_FLAG(int, perftest_port, 13377, "TCP port for ucx_perftest's rendezvous");
+ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
+ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
+ABSL_FLAG(std::string, size, "", "Internal: the receiver's message size");
+
+namespace tandem::kvtransfer {
+namespace {
+
+using Kind = TransportEvent::Kind;
+
+// The longest any one configuration may take; nothing here waits longer.
+constexpr absl::Duration kConfigTimeout = absl::Seconds(120);
+
+uint64_t ParseSize(const std::string& text) {
+  uint64_t scale = 1;
+  std::string digits = text;
+  for (const auto& [suffix, factor] :
+       {std::pair<std::string, uint64_t>{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}}) {
+    if (digits.size() > suffix.size() && digits.ends_with(suffix)) {
+      digits.resize(digits.size() - suffix.size());
+      scale = factor;
+    }
+  }
+  uint64_t value = 0;
+  CHECK(absl::SimpleAtoi(digits, &value) && value > 0) << "bad size '" << text << "'";
+  return value * scale;
+}
+
+// `parts` slices covering [offset, offset + length) of `region`.
+std::vector<Slice> Slices(RegionId region, uint64_t offset, uint64_t length, int parts) {
+  std::vector<Slice> slices;
+  const uint64_t step = length / parts;
+  for (int i = 0; i < parts; ++i) {
+    const uint64_t begin = i * step;
+    const uint64_t end = i + 1 == parts ? length : begin + step;
+    slices.push_back({region, offset + begin, end - begin});
+  }
+  return slices;
+}
+
+// Receives transfers until told to stop or the parent goes away.
+int RunReceiver() {
+  const uint64_t size = ParseSize(absl::GetFlag(FLAGS_size));
+  const int layers = absl::GetFlag(FLAGS_layers);
+  const int parts = absl::GetFlag(FLAGS_slices);
+  absl::StatusOr<std::unique_ptr<UcxTransport>> transport = UcxTransport::Create();
+  CHECK_OK(transport.status());
+  std::vector<char> slots(size * layers);
+  absl::StatusOr<RegionId> region =
+      (*transport)->RegisterMemory(slots.data(), slots.size(), MemoryKind::kHost);
+  CHECK_OK(region.status());
+  const std::string line = absl::BytesToHexString((*transport)->LocalAddress()) + "\n";
+  CHECK(write(absl::GetFlag(FLAGS_ready_fd), line.data(), line.size()) ==
+        static_cast<ssize_t>(line.size()));
+  close(absl::GetFlag(FLAGS_ready_fd));
+
+  std::vector<TransportEvent> events;
+  absl::flat_hash_map<uint64_t, int> landed;  // transfer -> layers placed
+  absl::flat_hash_map<IncomingId, std::pair<uint64_t, PeerId>> placing;
+  const absl::Time give_up = absl::Now() + kConfigTimeout;
+  while (absl::Now() < give_up && getppid() != 1) {
+    events.clear();
+    (*transport)->Poll(events);
+    for (const TransportEvent& event : events) {
+      if (event.kind == Kind::kIncoming) {
+        if (event.header == "bye") return 0;
+        std::vector<std::string> fields = absl::StrSplit(event.header, ' ');
+        uint64_t transfer = 0;
+        int layer = 0;
+        CHECK(fields.size() == 2 && absl::SimpleAtoi(fields[0], &transfer) &&
+              absl::SimpleAtoi(fields[1], &layer) && layer < layers && event.payload_bytes == size)
+            << "unexpected message '" << event.header << "'";
+        CHECK_OK((*transport)->Accept(event.id, Slices(*region, layer * size, size, parts)));
+        placing[event.id] = {transfer, event.peer};
+      } else if (event.kind == Kind::kReceiveDone) {
+        CHECK_OK(event.status);
+        const auto [transfer, peer] = placing[event.id];
+        placing.erase(event.id);
+        if (++landed[transfer] == layers) {
+          landed.erase(transfer);
+          CHECK_OK((*transport)->PostSend(peer, absl::StrCat(transfer), {}).status());
+        }
+      } else if (event.kind == Kind::kPeerFailed) {
+        return 1;
+      }
+    }
+  }
+  return 1;
+}
+
+struct Result {
+  uint64_t size;
+  int lanes;
+  double gbps;
+  double p50_us;
+  double p99_us;
+};
+
+// Starts a receiver for `size`; returns its pid and address.
+std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  const pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::vector<std::string> args = {
+        "/proc/self/exe", "--role=receiver", absl::StrCat("--ready_fd=", fds[1]),
+        absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
+        absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices))};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string line;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  char c;
+  while (absl::Now() < deadline) {
+    pollfd fd{fds[0], POLLIN, 0};
+    if (poll(&fd, 1, 100) <= 0) continue;
+    if (read(fds[0], &c, 1) != 1 || c == '\n') break;
+    line.push_back(c);
+  }
+  close(fds[0]);
+  CHECK(!line.empty()) << "the receiver process did not start";
+  return {pid, absl::HexStringToBytes(line)};
+}
+
+double Percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, static_cast<size_t>(p * values.size()))];
+}
+
+Result RunSender(uint64_t size, int lanes) {
+  const int layers = absl::GetFlag(FLAGS_layers);
+  const int parts = absl::GetFlag(FLAGS_slices);
+  const auto [pid, address] = SpawnReceiver(size);
+  absl::StatusOr<std::unique_ptr<UcxTransport>> transport = UcxTransport::Create();
+  CHECK_OK(transport.status());
+  std::vector<PeerId> peers;
+  for (int i = 0; i < lanes; ++i) {
+    absl::StatusOr<PeerId> peer = (*transport)->Connect(address);
+    CHECK_OK(peer.status());
+    peers.push_back(*peer);
+  }
+  std::vector<char> kv(size * layers, 'k');
+  absl::StatusOr<RegionId> region =
+      (*transport)->RegisterMemory(kv.data(), kv.size(), MemoryKind::kHost);
+  CHECK_OK(region.status());
+
+  const absl::Time give_up = absl::Now() + kConfigTimeout;
+  std::vector<TransportEvent> events;
+  std::vector<double> latencies_us;
+  absl::Duration timed = absl::ZeroDuration();
+  const int total = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_transfers);
+  for (int transfer = 0; transfer < total; ++transfer) {
+    const absl::Time start = absl::Now();
+    for (int layer = 0; layer < layers; ++layer) {
+      CHECK_OK((*transport)
+                   ->PostSend(peers[layer % lanes], absl::StrCat(transfer, " ", layer),
+                              Slices(*region, layer * size, size, parts))
+                   .status());
+    }
+    int sends_left = layers;
+    bool answered = false;
+    while (sends_left > 0 || !answered) {
+      CHECK(absl::Now() < give_up) << "transfer " << transfer << " did not finish";
+      events.clear();
+      (*transport)->Poll(events);
+      for (const TransportEvent& event : events) {
+        CHECK(event.kind != Kind::kPeerFailed) << event.status;
+        if (event.kind == Kind::kSendDone) {
+          CHECK_OK(event.status);
+          --sends_left;
+        } else if (event.kind == Kind::kIncoming) {
+          CHECK(event.header == absl::StrCat(transfer)) << "answer " << event.header;
+          (*transport)->Discard(event.id);
+          answered = true;
+        }
+      }
+    }
+    const absl::Duration took = absl::Now() - start;
+    if (transfer >= absl::GetFlag(FLAGS_warmup)) {
+      timed += took;
+      latencies_us.push_back(absl::ToDoubleMicroseconds(took));
+    }
+  }
+  CHECK_OK((*transport)->PostSend(peers[0], "bye", {}).status());
+  for (absl::Time until = absl::Now() + absl::Milliseconds(200); absl::Now() < until;) {
+    events.clear();
+    (*transport)->Poll(events);
+  }
+  for (PeerId peer : peers) (*transport)->Disconnect(peer);
+  transport->reset();
+  int status = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(5); absl::Now() < until;) {
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, WNOHANG);
+
+  const double bytes = double(size) * layers * absl::GetFlag(FLAGS_transfers);
+  return {size, lanes, bytes / absl::ToDoubleSeconds(timed) / 1e9, Percentile(latencies_us, 0.5),
+          Percentile(latencies_us, 0.99)};
+}
+
+// Runs `command` and returns its output, or nothing when it fails to start.
+std::optional<std::string> Capture(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  if (pclose(pipe) != 0) return std::nullopt;
+  return out;
+}
+
+// ucx_perftest -t tag_bw on loopback at `size`: GB/s, or nothing when the
+// tool is absent or fails. Its "Final:" line gives the overall bandwidth in
+// MB/s of 2^20 bytes.
+std::optional<double> RunPerftest(uint64_t size) {
+  if (access("/usr/bin/ucx_perftest", X_OK) != 0) return std::nullopt;
+  const int iterations = static_cast<int>(std::clamp<uint64_t>((uint64_t{4} << 30) / size, 200, 20000));
+  const std::string args = absl::StrCat(" -t tag_bw -s ", size, " -n ", iterations, " -p ",
+                                        absl::GetFlag(FLAGS_perftest_port));
+  // The server runs in the background with a time limit; the client retries
+  // until the server listens.
+  const std::string command = absl::StrCat(
+      "timeout 60 ucx_perftest", args, " >/dev/null 2>&1 & sleep 0.5; ",
+      "timeout 60 ucx_perftest 127.0.0.1", args, " 2>&1; wait");
+  std::optional<std::string> out = Capture(absl::StrCat("sh -c '", command, "'"));
+  if (!out.has_value()) return std::nullopt;
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    if (!absl::StartsWith(line, "Final:")) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    double mb_per_s = 0;
+    if (fields.size() >= 7 && absl::SimpleAtod(fields[6], &mb_per_s)) {
+      return mb_per_s * (1 << 20) / 1e9;
+    }
+  }
+  return std::nullopt;
+}
+
+int RunBench() {
+  const char* tls_env = std::getenv("UCX_TLS");
+  const std::string tls = tls_env != nullptr ? tls_env : "default";
+  std::vector<uint64_t> sizes;
+  for (const std::string& text : absl::GetFlag(FLAGS_sizes)) sizes.push_back(ParseSize(text));
+  std::vector<int> lane_counts;
+  for (const std::string& text : absl::GetFlag(FLAGS_lanes)) {
+    int lanes = 0;
+    CHECK(absl::SimpleAtoi(text, &lanes) && lanes > 0) << "bad --lanes value '" << text << "'";
+    lane_counts.push_back(lanes);
+  }
+  // Each repeat runs ucx_perftest and then every lane count at one size
+  // back to back, so that both see the same machine load.
+  std::vector<Result> results;
+  absl::flat_hash_map<uint64_t, std::optional<double>> perftest;
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  for (uint64_t size : sizes) {
+    std::vector<double> anchor_runs;
+    std::vector<std::vector<Result>> runs(lane_counts.size());
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      if (absl::GetFlag(FLAGS_perftest)) {
+        if (std::optional<double> gbps = RunPerftest(size)) anchor_runs.push_back(*gbps);
+      }
+      for (size_t i = 0; i < lane_counts.size(); ++i) {
+        runs[i].push_back(RunSender(size, lane_counts[i]));
+      }
+    }
+    perftest[size] = anchor_runs.empty() ? std::nullopt
+                                         : std::optional<double>(Percentile(anchor_runs, 0.5));
+    for (std::vector<Result>& lane_runs : runs) {
+      std::sort(lane_runs.begin(), lane_runs.end(),
+                [](const Result& a, const Result& b) { return a.gbps < b.gbps; });
+      results.push_back(lane_runs[lane_runs.size() / 2]);
+    }
+  }
+
+  std::cout << absl::StrFormat(
+      "tandem-kvbench: UCX_TLS=%s, %d layers x %d transfers, %d slice(s) per message, median "
+      "of %d\n",
+      tls, absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
+      absl::GetFlag(FLAGS_slices), repeats);
+  std::cout << absl::StrFormat("%-10s %5s %9s %11s %11s %14s %8s\n", "size", "lanes", "GB/s",
+                               "p50 (us)", "p99 (us)", "perftest GB/s", "ratio");
+  std::vector<std::string> json_rows;
+  for (const Result& r : results) {
+    const std::optional<double> anchor = perftest[r.size];
+    const std::string size_text = r.size % (1 << 20) == 0 ? absl::StrCat(r.size >> 20, "MiB")
+                                                          : absl::StrCat(r.size >> 10, "KiB");
+    std::cout << absl::StrFormat(
+        "%-10s %5d %9.2f %11.0f %11.0f %14s %8s\n", size_text, r.lanes, r.gbps, r.p50_us,
+        r.p99_us, anchor ? absl::StrFormat("%.2f", *anchor) : "-",
+        anchor ? absl::StrFormat("%.2f", r.gbps / *anchor) : "-");
+    json_rows.push_back(absl::StrFormat(
+        R"({"size":%d,"lanes":%d,"gbps":%.3f,"p50_us":%.1f,"p99_us":%.1f,"perftest_gbps":%s,"ratio":%s})",
+        r.size, r.lanes, r.gbps, r.p50_us, r.p99_us,
+        anchor ? absl::StrFormat("%.3f", *anchor) : "null",
+        anchor ? absl::StrFormat("%.3f", r.gbps / *anchor) : "null"));
+  }
+  std::cout << absl::StrFormat(
+      R"({"bench":"kvbench","ucx_tls":"%s","layers":%d,"transfers":%d,"slices":%d,"results":[%s]})",
+      tls, absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
+      absl::GetFlag(FLAGS_slices), absl::StrJoin(json_rows, ","))
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::kvtransfer
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(argc, argv,
+                         "tandem-kvbench: KV transfer bandwidth and latency over UCX between two "
+                         "processes, beside ucx_perftest");
+  if (absl::GetFlag(FLAGS_role) == "receiver") return tandem::kvtransfer::RunReceiver();
+  return tandem::kvtransfer::RunBench();
+}
