@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,9 @@ ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"64KiB", "1
 ABSL_FLAG(int, layers, 32, "Messages per transfer, one per layer (8 to 64 for real models)");
 ABSL_FLAG(int, transfers, 30, "Timed transfers per configuration");
 ABSL_FLAG(int, warmup, 3, "Untimed transfers before the timed ones");
+ABSL_FLAG(int, in_flight, 2,
+          "Transfers posted before the oldest is answered (requests a prefill worker streams "
+          "at once)");
 ABSL_FLAG(std::vector<std::string>, lanes, std::vector<std::string>({"1", "4"}),
           "Connections to stripe each transfer over, one configuration per value");
 ABSL_FLAG(int, slices, 1,
@@ -50,7 +54,12 @@ ABSL_FLAG(int, slices, 1,
 ABSL_FLAG(int, repeats, 3,
           "Runs of every configuration, interleaved with ucx_perftest; medians are reported "
           "(the machines this runs on are noisy)");
-ABSL_FLAG(bool, perftest, true, "Also run ucx_perftest -t tag_bw when it is installed");
+ABSL_FLAG(bool, detect_peer_failure, true,
+          "UcxTransportOptions::detect_peer_failure: UCX peer-failure handling, which UCX 1.13 "
+          "has only on TCP, so on one host it turns the shared-memory path off");
+ABSL_FLAG(bool, perftest, true,
+          "Also run ucx_perftest -t tag_bw, with (-e) and without endpoint error handling, when "
+          "it is installed");
 ABSL_FLAG(int, perftest_port, 13377, "TCP port for ucx_perftest's rendezvous");
 ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
 ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
@@ -91,12 +100,19 @@ std::vector<Slice> Slices(RegionId region, uint64_t offset, uint64_t length, int
   return slices;
 }
 
+UcxTransportOptions TransportOptions() {
+  UcxTransportOptions options;
+  options.detect_peer_failure = absl::GetFlag(FLAGS_detect_peer_failure);
+  return options;
+}
+
 // Receives transfers until told to stop or the parent goes away.
 int RunReceiver() {
   const uint64_t size = ParseSize(absl::GetFlag(FLAGS_size));
   const int layers = absl::GetFlag(FLAGS_layers);
   const int parts = absl::GetFlag(FLAGS_slices);
-  absl::StatusOr<std::unique_ptr<UcxTransport>> transport = UcxTransport::Create();
+  absl::StatusOr<std::unique_ptr<UcxTransport>> transport =
+      UcxTransport::Create(TransportOptions());
   CHECK_OK(transport.status());
   std::vector<char> slots(size * layers);
   absl::StatusOr<RegionId> region =
@@ -111,7 +127,8 @@ int RunReceiver() {
   absl::flat_hash_map<uint64_t, int> landed;  // transfer -> layers placed
   absl::flat_hash_map<IncomingId, std::pair<uint64_t, PeerId>> placing;
   const absl::Time give_up = absl::Now() + kConfigTimeout;
-  while (absl::Now() < give_up && getppid() != 1) {
+  for (uint64_t round = 0; absl::Now() < give_up; ++round) {
+    if (round % 4096 == 0 && getppid() == 1) return 1;
     events.clear();
     (*transport)->Poll(events);
     for (const TransportEvent& event : events) {
@@ -158,9 +175,13 @@ std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
   if (pid == 0) {
     close(fds[0]);
     std::vector<std::string> args = {
-        "/proc/self/exe", "--role=receiver", absl::StrCat("--ready_fd=", fds[1]),
-        absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
-        absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices))};
+        "/proc/self/exe",
+        "--role=receiver",
+        absl::StrCat("--ready_fd=", fds[1]),
+        absl::StrCat("--size=", size),
+        absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
+        absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
+        absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure))};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -191,7 +212,8 @@ Result RunSender(uint64_t size, int lanes) {
   const int layers = absl::GetFlag(FLAGS_layers);
   const int parts = absl::GetFlag(FLAGS_slices);
   const auto [pid, address] = SpawnReceiver(size);
-  absl::StatusOr<std::unique_ptr<UcxTransport>> transport = UcxTransport::Create();
+  absl::StatusOr<std::unique_ptr<UcxTransport>> transport =
+      UcxTransport::Create(TransportOptions());
   CHECK_OK(transport.status());
   std::vector<PeerId> peers;
   for (int i = 0; i < lanes; ++i) {
@@ -206,21 +228,15 @@ Result RunSender(uint64_t size, int lanes) {
 
   const absl::Time give_up = absl::Now() + kConfigTimeout;
   std::vector<TransportEvent> events;
+  // Posts every layer of `transfer`, then polls until at most `in_flight`
+  // transfers await their answer; answer latencies of timed transfers go to
+  // `latencies_us`.
+  absl::flat_hash_map<uint64_t, absl::Time> started;
   std::vector<double> latencies_us;
-  absl::Duration timed = absl::ZeroDuration();
-  const int total = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_transfers);
-  for (int transfer = 0; transfer < total; ++transfer) {
-    const absl::Time start = absl::Now();
-    for (int layer = 0; layer < layers; ++layer) {
-      CHECK_OK((*transport)
-                   ->PostSend(peers[layer % lanes], absl::StrCat(transfer, " ", layer),
-                              Slices(*region, layer * size, size, parts))
-                   .status());
-    }
-    int sends_left = layers;
-    bool answered = false;
-    while (sends_left > 0 || !answered) {
-      CHECK(absl::Now() < give_up) << "transfer " << transfer << " did not finish";
+  int sends_left = 0;
+  auto drain = [&](size_t in_flight, bool timed) {
+    while (started.size() > in_flight || (in_flight == 0 && sends_left > 0)) {
+      CHECK(absl::Now() < give_up) << "transfers did not finish in time";
       events.clear();
       (*transport)->Poll(events);
       for (const TransportEvent& event : events) {
@@ -229,18 +245,44 @@ Result RunSender(uint64_t size, int lanes) {
           CHECK_OK(event.status);
           --sends_left;
         } else if (event.kind == Kind::kIncoming) {
-          CHECK(event.header == absl::StrCat(transfer)) << "answer " << event.header;
+          uint64_t transfer = 0;
+          CHECK(absl::SimpleAtoi(event.header, &transfer) && started.contains(transfer))
+              << "unexpected answer '" << event.header << "'";
           (*transport)->Discard(event.id);
-          answered = true;
+          if (timed)
+            latencies_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - started[transfer]));
+          started.erase(transfer);
         }
       }
     }
-    const absl::Duration took = absl::Now() - start;
-    if (transfer >= absl::GetFlag(FLAGS_warmup)) {
-      timed += took;
-      latencies_us.push_back(absl::ToDoubleMicroseconds(took));
+  };
+  auto post = [&](uint64_t transfer) {
+    started[transfer] = absl::Now();
+    for (int layer = 0; layer < layers; ++layer) {
+      CHECK_OK((*transport)
+                   ->PostSend(peers[layer % lanes], absl::StrCat(transfer, " ", layer),
+                              Slices(*region, layer * size, size, parts))
+                   .status());
+      ++sends_left;
     }
+  };
+  // Each transfer in flight reuses the same source layers: the receiver
+  // places them into the same slots, as a decode worker would not, but the
+  // bytes moved and the protocol are the same.
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int transfers = absl::GetFlag(FLAGS_transfers);
+  const size_t in_flight = std::max(1, absl::GetFlag(FLAGS_in_flight));
+  for (int transfer = 0; transfer < warmup; ++transfer) {
+    post(transfer);
+    drain(0, false);
   }
+  const absl::Time start = absl::Now();
+  for (int transfer = warmup; transfer < warmup + transfers; ++transfer) {
+    post(transfer);
+    drain(in_flight - 1, true);
+  }
+  drain(0, true);
+  const absl::Duration timed = absl::Now() - start;
   CHECK_OK((*transport)->PostSend(peers[0], "bye", {}).status());
   for (absl::Time until = absl::Now() + absl::Milliseconds(200); absl::Now() < until;) {
     events.clear();
@@ -273,19 +315,21 @@ std::optional<std::string> Capture(const std::string& command) {
   return out;
 }
 
-// ucx_perftest -t tag_bw on loopback at `size`: GB/s, or nothing when the
-// tool is absent or fails. Its "Final:" line gives the overall bandwidth in
-// MB/s of 2^20 bytes.
-std::optional<double> RunPerftest(uint64_t size) {
+// ucx_perftest -t tag_bw on loopback at `size`, with endpoint error handling
+// (-e) or without: GB/s, or nothing when the tool is absent or fails. Its
+// "Final:" line gives the overall bandwidth in MB/s of 2^20 bytes.
+std::optional<double> RunPerftest(uint64_t size, bool error_handling) {
   if (access("/usr/bin/ucx_perftest", X_OK) != 0) return std::nullopt;
-  const int iterations = static_cast<int>(std::clamp<uint64_t>((uint64_t{4} << 30) / size, 200, 20000));
-  const std::string args = absl::StrCat(" -t tag_bw -s ", size, " -n ", iterations, " -p ",
-                                        absl::GetFlag(FLAGS_perftest_port));
+  const int iterations =
+      static_cast<int>(std::clamp<uint64_t>((uint64_t{4} << 30) / size, 200, 20000));
+  const std::string args =
+      absl::StrCat(" -t tag_bw -s ", size, " -n ", iterations, " -p ",
+                   absl::GetFlag(FLAGS_perftest_port), error_handling ? " -e" : "");
   // The server runs in the background with a time limit; the client retries
   // until the server listens.
-  const std::string command = absl::StrCat(
-      "timeout 60 ucx_perftest", args, " >/dev/null 2>&1 & sleep 0.5; ",
-      "timeout 60 ucx_perftest 127.0.0.1", args, " 2>&1; wait");
+  const std::string command =
+      absl::StrCat("timeout 60 ucx_perftest", args, " >/dev/null 2>&1 & sleep 0.5; ",
+                   "timeout 60 ucx_perftest 127.0.0.1", args, " 2>&1; wait");
   std::optional<std::string> out = Capture(absl::StrCat("sh -c '", command, "'"));
   if (!out.has_value()) return std::nullopt;
   for (absl::string_view line : absl::StrSplit(*out, '\n')) {
@@ -313,21 +357,26 @@ int RunBench() {
   // Each repeat runs ucx_perftest and then every lane count at one size
   // back to back, so that both see the same machine load.
   std::vector<Result> results;
-  absl::flat_hash_map<uint64_t, std::optional<double>> perftest;
+  // Per size: ucx_perftest without and with (-e) error handling.
+  absl::flat_hash_map<uint64_t, std::array<std::optional<double>, 2>> perftest;
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   for (uint64_t size : sizes) {
-    std::vector<double> anchor_runs;
+    std::array<std::vector<double>, 2> anchor_runs;
     std::vector<std::vector<Result>> runs(lane_counts.size());
     for (int repeat = 0; repeat < repeats; ++repeat) {
-      if (absl::GetFlag(FLAGS_perftest)) {
-        if (std::optional<double> gbps = RunPerftest(size)) anchor_runs.push_back(*gbps);
+      for (int error_handling = 0; error_handling < 2 && absl::GetFlag(FLAGS_perftest);
+           ++error_handling) {
+        if (std::optional<double> gbps = RunPerftest(size, error_handling == 1)) {
+          anchor_runs[error_handling].push_back(*gbps);
+        }
       }
       for (size_t i = 0; i < lane_counts.size(); ++i) {
         runs[i].push_back(RunSender(size, lane_counts[i]));
       }
     }
-    perftest[size] = anchor_runs.empty() ? std::nullopt
-                                         : std::optional<double>(Percentile(anchor_runs, 0.5));
+    for (int i = 0; i < 2; ++i) {
+      if (!anchor_runs[i].empty()) perftest[size][i] = Percentile(anchor_runs[i], 0.5);
+    }
     for (std::vector<Result>& lane_runs : runs) {
       std::sort(lane_runs.begin(), lane_runs.end(),
                 [](const Result& a, const Result& b) { return a.gbps < b.gbps; });
@@ -336,32 +385,46 @@ int RunBench() {
   }
 
   std::cout << absl::StrFormat(
-      "tandem-kvbench: UCX_TLS=%s, %d layers x %d transfers, %d slice(s) per message, median "
-      "of %d\n",
-      tls, absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
-      absl::GetFlag(FLAGS_slices), repeats);
-  std::cout << absl::StrFormat("%-10s %5s %9s %11s %11s %14s %8s\n", "size", "lanes", "GB/s",
-                               "p50 (us)", "p99 (us)", "perftest GB/s", "ratio");
+      "tandem-kvbench: UCX_TLS=%s, peer-failure detection %s, %d layers x %d transfers, %d "
+      "slice(s) per message, median of %d\n",
+      tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "on" : "off", absl::GetFlag(FLAGS_layers),
+      absl::GetFlag(FLAGS_transfers), absl::GetFlag(FLAGS_slices), repeats);
+  std::cout << absl::StrFormat("%-8s %5s %7s %9s %9s | %-19s | %-19s\n", "", "", "", "", "",
+                               "ucx_perftest", "ucx_perftest -e");
+  std::cout << absl::StrFormat("%-8s %5s %7s %9s %9s | %9s %9s | %9s %9s\n", "size", "lanes",
+                               "GB/s", "p50 (us)", "p99 (us)", "GB/s", "ratio", "GB/s", "ratio");
+  auto format = [](std::optional<double> value) {
+    return value ? absl::StrFormat("%.2f", *value) : std::string("-");
+  };
+  auto json = [](std::optional<double> value) {
+    return value ? absl::StrFormat("%.3f", *value) : std::string("null");
+  };
   std::vector<std::string> json_rows;
   for (const Result& r : results) {
-    const std::optional<double> anchor = perftest[r.size];
+    std::optional<double> anchor[2], ratio[2];
+    for (int i = 0; i < 2; ++i) {
+      anchor[i] = perftest[r.size][i];
+      if (anchor[i]) ratio[i] = r.gbps / *anchor[i];
+    }
     const std::string size_text = r.size % (1 << 20) == 0 ? absl::StrCat(r.size >> 20, "MiB")
                                                           : absl::StrCat(r.size >> 10, "KiB");
-    std::cout << absl::StrFormat(
-        "%-10s %5d %9.2f %11.0f %11.0f %14s %8s\n", size_text, r.lanes, r.gbps, r.p50_us,
-        r.p99_us, anchor ? absl::StrFormat("%.2f", *anchor) : "-",
-        anchor ? absl::StrFormat("%.2f", r.gbps / *anchor) : "-");
-    json_rows.push_back(absl::StrFormat(
-        R"({"size":%d,"lanes":%d,"gbps":%.3f,"p50_us":%.1f,"p99_us":%.1f,"perftest_gbps":%s,"ratio":%s})",
-        r.size, r.lanes, r.gbps, r.p50_us, r.p99_us,
-        anchor ? absl::StrFormat("%.3f", *anchor) : "null",
-        anchor ? absl::StrFormat("%.3f", r.gbps / *anchor) : "null"));
+    std::cout << absl::StrFormat("%-8s %5d %7.2f %9.0f %9.0f | %9s %9s | %9s %9s\n", size_text,
+                                 r.lanes, r.gbps, r.p50_us, r.p99_us, format(anchor[0]),
+                                 format(ratio[0]), format(anchor[1]), format(ratio[1]));
+    json_rows.push_back(
+        absl::StrFormat(R"({"size":%d,"lanes":%d,"gbps":%.3f,"p50_us":%.1f,"p99_us":%.1f,)"
+                        R"("perftest_gbps":%s,"ratio":%s,"perftest_e_gbps":%s,"ratio_e":%s})",
+                        r.size, r.lanes, r.gbps, r.p50_us, r.p99_us, json(anchor[0]),
+                        json(ratio[0]), json(anchor[1]), json(ratio[1])));
   }
-  std::cout << absl::StrFormat(
-      R"({"bench":"kvbench","ucx_tls":"%s","layers":%d,"transfers":%d,"slices":%d,"results":[%s]})",
-      tls, absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
-      absl::GetFlag(FLAGS_slices), absl::StrJoin(json_rows, ","))
-            << "\n";
+  std::cout
+      << absl::StrFormat(
+             R"({"bench":"kvbench","ucx_tls":"%s","detect_peer_failure":%s,"layers":%d,"transfers":%d,)"
+             R"("slices":%d,"results":[%s]})",
+             tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "true" : "false",
+             absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
+             absl::GetFlag(FLAGS_slices), absl::StrJoin(json_rows, ","))
+      << "\n";
   return 0;
 }
 

@@ -103,7 +103,8 @@ absl::Status WaitForRequest(ucp_worker_h worker, const UcxRequest& request, absl
                             std::string_view what) {
   while (!request.done()) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(std::string(what), ": no completion before the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(std::string(what), ": no completion before the deadline"));
     }
     ucp_worker_progress(worker);
   }

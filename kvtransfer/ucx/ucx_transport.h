@@ -14,7 +14,8 @@
 // connection (first seen on a kIncoming event), creates an endpoint back,
 // and may send on it. Either side learns of the other's death through UCX's
 // peer-failure handling (socket errors, keepalive) as kPeerFailed: the
-// peer's sends and receives then fail with UNAVAILABLE within a bounded time.
+// peer's sends and receives then fail with UNAVAILABLE within a bounded time
+// (unless UcxTransportOptions::detect_peer_failure is off).
 //
 // Cancel() cannot withdraw bytes UCX is already moving: kSendDone(CANCELLED)
 // comes once UCX has let go of the source slices (the peer took or dropped

@@ -48,9 +48,8 @@ absl::StatusOr<MessagePrefix> DecodePrefix(std::string_view header) {
         absl::StrCat("UCX message header of ", header.size(), " bytes is shorter than its prefix"));
   }
   if (Get<uint8_t>(header, 13) != kPrefixVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UCX message prefix version ", Get<uint8_t>(header, 13), " is not ",
-                     kPrefixVersion));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX message prefix version ", Get<uint8_t>(header, 13), " is not ", kPrefixVersion));
   }
   MessagePrefix prefix;
   prefix.key.initiator_nonce = Get<uint64_t>(header, 0);
@@ -75,16 +74,14 @@ absl::StatusOr<std::string_view> DecodeAddress(std::string_view address) {
         "not a UCX transport address (expected the bytes of UcxTransport::LocalAddress())");
   }
   if (Get<uint32_t>(address, 4) != kAddressVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("UCX transport address version ",
-                                                   Get<uint32_t>(address, 4), " is not ",
-                                                   kAddressVersion));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX transport address version ", Get<uint32_t>(address, 4), " is not ", kAddressVersion));
   }
   const uint32_t length = Get<uint32_t>(address, 8);
   if (address.size() - kAddressHeaderBytes != length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UCX transport address is truncated or padded: ",
-                     address.size() - kAddressHeaderBytes, " bytes of worker address, ", length,
-                     " expected"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX transport address is truncated or padded: ", address.size() - kAddressHeaderBytes,
+        " bytes of worker address, ", length, " expected"));
   }
   return address.substr(kAddressHeaderBytes);
 }

@@ -60,9 +60,11 @@ std::vector<Slice> Split(RegionId region, uint64_t offset, uint64_t length, int 
 // events each has reported so far.
 class UcxPairTest : public ::testing::Test {
  protected:
+  virtual UcxTransportOptions Options() { return {}; }
+
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(sender_, UcxTransport::Create());
-    ASSERT_OK_AND_ASSIGN(receiver_, UcxTransport::Create());
+    ASSERT_OK_AND_ASSIGN(sender_, UcxTransport::Create(Options()));
+    ASSERT_OK_AND_ASSIGN(receiver_, UcxTransport::Create(Options()));
     ASSERT_OK_AND_ASSIGN(peer_, sender_->Connect(receiver_->LocalAddress()));
   }
 
@@ -117,48 +119,48 @@ class UcxPairTest : public ::testing::Test {
     auto next = [this](bool sender_side, Kind kind) {
       return Next(sender_side ? sender_events_ : receiver_events_, kind);
     };
-  const std::vector<uint64_t> sizes = {0, 1, 64 << 10, 1 << 20, 8 << 20};
-  uint64_t total = 0;
-  for (uint64_t size : sizes) total += size;
-  std::vector<char> source = RandomBytes(total, send_parts * 31 + receive_parts);
-  std::vector<char> destination(total, 0);
-  ASSERT_OK_AND_ASSIGN(RegionId source_region,
-                       sender.RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
-  ASSERT_OK_AND_ASSIGN(RegionId destination_region,
-                       receiver.RegisterMemory(destination.data(), total, MemoryKind::kHost));
-  std::mt19937_64 rng(7);
-  uint64_t offset = 0;
-  std::vector<SendId> sends;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const std::vector<Slice> slices = Split(source_region, offset, sizes[i], send_parts, rng);
-    ASSERT_OK_AND_ASSIGN(SendId send, sender.PostSend(peer, absl::StrCat("message ", i), slices));
-    sends.push_back(send);
-    offset += sizes[i];
+    const std::vector<uint64_t> sizes = {0, 1, 64 << 10, 1 << 20, 8 << 20};
+    uint64_t total = 0;
+    for (uint64_t size : sizes) total += size;
+    std::vector<char> source = RandomBytes(total, send_parts * 31 + receive_parts);
+    std::vector<char> destination(total, 0);
+    ASSERT_OK_AND_ASSIGN(RegionId source_region,
+                         sender.RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
+    ASSERT_OK_AND_ASSIGN(RegionId destination_region,
+                         receiver.RegisterMemory(destination.data(), total, MemoryKind::kHost));
+    std::mt19937_64 rng(7);
+    uint64_t offset = 0;
+    std::vector<SendId> sends;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<Slice> slices = Split(source_region, offset, sizes[i], send_parts, rng);
+      ASSERT_OK_AND_ASSIGN(SendId send, sender.PostSend(peer, absl::StrCat("message ", i), slices));
+      sends.push_back(send);
+      offset += sizes[i];
+    }
+    offset = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::optional<TransportEvent> incoming = next(false, Kind::kIncoming);
+      ASSERT_TRUE(incoming.has_value()) << "message " << i << " never arrived";
+      EXPECT_EQ(incoming->header, absl::StrCat("message ", i));
+      ASSERT_EQ(incoming->payload_bytes, sizes[i]);
+      const std::vector<Slice> slices =
+          Split(destination_region, offset, sizes[i], receive_parts, rng);
+      ASSERT_OK(receiver.Accept(incoming->id, slices));
+      std::optional<TransportEvent> received = next(false, Kind::kReceiveDone);
+      ASSERT_TRUE(received.has_value()) << "message " << i << " was never placed";
+      EXPECT_EQ(received->id, incoming->id);
+      EXPECT_OK(received->status);
+      offset += sizes[i];
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::optional<TransportEvent> done = next(true, Kind::kSendDone);
+      ASSERT_TRUE(done.has_value());
+      EXPECT_OK(done->status);
+    }
+    EXPECT_TRUE(source == destination) << "received bytes differ from the sent bytes";
+    EXPECT_OK(sender.DeregisterMemory(source_region));
+    EXPECT_OK(receiver.DeregisterMemory(destination_region));
   }
-  offset = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    std::optional<TransportEvent> incoming = next(false, Kind::kIncoming);
-    ASSERT_TRUE(incoming.has_value()) << "message " << i << " never arrived";
-    EXPECT_EQ(incoming->header, absl::StrCat("message ", i));
-    ASSERT_EQ(incoming->payload_bytes, sizes[i]);
-    const std::vector<Slice> slices =
-        Split(destination_region, offset, sizes[i], receive_parts, rng);
-    ASSERT_OK(receiver.Accept(incoming->id, slices));
-    std::optional<TransportEvent> received = next(false, Kind::kReceiveDone);
-    ASSERT_TRUE(received.has_value()) << "message " << i << " was never placed";
-    EXPECT_EQ(received->id, incoming->id);
-    EXPECT_OK(received->status);
-    offset += sizes[i];
-  }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    std::optional<TransportEvent> done = next(true, Kind::kSendDone);
-    ASSERT_TRUE(done.has_value());
-    EXPECT_OK(done->status);
-  }
-  EXPECT_TRUE(source == destination) << "received bytes differ from the sent bytes";
-  EXPECT_OK(sender.DeregisterMemory(source_region));
-  EXPECT_OK(receiver.DeregisterMemory(destination_region));
-}
 
   std::unique_ptr<UcxTransport> sender_;
   std::unique_ptr<UcxTransport> receiver_;
@@ -229,7 +231,8 @@ TEST_F(UcxPairTest, DiscardDropsThePayloadAndReleasesTheSender) {
     ASSERT_TRUE(incoming.has_value());
     receiver_->Discard(incoming->id);
     std::optional<TransportEvent> done = Next(sender_events_, Kind::kSendDone);
-    ASSERT_TRUE(done.has_value()) << "the sender of a discarded " << length << "-byte message hangs";
+    ASSERT_TRUE(done.has_value()) << "the sender of a discarded " << length
+                                  << "-byte message hangs";
     EXPECT_EQ(done->id, send);
     EXPECT_THAT(receiver_->Accept(incoming->id, {}), StatusIs(absl::StatusCode::kNotFound));
   }
@@ -240,9 +243,9 @@ TEST_F(UcxPairTest, AcceptWithTheWrongLengthIsRejectedAndTheMessageStaysPending)
   std::vector<char> destination(2 << 20, 0);
   ASSERT_OK_AND_ASSIGN(RegionId source_region,
                        sender_->RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
-  ASSERT_OK_AND_ASSIGN(RegionId destination_region,
-                       receiver_->RegisterMemory(destination.data(), destination.size(),
-                                                 MemoryKind::kHost));
+  ASSERT_OK_AND_ASSIGN(
+      RegionId destination_region,
+      receiver_->RegisterMemory(destination.data(), destination.size(), MemoryKind::kHost));
   const Slice slice{source_region, 0, source.size()};
   ASSERT_OK(sender_->PostSend(peer_, "layer", {&slice, 1}).status());
   std::optional<TransportEvent> incoming = Next(receiver_events_, Kind::kIncoming);
@@ -280,8 +283,9 @@ TEST_F(UcxPairTest, CancelledSendReportsCancelledOnceUcxLetsGo) {
 }
 
 TEST_F(UcxPairTest, BadArgumentsAreClearErrors) {
-  EXPECT_THAT(sender_->Connect("not an address"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a UCX transport address")));
+  EXPECT_THAT(
+      sender_->Connect("not an address"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a UCX transport address")));
   std::string truncated = receiver_->LocalAddress();
   truncated.pop_back();
   EXPECT_THAT(sender_->Connect(truncated),
@@ -321,6 +325,19 @@ TEST_F(UcxTcpPairTest, MessagesArriveByteExactOverTcpOnly) {
   EXPECT_THAT(sender_->Description(), HasSubstr("UCX_TLS=tcp"));
   RoundTrip(3, 2);
 }
+
+// Without peer-failure handling UCX 1.13 may use its shared-memory
+// transports; the messages must come out the same.
+class UcxNoFailureDetectionPairTest : public UcxPairTest {
+ protected:
+  UcxTransportOptions Options() override {
+    UcxTransportOptions options;
+    options.detect_peer_failure = false;
+    return options;
+  }
+};
+
+TEST_F(UcxNoFailureDetectionPairTest, MessagesArriveByteExact) { RoundTrip(3, 2); }
 
 // A peer process, started with a pipe on its stdout, killed at the end.
 class PeerProcess {
@@ -402,9 +419,9 @@ class UcxPeerDeathTest : public ::testing::TestWithParam<const char*> {
 TEST_P(UcxPeerDeathTest, ReceiverSeesSenderKilledMidTransfer) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> receiver, UcxTransport::Create());
   std::vector<char> destination(8 << 20);
-  ASSERT_OK_AND_ASSIGN(RegionId region, receiver->RegisterMemory(
-                                            destination.data(), destination.size(),
-                                            MemoryKind::kHost));
+  ASSERT_OK_AND_ASSIGN(
+      RegionId region,
+      receiver->RegisterMemory(destination.data(), destination.size(), MemoryKind::kHost));
   PeerProcess sender({"send", absl::BytesToHexString(receiver->LocalAddress())});
   ASSERT_EQ(sender.ReadLine(), "connected");
 

@@ -1,0 +1,214 @@
+// UCX callbacks, peer failures and event reporting of UcxTransport::Impl.
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "kvtransfer/ucx/ucx_request.h"
+#include "kvtransfer/ucx/ucx_transport_impl.h"
+#include "kvtransfer/ucx/ucx_wire.h"
+
+namespace tandem::kvtransfer {
+
+using ucx_internal::ConnectionKey;
+using ucx_internal::MessagePrefix;
+using ucx_internal::UcxError;
+using ucx_internal::UcxRequest;
+
+ucs_status_t UcxTransport::Impl::OnHello(void* arg, const void* header, size_t header_length,
+                                         void* /*data*/, size_t /*length*/,
+                                         const ucp_am_recv_param_t* /*param*/) {
+  auto* self = static_cast<Impl*>(arg);
+  const std::string_view bytes(static_cast<const char*>(header), header_length);
+  absl::StatusOr<MessagePrefix> prefix = ucx_internal::DecodePrefix(bytes);
+  if (!prefix.ok() || !prefix->from_initiator) {
+    LOG(WARNING) << "dropping a malformed UCX hello: " << prefix.status();
+    return UCS_OK;
+  }
+  if (self->accepted_.contains(prefix->key)) return UCS_OK;
+  auto peer = std::make_unique<Peer>();
+  peer->impl = self;
+  peer->id = self->next_peer_++;
+  peer->key = prefix->key;
+  peer->initiator = false;
+  peer->back_address = std::string(bytes.substr(MessagePrefix::kEncodedBytes));
+  self->accepted_[peer->key] = peer->id;
+  // Creating an endpoint from inside a UCX callback is not allowed; Poll()
+  // does it right after progress, before the caller sees the peer.
+  self->new_peers_.push_back(peer->id);
+  self->peers_[peer->id] = std::move(peer);
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t header_length,
+                                        void* data, size_t length,
+                                        const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Impl*>(arg);
+  const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const std::string_view bytes(static_cast<const char*>(header), header_length);
+  absl::StatusOr<MessagePrefix> prefix = ucx_internal::DecodePrefix(bytes);
+  Peer* peer = prefix.ok() ? self->PeerOf(*prefix) : nullptr;
+  if (peer == nullptr || peer->failed || peer->disconnected) {
+    // Unknown or gone: drop it; a rendezvous sender learns it was refused.
+    return rendezvous ? UCS_ERR_REJECTED : UCS_OK;
+  }
+  const IncomingId id = self->next_incoming_++;
+  auto incoming = std::make_unique<Incoming>();
+  incoming->peer = peer->id;
+  incoming->payload_bytes = length;
+  ucs_status_t keep = UCS_OK;
+  if (length > 0) {
+    if (rendezvous || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0) {
+      incoming->descriptor = data;
+      incoming->rendezvous = rendezvous;
+      keep = UCS_INPROGRESS;
+    } else {
+      incoming->copy.assign(static_cast<const char*>(data), length);
+    }
+  }
+  TransportEvent event = Event(TransportEvent::Kind::kIncoming, id, peer->id, absl::OkStatus());
+  event.header = std::string(bytes.substr(MessagePrefix::kEncodedBytes));
+  event.payload_bytes = length;
+  self->events_.push_back(std::move(event));
+  self->incoming_[id] = std::move(incoming);
+  return keep;
+}
+
+void UcxTransport::Impl::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  peer->impl->failed_peers_.emplace_back(peer->id, status);
+}
+
+void UcxTransport::Impl::CreateBackEndpoints() {
+  for (PeerId id : std::exchange(new_peers_, {})) {
+    Peer* peer = FindPeer(id);
+    absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(peer->back_address, peer);
+    if (ep.ok()) {
+      peer->ep = *ep;
+      peer->back_address.clear();
+    } else {
+      LOG(WARNING) << ep.status();
+      failed_peers_.emplace_back(id, UCS_ERR_UNREACHABLE);
+    }
+  }
+}
+
+void UcxTransport::Impl::HandleFailedPeers() {
+  for (const auto& [id, ucs_status] : std::exchange(failed_peers_, {})) {
+    Peer* peer = FindPeer(id);
+    if (peer == nullptr || peer->failed || peer->disconnected) continue;
+    peer->failed = true;
+    peer->failure = UcxError(ucs_status, absl::StrCat("UCX connection to peer ", id));
+    if (peer->failure.code() != absl::StatusCode::kUnavailable) {
+      peer->failure = absl::UnavailableError(peer->failure.message());
+    }
+    // Force: a dead peer acknowledges nothing. Pending sends finish now with
+    // UCS_ERR_CANCELED, or are reported below if UCX still holds them.
+    CloseEndpoint(*peer, /*force=*/true);
+    for (auto& [send_id, op] : sends_) {
+      if (op->peer != id || op->request.done() || op->reported) continue;
+      op->reported = true;
+      events_.push_back(Event(TransportEvent::Kind::kSendDone, send_id, id, peer->failure));
+    }
+    for (auto& [incoming_id, incoming] : incoming_) {
+      if (incoming->peer != id) continue;
+      if (!incoming->receiving) {
+        ReleaseDescriptor(*incoming);
+      } else if (!incoming->request->done() && !incoming->reported) {
+        incoming->reported = true;
+        events_.push_back(
+            Event(TransportEvent::Kind::kReceiveDone, incoming_id, id, peer->failure));
+      }
+    }
+    events_.push_back(Event(TransportEvent::Kind::kPeerFailed, 0, id, peer->failure));
+  }
+}
+
+void UcxTransport::Impl::ReportFinishedSends() {
+  for (SendId id : std::exchange(finished_sends_, {})) {
+    auto it = sends_.find(id);
+    if (it == sends_.end()) continue;
+    const SendOp& op = *it->second;
+    if (!op.reported) {
+      const Peer* peer = FindPeer(op.peer);
+      absl::Status status;
+      if (op.cancelled) {
+        status = absl::CancelledError(absl::StrCat("send ", id, " was cancelled"));
+      } else if (op.request.status() != UCS_OK && peer != nullptr && peer->failed) {
+        status = peer->failure;
+      } else {
+        status = UcxError(op.request.status(), absl::StrCat("sending to peer ", op.peer));
+      }
+      events_.push_back(Event(TransportEvent::Kind::kSendDone, id, op.peer, std::move(status)));
+    }
+    sends_.erase(it);
+  }
+}
+
+void UcxTransport::Impl::ReportFinishedReceives() {
+  for (IncomingId id : std::exchange(finished_receives_, {})) {
+    auto it = incoming_.find(id);
+    if (it == incoming_.end()) continue;
+    const Incoming& incoming = *it->second;
+    if (!incoming.reported) {
+      const Peer* peer = FindPeer(incoming.peer);
+      const ucs_status_t ucs_status = incoming.request->status();
+      absl::Status status;
+      if (ucs_status != UCS_OK && peer != nullptr && peer->failed) {
+        status = peer->failure;
+      } else if (ucs_status == UCS_OK &&
+                 incoming.request->received_length() != incoming.payload_bytes) {
+        status = absl::DataLossError(absl::StrCat("incoming message ", id, " delivered ",
+                                                  incoming.request->received_length(), " of its ",
+                                                  incoming.payload_bytes, " bytes"));
+      } else {
+        status = UcxError(ucs_status,
+                          absl::StrCat("receiving message ", id, " from peer ", incoming.peer));
+      }
+      events_.push_back(
+          Event(TransportEvent::Kind::kReceiveDone, id, incoming.peer, std::move(status)));
+    }
+    incoming_.erase(it);
+  }
+}
+
+void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
+  // Bounded, so that a steady stream of arrivals cannot keep Poll() busy.
+  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
+  }
+  CreateBackEndpoints();
+  HandleFailedPeers();
+  ReportFinishedSends();
+  ReportFinishedReceives();
+  std::erase_if(closing_, [](const auto& request) { return request->done(); });
+  if (events.empty()) {
+    events.swap(events_);
+  } else {
+    std::move(events_.begin(), events_.end(), std::back_inserter(events));
+    events_.clear();
+  }
+}
+
+bool UcxTransport::Impl::HasQueuedWork() const {
+  return !events_.empty() || !finished_sends_.empty() || !finished_receives_.empty() ||
+         !new_peers_.empty() || !failed_peers_.empty();
+}
+
+void UcxTransport::Impl::WaitForActivity(absl::Time deadline) {
+  if (HasQueuedWork() || ucp_worker_progress(worker_) != 0 || HasQueuedWork()) return;
+  // UCX_BUSY: events arrived between the progress call and arming.
+  if (ucp_worker_arm(worker_) != UCS_OK) return;
+  // Keepalive and some transports advance only inside progress, so a long
+  // sleep is cut short; callers loop until their own deadline anyway.
+  constexpr absl::Duration kMaxSleep = absl::Milliseconds(50);
+  const absl::Duration wait = std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kMaxSleep);
+  pollfd fd{event_fd_, POLLIN, 0};
+  ::poll(&fd, 1,
+         static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+}
+
+}  // namespace tandem::kvtransfer

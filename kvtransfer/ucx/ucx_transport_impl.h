@@ -1,0 +1,171 @@
+// Internal to kvtransfer/ucx: the definition of UcxTransport::Impl, shared by
+// ucx_transport.cc and ucx_transport_events.cc. Includes UCX headers.
+#ifndef TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_IMPL_H_
+#define TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_IMPL_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvtransfer/kv_transport.h"
+#include "kvtransfer/ucx/ucx_request.h"
+#include "kvtransfer/ucx/ucx_transport.h"
+#include "kvtransfer/ucx/ucx_wire.h"
+
+namespace tandem::kvtransfer {
+
+// The state behind UcxTransport: every UCX object, and the bookkeeping that
+// turns UCX callbacks into polled events. Its methods are split between
+// ucx_transport.cc (setup, memory, connections, posting, accepting) and
+// ucx_transport_events.cc (UCX callbacks, failures, Poll).
+class UcxTransport::Impl {
+ public:
+  explicit Impl(const UcxTransportOptions& options) : options_(options) {}
+  ~Impl();
+
+  absl::Status Init();
+
+  absl::StatusOr<RegionId> RegisterMemory(void* base, size_t length, MemoryKind kind);
+  absl::Status DeregisterMemory(RegionId region);
+  const std::string& address() const { return address_; }
+  absl::StatusOr<PeerId> Connect(std::string_view address);
+  void Disconnect(PeerId peer);
+  absl::StatusOr<SendId> PostSend(PeerId peer, std::string_view header,
+                                  std::span<const Slice> payload);
+  absl::Status Accept(IncomingId incoming, std::span<const Slice> destination);
+  void Discard(IncomingId incoming);
+  void Cancel(SendId send);
+  void Poll(std::vector<TransportEvent>& events);
+  void WaitForActivity(absl::Time deadline);
+
+ private:
+  struct Region {
+    char* base;
+    size_t length;
+    ucp_mem_h memh;
+  };
+
+  // Peers live as long as the transport: UCX holds a pointer to one as the
+  // argument of its endpoint's error handler.
+  struct Peer {
+    Impl* impl;
+    PeerId id;
+    ucx_internal::ConnectionKey key;
+    bool initiator;
+    ucp_ep_h ep = nullptr;
+    // Acceptor side: the initiator's worker address, until the endpoint
+    // back to it exists.
+    std::string back_address;
+    // Initiator side: the introduction, kept until sent (UCX 1.13 reads the
+    // header of a queued send when it goes out, not when it is posted).
+    std::string hello_header;
+    std::unique_ptr<ucx_internal::UcxRequest> hello;
+    bool disconnected = false;
+    bool failed = false;
+    absl::Status failure;
+  };
+
+  struct SendOp {
+    explicit SendOp(std::function<void()> on_done) : request(std::move(on_done)) {}
+    PeerId peer = 0;
+    std::string wire_header;  // UCX may read it until the send finishes.
+    std::vector<ucp_dt_iov_t> iov;
+    ucx_internal::UcxRequest request;
+    bool cancelled = false;
+    // kSendDone already reported (the peer failed); the record waits only
+    // for UCX to let go of the request.
+    bool reported = false;
+  };
+
+  struct Incoming {
+    PeerId peer = 0;
+    uint64_t payload_bytes = 0;
+    // UCX's eager data or rendezvous descriptor, held until Accept or
+    // Discard; null once handed back to UCX.
+    void* descriptor = nullptr;
+    bool rendezvous = false;
+    // Payload copied out of UCX when it could not be kept in place.
+    std::string copy;
+    bool receiving = false;
+    bool reported = false;
+    std::vector<ucp_dt_iov_t> iov;
+    std::unique_ptr<ucx_internal::UcxRequest> request;
+  };
+
+  // A contiguous run of registered memory.
+  struct Span {
+    char* data;
+    size_t length;
+    ucp_mem_h memh;
+  };
+
+  static ucs_status_t OnHello(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnData(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  absl::Status SetAmHandler(unsigned id, ucp_am_recv_callback_t callback, uint32_t flags);
+  absl::StatusOr<ucp_ep_h> CreateEndpoint(std::string_view worker_address, Peer* peer);
+  Peer* FindPeer(PeerId id);
+  // The peer a message with `prefix` came from, or null when it is unknown.
+  Peer* PeerOf(const ucx_internal::MessagePrefix& prefix);
+  absl::StatusOr<std::vector<Span>> Resolve(std::span<const Slice> slices, uint64_t* total);
+  // Fills `param`'s datatype (and memory handle) and returns the buffer and
+  // count for a UCP call over `spans`, building `iov` when there are several.
+  static std::pair<void*, size_t> Describe(const std::vector<Span>& spans,
+                                           std::vector<ucp_dt_iov_t>& iov,
+                                           ucp_request_param_t& param);
+  void CloseEndpoint(Peer& peer, bool force);
+  void ReleaseDescriptor(Incoming& incoming);
+  void CreateBackEndpoints();
+  void HandleFailedPeers();
+  void ReportFinishedSends();
+  void ReportFinishedReceives();
+  bool HasQueuedWork() const;
+  static TransportEvent Event(TransportEvent::Kind kind, uint64_t id, PeerId peer,
+                              absl::Status status);
+
+  // Constant after Init().
+  const UcxTransportOptions options_;
+  uint64_t nonce_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;
+  std::string address_;
+
+  absl::flat_hash_map<RegionId, Region> regions_;
+  RegionId next_region_ = 1;
+
+  absl::flat_hash_map<PeerId, std::unique_ptr<Peer>> peers_;
+  absl::flat_hash_map<ucx_internal::ConnectionKey, PeerId> accepted_;
+  PeerId next_peer_ = 1;
+  std::vector<PeerId> new_peers_;
+  std::vector<std::pair<PeerId, ucs_status_t>> failed_peers_;
+
+  absl::flat_hash_map<SendId, std::unique_ptr<SendOp>> sends_;
+  SendId next_send_ = 1;
+  std::vector<SendId> finished_sends_;
+
+  absl::flat_hash_map<IncomingId, std::unique_ptr<Incoming>> incoming_;
+  IncomingId next_incoming_ = 1;
+  std::vector<IncomingId> finished_receives_;
+
+  std::vector<std::unique_ptr<ucx_internal::UcxRequest>> closing_;
+  std::vector<TransportEvent> events_;
+};
+
+}  // namespace tandem::kvtransfer
+
+#endif  // TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_IMPL_H_
