@@ -189,7 +189,9 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
   for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
 
   std::vector<float> logits(logit_rows_.size() * config_.vocab_size);
-  backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
+  if (!logits.empty()) {
+    backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
+  }
   return logits;
 }
 
