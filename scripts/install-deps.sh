@@ -8,7 +8,6 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libabsl-dev
   libgtest-dev libgmock-dev googletest
-  libbenchmark-dev
   libopenblas-openmp-dev
   libsentencepiece-dev
   libxxhash-dev
