@@ -23,17 +23,9 @@ using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 ModelConfig SmallShape(int n_heads, int n_kv_heads, bool tied = true) {
-  ModelConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 3;
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.vocab_size = 101;
-  c.seq_len = 128;
-  c.rope_theta = 10000.0f;
-  c.shared_classifier = tied;
-  return c;
+  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = n_heads,
+                     .n_kv_heads = n_kv_heads, .vocab_size = 101, .seq_len = 128,
+                     .shared_classifier = tied};
 }
 
 std::unique_ptr<Engine> MakeEngine(const ModelWeights& w, EngineOptions options = {}) {

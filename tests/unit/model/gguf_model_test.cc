@@ -38,16 +38,9 @@ float F16Expected(const std::string& name, float v) {
 }
 
 ModelConfig TinyShape(int n_heads, int n_kv_heads, bool tied) {
-  ModelConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.vocab_size = 40;
-  c.seq_len = 32;
-  c.shared_classifier = tied;
-  return c;
+  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = n_heads,
+                     .n_kv_heads = n_kv_heads, .vocab_size = 40, .seq_len = 32,
+                     .shared_classifier = tied};
 }
 
 // A small llama GGUF described field by field, so tests can break one thing.
@@ -351,11 +344,8 @@ TEST(GgufModelTest, TruncatedOrPaddedModelFilesAreInvalid) {
 // Corrupt header bytes must give an error or a valid model, never a crash
 // (the sanitizer builds check the "never" part).
 TEST(GgufModelTest, RandomCorruptionIsAnErrorNotACrash) {
-  ModelConfig c = TinyShape(2, 1, false);
-  c.dim = 16;
-  c.hidden_dim = 8;
-  c.n_layers = 1;
-  c.vocab_size = 6;
+  const ModelConfig c{.dim = 16, .hidden_dim = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1,
+                      .vocab_size = 6, .seq_len = 32, .shared_classifier = false};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 5));
   const std::string path = TempPath("small.gguf");
   ASSERT_OK(WriteGgufModel(*model, path));

@@ -98,15 +98,9 @@ class SyntheticRoundTripTest : public ::testing::TestWithParam<ShapeCase> {};
 // Synthetic weights through both writers and back, then across formats.
 TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
   const ShapeCase& s = GetParam();
-  ModelConfig c;
-  c.dim = 96;
-  c.hidden_dim = 160;
-  c.n_layers = 3;
-  c.n_heads = s.n_heads;
-  c.n_kv_heads = s.n_kv_heads;
-  c.vocab_size = 70;
-  c.seq_len = 48;
-  c.shared_classifier = s.tied;
+  const ModelConfig c{.dim = 96, .hidden_dim = 160, .n_layers = 3, .n_heads = s.n_heads,
+                      .n_kv_heads = s.n_kv_heads, .vocab_size = 70, .seq_len = 48,
+                      .shared_classifier = s.tied};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 3));
   const std::string bin = TempPath(absl::StrCat(s.name, ".bin"));
   const std::string gguf = TempPath(absl::StrCat(s.name, ".gguf"));
@@ -133,16 +127,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticRoundTripTest,
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
-  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(Stories15MShape(), 1));
-  ModelConfig small = model->config;
-  small.dim = 32;
-  small.hidden_dim = 48;
-  small.n_layers = 2;
-  small.n_heads = 4;
-  small.n_kv_heads = 2;
-  small.vocab_size = 20;
-  small.seq_len = 16;
-  ASSERT_OK_AND_ASSIGN(model, MakeSyntheticModel(small, 1));
+  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4,
+                          .n_kv_heads = 2, .vocab_size = 20, .seq_len = 16};
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   const std::string good = ReadBytes([&] {
     const std::string path = TempPath("good.bin");
     EXPECT_OK(WriteLlama2cCheckpoint(*model, path));
@@ -176,16 +163,9 @@ TEST(Llama2cCheckpointTest, RejectsImpossibleHeaders) {
 }
 
 TEST(LoadModelTest, DispatchesOnTheMagic) {
-  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(Stories15MShape(), 1));
-  ModelConfig small = model->config;
-  small.dim = 32;
-  small.hidden_dim = 48;
-  small.n_layers = 1;
-  small.n_heads = 2;
-  small.n_kv_heads = 2;
-  small.vocab_size = 10;
-  small.seq_len = 8;
-  ASSERT_OK_AND_ASSIGN(model, MakeSyntheticModel(small, 1));
+  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 1, .n_heads = 2,
+                          .n_kv_heads = 2, .vocab_size = 10, .seq_len = 8};
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   // A misleading name: the contents decide.
   const std::string gguf = TempPath("model.bin");
   ASSERT_OK(WriteGgufModel(*model, gguf));

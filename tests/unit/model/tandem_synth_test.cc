@@ -24,16 +24,8 @@ int RunSynth(const std::string& args) {
 }
 
 ModelConfig GqaShape() {
-  ModelConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.vocab_size = 50;
-  c.seq_len = 32;
-  c.shared_classifier = false;
-  return c;
+  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 8, .n_kv_heads = 2,
+                     .vocab_size = 50, .seq_len = 32, .shared_classifier = false};
 }
 
 constexpr char kGqaFlags[] =
