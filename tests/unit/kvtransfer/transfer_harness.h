@@ -206,6 +206,21 @@ inline void StreamLayers(Harness& h, uint64_t request_id, int n_layers) {
   }
 }
 
+// Leases `dst` as request `request_id`, sends `src` into it layer by layer
+// and runs until both sides have ended. An error means the transfer could
+// not be set up or never ended; how it ended is in h.rx_done / h.tx_done.
+inline absl::Status RunTransfer(Harness& h, uint64_t request_id, const std::vector<int32_t>& src,
+                                const std::vector<int32_t>& dst, int n_layers) {
+  absl::StatusOr<TransferLease> lease = h.Expect(request_id, dst);
+  if (!lease.ok()) return lease.status();
+  if (absl::Status s = h.Start(*lease, src); !s.ok()) return s;
+  StreamLayers(h, request_id, n_layers);
+  if (!h.RunUntil([&] { return h.Ended(request_id); })) {
+    return absl::DeadlineExceededError("the transfer did not end within the round limit");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tandem::kvtransfer::testing
 
 #endif  // TANDEM_TESTS_UNIT_KVTRANSFER_TRANSFER_HARNESS_H_

@@ -20,6 +20,7 @@ using ::tandem::kvtransfer::testing::Harness;
 using ::tandem::kvtransfer::testing::HarnessOptions;
 using ::tandem::kvtransfer::testing::Layout;
 using ::tandem::kvtransfer::testing::RandomBlocks;
+using ::tandem::kvtransfer::testing::RunTransfer;
 using ::tandem::kvtransfer::testing::StreamLayers;
 using ::tandem::testing::IsOk;
 using ::tandem::testing::StatusIs;
@@ -41,10 +42,7 @@ TEST(TransferTest, IntegrityOverRandomBlockSetsSizesAndLayers) {
     const int count = 1 + rng() % num_blocks;
     const std::vector<int32_t> src_blocks = RandomBlocks(rng, num_blocks, count);
     const std::vector<int32_t> dst_blocks = RandomBlocks(rng, num_blocks, count);
-    ASSERT_OK_AND_ASSIGN(TransferLease lease, h.Expect(trial, dst_blocks));
-    ASSERT_OK(h.Start(lease, src_blocks));
-    StreamLayers(h, trial, n_layers);
-    ASSERT_TRUE(h.RunUntil([&] { return h.Ended(trial); }));
+    ASSERT_OK(RunTransfer(h, trial, src_blocks, dst_blocks, n_layers));
     EXPECT_THAT(h.rx_done[trial], ::testing::ElementsAre(IsOk()));
     EXPECT_THAT(h.tx_done[trial], ::testing::ElementsAre(IsOk()));
     EXPECT_TRUE(h.Same(src_blocks, dst_blocks));
@@ -73,10 +71,7 @@ TEST(TransferTest, LanesOneTwoFourGiveIdenticalBytes) {
     Harness h(o);
     const std::vector<int32_t> src_blocks = {3, 4, 5, 9, 0, 12};
     const std::vector<int32_t> dst_blocks = {7, 1, 2, 3, 15, 10};
-    ASSERT_OK_AND_ASSIGN(TransferLease lease, h.Expect(1, dst_blocks));
-    ASSERT_OK(h.Start(lease, src_blocks));
-    StreamLayers(h, 1, 6);
-    ASSERT_TRUE(h.RunUntil([&] { return h.Ended(1); }));
+    ASSERT_OK(RunTransfer(h, 1, src_blocks, dst_blocks, 6));
     EXPECT_THAT(h.rx_done[1], ::testing::ElementsAre(IsOk()));
     EXPECT_THAT(h.tx_done[1], ::testing::ElementsAre(IsOk()));
     EXPECT_TRUE(h.Same(src_blocks, dst_blocks));
@@ -126,10 +121,7 @@ TEST(TransferTest, WithoutChecksumsCorruptionGoesUnnoticed) {
   o.faults.at_message[2] = Fault{.kind = Fault::Kind::kCorrupt, .bytes = 1};
   Harness h(o);
   const std::vector<int32_t> blocks = {0, 1, 2};
-  ASSERT_OK_AND_ASSIGN(TransferLease lease, h.Expect(3, blocks));
-  ASSERT_OK(h.Start(lease, blocks));
-  StreamLayers(h, 3, 4);
-  ASSERT_TRUE(h.RunUntil([&] { return h.Ended(3); }));
+  ASSERT_OK(RunTransfer(h, 3, blocks, blocks, 4));
   EXPECT_THAT(h.rx_done[3], ::testing::ElementsAre(IsOk()));
   EXPECT_FALSE(h.Same(blocks, blocks));
 }
@@ -216,10 +208,7 @@ TEST(TransferTest, DuplicatesAndReorderingAreHandled) {
   Harness h(o);
   const std::vector<int32_t> src_blocks = {0, 1, 2, 3, 8};
   const std::vector<int32_t> dst_blocks = {9, 10, 4, 5, 6};
-  ASSERT_OK_AND_ASSIGN(TransferLease lease, h.Expect(11, dst_blocks));
-  ASSERT_OK(h.Start(lease, src_blocks));
-  StreamLayers(h, 11, 8);
-  ASSERT_TRUE(h.RunUntil([&] { return h.Ended(11); }));
+  ASSERT_OK(RunTransfer(h, 11, src_blocks, dst_blocks, 8));
   EXPECT_THAT(h.rx_done[11], ::testing::ElementsAre(IsOk()));
   EXPECT_THAT(h.tx_done[11], ::testing::ElementsAre(IsOk()));
   EXPECT_TRUE(h.Same(src_blocks, dst_blocks));
