@@ -12,6 +12,7 @@ packages=(
   libsentencepiece-dev
   libxxhash-dev
   libucx-dev ucx-utils iproute2
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 
 missing=()

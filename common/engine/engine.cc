@@ -168,7 +168,8 @@ absl::Status Engine::Validate(std::span<const BatchItem> items) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items) {
+absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items,
+                                                const std::function<void(int layer)>& kv_written) {
   RETURN_IF_ERROR(Validate(items));
   ids_.clear();
   positions_.clear();
@@ -185,7 +186,7 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
     }
     if (item.want_logits) logit_rows_.push_back(static_cast<int32_t>(ids_.size()) - 1);
   }
-  Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()));
+  Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()), kv_written);
   for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
 
   std::vector<float> logits(logit_rows_.size() * config_.vocab_size);
@@ -195,7 +196,8 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
   return logits;
 }
 
-void Engine::Forward(int rows, int logit_rows) {
+void Engine::Forward(int rows, int logit_rows,
+                     const std::function<void(int layer)>& kv_written) {
   const ModelConfig& c = config_;
   const int d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, qkv_stride = d + 2 * kv;
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
@@ -211,6 +213,7 @@ void Engine::Forward(int rows, int logit_rows) {
     float* v = qkv_ + d + kv;
     b.Rope(q, qkv_stride, k, qkv_stride, positions_, shape, rope_);
     b.WriteKv(k, qkv_stride, v, qkv_stride, rows_, l, layout_, cache_);
+    if (kv_written) kv_written(l);
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
     b.MatMul(att_, layer.wo, x_, rows, d, d, /*accumulate=*/true);
     b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);

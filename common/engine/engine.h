@@ -8,6 +8,7 @@
 #define TANDEM_COMMON_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -55,6 +56,11 @@ class Engine {
   BlockPool& block_pool() { return pool_; }
   Backend& backend() { return *backend_; }
 
+  // The paged KV cache in backend memory (layout: kv_layout()), so that a
+  // KV transport can register it and copy blocks in and out.
+  float* kv_cache() { return cache_; }
+  size_t kv_cache_bytes() const { return layout_.total_floats() * sizeof(float); }
+
   // A table for a new, empty sequence.
   BlockTable NewSequence() const { return BlockTable(layout_.block_size); }
 
@@ -64,7 +70,12 @@ class Engine {
   // INVALID_ARGUMENT for bad input (empty item, token id out of range,
   // sequence past the context, batch over the configured limits) and
   // RESOURCE_EXHAUSTED when the KV pool cannot hold the new tokens.
-  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items);
+  //
+  // `kv_written(layer)`, when given, runs as soon as this step's K/V of
+  // `layer` are in the cache (before the rest of the layer is computed), so
+  // that a sender can ship layer l while layers l+1... are computed.
+  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
+                                          const std::function<void(int layer)>& kv_written = nullptr);
 
   // Frees a sequence's blocks.
   void Release(BlockTable& table) { table.Release(pool_); }
@@ -82,7 +93,7 @@ class Engine {
   Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
   absl::Status Init(const ModelWeights& weights);
   absl::Status Validate(std::span<const BatchItem> items) const;
-  void Forward(int rows, int logit_rows);
+  void Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written);
 
   ModelConfig config_;
   EngineOptions options_;

@@ -1,5 +1,6 @@
 #include "common/engine/engine.h"
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -8,6 +9,7 @@
 #include "common/base/logging.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/generate.h"
+#include "common/engine/sampler.h"
 #include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -255,6 +257,49 @@ TEST(Engine, GenerationStopsAtContextEnd) {
   EXPECT_EQ(result.finish, FinishReason::kContext);
   EXPECT_EQ(result.tokens.size(), 9u);
   EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
+}
+
+
+// What a prefill worker and a decode worker do: one engine prefills and,
+// layer by layer as each layer's K/V is written, its blocks are copied into
+// another engine's cache at other block ids; the second engine then
+// continues the sequence exactly as the first does.
+TEST(Engine, KvCopiedLayerByLayerContinuesTheSequence) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 3));
+  auto prefill = MakeEngine(*weights, EngineOptions{.num_blocks = 16});
+  auto decode = MakeEngine(*weights, EngineOptions{.num_blocks = 16});
+  const std::vector<int32_t> prompt = RandomTokens(37, weights->config.vocab_size, 4);
+  const KvLayout& layout = prefill->kv_layout();
+  ASSERT_EQ(prefill->kv_cache_bytes(), layout.total_floats() * sizeof(float));
+
+  // The decode side holds other blocks first, so the ids differ.
+  BlockTable other = decode->NewSequence();
+  ASSERT_OK(other.Reserve(40, decode->block_pool()));
+  BlockTable source = prefill->NewSequence();
+  BlockTable destination = decode->NewSequence();
+  ASSERT_OK(destination.Reserve(static_cast<int>(prompt.size()) + 1, decode->block_pool()));
+  ASSERT_NE(destination.blocks()[0], 0);
+
+  std::vector<int> layers_seen;
+  const BatchItem item{&source, prompt, true};
+  auto copy_layer = [&](int layer) {
+    layers_seen.push_back(layer);
+    for (size_t i = 0; i < source.blocks().size(); ++i) {
+      std::memcpy(decode->kv_cache() + layout.BlockOffset(layer, destination.blocks()[i]),
+                  prefill->kv_cache() + layout.BlockOffset(layer, source.blocks()[i]),
+                  layout.block_floats() * sizeof(float));
+    }
+  };
+  ASSERT_OK_AND_ASSIGN(std::vector<float> logits, prefill->Step({&item, 1}, copy_layer));
+  EXPECT_THAT(layers_seen, ::testing::ElementsAre(0, 1, 2));
+  destination.Advance(static_cast<int>(prompt.size()));
+
+  const int32_t next = Argmax(logits);
+  const BatchItem a{&source, {&next, 1}, true};
+  const BatchItem b{&destination, {&next, 1}, true};
+  ASSERT_OK_AND_ASSIGN(std::vector<float> want, prefill->Step({&a, 1}));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, decode->Step({&b, 1}));
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

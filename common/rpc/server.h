@@ -1,0 +1,55 @@
+// Starting a gRPC server the way every tandem service runs one: the
+// standard health service (grpc.health.v1) and server reflection enabled,
+// the port reported back (so that port 0 picks a free one), and a graceful
+// drain on SIGTERM.
+#ifndef TANDEM_COMMON_RPC_SERVER_H_
+#define TANDEM_COMMON_RPC_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tandem::rpc {
+
+struct ServerOptions {
+  // host:port; port 0 picks a free port.
+  std::string address = "127.0.0.1:0";
+  // Largest message accepted, in bytes.
+  int max_message_bytes = 64 << 20;
+};
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  // The port actually bound.
+  int port = 0;
+
+  // Overall health ("" service) and each registered service's, as the
+  // grpc.health.v1 service reports them.
+  void SetServing(bool serving);
+};
+
+// Builds and starts a server for `services` (which must outlive it).
+// UNAVAILABLE naming the address when it cannot be bound.
+absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
+                                          const std::vector<grpc::Service*>& services);
+
+// A channel to `target` (host:port or a DNS name:port) with tandem's
+// message limits and keepalive settings.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+
+// Blocks SIGTERM and SIGINT in the calling thread and every thread it
+// creates afterwards (call it first in main), so that WaitForSignal can
+// take them synchronously.
+void BlockTerminationSignals();
+// Waits up to `timeout` for SIGTERM or SIGINT; returns the signal number,
+// or 0 on timeout.
+int WaitForSignal(absl::Duration timeout);
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_SERVER_H_
