@@ -26,6 +26,9 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   grpc::ServerBuilder builder;
   RunningServer running;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &running.port);
+  // gRPC sets SO_REUSEPORT by default: a second server on a taken port would
+  // silently share it. A taken port must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
