@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -42,6 +43,9 @@ ABSL_FLAG(int32_t, vocab_size, 0, "Vocabulary size; 0 keeps the shape's.");
 ABSL_FLAG(int32_t, seq_len, 0, "Context length; 0 keeps the shape's.");
 ABSL_FLAG(bool, untied, false,
           "Store a classifier of its own instead of sharing the token embedding.");
+ABSL_FLAG(std::string, tokenizer_output, "",
+          "Also write a synthetic llama2.c tokenizer.bin for the vocabulary here (made-up word "
+          "pieces; needs --vocab_size above 259), so that the model can serve text.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights; the same seed and shape give the same file.");
 
 namespace tandem {
@@ -128,6 +132,18 @@ int Run(int argc, char** argv) {
                   ? WriteGgufModel(**weights, output,
                                    gguf_type == "f16" ? GgufTensorType::kF16 : GgufTensorType::kF32)
                   : WriteLlama2cCheckpoint(**weights, output);
+  }
+  const std::string tokenizer_output = absl::GetFlag(FLAGS_tokenizer_output);
+  if (written.ok() && !tokenizer_output.empty()) {
+    absl::StatusOr<std::string> bytes = SyntheticTokenizerBytes(config.vocab_size);
+    written = bytes.status();
+    if (written.ok()) {
+      std::ofstream file(tokenizer_output, std::ios::binary | std::ios::trunc);
+      file.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+      if (!file.good()) {
+        written = absl::UnavailableError(absl::StrCat("cannot write ", tokenizer_output));
+      }
+    }
   }
   if (!written.ok()) {
     std::fprintf(stderr, "tandem-synth: %s\n", std::string(written.message()).c_str());

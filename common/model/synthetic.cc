@@ -1,8 +1,13 @@
 #include "common/model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -83,6 +88,51 @@ ModelConfig Stories15MShape() {
 ModelConfig Stories110MShape() {
   return ModelConfig{.dim = 768, .hidden_dim = 2048, .n_layers = 12, .n_heads = 12,
                      .n_kv_heads = 12, .vocab_size = 32000, .seq_len = 1024};
+}
+
+absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size) {
+  constexpr int kFirstPiece = 3 + 256;
+  if (vocab_size <= kFirstPiece) {
+    return absl::InvalidArgumentError(absl::StrCat("a synthetic tokenizer needs a vocab_size above ",
+                                                   kFirstPiece, " (3 control and 256 byte tokens); got ",
+                                                   vocab_size));
+  }
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  for (int b = 0; b < 256; ++b) pieces.push_back(absl::StrFormat("<0x%02X>", b));
+  // Word-start pieces, letters, then two- and three-letter pieces, as many
+  // as the vocabulary holds.
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+  const std::string space = " ";  // llama2.c pieces hold a plain space where SentencePiece has U+2581
+  std::vector<std::string> made = {space};
+  for (char c : letters) made.push_back(space + c);
+  for (char c : letters) made.push_back(std::string(1, c));
+  for (char a : letters) {
+    for (char b : letters) made.push_back(std::string{a, b});
+  }
+  for (char a : letters) {
+    for (char b : letters) made.push_back(space + a + b);
+  }
+  for (size_t i = 0; pieces.size() < static_cast<size_t>(vocab_size); ++i) {
+    pieces.push_back(i < made.size() ? made[i] : absl::StrCat("<extra", i, ">"));
+  }
+  int32_t max_length = 0;
+  for (const std::string& p : pieces) max_length = std::max<int32_t>(max_length, p.size());
+  std::string out;
+  auto put = [&out](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+  };
+  put(&max_length, sizeof(max_length));
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    // Byte and control tokens score 0; pieces by length, then order.
+    const float score = id < kFirstPiece ? 0.0f
+                                         : static_cast<float>(pieces[id].size()) -
+                                               static_cast<float>(id) / (vocab_size + 1);
+    const int32_t length = static_cast<int32_t>(pieces[id].size());
+    put(&score, sizeof(score));
+    put(&length, sizeof(length));
+    put(pieces[id].data(), pieces[id].size());
+  }
+  return out;
 }
 
 }  // namespace tandem

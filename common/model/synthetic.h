@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
@@ -16,6 +17,13 @@ namespace tandem {
 // Same config and seed give the same weights on every machine.
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
                                                                   uint64_t seed);
+
+// A llama2.c tokenizer.bin for `vocab_size` ids: <unk>, <s>, </s>, the 256
+// byte tokens, then made-up word pieces (" e", "th", ...) scored so that
+// longer pieces merge first. Lets a synthetic model stand in for a real one
+// end to end (text in, text out) when no real tokenizer is at hand.
+// INVALID_ARGUMENT for a vocab_size below 260.
+absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size);
 
 // Shapes of the TinyStories checkpoints, used by benchmarks.
 ModelConfig Stories15MShape();

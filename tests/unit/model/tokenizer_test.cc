@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "common/model/llama2c_tokenizer.h"
 #include "common/model/sentencepiece_tokenizer.h"
+#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/model_files.h"
@@ -299,6 +300,25 @@ TEST_F(Tok512Test, PieceAfterBosLosesLeadingSpace) {
   ASSERT_EQ(plain.substr(0, 1), " ");
   EXPECT_THAT(tok_->Decode(tok_->bos_id(), ids[0]), IsOkAndHolds(plain.substr(1)));
   EXPECT_THAT(tok_->Decode(tok_->bos_id(), tok_->eos_id()), IsOkAndHolds(""));
+}
+
+TEST(SyntheticTokenizer, LoadsAndRoundTripsText) {
+  ASSERT_OK_AND_ASSIGN(std::string bytes, SyntheticTokenizerBytes(512));
+  const std::string path = ::tandem::testing::TempDir() + "/synthetic-tokenizer.bin";
+  WriteFile(path, bytes);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  EXPECT_EQ(tok->vocab_size(), 512);
+  const std::string text = "the cat sat on a mat, happily; Zoë!";
+  ASSERT_OK_AND_ASSIGN(std::vector<int32_t> ids, tok->Encode(text, /*add_bos=*/true));
+  // Word pieces merge: fewer ids than bytes.
+  EXPECT_LT(ids.size(), text.size());
+  std::string decoded;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(std::string piece, tok->Decode(ids[i - 1], ids[i]));
+    decoded += piece;
+  }
+  EXPECT_EQ(decoded, text);
+  EXPECT_THAT(SyntheticTokenizerBytes(259), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(Llama2cTokenizer, MergesHighestScoreFirstLeftmostOnTies) {
