@@ -23,49 +23,13 @@
 #include "kvtransfer/transfer_receiver.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "tests/e2e/kv_receiver_side.h"
+#include "tests/testing/child_process.h"
 #include "tests/testing/status_matchers.h"
-
-extern char** environ;
 
 namespace tandem::kvtransfer {
 namespace {
 
-// A child process, killed and reaped if the test ends early.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& argv,
-                 const posix_spawn_file_actions_t* actions = nullptr) {
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    if (posix_spawnp(&pid_, args[0], actions, nullptr, args.data(), environ) != 0) pid_ = -1;
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  void Kill() { kill(pid_, SIGKILL); }
-  // Exit code, or 128 + signal; -1 if it did not end within `timeout`.
-  int Wait(absl::Duration timeout = absl::Seconds(20)) {
-    const absl::Time until = absl::Now() + timeout;
-    while (absl::Now() < until) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using ::tandem::testing::Child;
 
 // Sets environment variables for the life of the object (the child inherits
 // them); restores the old values after.

@@ -1,0 +1,98 @@
+#include "router/routing_policy.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+
+int BlocksFor(int tokens, int block_size) {
+  if (block_size <= 0) block_size = 1;
+  if (tokens <= 0) return 0;
+  return (tokens + block_size - 1) / block_size;
+}
+
+namespace {
+
+int FreeBlocks(const WorkerSnapshot& w) { return w.kv_blocks_free - w.reserved_blocks; }
+
+int DecodeLoad(const WorkerSnapshot& w) { return std::max(w.running + w.waiting, w.inflight); }
+
+int PrefillQueue(const WorkerSnapshot& w) { return w.waiting + w.inflight; }
+
+}  // namespace
+
+std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,
+                                     int max_tokens) {
+  const WorkerSnapshot* best = nullptr;
+  bool best_fits = false;
+  int routable = 0;
+  for (const WorkerSnapshot& w : decode) {
+    if (!w.routable()) continue;
+    ++routable;
+    const bool fits = FreeBlocks(w) >= BlocksFor(prompt_len + max_tokens, w.block_size);
+    if (best == nullptr) {
+      best = &w;
+      best_fits = fits;
+      continue;
+    }
+    // Smaller tuple wins.
+    auto key = [](const WorkerSnapshot& s, bool f) {
+      return std::make_tuple(!f, f ? DecodeLoad(s) : 0, -FreeBlocks(s), DecodeLoad(s), s.address);
+    };
+    if (key(w, fits) < key(*best, best_fits)) {
+      best = &w;
+      best_fits = fits;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  const int needed = BlocksFor(prompt_len + max_tokens, best->block_size);
+  return Pick{best->address,
+              absl::StrCat("decode ", best->address, ": ", FreeBlocks(*best), " free KV blocks",
+                           best_fits ? "" : " (fewer than", best_fits ? "" : " the ",
+                           best_fits ? "" : absl::StrCat(needed, " needed; no worker has room)"),
+                           ", load ", DecodeLoad(*best), ", best of ", routable, " routable")};
+}
+
+std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill,
+                                      const absl::flat_hash_set<std::string>& exclude) {
+  const WorkerSnapshot* best = nullptr;
+  int candidates = 0;
+  for (const WorkerSnapshot& w : prefill) {
+    if (!w.routable() || exclude.contains(w.address)) continue;
+    ++candidates;
+    if (best == nullptr ||
+        std::make_tuple(PrefillQueue(w), w.running, w.address) <
+            std::make_tuple(PrefillQueue(*best), best->running, best->address)) {
+      best = &w;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return Pick{best->address, absl::StrCat("prefill ", best->address, ": queue ",
+                                          PrefillQueue(*best), ", best of ", candidates,
+                                          exclude.empty() ? "" : " not yet tried")};
+}
+
+PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int prompt_len,
+                              int local_prefill_tokens) {
+  if (prefill.empty()) {
+    return {true, "local prefill: no prefill workers (colocated mode)"};
+  }
+  const bool any_routable =
+      std::any_of(prefill.begin(), prefill.end(), [](const WorkerSnapshot& w) {
+        return w.routable();
+      });
+  if (!any_routable) {
+    return {true, absl::StrCat("local prefill: none of the ", prefill.size(),
+                               " prefill workers is healthy and not draining")};
+  }
+  if (prompt_len <= local_prefill_tokens) {
+    return {true, absl::StrCat("local prefill: prompt of ", prompt_len,
+                               " tokens <= --local_prefill_tokens=", local_prefill_tokens)};
+  }
+  return {false, absl::StrCat("disaggregated: prompt of ", prompt_len, " tokens > ",
+                              "--local_prefill_tokens=", local_prefill_tokens)};
+}
+
+}  // namespace tandem::router

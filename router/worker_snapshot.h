@@ -1,0 +1,52 @@
+// What the router knows about one worker at an instant: plain data, copied
+// out of the WorkerRegistry so that routing decisions are pure functions of
+// it (and can run inside a simulator with made-up snapshots).
+#ifndef TANDEM_ROUTER_WORKER_SNAPSHOT_H_
+#define TANDEM_ROUTER_WORKER_SNAPSHOT_H_
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::router {
+
+enum class WorkerRole { kPrefill, kDecode };
+
+// "prefill" or "decode".
+inline const char* WorkerRoleName(WorkerRole role) {
+  return role == WorkerRole::kPrefill ? "prefill" : "decode";
+}
+
+struct WorkerSnapshot {
+  // ip:port (or [ipv6]:port) of this one worker.
+  std::string address;
+  // The target it was resolved from (host:port as given on the command line).
+  std::string target;
+  WorkerRole role = WorkerRole::kDecode;
+
+  // The last GetStats poll succeeded (and one has succeeded at all).
+  bool healthy = false;
+  // The worker said it is draining: it finishes its work but takes no more.
+  bool draining = false;
+
+  // From the last successful GetStats (zero before the first).
+  std::string model;
+  int32_t vocab_size = 0;
+  int32_t max_context = 0;
+  int32_t block_size = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_free = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+
+  // Router-side view, live (not from stats): requests this router has open
+  // on the worker, and KV blocks it has asked the worker to reserve that the
+  // last stats poll may not reflect yet.
+  int32_t inflight = 0;
+  int32_t reserved_blocks = 0;
+
+  bool routable() const { return healthy && !draining; }
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKER_SNAPSHOT_H_
