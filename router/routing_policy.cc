@@ -1,6 +1,7 @@
 #include "router/routing_policy.h"
 
 #include <algorithm>
+#include <string_view>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,13 @@ int DecodeLoad(const WorkerSnapshot& w) { return std::max(w.running + w.waiting,
 
 int PrefillQueue(const WorkerSnapshot& w) { return w.waiting + w.inflight; }
 
+// Smaller is better. Workers with room: least load, then most free blocks;
+// workers without: most free blocks (the likeliest to admit), then load.
+std::tuple<bool, int, int, std::string_view> DecodeKey(const WorkerSnapshot& w, bool fits) {
+  if (fits) return {false, DecodeLoad(w), -FreeBlocks(w), w.address};
+  return {true, -FreeBlocks(w), DecodeLoad(w), w.address};
+}
+
 }  // namespace
 
 std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,
@@ -37,11 +45,7 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
       best_fits = fits;
       continue;
     }
-    // Smaller tuple wins.
-    auto key = [](const WorkerSnapshot& s, bool f) {
-      return std::make_tuple(!f, f ? DecodeLoad(s) : 0, -FreeBlocks(s), DecodeLoad(s), s.address);
-    };
-    if (key(w, fits) < key(*best, best_fits)) {
+    if (DecodeKey(w, fits) < DecodeKey(*best, best_fits)) {
       best = &w;
       best_fits = fits;
     }
@@ -49,10 +53,9 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
   if (best == nullptr) return std::nullopt;
   const int needed = BlocksFor(prompt_len + max_tokens, best->block_size);
   return Pick{best->address,
-              absl::StrCat("decode ", best->address, ": ", FreeBlocks(*best), " free KV blocks",
-                           best_fits ? "" : " (fewer than", best_fits ? "" : " the ",
-                           best_fits ? "" : absl::StrCat(needed, " needed; no worker has room)"),
-                           ", load ", DecodeLoad(*best), ", best of ", routable, " routable")};
+              absl::StrCat("decode ", best->address, ": ", FreeBlocks(*best), " free KV blocks (",
+                           needed, " wanted", best_fits ? "" : ", no worker has room", "), load ",
+                           DecodeLoad(*best), ", best of ", routable, " routable")};
 }
 
 std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill,

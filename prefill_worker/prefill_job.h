@@ -1,0 +1,90 @@
+// What a prefill job is: the request (prompt, sampling, the decode worker's
+// KV lease), its result, and the loop's bookkeeping for it.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/engine/sampler.h"
+#include "common/kvcache/block_table.h"
+#include "kvtransfer/wire_format.h"
+
+namespace tandem::prefill {
+
+// Identifies a submitted job within one PrefillLoop; never reused. 0 = none.
+using JobId = uint64_t;
+
+struct PrefillJob {
+  // For logs and error messages only.
+  std::string request_id;
+  std::vector<int32_t> tokens;
+  SamplingParams sampling;
+  // The decode worker's TransferLease, serialised (opaque to callers).
+  std::string kv_descriptor;
+  // Bounds queueing, compute and the KV transfer.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct PrefillResult {
+  int32_t first_token = -1;
+  // Arrival until the job's first step.
+  int64_t queue_us = 0;
+  // First step until the first token was sampled.
+  int64_t prefill_us = 0;
+  // Last layer's KV written until the decode worker confirmed every byte.
+  int64_t kv_transfer_us = 0;
+  int64_t kv_bytes = 0;
+};
+
+// Called exactly once per Submit, from the loop's thread or the caller's.
+using PrefillDoneFn = absl::AnyInvocable<void(absl::StatusOr<PrefillResult>)>;
+
+namespace internal {
+
+// A job from submission to reply. Only the loop's thread touches it once it
+// has left the inbox.
+struct Job {
+  enum class State {
+    kQueued,        // waiting for blocks
+    kComputing,     // blocks held; prompt chunks left to compute
+    kTransferring,  // first token sampled; waiting for the decode worker
+  };
+
+  explicit Job(int block_size) : table(block_size) {}
+
+  JobId id = 0;
+  PrefillJob request;
+  PrefillDoneFn done;
+  kvtransfer::TransferLease lease;  // Parsed at submission.
+  State state = State::kQueued;
+  BlockTable table;
+
+  absl::Time arrived;
+  absl::Time started;     // First step.
+  absl::Time computed;    // First token sampled.
+  absl::Time last_layer;  // Last layer's KV written in the final step.
+  int32_t first_token = -1;
+
+  // The sender holds the job's blocks between Start and its done callback:
+  // they may not be released (or reused) in between.
+  bool transfer_started = false;
+  bool transfer_ended = false;
+  // Why the job failed while its transfer was still in flight; replied
+  // once the sender lets go of the blocks.
+  absl::Status failure;
+  bool finished = false;  // Replied; to be dropped from the active list.
+
+  int prompt_len() const { return static_cast<int>(request.tokens.size()); }
+  int remaining() const { return prompt_len() - table.num_tokens(); }
+};
+
+}  // namespace internal
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_JOB_H_

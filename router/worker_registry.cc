@@ -1,0 +1,389 @@
+#include "router/worker_registry.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+
+namespace tandem::router {
+namespace {
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+absl::StatusOr<HostPort> SplitTarget(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker target '", target, "' is not host:port with a port in 1..65535; ",
+        "pass e.g. 10.0.0.5:8200 or decode.tandem.svc.cluster.local:8200"));
+  }
+  std::string host = target.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return HostPort{host, target.substr(colon + 1)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target) {
+  absl::StatusOr<HostPort> hp = SplitTarget(target);
+  if (!hp.ok()) return hp.status();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(hp->host.c_str(), hp->port.c_str(), &hints, &result);
+  if (rc != 0) {
+    const std::string why = gai_strerror(rc);
+    if (rc == EAI_NONAME) {
+      return absl::NotFoundError(absl::StrCat("cannot resolve '", target, "': ", why));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", target, "': ", why));
+  }
+  std::set<std::string> addresses;
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (ai->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, ip, sizeof(ip));
+      addresses.insert(absl::StrCat(ip, ":", hp->port));
+    } else if (ai->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, ip,
+                sizeof(ip));
+      addresses.insert(absl::StrCat("[", ip, "]:", hp->port));
+    }
+  }
+  freeaddrinfo(result);
+  if (addresses.empty()) {
+    return absl::NotFoundError(absl::StrCat("'", target, "' resolved to no IP address"));
+  }
+  return std::vector<std::string>(addresses.begin(), addresses.end());
+}
+
+// ---------------------------------------------------------------------------
+// Worker
+
+Worker::Worker(std::string address, std::string target, WorkerRole role, const Clock& clock)
+    : address_(std::move(address)),
+      target_(std::move(target)),
+      role_(role),
+      clock_(clock),
+      channel_(rpc::MakeChannel(address_)) {
+  if (role_ == WorkerRole::kPrefill) {
+    prefill_stub_ = v1::PrefillWorker::NewStub(channel_);
+  } else {
+    decode_stub_ = v1::DecodeWorker::NewStub(channel_);
+  }
+}
+
+std::unique_ptr<Worker::Load> Worker::StartRequest() {
+  absl::MutexLock lock(&mu_);
+  ++inflight_;
+  return std::unique_ptr<Load>(new Load(this, next_load_id_++));
+}
+
+Worker::Load::~Load() {
+  absl::MutexLock lock(&worker_->mu_);
+  --worker_->inflight_;
+  // The request is over: the worker frees (or has freed) its blocks.
+  worker_->pending_.erase(id_);
+}
+
+void Worker::Load::ReserveBlocks(int blocks) {
+  absl::MutexLock lock(&worker_->mu_);
+  worker_->pending_[id_] = Pending{blocks, absl::InfiniteFuture()};
+}
+
+void Worker::Load::ConfirmReservation() {
+  absl::MutexLock lock(&worker_->mu_);
+  auto it = worker_->pending_.find(id_);
+  if (it != worker_->pending_.end()) it->second.confirmed = worker_->clock_.Now();
+}
+
+WorkerSnapshot Worker::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  WorkerSnapshot s;
+  s.address = address_;
+  s.target = target_;
+  s.role = role_;
+  s.healthy = healthy_;
+  s.draining = stats_.draining();
+  s.model = stats_.model();
+  s.vocab_size = stats_.vocab_size();
+  s.max_context = stats_.max_context();
+  s.block_size = stats_.block_size();
+  s.kv_blocks_total = stats_.kv_blocks_total();
+  s.kv_blocks_free = stats_.kv_blocks_free();
+  s.running = stats_.running();
+  s.waiting = stats_.waiting();
+  s.inflight = inflight_;
+  for (const auto& [id, p] : pending_) s.reserved_blocks += p.blocks;
+  return s;
+}
+
+void Worker::RecordPoll(absl::Time sent, const absl::StatusOr<v1::WorkerStats>& stats) {
+  absl::Status status = stats.status();
+  if (status.ok() && stats->role() != WorkerRoleName(role_)) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("it says it is a '", stats->role(), "' worker, but was given as a ",
+                     WorkerRoleName(role_), " worker; check --", WorkerRoleName(role_),
+                     "_workers"));
+  }
+  absl::MutexLock lock(&mu_);
+  const bool was_healthy = healthy_;
+  const bool was_draining = stats_.draining();
+  const bool first = !ever_polled_;
+  ever_polled_ = true;
+  healthy_ = status.ok();
+  if (healthy_) {
+    stats_ = *stats;
+    // The stats now include every reservation confirmed before the poll.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      it = it->second.confirmed <= sent ? pending_.erase(it) : std::next(it);
+    }
+  }
+  if (healthy_ && (!was_healthy || was_draining != stats_.draining())) {
+    LOG(INFO) << WorkerRoleName(role_) << " worker " << address_ << " is "
+              << (stats_.draining() ? "draining" : "healthy") << " (model '" << stats_.model()
+              << "', " << stats_.kv_blocks_free() << "/" << stats_.kv_blocks_total()
+              << " KV blocks free, max context " << stats_.max_context() << ")";
+  } else if (!healthy_ && (was_healthy || first)) {
+    LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_
+                 << " is unhealthy, not routing to it: " << status;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// WorkerRegistry
+
+absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryOptions options) {
+  if (options.decode_targets.empty()) {
+    return absl::InvalidArgumentError(
+        "no decode workers given; pass --decode_workers host:port[,host:port...]");
+  }
+  for (const auto* targets : {&options.prefill_targets, &options.decode_targets}) {
+    for (const std::string& t : *targets) {
+      if (absl::StatusOr<HostPort> hp = SplitTarget(t); !hp.ok()) return hp.status();
+    }
+  }
+  if (!options.resolver) options.resolver = ResolveTarget;
+  if (options.clock == nullptr) options.clock = &Clock::Real();
+  std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(std::move(options)));
+  registry->ResolveNow();
+  registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
+  registry->poll_thread_ = std::thread([r = registry.get()] { r->PollLoop(); });
+  return registry;
+}
+
+WorkerRegistry::WorkerRegistry(RegistryOptions options) : options_(std::move(options)) {}
+
+WorkerRegistry::~WorkerRegistry() { Stop(); }
+
+void WorkerRegistry::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+  if (resolve_thread_.joinable()) resolve_thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
+}
+
+bool WorkerRegistry::SleepUnlessStopped(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time until = absl::Now() + d;
+  while (!stopped_) {
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopped_), until)) break;
+    if (absl::Now() >= until) break;
+  }
+  return !stopped_;
+}
+
+void WorkerRegistry::ResolveLoop() {
+  while (SleepUnlessStopped(options_.resolve_interval)) ResolveNow();
+}
+
+void WorkerRegistry::PollLoop() {
+  do {
+    PollNow();
+  } while (SleepUnlessStopped(options_.health_interval));
+}
+
+void WorkerRegistry::ResolveNow() {
+  for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode}) {
+    const auto& targets =
+        role == WorkerRole::kPrefill ? options_.prefill_targets : options_.decode_targets;
+    // Resolve outside the lock: DNS can take seconds.
+    std::map<std::string, std::vector<std::string>> resolved;
+    std::map<std::string, std::string> failed;
+    for (const std::string& target : targets) {
+      absl::StatusOr<std::vector<std::string>> addresses = options_.resolver(target);
+      if (addresses.ok()) {
+        resolved[target] = *std::move(addresses);
+      } else {
+        failed[target] = addresses.status().ToString();
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    auto& workers = role == WorkerRole::kPrefill ? prefill_ : decode_;
+    std::map<std::string, std::string> wanted;  // address -> target
+    for (const auto& [target, addresses] : resolved) {
+      for (const std::string& a : addresses) wanted.emplace(a, target);
+    }
+    // A target that failed to resolve keeps its workers: a DNS hiccup must
+    // not empty the pool; health polls still take dead ones out of routing.
+    for (const auto& [address, worker] : workers) {
+      if (failed.contains(worker->target())) wanted.emplace(address, worker->target());
+    }
+    for (const auto& [target, error] : failed) {
+      std::string& last = resolve_errors_[target];
+      if (last != error) LOG(WARNING) << "worker target " << target << ": " << error;
+      last = error;
+    }
+    for (const auto& [target, addresses] : resolved) {
+      if (resolve_errors_.erase(target) > 0) {
+        LOG(INFO) << "worker target " << target << " resolves again";
+      }
+    }
+    for (auto it = workers.begin(); it != workers.end();) {
+      if (!wanted.contains(it->first)) {
+        LOG(INFO) << WorkerRoleName(role) << " worker " << it->first
+                  << " left the pool (no longer resolved)";
+        it = workers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [address, target] : wanted) {
+      if (workers.contains(address)) continue;
+      LOG(INFO) << WorkerRoleName(role) << " worker " << address << " joined the pool (from "
+                << target << ")";
+      workers.emplace(address, std::make_shared<Worker>(address, target, role, *options_.clock));
+    }
+  }
+}
+
+std::vector<std::shared_ptr<Worker>> WorkerRegistry::AllWorkers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Worker>> all;
+  for (const auto& [a, w] : prefill_) all.push_back(w);
+  for (const auto& [a, w] : decode_) all.push_back(w);
+  return all;
+}
+
+void WorkerRegistry::PollNow() {
+  absl::MutexLock poll_lock(&poll_mu_);
+  // Every worker is asked at once on gRPC's callback API so that one slow
+  // worker does not delay the others' health; the round ends when all have
+  // answered or hit the deadline.
+  struct Call {
+    std::shared_ptr<Worker> worker;
+    grpc::ClientContext ctx;
+    v1::StatsRequest request;
+    v1::WorkerStats response;
+    absl::Time sent;
+  };
+  struct Round {
+    absl::Mutex mu;
+    int outstanding ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto round = std::make_shared<Round>();
+  std::vector<std::shared_ptr<Call>> calls;
+  for (std::shared_ptr<Worker>& worker : AllWorkers()) {
+    auto call = std::make_shared<Call>();
+    call->worker = std::move(worker);
+    call->ctx.set_deadline(rpc::ToChrono(absl::Now() + options_.health_timeout));
+    call->sent = options_.clock->Now();
+    calls.push_back(call);
+  }
+  {
+    absl::MutexLock lock(&round->mu);
+    round->outstanding = static_cast<int>(calls.size());
+  }
+  for (const std::shared_ptr<Call>& call : calls) {
+    auto done = [call, round](grpc::Status status) {
+      if (status.ok()) {
+        call->worker->RecordPoll(call->sent, call->response);
+      } else {
+        call->worker->RecordPoll(call->sent, rpc::FromGrpc(status));
+      }
+      absl::MutexLock lock(&round->mu);
+      --round->outstanding;
+    };
+    if (call->worker->role() == WorkerRole::kPrefill) {
+      call->worker->prefill_stub()->async()->GetStats(&call->ctx, &call->request,
+                                                      &call->response, done);
+    } else {
+      call->worker->decode_stub()->async()->GetStats(&call->ctx, &call->request,
+                                                     &call->response, done);
+    }
+  }
+  {
+    absl::MutexLock lock(&round->mu);
+    auto all_done = [&round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(round->mu) {
+      return round->outstanding == 0;
+    };
+    // gRPC ends every call by its deadline; the margin covers scheduling.
+    if (!round->mu.AwaitWithTimeout(absl::Condition(&all_done),
+                                    options_.health_timeout + absl::Seconds(2))) {
+      LOG(WARNING) << "health poll round did not end in time; cancelling it";
+      for (const std::shared_ptr<Call>& call : calls) call->ctx.TryCancel();
+      round->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(2));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ++poll_rounds_;
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::Snapshot(WorkerRole role) const {
+  std::vector<std::shared_ptr<Worker>> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [a, w] : role == WorkerRole::kPrefill ? prefill_ : decode_) {
+      workers.push_back(w);
+    }
+  }
+  std::vector<WorkerSnapshot> out;
+  out.reserve(workers.size());
+  for (const auto& w : workers) out.push_back(w->Snapshot());
+  return out;
+}
+
+std::shared_ptr<Worker> WorkerRegistry::Find(WorkerRole role, const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  const auto& workers = role == WorkerRole::kPrefill ? prefill_ : decode_;
+  auto it = workers.find(address);
+  return it == workers.end() ? nullptr : it->second;
+}
+
+bool WorkerRegistry::WaitForRoutable(WorkerRole role, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    for (const WorkerSnapshot& s : Snapshot(role)) {
+      if (s.routable()) return true;
+    }
+    absl::MutexLock lock(&mu_);
+    const uint64_t seen = poll_rounds_;
+    auto next_round = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return poll_rounds_ != seen || stopped_;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&next_round), deadline)) return false;
+    if (stopped_) return false;
+  }
+}
+
+}  // namespace tandem::router

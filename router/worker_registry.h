@@ -1,0 +1,176 @@
+// WorkerRegistry: the router's live view of the prefill and decode pools.
+//
+// Workers are given as targets, "host:port" per role. A host may be a DNS
+// name that resolves to several addresses (a Kubernetes headless Service):
+// every resolved ip:port is one worker, and names are resolved again every
+// resolve_interval so that workers join and leave as pods come and go. Each
+// worker is polled with GetStats every health_interval on a background
+// thread; a failed poll makes it unhealthy (not routable) until a poll
+// succeeds again, and a worker that reports `draining` is not routable.
+//
+// Thread-safe. Worker objects are shared: a request keeps using its worker
+// after the worker left the registry.
+#ifndef TANDEM_ROUTER_WORKER_REGISTRY_H_
+#define TANDEM_ROUTER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "router/worker_snapshot.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::router {
+
+// Resolves "host:port" to the worker addresses ("ip:port", "[ipv6]:port").
+using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string&)>;
+
+// getaddrinfo over IPv4 and IPv6, duplicates removed, sorted. NOT_FOUND /
+// UNAVAILABLE naming the target when the name does not resolve;
+// INVALID_ARGUMENT when the target is not host:port.
+absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target);
+
+// One worker: its channel and stubs, its last stats, and the load this
+// router has put on it. Thread-safe.
+class Worker {
+ public:
+  Worker(std::string address, std::string target, WorkerRole role, const Clock& clock);
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  const std::string& address() const { return address_; }
+  // The host:port target it was resolved from.
+  const std::string& target() const { return target_; }
+  WorkerRole role() const { return role_; }
+  // The stub of the worker's role; the other one is null.
+  v1::PrefillWorker::Stub* prefill_stub() const { return prefill_stub_.get(); }
+  v1::DecodeWorker::Stub* decode_stub() const { return decode_stub_.get(); }
+
+  // One request of this router on the worker, counted in `inflight` until
+  // destroyed. Thread-compatible; the Worker must outlive it (hold the
+  // shared_ptr).
+  class Load {
+   public:
+    ~Load();
+    Load(const Load&) = delete;
+    Load& operator=(const Load&) = delete;
+
+    // The request asks the worker to reserve `blocks` KV blocks: they count
+    // against its free blocks in snapshots until a stats poll started after
+    // ConfirmReservation() answered (the stats then include them).
+    void ReserveBlocks(int blocks);
+    // The worker has reserved the blocks (its reply arrived).
+    void ConfirmReservation();
+
+   private:
+    friend class Worker;
+    Load(Worker* worker, uint64_t id) : worker_(worker), id_(id) {}
+    Worker* worker_;
+    uint64_t id_;
+  };
+  std::unique_ptr<Load> StartRequest();
+
+  WorkerSnapshot Snapshot() const;
+
+  // Records a GetStats poll sent at `sent` (from the registry's poller).
+  void RecordPoll(absl::Time sent, const absl::StatusOr<v1::WorkerStats>& stats);
+
+ private:
+  struct Pending {
+    int blocks = 0;
+    absl::Time confirmed = absl::InfiniteFuture();
+  };
+
+  // Constant after construction.
+  const std::string address_;
+  const std::string target_;
+  const WorkerRole role_;
+  const Clock& clock_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub_;
+  std::unique_ptr<v1::DecodeWorker::Stub> decode_stub_;
+
+  mutable absl::Mutex mu_;
+  bool healthy_ ABSL_GUARDED_BY(mu_) = false;
+  bool ever_polled_ ABSL_GUARDED_BY(mu_) = false;
+  v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_load_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+struct RegistryOptions {
+  std::vector<std::string> prefill_targets;  // may be empty: colocated mode
+  std::vector<std::string> decode_targets;   // at least one
+  absl::Duration resolve_interval = absl::Seconds(5);
+  absl::Duration health_interval = absl::Milliseconds(500);
+  absl::Duration health_timeout = absl::Seconds(1);
+  // Tests resolve names their own way; default ResolveTarget.
+  Resolver resolver;
+  // Stamps polls and reservations. Must outlive the registry.
+  const Clock* clock = &Clock::Real();
+};
+
+class WorkerRegistry {
+ public:
+  // Checks the targets, resolves them once (a name that does not resolve yet
+  // is retried later, with a warning) and starts the background threads.
+  // INVALID_ARGUMENT for a malformed target or no decode target.
+  static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(RegistryOptions options);
+
+  ~WorkerRegistry();  // Stop()s.
+
+  // Ends the background threads and outstanding polls (bounded). Idempotent.
+  void Stop();
+
+  // Every current worker of `role`, sorted by address.
+  std::vector<WorkerSnapshot> Snapshot(WorkerRole role) const;
+  // The worker at `address`, or null when it has left the pool.
+  std::shared_ptr<Worker> Find(WorkerRole role, const std::string& address) const;
+
+  // Waits up to `timeout` until some worker of `role` is routable.
+  bool WaitForRoutable(WorkerRole role, absl::Duration timeout) const;
+
+  // Resolve and poll now, synchronously, instead of waiting for the
+  // background threads (start-up, tests).
+  void ResolveNow();
+  void PollNow();
+
+ private:
+  explicit WorkerRegistry(RegistryOptions options);
+  void ResolveLoop();
+  void PollLoop();
+  // Waits `d` or until Stop(); false once stopped.
+  bool SleepUnlessStopped(absl::Duration d);
+  std::vector<std::shared_ptr<Worker>> AllWorkers() const;
+
+  // Constant after construction.
+  const RegistryOptions options_;
+
+  mutable absl::Mutex mu_;
+  // Per role, address -> worker.
+  std::map<std::string, std::shared_ptr<Worker>> prefill_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Worker>> decode_ ABSL_GUARDED_BY(mu_);
+  // Last resolution error per target, logged when it changes.
+  std::map<std::string, std::string> resolve_errors_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped after every poll round, so that waiters re-check.
+  uint64_t poll_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex poll_mu_;  // One poll round at a time.
+  std::thread resolve_thread_;
+  std::thread poll_thread_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKER_REGISTRY_H_

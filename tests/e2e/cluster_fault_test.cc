@@ -1,0 +1,180 @@
+// Workers dying or draining under load, with real processes. A synthetic
+// model with a long context (random weights, so no fixtures needed) keeps
+// streams running long enough to kill a worker in the middle of them.
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/base/logging.h"
+#include "common/model/llama2c_checkpoint.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/cluster_harness.h"
+#include "tests/testing/model_files.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ClusterFaultTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const ModelConfig shape{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6,
+                            .n_kv_heads = 6, .vocab_size = 512, .seq_len = 2048};
+    model_ = TempDir() + "/fault-model.bin";
+    tokenizer_ = TempDir() + "/fault-tokenizer.bin";
+    auto weights = MakeSyntheticModel(shape, 7);
+    CHECK_OK(weights.status());
+    CHECK_OK(WriteLlama2cCheckpoint(**weights, model_));
+    auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
+    CHECK_OK(bytes.status());
+    std::ofstream(tokenizer_, std::ios::binary) << *bytes;
+  }
+
+  void StartCluster(ClusterOptions options) {
+    options.model = model_;
+    options.tokenizer = tokenizer_;
+    auto cluster = Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(cluster).value();
+  }
+
+  static std::string model_, tokenizer_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+std::string ClusterFaultTest::model_;
+std::string ClusterFaultTest::tokenizer_;
+
+// A stream run on its own thread, which signals once its first message is in.
+struct LiveStream {
+  absl::Notification started;
+  Completion result;
+  std::thread thread;
+
+  void Run(v1::Router::Stub& router, v1::GenerateRequest request) {
+    thread = std::thread([this, &router, request] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+      auto reader = router.Generate(&ctx, request);
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        result.tokens.insert(result.tokens.end(), response.token_ids().begin(),
+                             response.token_ids().end());
+        if (response.has_finished()) result.finished = response.finished();
+        if (!started.HasBeenNotified()) started.Notify();
+      }
+      result.status = reader->Finish();
+      if (!started.HasBeenNotified()) started.Notify();
+    });
+  }
+};
+
+TEST_F(ClusterFaultTest, PrefillWorkerKilledUnderLoadRequestsStillComplete) {
+  StartCluster({.prefill = 2, .decode = 2});
+  constexpr int kClients = 12, kRequestsEach = 6;
+  std::atomic<int> done{0};
+  std::vector<std::vector<Completion>> got(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      for (int r = 0; r < kRequestsEach; ++r) {
+        got[i].push_back(RunGenerate(cluster_->router(),
+                                     TextRequest(absl::StrCat("the story ", i, " part ", r), 24)));
+        ++done;
+      }
+    });
+  }
+  // Kill a prefill worker once the load is running.
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (done < kClients && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+  cluster_->prefill(0).process->Kill();
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    for (const Completion& c : got[i]) {
+      ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
+      EXPECT_EQ(c.finished.usage().completion_tokens(), static_cast<int>(c.tokens.size()));
+    }
+  }
+  // New requests go to the surviving prefill worker.
+  const Completion after = RunGenerate(cluster_->router(), TextRequest("after the kill", 8));
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.finished.prefill_worker(), cluster_->prefill(1).address);
+  const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
+}
+
+TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
+  StartCluster({.prefill = 1, .decode = 2});
+  constexpr int kStreams = 6;
+  std::vector<LiveStream> streams(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    streams[i].Run(cluster_->router(), TextRequest(absl::StrCat("long story ", i), 1800));
+  }
+  for (LiveStream& s : streams) ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  const std::string victim = cluster_->decode(0).address;
+  cluster_->decode(0).process->Kill();
+  const absl::Time killed = absl::Now();
+  for (LiveStream& s : streams) s.thread.join();
+  const absl::Duration to_end = absl::Now() - killed;
+
+  int lost = 0, finished = 0;
+  for (const LiveStream& s : streams) {
+    if (s.result.status.ok()) {
+      ++finished;
+      EXPECT_EQ(s.result.finished.decode_worker(), cluster_->decode(1).address);
+    } else {
+      ++lost;
+      EXPECT_EQ(s.result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+      EXPECT_THAT(s.result.status.error_message(), HasSubstr(victim));
+      EXPECT_THAT(s.result.status.error_message(), HasSubstr("lost"));
+    }
+  }
+  EXPECT_GT(lost, 0) << "no stream was on the killed worker";
+  EXPECT_GT(finished, 0) << "streams on the other worker must go on";
+  EXPECT_LT(to_end, absl::Seconds(60));
+
+  // The router stops routing to the dead worker.
+  for (int i = 0; i < 6; ++i) {
+    const Completion c = RunGenerate(cluster_->router(), TextRequest(absl::StrCat("next ", i), 8));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
+    EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
+  }
+  const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
+}
+
+TEST_F(ClusterFaultTest, SigtermDrainsAWorkerWithoutLosingItsStreams) {
+  StartCluster({.prefill = 1, .decode = 2});
+  constexpr int kStreams = 4;
+  std::vector<LiveStream> streams(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    streams[i].Run(cluster_->router(), TextRequest(absl::StrCat("drain story ", i), 600));
+  }
+  for (LiveStream& s : streams) ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  cluster_->decode(0).process->Signal(SIGTERM);
+  for (LiveStream& s : streams) s.thread.join();
+  for (const LiveStream& s : streams) {
+    ASSERT_TRUE(s.result.status.ok()) << s.result.status.error_message() << "\n"
+                                      << cluster_->Logs();
+    EXPECT_EQ(s.result.finished.usage().completion_tokens(),
+              static_cast<int>(s.result.tokens.size()));
+  }
+  EXPECT_EQ(cluster_->decode(0).process->Wait(absl::Seconds(40)), 0) << cluster_->Logs();
+  const Completion c = RunGenerate(cluster_->router(), TextRequest("after the drain", 8));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
+  EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
+}
+
+}  // namespace
+}  // namespace tandem::testing

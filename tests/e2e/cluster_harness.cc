@@ -1,0 +1,181 @@
+#include "tests/e2e/cluster_harness.h"
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+#include "tests/testing/model_files.h"
+
+namespace tandem::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Tail(const std::string& text, int lines) {
+  size_t at = text.size();
+  for (int i = 0; i <= lines && at != std::string::npos && at > 0; ++i) {
+    at = text.rfind('\n', at - 1);
+  }
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
+}  // namespace
+
+absl::Status Cluster::StartMember(Member& m, const std::string& binary,
+                                  std::vector<std::string> args) {
+  const std::string port_file = absl::StrCat(dir_, "/", m.name, ".port");
+  m.log = absl::StrCat(dir_, "/", m.name, ".log");
+  args.insert(args.begin(), binary);
+  args.push_back("--listen=127.0.0.1:0");
+  args.push_back("--port_file=" + port_file);
+  m.process = std::make_unique<Child>(args, m.log);
+  if (!m.process->running()) return absl::InternalError(absl::StrCat("cannot start ", binary));
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    const std::string port = ReadFile(port_file);
+    if (!port.empty() && port.back() == '\n') {
+      m.address = absl::StrCat("127.0.0.1:", port.substr(0, port.size() - 1));
+      return absl::OkStatus();
+    }
+    if (m.process->Wait(absl::ZeroDuration()) != -1) {
+      return absl::InternalError(
+          absl::StrCat(m.name, " exited during start-up:\n", Tail(ReadFile(m.log), 20)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(m.name, " did not write ", port_file,
+                                                  " within 60 s:\n", Tail(ReadFile(m.log), 20)));
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
+  static std::atomic<int> serial{0};
+  std::unique_ptr<Cluster> c(new Cluster());
+  c->dir_ = absl::StrCat(TempDir(), "/cluster-", serial++);
+  std::filesystem::create_directories(c->dir_);
+
+  std::vector<std::string> worker = {"--model=" + options.model, "--threads=1"};
+  std::vector<std::string> prefill_addresses, decode_addresses;
+  for (int i = 0; i < options.prefill; ++i) {
+    Member& m = c->prefill_.emplace_back();
+    m.name = absl::StrCat("prefill-", i);
+    std::vector<std::string> args = worker;
+    args.insert(args.end(), options.prefill_flags.begin(), options.prefill_flags.end());
+    if (absl::Status s = c->StartMember(m, TANDEM_PREFILL_BIN, args); !s.ok()) return s;
+    prefill_addresses.push_back(m.address);
+  }
+  for (int i = 0; i < options.decode; ++i) {
+    Member& m = c->decode_.emplace_back();
+    m.name = absl::StrCat("decode-", i);
+    std::vector<std::string> args = worker;
+    args.insert(args.end(), options.decode_flags.begin(), options.decode_flags.end());
+    if (absl::Status s = c->StartMember(m, TANDEM_DECODE_BIN, args); !s.ok()) return s;
+    decode_addresses.push_back(m.address);
+  }
+  c->router_.name = "router";
+  std::vector<std::string> args = {
+      "--tokenizer=" + options.tokenizer,
+      "--prefill_workers=" + absl::StrJoin(prefill_addresses, ","),
+      "--decode_workers=" + absl::StrJoin(decode_addresses, ","),
+  };
+  args.insert(args.end(), options.router_flags.begin(), options.router_flags.end());
+  if (absl::Status s = c->StartMember(c->router_, TANDEM_ROUTER_BIN, args); !s.ok()) return s;
+  c->router_stub_ = v1::Router::NewStub(rpc::MakeChannel(c->router_.address));
+  return c;
+}
+
+Cluster::~Cluster() {
+  // Router first, so that no stream is left waiting on a dead worker.
+  router_.process.reset();
+  prefill_.clear();
+  decode_.clear();
+}
+
+absl::StatusOr<v1::WorkerStats> Cluster::Stats(const Member& worker) const {
+  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(worker.address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
+  v1::WorkerStats stats;
+  const grpc::Status status =
+      worker.name.rfind("prefill", 0) == 0
+          ? v1::PrefillWorker::NewStub(channel)->GetStats(&ctx, v1::StatsRequest(), &stats)
+          : v1::DecodeWorker::NewStub(channel)->GetStats(&ctx, v1::StatsRequest(), &stats);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return stats;
+}
+
+absl::Status Cluster::WaitUntilIdle(absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> busy;
+  do {
+    busy.clear();
+    for (const std::vector<Member>* pool : {&prefill_, &decode_}) {
+      for (const Member& m : *pool) {
+        if (!m.process->running()) continue;
+        absl::StatusOr<v1::WorkerStats> s = Stats(m);
+        if (!s.ok()) {
+          busy.push_back(absl::StrCat(m.name, ": ", s.status().ToString()));
+        } else if (s->kv_blocks_free() != s->kv_blocks_total() || s->running() != 0 ||
+                   s->waiting() != 0) {
+          busy.push_back(absl::StrCat(m.name, ": ", s->kv_blocks_free(), " of ",
+                                      s->kv_blocks_total(), " blocks free, ", s->running(),
+                                      " running, ", s->waiting(), " waiting"));
+        }
+      }
+    }
+    if (busy.empty()) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < deadline);
+  return absl::DeadlineExceededError(absl::StrJoin(busy, "; "));
+}
+
+std::string Cluster::Logs() const {
+  std::string out;
+  auto add = [&](const Member& m) {
+    absl::StrAppend(&out, "---- ", m.name, " (", m.log, ")\n", Tail(ReadFile(m.log), 15), "\n");
+  };
+  add(router_);
+  for (const Member& m : prefill_) add(m);
+  for (const Member& m : decode_) add(m);
+  return out;
+}
+
+Completion RunGenerate(v1::Router::Stub& router, const v1::GenerateRequest& request,
+                       absl::Duration timeout) {
+  Completion c;
+  const absl::Time start = absl::Now();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(start + timeout));
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      router.Generate(&ctx, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    ++c.messages;
+    c.tokens.insert(c.tokens.end(), response.token_ids().begin(), response.token_ids().end());
+    c.text += response.text();
+    if (response.has_finished()) c.finished = response.finished();
+  }
+  c.status = reader->Finish();
+  c.elapsed = absl::Now() - start;
+  return c;
+}
+
+v1::GenerateRequest TextRequest(const std::string& text, int max_tokens) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,94 @@
+// A real tandem cluster for end-to-end tests: tandem-router, tandem-prefill
+// and tandem-decode processes on loopback (gRPC on ports the processes pick,
+// KV over UCX), logs in a temporary folder, every process killed when the
+// cluster object goes away.
+#ifndef TANDEM_TESTS_E2E_CLUSTER_HARNESS_H_
+#define TANDEM_TESTS_E2E_CLUSTER_HARNESS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tandem/v1/generate.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/testing/child_process.h"
+
+namespace tandem::testing {
+
+struct ClusterOptions {
+  int prefill = 2;
+  int decode = 2;
+  std::string model;
+  std::string tokenizer;
+  // Extra flags for each kind of process.
+  std::vector<std::string> router_flags;
+  std::vector<std::string> prefill_flags;
+  std::vector<std::string> decode_flags;
+};
+
+// One worker or router process and its gRPC address.
+struct Member {
+  std::string name;
+  std::string log;
+  std::unique_ptr<Child> process;
+  std::string address;  // 127.0.0.1:port
+};
+
+class Cluster {
+ public:
+  // Starts the workers, waits for their ports, then the router (bounded).
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
+  ~Cluster();
+
+  v1::Router::Stub& router() { return *router_stub_; }
+  Member& router_member() { return router_; }
+  Member& prefill(int i) { return prefill_[i]; }
+  Member& decode(int i) { return decode_[i]; }
+  int num_prefill() const { return static_cast<int>(prefill_.size()); }
+  int num_decode() const { return static_cast<int>(decode_.size()); }
+
+  absl::StatusOr<v1::WorkerStats> Stats(const Member& worker) const;
+
+  // Waits until every worker that is still running reports all its KV
+  // blocks free and nothing running or waiting; the error lists those that
+  // do not.
+  absl::Status WaitUntilIdle(absl::Duration timeout) const;
+
+  // The last lines of every log, for failure messages.
+  std::string Logs() const;
+
+ private:
+  Cluster() = default;
+  absl::Status StartMember(Member& m, const std::string& binary, std::vector<std::string> args);
+
+  std::string dir_;
+  Member router_;
+  std::vector<Member> prefill_;
+  std::vector<Member> decode_;
+  std::unique_ptr<v1::Router::Stub> router_stub_;
+};
+
+// What one Generate stream returned.
+struct Completion {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::Finished finished;
+  int messages = 0;
+  absl::Duration elapsed;
+};
+
+// Runs one Generate call to the end (or `timeout`).
+Completion RunGenerate(v1::Router::Stub& router, const v1::GenerateRequest& request,
+                       absl::Duration timeout = absl::Seconds(60));
+
+v1::GenerateRequest TextRequest(const std::string& text, int max_tokens);
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_E2E_CLUSTER_HARNESS_H_
