@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# The main job: builds tandem and streams a story from the stories260K
-# fixture model (../shared/models, or $TANDEM_MODELS). Without the fixtures it
-# generates a synthetic model and streams token ids from it instead.
-# Extra arguments go to tandem-generate, e.g. --prompt "Once upon a time".
+# The main job: builds tandem, starts a local cluster (a router, two prefill
+# and two decode workers on loopback, KV moving over UCX) serving the
+# stories260K fixture model (../shared/models, or $TANDEM_MODELS; a synthetic
+# model when the fixtures are absent), streams a story through it with
+# tandem-cli, and stops the cluster. Extra arguments go to tandem-cli, e.g.
+#   ./scripts/demo.sh --prompt "Once upon a time" --max-tokens 200
+# TANDEM_KEEP_CLUSTER=1 leaves the cluster running (stop it with
+# deploy/local/cluster.sh down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
-models="${TANDEM_MODELS:-../shared/models}"
-if [ -f "$models/stories260K.bin" ] && [ -f "$models/tok512.bin" ]; then
-  exec ./build/bin/tandem-generate --model "$models/stories260K.bin" \
-    --tokenizer "$models/tok512.bin" --max-tokens 256 "$@"
+port="${TANDEM_PORT:-8100}"
+export TANDEM_CLUSTER_DIR="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
+deploy/local/cluster.sh down >/dev/null 2>&1 || true
+deploy/local/cluster.sh up --port "$port"
+if [ "${TANDEM_KEEP_CLUSTER:-0}" != 1 ]; then
+  trap 'deploy/local/cluster.sh down' EXIT
 fi
-echo "demo: no fixtures in $models; using a synthetic model (random weights, token ids)" >&2
-synthetic=build/synthetic-stories260K.bin
-[ -f "$synthetic" ] || ./build/bin/tandem-synth --output "$synthetic" --shape custom \
-  --dim 64 --hidden_dim 172 --n_layers 5 --n_heads 8 --n_kv_heads 4 --vocab_size 512 \
-  --seq_len 512 >&2
-exec ./build/bin/tandem-generate --model "$synthetic" --max-tokens 64 "$@"
+./build/bin/tandem-cli generate --router "127.0.0.1:$port" --prompt "Once upon a time" \
+  --max-tokens 256 "$@"
+echo

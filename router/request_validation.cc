@@ -1,0 +1,91 @@
+#include "router/request_validation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+
+absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
+                                             const Tokenizer* tokenizer) {
+  ValidRequest out;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) {
+        return absl::InvalidArgumentError("prompt text is empty; send a non-empty prompt");
+      }
+      if (tokenizer == nullptr) {
+        return absl::InvalidArgumentError(
+            "this router has no tokenizer; send the prompt as token_ids");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.text(), true);
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot tokenize the prompt text: ", ids.status().message()));
+      }
+      out.prompt = *std::move(ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      if (request.token_ids().ids().empty()) {
+        return absl::InvalidArgumentError("prompt token_ids is empty; send at least one token");
+      }
+      out.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      break;
+    default:
+      return absl::InvalidArgumentError("no prompt; set either text or token_ids");
+  }
+  if (request.max_tokens() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens is ", request.max_tokens(), "; it must be at least 1"));
+  }
+  const v1::SamplingParams& s = request.sampling();
+  if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature is ", s.temperature(), "; it must be >= 0 (0 = greedy)"));
+  }
+  if (s.top_k() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k is ", s.top_k(), "; it must be >= 0 (0 = no limit)"));
+  }
+  if (s.has_top_p() && !(s.top_p() > 0 && s.top_p() <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p is ", s.top_p(), "; it must be in (0, 1] (1 or unset = no cut)"));
+  }
+  for (const std::string& stop : request.stop()) {
+    if (stop.empty()) {
+      return absl::InvalidArgumentError("a stop string is empty; remove it");
+    }
+    out.stop.push_back(stop);
+  }
+  if (request.timeout_ms() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "timeout_ms is ", request.timeout_ms(), "; it must be >= 0 (0 = the router's default)"));
+  }
+  out.sampling = s;
+  out.max_tokens = request.max_tokens();
+  if (tokenizer != nullptr) out.stop_token_ids.push_back(tokenizer->eos_id());
+  return out;
+}
+
+absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size,
+                              int max_context) {
+  if (vocab_size > 0) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt token ", i, " is ", prompt[i], ", outside the vocabulary [0, ",
+                         vocab_size, "); send token ids of this model"));
+      }
+    }
+  }
+  if (max_context > 0 && static_cast<int64_t>(prompt.size()) >= max_context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt has ", prompt.size(), " tokens but the model's context is ",
+                     max_context, " tokens; shorten the prompt to at most ", max_context - 1,
+                     " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::router
