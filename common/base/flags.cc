@@ -19,7 +19,8 @@ void ParseToolFlags(int argc, char** argv, std::string_view usage) {
   // after the binary).
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view path) {
-    return absl::StrContains(path, "tools/") || absl::StrContains(path, "_main.cc");
+    return absl::StrContains(path, "tools/") || absl::StrContains(path, "_main.cc") ||
+           absl::EndsWith(path, "/main.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);

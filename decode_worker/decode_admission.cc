@@ -1,0 +1,206 @@
+// Admission of requests and the remote-prefill protocol of the decode loop:
+// validating and reserving, leasing the KV destination, Start, Cancel, and
+// committing a received KV cache into the running batch.
+#include <algorithm>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "decode_worker/decode_loop.h"
+#include "decode_worker/sequence.h"
+
+namespace tandem::decode {
+
+absl::Status DecodeLoop::Validate(const Request& r) const {
+  if (r.prompt.empty()) {
+    return absl::InvalidArgumentError("prompt is empty; send at least one token (e.g. BOS)");
+  }
+  if (static_cast<int64_t>(r.prompt.size()) >= config_.seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", r.prompt.size(), " tokens; the model's context is ",
+                     config_.seq_len, ", so it must be shorter than that"));
+  }
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", r.prompt[i],
+                                                     "; token ids must be in [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  for (int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop token id ", id, " is out of range; ids must be in [0, ", config_.vocab_size, ")"));
+    }
+  }
+  if (r.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens is ", r.max_tokens, "; it must be at least 1"));
+  }
+  if (!r.local_prefill && r.request_id.empty()) {
+    return absl::InvalidArgumentError(
+        "request_id is empty; a request without local_prefill needs one (Start names it)");
+  }
+  return r.sampling.Validate();
+}
+
+void DecodeLoop::Admit(SubmitCmd cmd) {
+  auto fail_now = [&](const absl::Status& status) {
+    cmd.sink->OnFailed(status);
+    ++failed_;
+    absl::MutexLock lock(&mu_);
+    --held_;
+  };
+  if (by_request_id_.contains(cmd.request.request_id)) {
+    return fail_now(absl::AlreadyExistsError(absl::StrCat(
+        "request_id '", cmd.request.request_id, "' is already in use on this decode worker")));
+  }
+  // Room for every token the request may hold: its KV never runs out.
+  const int tokens = static_cast<int>(std::min<int64_t>(
+      static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.max_tokens, config_.seq_len));
+  BlockPool& pool = engine_->block_pool();
+  const int needed = BlocksFor(tokens, engine_->kv_layout().block_size);
+  if (needed > pool.num_blocks()) {
+    return fail_now(absl::ResourceExhaustedError(absl::StrCat(
+        "request needs ", needed, " KV blocks (", tokens, " tokens) but this worker's pool has ",
+        pool.num_blocks(), " in all; lower max_tokens or shorten the prompt")));
+  }
+  BlockTable table = engine_->NewSequence();
+  if (absl::Status s = table.Reserve(tokens, pool); !s.ok()) {
+    return fail_now(absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache full: request needs ", needed, " blocks (", tokens, " tokens), ", pool.num_free(),
+        " of ", pool.num_blocks(), " are free; retry later or on another worker")));
+  }
+  auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink),
+                                          std::move(table));
+  Sequence& seq = *owned;
+  seq.admitted = cmd.admitted;
+  sequences_[seq.ticket] = std::move(owned);
+  by_request_id_[seq.request.request_id] = seq.ticket;
+  if (seq.request.local_prefill) {
+    seq.state = Sequence::State::kPrefilling;
+    seq.started = seq.admitted;
+    return;
+  }
+  if (absl::Status s = ExpectKv(seq); !s.ok()) Fail(seq, s);
+}
+
+absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
+  // The prompt's blocks, layer by layer, runs of adjacent ids merged: the
+  // layout a prefill worker sends (see the contract's "Layer slices").
+  const KvLayout& layout = engine_->kv_layout();
+  const int prompt_blocks = BlocksFor(seq.prompt_len(), layout.block_size);
+  const uint64_t block_bytes = layout.block_floats() * sizeof(float);
+  const std::span<const int32_t> blocks = seq.table.blocks().first(prompt_blocks);
+  std::vector<std::vector<kvtransfer::Slice>> layers(layout.n_layers);
+  for (int l = 0; l < layout.n_layers; ++l) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
+        layers[l].back().length += block_bytes;
+      } else {
+        layers[l].push_back(kvtransfer::Slice{
+            kv_region_, layout.BlockOffset(l, blocks[i]) * sizeof(float), block_bytes});
+      }
+    }
+  }
+  const Ticket ticket = seq.ticket;
+  seq.reserved = clock_->Now();
+  seq.lease_deadline = seq.reserved + options_.kv_timeout;
+  ASSIGN_OR_RETURN(kvtransfer::TransferLease lease,
+                   receiver_->Expect(kvtransfer::ReceiveRequest{
+                       .request_id = ticket,
+                       .layers = std::move(layers),
+                       .deadline = seq.lease_deadline,
+                       .done = [this, ticket](uint64_t, uint64_t, const absl::Status& status) {
+                         OnLeaseDone(ticket, status);
+                       }}));
+  seq.lease_pending = true;
+  seq.generation = lease.generation;
+  seq.sink->OnReserved(lease.Serialize(), lease.generation);
+  return absl::OkStatus();
+}
+
+void DecodeLoop::HandleStart(StartCmd cmd) {
+  auto it = by_request_id_.find(cmd.request_id);
+  if (it == by_request_id_.end()) {
+    cmd.done(absl::NotFoundError(absl::StrCat(
+        "request '", cmd.request_id,
+        "' holds no reservation here (never reserved, or cancelled, expired or finished)")));
+    return;
+  }
+  Sequence& seq = *sequences_.at(it->second);
+  if (seq.request.local_prefill) {
+    cmd.done(absl::FailedPreconditionError(
+        absl::StrCat("request '", cmd.request_id, "' prefills locally; it takes no Start")));
+    return;
+  }
+  if (cmd.generation != seq.generation) {
+    cmd.done(absl::FailedPreconditionError(
+        absl::StrCat("Start for request '", cmd.request_id, "' names generation ", cmd.generation,
+                     " but its reservation has generation ", seq.generation, " (stale lease)")));
+    return;
+  }
+  if (seq.first_token.has_value()) {
+    cmd.done(absl::FailedPreconditionError(
+        absl::StrCat("request '", cmd.request_id, "' was already started")));
+    return;
+  }
+  if (cmd.first_token < 0 || cmd.first_token >= config_.vocab_size) {
+    cmd.done(absl::InvalidArgumentError(absl::StrCat("first_token ", cmd.first_token,
+                                                     " is out of range; ids must be in [0, ",
+                                                     config_.vocab_size, ")")));
+    return;
+  }
+  seq.first_token = cmd.first_token;
+  seq.started = cmd.received;
+  seq.start_done = std::move(cmd.done);
+  // Otherwise it waits for the lease: OnLeaseDone commits or fails it.
+  if (seq.kv_complete) Commit(seq);
+}
+
+void DecodeLoop::HandleCancel(Ticket ticket) {
+  auto it = sequences_.find(ticket);
+  if (it == sequences_.end() || it->second->ended) return;
+  Fail(*it->second, absl::CancelledError(absl::StrCat("request '", it->second->request.request_id,
+                                                      "' cancelled by the client")));
+}
+
+void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
+  auto it = sequences_.find(ticket);
+  if (it == sequences_.end()) return;
+  Sequence& seq = *it->second;
+  seq.lease_pending = false;
+  if (seq.ended) {
+    Remove(seq);  // The receiver has let go of the destination at last.
+    return;
+  }
+  if (!status.ok()) {
+    Fail(seq, status);
+    return;
+  }
+  seq.kv_complete = true;
+  seq.kv_wait = clock_->Now() - seq.reserved;
+  if (seq.first_token.has_value()) Commit(seq);
+}
+
+void DecodeLoop::Commit(Sequence& seq) {
+  seq.table.Advance(seq.prompt_len());
+  if (seq.start_done) std::exchange(seq.start_done, nullptr)(absl::OkStatus());
+  seq.state = Sequence::State::kRunning;
+  // The prefill worker sampled the first token with a Sampler of the same
+  // parameters and seed, which drew once from its random stream (unless
+  // greedy). Skip that draw so that the tokens that follow are exactly those
+  // a local run of the request gives.
+  const float one_logit = 0.0f;
+  (void)seq.sampler.Sample(std::span<const float>(&one_logit, 1));
+  // The first token counts, but the client already has it: not emitted again.
+  const int32_t first = *seq.first_token;
+  if (seq.IsStop(first)) return Finish(seq, FinishReason::kEos);
+  seq.generated = 1;
+  if (seq.request.max_tokens <= 1) return Finish(seq, FinishReason::kLength);
+  seq.next_input = first;
+}
+
+}  // namespace tandem::decode

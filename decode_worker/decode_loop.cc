@@ -1,0 +1,298 @@
+#include "decode_worker/decode_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "decode_worker/sequence.h"
+
+namespace tandem::decode {
+
+namespace {
+
+// How long the loop sleeps with nothing to do: on the transport while KV is
+// arriving (short, so that inbox commands are not held up), else on the
+// inbox (bounded, so that reservation deadlines are noticed).
+constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
+constexpr absl::Duration kIdleWait = absl::Milliseconds(10);
+// How long shutdown waits for the transport to let go of cancelled leases'
+// destinations before the KV cache is freed.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeights& weights,
+                                                               std::unique_ptr<Backend> backend,
+                                                               kvtransfer::KvTransport* transport,
+                                                               DecodeLoopOptions options) {
+  if (transport == nullptr) return absl::InvalidArgumentError("a KV transport is required");
+  if (options.block_size <= 0 || options.kv_blocks < 0) {
+    return absl::InvalidArgumentError("block_size must be > 0 and kv_blocks >= 0");
+  }
+  if (options.max_sequences <= 0 || options.max_batch_tokens < options.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_sequences (", options.max_sequences, ") must be > 0 and at most max_batch_tokens (",
+        options.max_batch_tokens, "): every running sequence steps one token per batch"));
+  }
+  if (options.kv_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("kv_timeout must be positive");
+  }
+  EngineOptions engine_options;
+  engine_options.block_size = options.block_size;
+  engine_options.num_blocks = options.kv_blocks > 0
+                                  ? options.kv_blocks
+                                  : 8 * BlocksFor(weights.config.seq_len, options.block_size);
+  engine_options.max_batch_tokens = options.max_batch_tokens;
+  // At most one row of logits per held sequence.
+  engine_options.max_logit_rows = options.max_sequences;
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(weights, std::move(backend), engine_options));
+  std::unique_ptr<DecodeLoop> loop(new DecodeLoop(std::move(engine), transport, options));
+  ASSIGN_OR_RETURN(loop->kv_region_, loop->receiver_->RegisterMemory(
+                                         loop->engine_->kv_cache(), loop->engine_->kv_cache_bytes(),
+                                         kvtransfer::MemoryKind::kHost));
+  loop->PublishStats();
+  loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
+  return loop;
+}
+
+DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+                       DecodeLoopOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : &Clock::Real()),
+      config_(engine->config()),
+      engine_(std::move(engine)),
+      transport_(transport),
+      receiver_(
+          std::make_unique<kvtransfer::TransferReceiver>(transport_, clock_, options_.receiver)) {}
+
+DecodeLoop::~DecodeLoop() {
+  Stop();
+  if (receiver_->idle()) {
+    (void)receiver_->DeregisterMemory(kv_region_);
+  } else {
+    // The transport may still write into these destinations: leave the
+    // region registered (the transport outlives us) rather than race it.
+    LOG(ERROR) << "decode loop: " << receiver_->pending() << " KV transfers still open at shutdown";
+  }
+  // Now, while the sequences its done callbacks name still exist.
+  receiver_.reset();
+}
+
+absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
+                                                      std::shared_ptr<EventSink> sink) {
+  const absl::Status valid = Validate(request);
+  absl::MutexLock lock(&mu_);
+  ++submitted_;
+  absl::Status refusal = valid;
+  if (refusal.ok() && (stop_ || draining_)) {
+    refusal =
+        absl::UnavailableError(stop_ ? "decode worker is shutting down" : "worker is draining");
+  }
+  if (refusal.ok() && held_ >= options_.max_sequences) {
+    refusal = absl::ResourceExhaustedError(
+        absl::StrCat("decode worker holds its maximum of ", options_.max_sequences,
+                     " sequences; retry later or on another worker"));
+  }
+  if (!refusal.ok()) {
+    ++refused_;
+    return refusal;
+  }
+  const Ticket ticket = next_ticket_++;
+  if (request.request_id.empty()) request.request_id = absl::StrCat("local-", ticket);
+  ++held_;
+  inbox_.submits.push_back(SubmitCmd{ticket, std::move(request), std::move(sink), clock_->Now()});
+  return ticket;
+}
+
+void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t first_token,
+                       StartDoneFn done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      inbox_.starts.push_back(
+          StartCmd{std::move(request_id), generation, first_token, std::move(done), clock_->Now()});
+      return;
+    }
+  }
+  done(absl::UnavailableError("decode worker is shutting down"));
+}
+
+void DecodeLoop::Cancel(Ticket ticket) {
+  absl::MutexLock lock(&mu_);
+  if (!stop_) inbox_.cancels.push_back(ticket);
+}
+
+void DecodeLoop::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void DecodeLoop::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool DecodeLoop::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+LoopStats DecodeLoop::Stats() const {
+  absl::MutexLock lock(&mu_);
+  LoopStats s = stats_;
+  // What Submit decides is current; the rest is as of the loop's last round.
+  s.draining = draining_;
+  s.requests_total = submitted_;
+  s.requests_failed += refused_;
+  return s;
+}
+
+void DecodeLoop::Run() {
+  Inbox commands;
+  while (TakeCommands(commands)) {
+    for (SubmitCmd& s : commands.submits) Admit(std::move(s));
+    for (StartCmd& s : commands.starts) HandleStart(std::move(s));
+    for (Ticket t : commands.cancels) HandleCancel(t);
+    commands = Inbox();
+    receiver_->Poll();
+    ExpireDeadlines();
+    const bool stepped = StepOnce();
+    PublishStats();
+    if (stepped) continue;
+    if (!receiver_->idle()) {
+      receiver_->WaitForActivity(clock_->Now() + kTransportWait);
+    } else {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !inbox_.empty(); };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), kIdleWait);
+    }
+  }
+  Shutdown();
+}
+
+bool DecodeLoop::TakeCommands(Inbox& commands) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) return false;
+  std::swap(commands, inbox_);
+  return true;
+}
+
+void DecodeLoop::ExpireDeadlines() {
+  const absl::Time now = clock_->Now();
+  std::vector<Sequence*> expired;
+  for (auto& [ticket, seq] : sequences_) {
+    if (seq->ended) continue;
+    // A pending lease expires in the receiver (which tells the sender);
+    // a complete one still needs its Start by the lease deadline.
+    const bool reservation_expired = seq->state == Sequence::State::kAwaitingKv &&
+                                     seq->kv_complete && !seq->first_token.has_value() &&
+                                     now >= seq->lease_deadline;
+    if (reservation_expired || now >= seq->request.deadline) expired.push_back(seq.get());
+  }
+  for (Sequence* seq : expired) {
+    if (now >= seq->request.deadline) {
+      Fail(*seq, absl::DeadlineExceededError(
+                     absl::StrCat("request '", seq->request.request_id, "': deadline exceeded")));
+    } else {
+      Fail(*seq,
+           absl::DeadlineExceededError(absl::StrCat(
+               "request '", seq->request.request_id, "': no Start arrived within the KV timeout (",
+               absl::FormatDuration(options_.kv_timeout), ")")));
+    }
+  }
+}
+
+void DecodeLoop::Fail(Sequence& seq, const absl::Status& status) {
+  if (seq.ended) return;
+  seq.ended = true;
+  by_request_id_.erase(seq.request.request_id);
+  if (!absl::IsCancelled(status)) ++failed_;
+  if (seq.start_done) std::exchange(seq.start_done, nullptr)(status);
+  seq.sink->OnFailed(status);
+  if (seq.lease_pending) {
+    // The blocks go when the receiver's done callback runs (OnLeaseDone).
+    (void)receiver_->Cancel(seq.ticket);
+    return;
+  }
+  Remove(seq);
+}
+
+void DecodeLoop::Finish(Sequence& seq, FinishReason reason) {
+  seq.ended = true;
+  by_request_id_.erase(seq.request.request_id);
+  Finished f;
+  f.reason = reason;
+  f.completion_tokens = seq.generated;
+  f.decode_queue = seq.decode_queue;
+  f.prefill = seq.prefill;
+  f.kv_wait = seq.kv_wait;
+  seq.sink->OnFinished(f);
+  Remove(seq);
+}
+
+void DecodeLoop::Remove(Sequence& seq) {
+  engine_->Release(seq.table);
+  sequences_.erase(seq.ticket);  // Destroys `seq`.
+  absl::MutexLock lock(&mu_);
+  --held_;
+}
+
+void DecodeLoop::Shutdown() {
+  Inbox unhandled;
+  {
+    absl::MutexLock lock(&mu_);
+    std::swap(unhandled, inbox_);
+  }
+  const absl::Status down = absl::UnavailableError("decode worker is shutting down");
+  for (SubmitCmd& s : unhandled.submits) {
+    s.sink->OnFailed(down);
+    absl::MutexLock lock(&mu_);
+    --held_;
+  }
+  for (StartCmd& s : unhandled.starts) s.done(down);
+  std::vector<Sequence*> live;
+  for (auto& [ticket, seq] : sequences_) live.push_back(seq.get());
+  for (Sequence* seq : live) Fail(*seq, down);
+  const absl::Time deadline = absl::Now() + kShutdownGrace;
+  while (!receiver_->idle() && absl::Now() < deadline) {
+    receiver_->Poll();
+    if (!receiver_->idle()) receiver_->WaitForActivity(clock_->Now() + kTransportWait);
+  }
+  PublishStats();
+}
+
+void DecodeLoop::PublishStats() {
+  LoopStats s;
+  s.model = options_.model_name;
+  s.vocab_size = config_.vocab_size;
+  s.max_context = config_.seq_len;
+  s.block_size = engine_->kv_layout().block_size;
+  s.kv_blocks_total = engine_->block_pool().num_blocks();
+  s.kv_blocks_free = engine_->block_pool().num_free();
+  for (const auto& [ticket, seq] : sequences_) {
+    if (seq->ended) continue;
+    if (seq->state == Sequence::State::kRunning) {
+      ++s.running;
+    } else {
+      ++s.waiting;
+    }
+  }
+  const kvtransfer::ReceiverStats& rx = receiver_->stats();
+  s.kv_transfers = rx.completed;
+  s.kv_transfer_bytes = rx.accepted_bytes;
+  s.kv_transfers_failed = rx.failed - rx.cancelled;
+  s.requests_failed = failed_;  // Stats() adds the refusals.
+  absl::MutexLock lock(&mu_);
+  // Queued, not yet admitted by the loop, counts as waiting.
+  s.waiting += static_cast<int>(inbox_.submits.size());
+  stats_ = std::move(s);
+}
+
+}  // namespace tandem::decode

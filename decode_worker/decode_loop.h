@@ -1,0 +1,209 @@
+// DecodeLoop: the decode worker's scheduler. It owns the Engine and a
+// TransferReceiver over the KvTransport it is given, and runs ONE thread,
+// the only one that touches the engine, the receiver and the transport.
+//
+// Each round of that thread: take the commands other threads queued
+// (Submit, Start, Cancel); poll the receiver (KV arriving, leases ending);
+// end requests whose deadline passed; run one Engine::Step over every
+// running sequence (one decode token each) plus chunks of local prefills
+// within max_batch_tokens (decode tokens first); sample each sequence's
+// next token with its own Sampler; emit tokens and finish sequences. With
+// nothing to step it waits, always with a deadline: on the transport while
+// leases are pending, else on its inbox.
+//
+// Every request holds, from admission to its end, the KV blocks of
+// min(prompt + max_tokens, context) tokens, so a running sequence never runs
+// out of blocks. After any end every block is back in the pool; a
+// destination the receiver may still write into is freed only after the
+// receiver's done callback ran.
+//
+// Thread-safe: every public method may be called from any thread.
+#ifndef TANDEM_DECODE_WORKER_DECODE_LOOP_H_
+#define TANDEM_DECODE_WORKER_DECODE_LOOP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/compute/backend.h"
+#include "common/engine/engine.h"
+#include "common/model/model_weights.h"
+#include "decode_worker/decode_types.h"
+#include "kvtransfer/kv_transport.h"
+#include "kvtransfer/transfer_receiver.h"
+
+namespace tandem::decode {
+
+struct DecodeLoopOptions {
+  // Reported in stats so that the router can check every worker serves the
+  // same model.
+  std::string model_name;
+  int block_size = 16;
+  // KV blocks in the pool; 0 sizes it for 8 full-context sequences.
+  int kv_blocks = 0;
+  // Most tokens one step carries (decode tokens first, then prefill chunks).
+  int max_batch_tokens = 2048;
+  // Most requests held at once (running, waiting and being admitted).
+  int max_sequences = 64;
+  // How long a reservation waits for its KV cache and its Start.
+  absl::Duration kv_timeout = absl::Seconds(30);
+  // Chunk size and checksums of the leases this worker issues.
+  kvtransfer::ReceiverOptions receiver;
+  // Time source for deadlines and timings; null: the real clock.
+  const Clock* clock = nullptr;
+};
+
+class DecodeLoop {
+ public:
+  // Identifies an admitted request for Cancel.
+  using Ticket = uint64_t;
+
+  // Builds the engine from `weights` (which may be dropped afterwards) on
+  // `backend`, registers its KV cache with `transport` (host memory) and
+  // starts the loop thread. `transport` must outlive the loop and is driven
+  // only by it from now on. INVALID_ARGUMENT for impossible options.
+  static absl::StatusOr<std::unique_ptr<DecodeLoop>> Create(const ModelWeights& weights,
+                                                            std::unique_ptr<Backend> backend,
+                                                            kvtransfer::KvTransport* transport,
+                                                            DecodeLoopOptions options);
+
+  // Stop()s the loop.
+  ~DecodeLoop();
+
+  DecodeLoop(const DecodeLoop&) = delete;
+  DecodeLoop& operator=(const DecodeLoop&) = delete;
+
+  // Admits `request`; its events go to `sink`. Fails at once (and `sink`
+  // hears nothing) with INVALID_ARGUMENT for bad input, UNAVAILABLE when
+  // draining, RESOURCE_EXHAUSTED when max_sequences are held. Failures found
+  // by the loop (KV pool too small: RESOURCE_EXHAUSTED; request id in use:
+  // ALREADY_EXISTS) end the request through `sink`.
+  absl::StatusOr<Ticket> Submit(Request request, std::shared_ptr<EventSink> sink);
+
+  // The prefill of a reserved request is done and produced `first_token`.
+  // `done` runs (on the loop thread) once the sequence is committed, or with
+  // NOT_FOUND (no reservation), FAILED_PRECONDITION (stale generation,
+  // already started, local prefill), INVALID_ARGUMENT (token out of range) or
+  // the KV transfer's error. A Start that arrives before the KV cache has
+  // waits for it (until the lease deadline) without holding up the loop.
+  void Start(std::string request_id, uint64_t generation, int32_t first_token, StartDoneFn done);
+
+  // Ends the request with CANCELLED (the client went away), at any stage.
+  // Unknown or ended tickets are ignored.
+  void Cancel(Ticket ticket);
+
+  // Refuses new requests from now on; admitted ones run to their end.
+  void Drain();
+  // Ends every request still held with UNAVAILABLE (and answers waiting
+  // Starts so), lets the transport finish with the KV cache (bounded) and
+  // joins the thread. Afterwards Submit and Start answer UNAVAILABLE and
+  // Cancel does nothing, so a server may still call in until it is shut
+  // down. Call it from one thread; the destructor calls it too.
+  void Stop();
+  // Waits until no request is held; false if `timeout` passed first.
+  bool WaitUntilIdle(absl::Duration timeout);
+
+  LoopStats Stats() const;
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  struct Sequence;
+  struct SubmitCmd {
+    Ticket ticket;
+    Request request;
+    std::shared_ptr<EventSink> sink;
+    absl::Time admitted;
+  };
+  struct StartCmd {
+    std::string request_id;
+    uint64_t generation;
+    int32_t first_token;
+    StartDoneFn done;
+    absl::Time received;
+  };
+  // Commands other threads queued for the loop. Taken together once per
+  // round and handled submits first, then starts, then cancels, so that a
+  // Cancel never overtakes the Submit it names.
+  struct Inbox {
+    std::vector<SubmitCmd> submits;
+    std::vector<StartCmd> starts;
+    std::vector<Ticket> cancels;
+    bool empty() const { return submits.empty() && starts.empty() && cancels.empty(); }
+  };
+
+  DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+             DecodeLoopOptions options);
+  absl::Status Validate(const Request& request) const;
+
+  // Loop thread only. Rounds, ends and stats (decode_loop.cc):
+  void Run();
+  // Takes the inbox; false once the loop must stop.
+  bool TakeCommands(Inbox& commands);
+  void ExpireDeadlines();
+  // Ends `seq` with `status` (an error): tells the sink and any waiting
+  // Start, cancels a pending lease, frees the blocks when it is safe.
+  void Fail(Sequence& seq, const absl::Status& status);
+  void Finish(Sequence& seq, FinishReason reason);
+  // Frees the sequence's blocks and forgets it.
+  void Remove(Sequence& seq);
+  void Shutdown();
+  void PublishStats();
+
+  // Loop thread only. Admission and the remote-prefill protocol
+  // (decode_admission.cc):
+  void Admit(SubmitCmd cmd);
+  absl::Status ExpectKv(Sequence& seq);
+  void HandleStart(StartCmd cmd);
+  void HandleCancel(Ticket ticket);
+  void OnLeaseDone(Ticket ticket, const absl::Status& status);
+  // Moves a started sequence whose KV cache is complete into the batch.
+  void Commit(Sequence& seq);
+
+  // Loop thread only. Batching (decode_step.cc): one engine step; false if
+  // there was nothing to step.
+  bool StepOnce();
+  // A sampled token of a running sequence: emit it or finish.
+  void HandleToken(Sequence& seq, int32_t token);
+
+  // Constant after construction.
+  const DecodeLoopOptions options_;
+  const Clock* const clock_;
+  const ModelConfig config_;
+
+  // Loop thread only (after construction). The destructor destroys the
+  // receiver first, while the sequences its callbacks name still exist.
+  std::unique_ptr<Engine> engine_;
+  kvtransfer::KvTransport* const transport_;
+  std::unique_ptr<kvtransfer::TransferReceiver> receiver_;
+  kvtransfer::RegionId kv_region_ = 0;
+  std::map<Ticket, std::unique_ptr<Sequence>> sequences_;   // Admission order.
+  absl::flat_hash_map<std::string, Ticket> by_request_id_;  // Live requests.
+  uint64_t failed_ = 0;  // Requests ended with an error (not a cancellation).
+
+  mutable absl::Mutex mu_;
+  Inbox inbox_ ABSL_GUARDED_BY(mu_);
+  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  // Requests admitted by Submit and not yet removed by the loop.
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  LoopStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace tandem::decode
+
+#endif  // TANDEM_DECODE_WORKER_DECODE_LOOP_H_

@@ -1,0 +1,148 @@
+#include "decode_worker/decode_service.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/stream_writer.h"
+
+namespace tandem::decode {
+
+namespace {
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kStopped:
+      return v1::FINISH_REASON_STOP;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Writes a request's events to its Generate stream.
+class StreamSink final : public EventSink {
+ public:
+  explicit StreamSink(std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> writer)
+      : writer_(std::move(writer)) {}
+
+  void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
+    v1::DecodeEvent event;
+    event.mutable_reserved()->set_kv_descriptor(kv_descriptor);
+    event.mutable_reserved()->set_generation(generation);
+    writer_->Write(std::move(event));
+  }
+  void OnTokens(std::span<const int32_t> ids) override {
+    v1::DecodeEvent event;
+    event.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    writer_->Write(std::move(event));
+  }
+  void OnFinished(const Finished& finished) override {
+    v1::DecodeEvent event;
+    *event.mutable_finished() = ToProto(finished);
+    writer_->Write(std::move(event));
+    writer_->Finish(grpc::Status::OK);
+  }
+  void OnFailed(const absl::Status& status) override { writer_->Finish(rpc::ToGrpc(status)); }
+
+ private:
+  const std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> writer_;
+};
+
+absl::Time Deadline(const grpc::CallbackServerContext& ctx) {
+  const std::chrono::system_clock::time_point d = ctx.deadline();
+  // No deadline reads as the end of time, which absl cannot represent.
+  if (d >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(d);
+}
+
+}  // namespace
+
+Request FromProto(const v1::DecodeRequest& request) {
+  Request r;
+  r.request_id = request.request_id();
+  r.prompt.assign(request.prompt().begin(), request.prompt().end());
+  r.sampling.temperature = request.sampling().temperature();
+  r.sampling.top_k = request.sampling().top_k();
+  r.sampling.top_p = request.sampling().has_top_p() ? request.sampling().top_p() : 1.0f;
+  r.sampling.seed = request.sampling().seed();
+  r.max_tokens = request.max_tokens();
+  r.local_prefill = request.local_prefill();
+  r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  return r;
+}
+
+v1::DecodeFinished ToProto(const Finished& finished) {
+  v1::DecodeFinished f;
+  f.set_reason(ToProto(finished.reason));
+  f.set_completion_tokens(finished.completion_tokens);
+  f.set_decode_queue_us(absl::ToInt64Microseconds(finished.decode_queue));
+  f.set_prefill_us(absl::ToInt64Microseconds(finished.prefill));
+  f.set_kv_wait_us(absl::ToInt64Microseconds(finished.kv_wait));
+  return f;
+}
+
+v1::WorkerStats ToProto(const LoopStats& s) {
+  v1::WorkerStats w;
+  w.set_role("decode");
+  w.set_model(s.model);
+  w.set_vocab_size(s.vocab_size);
+  w.set_max_context(s.max_context);
+  w.set_block_size(s.block_size);
+  w.set_kv_blocks_total(s.kv_blocks_total);
+  w.set_kv_blocks_free(s.kv_blocks_free);
+  w.set_running(s.running);
+  w.set_waiting(s.waiting);
+  w.set_draining(s.draining);
+  w.set_requests_total(s.requests_total);
+  w.set_requests_failed(s.requests_failed);
+  w.set_kv_transfers(s.kv_transfers);
+  w.set_kv_transfer_bytes(s.kv_transfer_bytes);
+  w.set_kv_transfers_failed(s.kv_transfers_failed);
+  return w;
+}
+
+grpc::ServerWriteReactor<v1::DecodeEvent>* DecodeService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::DecodeRequest* request) {
+  auto [reactor, writer] = rpc::StreamWriter<v1::DecodeEvent>::Create();
+  Request r = FromProto(*request);
+  r.deadline = Deadline(*ctx);
+  absl::StatusOr<DecodeLoop::Ticket> ticket =
+      loop_->Submit(std::move(r), std::make_shared<StreamSink>(writer));
+  if (!ticket.ok()) {
+    writer->Finish(rpc::ToGrpc(ticket.status()));
+    return reactor;
+  }
+  // Runs at once if the client has already gone.
+  writer->OnCancel([loop = loop_, t = *ticket] { loop->Cancel(t); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::Start(grpc::CallbackServerContext* ctx,
+                                               const v1::StartRequest* request,
+                                               v1::StartResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  loop_->Start(request->request_id(), request->generation(), request->first_token(),
+               [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpc(status)); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::GetStats(grpc::CallbackServerContext* ctx,
+                                                  const v1::StatsRequest*,
+                                                  v1::WorkerStats* response) {
+  *response = ToProto(loop_->Stats());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tandem::decode

@@ -1,0 +1,41 @@
+// DecodeService: the tandem.v1.DecodeWorker gRPC service, a thin adapter
+// between the protos and a DecodeLoop. Generate streams the loop's events;
+// cancelling the stream (or its deadline passing) cancels the request;
+// Start answers once the loop has committed (or refused) the sequence.
+//
+// Thread-safe. The loop must outlive the service, and the service the
+// server it is registered with.
+#ifndef TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
+#define TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "decode_worker/decode_loop.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::decode {
+
+class DecodeService final : public v1::DecodeWorker::CallbackService {
+ public:
+  explicit DecodeService(DecodeLoop* loop) : loop_(loop) {}
+
+  grpc::ServerWriteReactor<v1::DecodeEvent>* Generate(grpc::CallbackServerContext* ctx,
+                                                      const v1::DecodeRequest* request) override;
+  grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* ctx, const v1::StartRequest* request,
+                                  v1::StartResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const v1::StatsRequest* request,
+                                     v1::WorkerStats* response) override;
+
+ private:
+  DecodeLoop* const loop_;
+};
+
+// Conversions, exposed for tests.
+Request FromProto(const v1::DecodeRequest& request);
+v1::DecodeFinished ToProto(const Finished& finished);
+v1::WorkerStats ToProto(const LoopStats& stats);
+
+}  // namespace tandem::decode
+
+#endif  // TANDEM_DECODE_WORKER_DECODE_SERVICE_H_

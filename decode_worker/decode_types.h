@@ -1,0 +1,96 @@
+// The decode loop's own request, event and statistics types: what the gRPC
+// service translates DecodeRequest / DecodeEvent / WorkerStats to and from,
+// so that the loop is tested without gRPC.
+#ifndef TANDEM_DECODE_WORKER_DECODE_TYPES_H_
+#define TANDEM_DECODE_WORKER_DECODE_TYPES_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/engine/generate.h"
+#include "common/engine/sampler.h"
+
+namespace tandem::decode {
+
+// One request to decode (worker.proto DecodeRequest).
+struct Request {
+  // Names the request in Start; required unless `local_prefill` (one is made
+  // up then). Unique among the requests the worker holds.
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  // Tokens to generate in all, the first one included; at least 1.
+  int max_tokens = 0;
+  // Prefill the prompt here instead of receiving its KV cache.
+  bool local_prefill = false;
+  // Generation ends (EOS) when one of these is sampled; it is not emitted.
+  std::vector<int32_t> stop_token_ids;
+  // The caller's deadline (the RPC's): the request ends DEADLINE_EXCEEDED
+  // when it passes.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// How a request ended well (worker.proto DecodeFinished).
+struct Finished {
+  FinishReason reason = FinishReason::kLength;
+  // Tokens the request produced, the first one included, a sampled stop
+  // token excluded (it is never returned).
+  int completion_tokens = 0;
+  // Start received (local: admission) until the sequence was first stepped.
+  absl::Duration decode_queue;
+  // Local prefill compute; zero when the KV cache was received.
+  absl::Duration prefill;
+  // Reservation until every KV byte had arrived; zero when local.
+  absl::Duration kv_wait;
+};
+
+// Receives one request's events, in order: at most one OnReserved (remote
+// prefill only), any number of OnTokens, then exactly one of OnFinished and
+// OnFailed. Called on the decode loop's thread: must not block.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // The KV destination is reserved; `kv_descriptor` (the transfer lease) goes
+  // to the prefill worker, `generation` comes back in Start.
+  virtual void OnReserved(const std::string& kv_descriptor, uint64_t generation) = 0;
+  // Tokens sampled since the previous event.
+  virtual void OnTokens(std::span<const int32_t> ids) = 0;
+  virtual void OnFinished(const Finished& finished) = 0;
+  // The request ended with an error; every one of its KV blocks is free (or
+  // is freed as soon as the transport lets go of it).
+  virtual void OnFailed(const absl::Status& status) = 0;
+};
+
+// The answer to a Start: OK once the sequence is committed to the batch.
+using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
+
+// A snapshot of the worker for WorkerStats.
+struct LoopStats {
+  std::string model;
+  int vocab_size = 0;
+  int max_context = 0;
+  int block_size = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_free = 0;
+  // In the running batch; admitted but not yet in it (waiting for the KV
+  // cache or Start, or prefilling locally).
+  int running = 0;
+  int waiting = 0;
+  bool draining = false;
+  uint64_t requests_total = 0;
+  // Requests refused or ended with an error (client cancellations excluded).
+  uint64_t requests_failed = 0;
+  uint64_t kv_transfers = 0;
+  uint64_t kv_transfer_bytes = 0;
+  // KV transfers that failed (cancellations excluded).
+  uint64_t kv_transfers_failed = 0;
+};
+
+}  // namespace tandem::decode
+
+#endif  // TANDEM_DECODE_WORKER_DECODE_TYPES_H_

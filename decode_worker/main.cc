@@ -1,0 +1,141 @@
+// tandem-decode: the decode worker. Serves tandem.v1.DecodeWorker: reserves
+// KV blocks for a request, receives the prompt's KV cache from a prefill
+// worker over UCX (or prefills locally), and streams the generated tokens.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/model/model_weights.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+#include "decode_worker/decode_loop.h"
+#include "decode_worker/decode_service.h"
+#include "kvtransfer/ucx/ucx_transport.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:8300",
+          "host:port to serve gRPC on; port 0 picks a free one");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here (one line) once the server is up");
+ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
+ABSL_FLAG(std::string, model_name, "",
+          "Model name reported in GetStats (the router checks that all workers agree); default: "
+          "the file name of --model");
+ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
+ABSL_FLAG(int, kv_blocks, 0,
+          "KV cache blocks in the pool; 0 = enough for 8 full-context sequences");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block (must match the prefill workers')");
+ABSL_FLAG(int, max_batch_tokens, 2048,
+          "Most tokens one engine step carries: one per running sequence, then chunks of local "
+          "prefills");
+ABSL_FLAG(int, max_sequences, 64,
+          "Most requests held at once (running, waiting for KV or Start, prefilling); more are "
+          "refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, kv_timeout, absl::Seconds(30),
+          "How long a reservation waits for its KV cache and its Start before it expires "
+          "(DEADLINE_EXCEEDED) and its blocks are freed");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long running requests may take to finish before shutdown");
+ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
+          "Bytes per KV transfer message (the lease's chunk size); 0 = one message per layer");
+ABSL_FLAG(bool, kv_checksums, false,
+          "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
+
+namespace tandem {
+namespace {
+
+absl::Status Run() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
+                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
+  const std::string backend_info = backend->Describe();
+  ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
+                   kvtransfer::UcxTransport::Create());
+
+  decode::DecodeLoopOptions options;
+  options.model_name = absl::GetFlag(FLAGS_model_name);
+  if (options.model_name.empty()) {
+    options.model_name = std::filesystem::path(model_path).filename().string();
+  }
+  options.block_size = absl::GetFlag(FLAGS_block_size);
+  options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.kv_timeout = absl::GetFlag(FLAGS_kv_timeout);
+  options.receiver.chunk_bytes = absl::GetFlag(FLAGS_kv_chunk_bytes);
+  options.receiver.checksums = absl::GetFlag(FLAGS_kv_checksums);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<decode::DecodeLoop> loop,
+      decode::DecodeLoop::Create(*weights, std::move(backend), transport.get(), options));
+  weights.reset();
+  const ModelConfig& config = loop->config();
+
+  decode::DecodeService service(loop.get());
+  ASSIGN_OR_RETURN(
+      rpc::RunningServer server,
+      rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen)}, {&service}));
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    // Written whole under another name, then renamed, so a reader never sees
+    // a partial line.
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << server.port << "\n";
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot write --port_file ", path));
+    }
+  }
+  const decode::LoopStats stats = loop->Stats();
+  LOG(INFO) << "tandem-decode serving " << options.model_name << " on port " << server.port << " ("
+            << config.n_layers << " layers, context " << config.seq_len << ", "
+            << stats.kv_blocks_total << " KV blocks of " << stats.block_size << " tokens, "
+            << backend_info << ", KV transport " << transport->name() << ")";
+
+  int signal = 0;
+  while (signal == 0) signal = rpc::WaitForSignal(absl::Seconds(1));
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  LOG(INFO) << "tandem-decode: signal " << signal << ", draining (up to "
+            << absl::FormatDuration(drain_timeout) << ")";
+  server.SetServing(false);
+  loop->Drain();
+  if (!loop->WaitUntilIdle(drain_timeout)) {
+    LOG(WARNING) << "tandem-decode: requests still running after the drain timeout; ending them";
+  }
+  // Ends what is left and answers every open call, so that the server's
+  // shutdown has nothing to wait for; the service may still call the
+  // stopped loop until then.
+  loop->Stop();
+  server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
+  loop.reset();
+  transport.reset();
+  LOG(INFO) << "tandem-decode: stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  // Before any thread exists, so that every thread inherits the mask.
+  tandem::rpc::BlockTerminationSignals();
+  tandem::ParseToolFlags(
+      argc, argv,
+      "The tandem decode worker: serves tandem.v1.DecodeWorker (Generate, Start, GetStats).\n"
+      "Reserves KV blocks per request, receives the prompt's KV cache from a prefill worker\n"
+      "over UCX (or prefills locally) and streams generated tokens to the router.\n"
+      "Usage: tandem-decode --model FILE [--listen HOST:PORT] [--port_file FILE] ...");
+  if (absl::Status s = tandem::Run(); !s.ok()) {
+    std::cerr << "tandem-decode: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

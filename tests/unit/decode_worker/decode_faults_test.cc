@@ -1,0 +1,130 @@
+// The decode loop under KV transfer faults injected on the prefill side:
+// a transfer that cannot complete ends its request with an error and never
+// reaches decoding; whatever happens, every KV block is free afterwards.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/faulty_transport.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/decode_worker/decode_test_util.h"
+
+namespace tandem::decode {
+namespace {
+
+using kvtransfer::Fault;
+using kvtransfer::FaultPlan;
+using ::tandem::decode::testing::DecodeHarness;
+using ::tandem::decode::testing::LocalRequest;
+using ::tandem::decode::testing::RandomTokens;
+using ::tandem::decode::testing::RecordingSink;
+using ::tandem::decode::testing::RemoteRequest;
+using ::tandem::decode::testing::StartResult;
+using ::tandem::testing::StatusIs;
+using ::testing::AnyOf;
+
+constexpr int kVocab = 101;
+
+TEST(DecodeFaults, CorruptedKvFailsTheRequestWithDataLoss) {
+  DecodeLoopOptions options;
+  options.receiver.checksums = true;
+  FaultPlan plan;
+  plan.at_message[1] = Fault{.kind = Fault::Kind::kCorrupt, .bytes = 4};
+  DecodeHarness h(options, plan);
+  auto sink = std::make_shared<RecordingSink>();
+  const Request r = RemoteRequest("corrupt", RandomTokens(40, kVocab, 1), 10);
+  ASSERT_OK(h.loop().Submit(r, sink).status());
+  ASSERT_TRUE(sink->WaitReserved());
+  EXPECT_FALSE(h.prefill().Prefill(r.prompt, sink->descriptor()).ok());
+  ASSERT_TRUE(sink->WaitEnded());
+  EXPECT_THAT(sink->status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_TRUE(sink->tokens().empty());
+  StartResult start;
+  h.loop().Start(r.request_id, sink->generation(), 1, start.Callback());
+  EXPECT_THAT(start.Wait(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(h.AllBlocksFree());
+  const LoopStats s = h.loop().Stats();
+  EXPECT_EQ(s.kv_transfers_failed, 1u);
+  EXPECT_EQ(s.requests_failed, 1u);
+}
+
+TEST(DecodeFaults, LostConnectionFailsTheRequest) {
+  DecodeLoopOptions options;
+  options.kv_timeout = absl::Seconds(2);
+  FaultPlan plan;
+  plan.at_message[1] = Fault{.kind = Fault::Kind::kKill};
+  DecodeHarness h(options, plan);
+  auto sink = std::make_shared<RecordingSink>();
+  const Request r = RemoteRequest("killed", RandomTokens(40, kVocab, 2), 10);
+  ASSERT_OK(h.loop().Submit(r, sink).status());
+  ASSERT_TRUE(sink->WaitReserved());
+  EXPECT_FALSE(h.prefill().Prefill(r.prompt, sink->descriptor()).ok());
+  ASSERT_TRUE(sink->WaitEnded());
+  // UNAVAILABLE when the receiver had heard from the sender before the
+  // connection broke; else the lease runs out.
+  EXPECT_THAT(sink->status().code(),
+              AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(h.AllBlocksFree());
+}
+
+// Random drops, duplicates, reorders, delays, truncation and corruption of
+// KV messages while local requests decode alongside: every remote request
+// either yields exactly the single-engine tokens or fails cleanly, and no
+// block leaks.
+TEST(DecodeFaults, RandomFaultsNeverLeakBlocksOrCorruptTokens) {
+  DecodeLoopOptions options;
+  options.kv_timeout = absl::Milliseconds(500);
+  options.receiver.checksums = true;
+  options.receiver.chunk_bytes = 1024;
+  FaultPlan plan;
+  plan.random_probability = 0.01;
+  plan.seed = 99;
+  plan.random_faults = {Fault{.kind = Fault::Kind::kDrop},
+                        Fault{.kind = Fault::Kind::kDuplicate},
+                        Fault{.kind = Fault::Kind::kReorder},
+                        Fault{.kind = Fault::Kind::kDelayPolls, .polls = 3},
+                        Fault{.kind = Fault::Kind::kTruncate, .bytes = 8},
+                        Fault{.kind = Fault::Kind::kCorrupt, .bytes = 2}};
+  DecodeHarness h(options, plan);
+  int succeeded = 0, failed = 0;
+  for (int i = 0; i < 12; ++i) {
+    // A local neighbour keeps the batch busy while the transfer runs.
+    const Request local = LocalRequest(absl::StrCat("l", i), RandomTokens(9, kVocab, 500 + i), 20);
+    auto local_sink = std::make_shared<RecordingSink>();
+    ASSERT_OK(h.loop().Submit(local, local_sink).status());
+
+    const Request r = RemoteRequest(absl::StrCat("r", i), RandomTokens(20 + 3 * i, kVocab, i), 8);
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_OK(h.loop().Submit(r, sink).status());
+    ASSERT_TRUE(sink->WaitReserved());
+    absl::StatusOr<int32_t> first = h.prefill().Prefill(r.prompt, sink->descriptor());
+    if (first.ok()) {
+      StartResult start;
+      h.loop().Start(r.request_id, sink->generation(), *first, start.Callback());
+      ASSERT_OK(start.Wait());
+    }
+    ASSERT_TRUE(sink->WaitEnded());
+    if (sink->status().ok()) {
+      ASSERT_TRUE(first.ok()) << "decoded without a complete transfer";
+      std::vector<int32_t> got = {*first};
+      for (int32_t t : sink->tokens()) got.push_back(t);
+      EXPECT_EQ(got, h.Expected(r)) << r.request_id;
+      ++succeeded;
+    } else {
+      EXPECT_TRUE(sink->tokens().empty());
+      ++failed;
+    }
+    ASSERT_TRUE(local_sink->WaitEnded());
+    EXPECT_OK(local_sink->status());
+    EXPECT_EQ(local_sink->tokens(), h.Expected(local));
+  }
+  EXPECT_GT(succeeded, 0);
+  EXPECT_GT(failed, 0);
+  EXPECT_TRUE(h.AllBlocksFree());
+}
+
+}  // namespace
+}  // namespace tandem::decode

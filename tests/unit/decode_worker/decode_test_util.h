@@ -1,0 +1,386 @@
+// Helpers for the decode worker tests: a small synthetic model, a sink that
+// records a request's events, a stand-in prefill worker that computes a
+// prompt on its own engine and ships its KV cache as a prefill worker does,
+// and bounded waiting.
+#ifndef TANDEM_TESTS_UNIT_DECODE_WORKER_DECODE_TEST_UTIL_H_
+#define TANDEM_TESTS_UNIT_DECODE_WORKER_DECODE_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/engine.h"
+#include "common/engine/generate.h"
+#include "common/engine/sampler.h"
+#include "common/model/synthetic.h"
+#include "decode_worker/decode_loop.h"
+#include "decode_worker/decode_types.h"
+#include "kvtransfer/faulty_transport.h"
+#include "kvtransfer/inproc_transport.h"
+#include "kvtransfer/transfer_sender.h"
+
+namespace tandem::decode::testing {
+
+// Long enough for a loaded machine, short enough that a hang fails fast.
+inline constexpr absl::Duration kWait = absl::Seconds(30);
+
+inline ModelConfig SmallShape() {
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = 8,
+                     .n_kv_heads = 4,
+                     .vocab_size = 101,
+                     .seq_len = 128,
+                     .shared_classifier = true};
+}
+
+inline std::unique_ptr<Backend> OneThreadBackend() {
+  auto backend = CpuBackend::Create(CpuBackendOptions{1});
+  CHECK_OK(backend.status());
+  return std::move(backend).value();
+}
+
+inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, EngineOptions options) {
+  auto engine = Engine::Create(weights, OneThreadBackend(), options);
+  CHECK_OK(engine.status());
+  return std::move(engine).value();
+}
+
+inline std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& id : t) id = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+// Polls `pred` until it holds or `timeout` passes.
+template <typename Pred>
+bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!pred()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// Records one request's events. Thread-safe.
+class RecordingSink final : public EventSink {
+ public:
+  void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
+    absl::MutexLock lock(&mu_);
+    ++reserved_count_;
+    descriptor_ = kv_descriptor;
+    generation_ = generation;
+  }
+  void OnTokens(std::span<const int32_t> ids) override {
+    absl::MutexLock lock(&mu_);
+    if (ended()) ++events_after_end_;
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  }
+  void OnFinished(const Finished& finished) override {
+    absl::MutexLock lock(&mu_);
+    if (ended()) ++events_after_end_;
+    finished_ = finished;
+  }
+  void OnFailed(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (ended()) ++events_after_end_;
+    failed_ = status;
+  }
+
+  bool WaitReserved(absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return reserved_count_ > 0 || ended(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && reserved_count_ > 0;
+  }
+  bool WaitEnded(absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return ended(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+  bool WaitTokens(size_t n, absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [this, n]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return tokens_.size() >= n || ended(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && tokens_.size() >= n;
+  }
+
+  std::string descriptor() const {
+    absl::MutexLock lock(&mu_);
+    return descriptor_;
+  }
+  uint64_t generation() const {
+    absl::MutexLock lock(&mu_);
+    return generation_;
+  }
+  int reserved_count() const {
+    absl::MutexLock lock(&mu_);
+    return reserved_count_;
+  }
+  std::vector<int32_t> tokens() const {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::optional<Finished> finished() const {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+  // OK while running or after OnFinished.
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    return failed_.value_or(absl::OkStatus());
+  }
+  int events_after_end() const {
+    absl::MutexLock lock(&mu_);
+    return events_after_end_;
+  }
+
+ private:
+  bool ended() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return finished_.has_value() || failed_.has_value();
+  }
+
+  mutable absl::Mutex mu_;
+  int reserved_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string descriptor_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::optional<Finished> finished_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  int events_after_end_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Collects the answer to a DecodeLoop::Start. The callback shares its
+// state, so it stays safe to run after the test gave up on it.
+class StartResult {
+ public:
+  StartDoneFn Callback() {
+    return [state = state_](absl::Status s) {
+      absl::MutexLock lock(&state->mu);
+      state->status = std::move(s);
+    };
+  }
+  // The answer, or DEADLINE_EXCEEDED from the test when none came in time.
+  absl::Status Wait(absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&state_->mu);
+    State* s = state_.get();
+    auto cond = [s]() ABSL_SHARED_LOCKS_REQUIRED(s->mu) { return s->status.has_value(); };
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&cond), timeout)) {
+      return absl::DeadlineExceededError("test: no answer to Start");
+    }
+    return *state_->status;
+  }
+  bool answered() const {
+    absl::MutexLock lock(&state_->mu);
+    return state_->status.has_value();
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    std::optional<absl::Status> status ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// Plays the prefill worker: its own engine on the same weights and a
+// TransferSender on the test's fabric. Driven by the calling thread only.
+class FakePrefill {
+ public:
+  // `faults` are injected into what this side sends.
+  FakePrefill(const ModelWeights& weights, std::shared_ptr<kvtransfer::InProcFabric> fabric,
+              kvtransfer::FaultPlan faults = {})
+      : engine_(MakeEngine(
+            weights,
+            EngineOptions{
+                .block_size = 16, .num_blocks = 64, .max_batch_tokens = 256, .max_logit_rows = 1})),
+        transport_(std::make_unique<kvtransfer::FaultyTransport>(
+            kvtransfer::InProcTransport::Create(std::move(fabric)), std::move(faults),
+            &Clock::Real())),
+        sender_(std::make_unique<kvtransfer::TransferSender>(transport_.get(), &Clock::Real())) {
+    region_ = sender_
+                  ->RegisterMemory(engine_->kv_cache(), engine_->kv_cache_bytes(),
+                                   kvtransfer::MemoryKind::kHost)
+                  .value();
+    // Holds some blocks so that the two sides' block ids differ.
+    offset_ = engine_->NewSequence();
+    CHECK_OK(offset_.Reserve(40, engine_->block_pool()));
+  }
+  ~FakePrefill() {
+    sender_.reset();
+    engine_->Release(offset_);
+  }
+
+  // Layer l of a sequence holding `blocks`: each block's range of the cache,
+  // runs of adjacent ids merged (the contract's "Layer slices").
+  std::vector<std::vector<kvtransfer::Slice>> LayerSlices(std::span<const int32_t> blocks) const {
+    const KvLayout& layout = engine_->kv_layout();
+    const uint64_t block_bytes = layout.block_floats() * sizeof(float);
+    std::vector<std::vector<kvtransfer::Slice>> layers(layout.n_layers);
+    for (int l = 0; l < layout.n_layers; ++l) {
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
+          layers[l].back().length += block_bytes;
+        } else {
+          layers[l].push_back(kvtransfer::Slice{
+              region_, layout.BlockOffset(l, blocks[i]) * sizeof(float), block_bytes});
+        }
+      }
+    }
+    return layers;
+  }
+
+  // Computes `prompt`, sends each layer's KV as soon as it is written, and
+  // returns the first token (sampled as a prefill worker does: a fresh
+  // Sampler of the request's parameters) once the receiver confirmed the
+  // whole transfer. `abort_after_layer` >= 0 cancels the transfer after that
+  // layer.
+  absl::StatusOr<int32_t> Prefill(const std::vector<int32_t>& prompt, const std::string& descriptor,
+                                  int abort_after_layer = -1, const SamplingParams& sampling = {}) {
+    BlockTable table = engine_->NewSequence();
+    absl::Cleanup release = [&] { engine_->Release(table); };
+    RETURN_IF_ERROR(table.Reserve(static_cast<int>(prompt.size()), engine_->block_pool()));
+    std::optional<absl::Status> done;
+    ASSIGN_OR_RETURN(uint64_t id,
+                     sender_->Start(kvtransfer::SendRequest{
+                         .descriptor = descriptor,
+                         .layers = LayerSlices(table.blocks()),
+                         .deadline = absl::Now() + kWait,
+                         .done = [&done](uint64_t, const absl::Status& s) { done = s; }}));
+    const BatchItem item{&table, prompt, true};
+    absl::StatusOr<std::vector<float>> logits = engine_->Step({&item, 1}, [&](int layer) {
+      if (abort_after_layer >= 0 && layer > abort_after_layer) return;
+      (void)sender_->MarkLayerReady(id, layer);
+      if (layer == abort_after_layer) (void)sender_->Cancel(id);
+    });
+    // The source blocks stay untouched until the transfer has ended.
+    const absl::Time deadline = absl::Now() + kWait;
+    while (!done.has_value() && absl::Now() < deadline) {
+      sender_->Poll();
+      if (!done.has_value()) sender_->WaitForActivity(absl::Now() + absl::Milliseconds(2));
+    }
+    if (!done.has_value()) return absl::DeadlineExceededError("test prefill: transfer hung");
+    RETURN_IF_ERROR(*done);
+    RETURN_IF_ERROR(logits.status());
+    Sampler sampler(sampling);
+    return sampler.Sample(*logits);
+  }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<kvtransfer::FaultyTransport> transport_;
+  std::unique_ptr<kvtransfer::TransferSender> sender_;
+  kvtransfer::RegionId region_ = 0;
+  BlockTable offset_{16};
+};
+
+// A decode loop over an in-process transport, a stand-in prefill worker on
+// the same fabric, and a reference engine for expected tokens.
+class DecodeHarness {
+ public:
+  explicit DecodeHarness(DecodeLoopOptions options = {},
+                         kvtransfer::FaultPlan prefill_faults = {}) {
+    constexpr uint64_t model_seed = 7;
+    weights_ = MakeSyntheticModel(SmallShape(), model_seed).value();
+    fabric_ = kvtransfer::InProcFabric::Create();
+    transport_ = kvtransfer::InProcTransport::Create(fabric_);
+    if (options.model_name.empty()) options.model_name = "synthetic-small";
+    auto loop = DecodeLoop::Create(*weights_, OneThreadBackend(), transport_.get(), options);
+    CHECK_OK(loop.status());
+    loop_ = std::move(loop).value();
+    prefill_ = std::make_unique<FakePrefill>(*weights_, fabric_, std::move(prefill_faults));
+    reference_ = MakeEngine(*weights_, EngineOptions{.num_blocks = 16, .max_batch_tokens = 128});
+  }
+  ~DecodeHarness() {
+    // The loop stops driving its transport before the transport goes.
+    loop_.reset();
+  }
+
+  DecodeLoop& loop() { return *loop_; }
+  FakePrefill& prefill() { return *prefill_; }
+  const ModelConfig& config() const { return weights_->config; }
+
+  // Tokens the single-stream engine path generates for the same request.
+  std::vector<int32_t> Expected(const Request& r) {
+    GenerateRequest g;
+    g.prompt = r.prompt;
+    g.max_new_tokens = r.max_tokens;
+    g.sampling = r.sampling;
+    g.eos_id = r.stop_token_ids.empty() ? -1 : r.stop_token_ids[0];
+    absl::StatusOr<GenerateResult> result = Generate(*reference_, g);
+    CHECK_OK(result.status());
+    return result->tokens;
+  }
+
+  bool AllBlocksFree(absl::Duration timeout = kWait) {
+    return WaitFor(
+        [&] {
+          const LoopStats s = loop_->Stats();
+          return s.kv_blocks_free == s.kv_blocks_total && s.running == 0 && s.waiting == 0;
+        },
+        timeout);
+  }
+
+  // Runs a remote-prefill request to its end: reserve, prefill, Start.
+  // Returns the first token followed by the streamed ones.
+  absl::StatusOr<std::vector<int32_t>> RunRemote(const Request& r,
+                                                 const std::shared_ptr<RecordingSink>& sink) {
+    RETURN_IF_ERROR(loop_->Submit(r, sink).status());
+    if (!sink->WaitReserved()) {
+      return absl::InternalError(absl::StrCat("no reservation: ", sink->status().ToString()));
+    }
+    ASSIGN_OR_RETURN(int32_t first,
+                     prefill_->Prefill(r.prompt, sink->descriptor(), -1, r.sampling));
+    StartResult start;
+    loop_->Start(r.request_id, sink->generation(), first, start.Callback());
+    RETURN_IF_ERROR(start.Wait());
+    if (!sink->WaitEnded()) return absl::DeadlineExceededError("test: stream did not end");
+    RETURN_IF_ERROR(sink->status());
+    std::vector<int32_t> all = {first};
+    for (int32_t t : sink->tokens()) all.push_back(t);
+    return all;
+  }
+
+ private:
+  std::unique_ptr<ModelWeights> weights_;
+  std::shared_ptr<kvtransfer::InProcFabric> fabric_;
+  std::unique_ptr<kvtransfer::InProcTransport> transport_;
+  std::unique_ptr<DecodeLoop> loop_;
+  std::unique_ptr<FakePrefill> prefill_;
+  std::unique_ptr<Engine> reference_;
+};
+
+inline Request RemoteRequest(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  Request r;
+  r.request_id = std::move(id);
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+inline Request LocalRequest(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  Request r = RemoteRequest(std::move(id), std::move(prompt), max_tokens);
+  r.local_prefill = true;
+  return r;
+}
+
+}  // namespace tandem::decode::testing
+
+#endif  // TANDEM_TESTS_UNIT_DECODE_WORKER_DECODE_TEST_UTIL_H_
