@@ -1,6 +1,7 @@
 #include "decode_worker/decode_loop.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -105,6 +106,12 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
   ++held_;
   inbox_.submits.push_back(SubmitCmd{ticket, std::move(request), std::move(sink), clock_->Now()});
   return ticket;
+}
+
+DecodeLoop::Ticket DecodeLoop::RandomTicketBase() {
+  std::random_device device;
+  const uint64_t high = (uint64_t{device()} << 32 | device()) & ((uint64_t{1} << 62) - 1);
+  return (high & ~uint64_t{0xFFFFFF}) + 1;
 }
 
 void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t first_token,

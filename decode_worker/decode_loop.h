@@ -190,9 +190,14 @@ class DecodeLoop {
   absl::flat_hash_map<std::string, Ticket> by_request_id_;  // Live requests.
   uint64_t failed_ = 0;  // Requests ended with an error (not a cancellation).
 
+  static Ticket RandomTicketBase();
+
   mutable absl::Mutex mu_;
   Inbox inbox_ ABSL_GUARDED_BY(mu_);
-  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  // Tickets double as the KV lease's request id, which a prefill worker's
+  // sender uses as its key across every decode worker it serves: start at a
+  // random point so that two decode workers do not hand out the same ids.
+  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = RandomTicketBase();
   // Requests admitted by Submit and not yet removed by the loop.
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

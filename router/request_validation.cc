@@ -41,8 +41,8 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
   }
   const v1::SamplingParams& s = request.sampling();
   if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "temperature is ", s.temperature(), "; it must be >= 0 (0 = greedy)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature is ", s.temperature(), "; it must be >= 0 (0 = greedy)"));
   }
   if (s.top_k() < 0) {
     return absl::InvalidArgumentError(
@@ -58,9 +58,13 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
     }
     out.stop.push_back(stop);
   }
+  if (!out.stop.empty() && tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        "this router has no tokenizer, so it cannot match stop strings; remove `stop`");
+  }
   if (request.timeout_ms() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "timeout_ms is ", request.timeout_ms(), "; it must be >= 0 (0 = the router's default)"));
+    return absl::InvalidArgumentError(absl::StrCat("timeout_ms is ", request.timeout_ms(),
+                                                   "; it must be >= 0 (0 = the router's default)"));
   }
   out.sampling = s;
   out.max_tokens = request.max_tokens();
@@ -68,22 +72,20 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
   return out;
 }
 
-absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size,
-                              int max_context) {
+absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size, int max_context) {
   if (vocab_size > 0) {
     for (size_t i = 0; i < prompt.size(); ++i) {
       if (prompt[i] < 0 || prompt[i] >= vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("prompt token ", i, " is ", prompt[i], ", outside the vocabulary [0, ",
-                         vocab_size, "); send token ids of this model"));
+        return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", prompt[i],
+                                                       ", outside the vocabulary [0, ", vocab_size,
+                                                       "); send token ids of this model"));
       }
     }
   }
   if (max_context > 0 && static_cast<int64_t>(prompt.size()) >= max_context) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the prompt has ", prompt.size(), " tokens but the model's context is ",
-                     max_context, " tokens; shorten the prompt to at most ", max_context - 1,
-                     " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", prompt.size(), " tokens but the model's context is ", max_context,
+        " tokens; shorten the prompt to at most ", max_context - 1, " tokens"));
   }
   return absl::OkStatus();
 }

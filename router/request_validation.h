@@ -33,8 +33,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
 // INVALID_ARGUMENT when a prompt token is outside [0, vocab_size) or the
 // prompt does not leave room for one generated token in `max_context`.
 // Limits <= 0 are unknown and not checked.
-absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size,
-                              int max_context);
+absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size, int max_context);
 
 }  // namespace tandem::router
 

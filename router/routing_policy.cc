@@ -32,12 +32,13 @@ std::tuple<bool, int, int, std::string_view> DecodeKey(const WorkerSnapshot& w, 
 }  // namespace
 
 std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,
-                                     int max_tokens) {
+                                     int max_tokens,
+                                     const absl::flat_hash_set<std::string>& exclude) {
   const WorkerSnapshot* best = nullptr;
   bool best_fits = false;
   int routable = 0;
   for (const WorkerSnapshot& w : decode) {
-    if (!w.routable()) continue;
+    if (!w.routable() || exclude.contains(w.address)) continue;
     ++routable;
     const bool fits = FreeBlocks(w) >= BlocksFor(prompt_len + max_tokens, w.block_size);
     if (best == nullptr) {
@@ -65,16 +66,15 @@ std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill
   for (const WorkerSnapshot& w : prefill) {
     if (!w.routable() || exclude.contains(w.address)) continue;
     ++candidates;
-    if (best == nullptr ||
-        std::make_tuple(PrefillQueue(w), w.running, w.address) <
-            std::make_tuple(PrefillQueue(*best), best->running, best->address)) {
+    if (best == nullptr || std::make_tuple(PrefillQueue(w), w.running, w.address) <
+                               std::make_tuple(PrefillQueue(*best), best->running, best->address)) {
       best = &w;
     }
   }
   if (best == nullptr) return std::nullopt;
-  return Pick{best->address, absl::StrCat("prefill ", best->address, ": queue ",
-                                          PrefillQueue(*best), ", best of ", candidates,
-                                          exclude.empty() ? "" : " not yet tried")};
+  return Pick{best->address,
+              absl::StrCat("prefill ", best->address, ": queue ", PrefillQueue(*best), ", best of ",
+                           candidates, exclude.empty() ? "" : " not yet tried")};
 }
 
 PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int prompt_len,
@@ -82,10 +82,8 @@ PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int pr
   if (prefill.empty()) {
     return {true, "local prefill: no prefill workers (colocated mode)"};
   }
-  const bool any_routable =
-      std::any_of(prefill.begin(), prefill.end(), [](const WorkerSnapshot& w) {
-        return w.routable();
-      });
+  const bool any_routable = std::any_of(prefill.begin(), prefill.end(),
+                                        [](const WorkerSnapshot& w) { return w.routable(); });
   if (!any_routable) {
     return {true, absl::StrCat("local prefill: none of the ", prefill.size(),
                                " prefill workers is healthy and not draining")};

@@ -31,15 +31,17 @@ int BlocksFor(int tokens, int block_size);
 // address, so that equal workers give the same answer. When none has room,
 // the one with the most free blocks is still picked: the worker's admission
 // decides (it may admit part of max_tokens, or refuse with
-// RESOURCE_EXHAUSTED). nullopt when no worker is routable.
+// RESOURCE_EXHAUSTED). Addresses in `exclude` (workers that already
+// refused this request) are skipped. nullopt when no worker is left.
 std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,
-                                     int max_tokens);
+                                     int max_tokens,
+                                     const absl::flat_hash_set<std::string>& exclude = {});
 
 // The prefill worker with the shortest queue (waiting in its stats plus the
 // router's in-flight requests there), skipping the addresses in `exclude`
 // (workers that already failed this request). nullopt when none is left.
 std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill,
-                                      const absl::flat_hash_set<std::string>& exclude);
+                                      const absl::flat_hash_set<std::string>& exclude = {});
 
 struct PrefillDecision {
   // Prefill on the decode worker instead of a prefill worker.

@@ -28,9 +28,9 @@ absl::StatusOr<HostPort> SplitTarget(const std::string& target) {
   int port = 0;
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker target '", target, "' is not host:port with a port in 1..65535; ",
-        "pass e.g. 10.0.0.5:8200 or decode.tandem.svc.cluster.local:8200"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker target '", target, "' is not host:port with a port in 1..65535; ",
+                     "pass e.g. 10.0.0.5:8200 or decode.tandem.svc.cluster.local:8200"));
   }
   std::string host = target.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -63,8 +63,7 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
       inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, ip, sizeof(ip));
       addresses.insert(absl::StrCat(ip, ":", hp->port));
     } else if (ai->ai_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, ip,
-                sizeof(ip));
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, ip, sizeof(ip));
       addresses.insert(absl::StrCat("[", ip, "]:", hp->port));
     }
   }
@@ -78,11 +77,10 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
 // ---------------------------------------------------------------------------
 // Worker
 
-Worker::Worker(std::string address, std::string target, WorkerRole role, const Clock& clock)
+Worker::Worker(std::string address, std::string target, WorkerRole role)
     : address_(std::move(address)),
       target_(std::move(target)),
       role_(role),
-      clock_(clock),
       channel_(rpc::MakeChannel(address_)) {
   if (role_ == WorkerRole::kPrefill) {
     prefill_stub_ = v1::PrefillWorker::NewStub(channel_);
@@ -106,13 +104,13 @@ Worker::Load::~Load() {
 
 void Worker::Load::ReserveBlocks(int blocks) {
   absl::MutexLock lock(&worker_->mu_);
-  worker_->pending_[id_] = Pending{blocks, absl::InfiniteFuture()};
+  worker_->pending_[id_] = Pending{blocks, UINT64_MAX};
 }
 
 void Worker::Load::ConfirmReservation() {
   absl::MutexLock lock(&worker_->mu_);
   auto it = worker_->pending_.find(id_);
-  if (it != worker_->pending_.end()) it->second.confirmed = worker_->clock_.Now();
+  if (it != worker_->pending_.end()) it->second.seen_by_poll = worker_->next_poll_;
 }
 
 WorkerSnapshot Worker::Snapshot() const {
@@ -136,25 +134,40 @@ WorkerSnapshot Worker::Snapshot() const {
   return s;
 }
 
-void Worker::RecordPoll(absl::Time sent, const absl::StatusOr<v1::WorkerStats>& stats) {
+void Worker::MarkUnavailable(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  first_trusted_poll_ = next_poll_;
+  if (healthy_) {
+    LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_
+                 << " failed a request, not routing to it until it answers a poll: " << why;
+  }
+  healthy_ = false;
+}
+
+uint64_t Worker::BeginPoll() {
+  absl::MutexLock lock(&mu_);
+  return next_poll_++;
+}
+
+void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& stats) {
   absl::Status status = stats.status();
   if (status.ok() && stats->role() != WorkerRoleName(role_)) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat("it says it is a '", stats->role(), "' worker, but was given as a ",
-                     WorkerRoleName(role_), " worker; check --", WorkerRoleName(role_),
-                     "_workers"));
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "it says it is a '", stats->role(), "' worker, but was given as a ", WorkerRoleName(role_),
+        " worker; check --", WorkerRoleName(role_), "_workers"));
   }
   absl::MutexLock lock(&mu_);
   const bool was_healthy = healthy_;
   const bool was_draining = stats_.draining();
   const bool first = !ever_polled_;
   ever_polled_ = true;
-  healthy_ = status.ok();
-  if (healthy_) {
+  // A poll sent before a request failed does not make the worker healthy.
+  healthy_ = status.ok() && poll >= first_trusted_poll_;
+  if (status.ok()) {
     stats_ = *stats;
     // The stats now include every reservation confirmed before the poll.
     for (auto it = pending_.begin(); it != pending_.end();) {
-      it = it->second.confirmed <= sent ? pending_.erase(it) : std::next(it);
+      it = it->second.seen_by_poll <= poll ? pending_.erase(it) : std::next(it);
     }
   }
   if (healthy_ && (!was_healthy || was_draining != stats_.draining())) {
@@ -162,7 +175,7 @@ void Worker::RecordPoll(absl::Time sent, const absl::StatusOr<v1::WorkerStats>& 
               << (stats_.draining() ? "draining" : "healthy") << " (model '" << stats_.model()
               << "', " << stats_.kv_blocks_free() << "/" << stats_.kv_blocks_total()
               << " KV blocks free, max context " << stats_.max_context() << ")";
-  } else if (!healthy_ && (was_healthy || first)) {
+  } else if (!status.ok() && (was_healthy || first)) {
     LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_
                  << " is unhealthy, not routing to it: " << status;
   }
@@ -182,7 +195,6 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
     }
   }
   if (!options.resolver) options.resolver = ResolveTarget;
-  if (options.clock == nullptr) options.clock = &Clock::Real();
   std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(std::move(options)));
   registry->ResolveNow();
   registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
@@ -272,7 +284,7 @@ void WorkerRegistry::ResolveNow() {
       if (workers.contains(address)) continue;
       LOG(INFO) << WorkerRoleName(role) << " worker " << address << " joined the pool (from "
                 << target << ")";
-      workers.emplace(address, std::make_shared<Worker>(address, target, role, *options_.clock));
+      workers.emplace(address, std::make_shared<Worker>(address, target, role));
     }
   }
 }
@@ -295,7 +307,7 @@ void WorkerRegistry::PollNow() {
     grpc::ClientContext ctx;
     v1::StatsRequest request;
     v1::WorkerStats response;
-    absl::Time sent;
+    uint64_t poll = 0;
   };
   struct Round {
     absl::Mutex mu;
@@ -307,7 +319,7 @@ void WorkerRegistry::PollNow() {
     auto call = std::make_shared<Call>();
     call->worker = std::move(worker);
     call->ctx.set_deadline(rpc::ToChrono(absl::Now() + options_.health_timeout));
-    call->sent = options_.clock->Now();
+    call->poll = call->worker->BeginPoll();
     calls.push_back(call);
   }
   {
@@ -317,19 +329,19 @@ void WorkerRegistry::PollNow() {
   for (const std::shared_ptr<Call>& call : calls) {
     auto done = [call, round](grpc::Status status) {
       if (status.ok()) {
-        call->worker->RecordPoll(call->sent, call->response);
+        call->worker->RecordPoll(call->poll, call->response);
       } else {
-        call->worker->RecordPoll(call->sent, rpc::FromGrpc(status));
+        call->worker->RecordPoll(call->poll, rpc::FromGrpc(status));
       }
       absl::MutexLock lock(&round->mu);
       --round->outstanding;
     };
     if (call->worker->role() == WorkerRole::kPrefill) {
-      call->worker->prefill_stub()->async()->GetStats(&call->ctx, &call->request,
-                                                      &call->response, done);
+      call->worker->prefill_stub()->async()->GetStats(&call->ctx, &call->request, &call->response,
+                                                      done);
     } else {
-      call->worker->decode_stub()->async()->GetStats(&call->ctx, &call->request,
-                                                     &call->response, done);
+      call->worker->decode_stub()->async()->GetStats(&call->ctx, &call->request, &call->response,
+                                                     done);
     }
   }
   {

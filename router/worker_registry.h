@@ -25,7 +25,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/base/clock.h"
 #include "router/worker_snapshot.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -43,7 +42,7 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
 // router has put on it. Thread-safe.
 class Worker {
  public:
-  Worker(std::string address, std::string target, WorkerRole role, const Clock& clock);
+  Worker(std::string address, std::string target, WorkerRole role);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -65,8 +64,8 @@ class Worker {
     Load& operator=(const Load&) = delete;
 
     // The request asks the worker to reserve `blocks` KV blocks: they count
-    // against its free blocks in snapshots until a stats poll started after
-    // ConfirmReservation() answered (the stats then include them).
+    // against its free blocks in snapshots until a stats poll sent after
+    // ConfirmReservation() has answered (its stats include them).
     void ReserveBlocks(int blocks);
     // The worker has reserved the blocks (its reply arrived).
     void ConfirmReservation();
@@ -81,20 +80,27 @@ class Worker {
 
   WorkerSnapshot Snapshot() const;
 
-  // Records a GetStats poll sent at `sent` (from the registry's poller).
-  void RecordPoll(absl::Time sent, const absl::StatusOr<v1::WorkerStats>& stats);
+  // A request to the worker failed with UNAVAILABLE (it is gone, or
+  // draining): stop routing to it until a stats poll sent after now
+  // succeeds, instead of waiting for the next poll to notice.
+  void MarkUnavailable(const absl::Status& why);
+
+  // The registry's poller: BeginPoll() as a GetStats poll is sent, then
+  // RecordPoll with the number it returned and the outcome.
+  uint64_t BeginPoll();
+  void RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& stats);
 
  private:
   struct Pending {
     int blocks = 0;
-    absl::Time confirmed = absl::InfiniteFuture();
+    // The first poll whose answer includes the reservation.
+    uint64_t seen_by_poll = UINT64_MAX;
   };
 
   // Constant after construction.
   const std::string address_;
   const std::string target_;
   const WorkerRole role_;
-  const Clock& clock_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub_;
   std::unique_ptr<v1::DecodeWorker::Stub> decode_stub_;
@@ -102,6 +108,9 @@ class Worker {
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;
   bool ever_polled_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_poll_ ABSL_GUARDED_BY(mu_) = 0;
+  // Polls numbered below this were sent before a request failed.
+  uint64_t first_trusted_poll_ ABSL_GUARDED_BY(mu_) = 0;
   v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_load_id_ ABSL_GUARDED_BY(mu_) = 0;
@@ -116,8 +125,6 @@ struct RegistryOptions {
   absl::Duration health_timeout = absl::Seconds(1);
   // Tests resolve names their own way; default ResolveTarget.
   Resolver resolver;
-  // Stamps polls and reservations. Must outlive the registry.
-  const Clock* clock = &Clock::Real();
 };
 
 class WorkerRegistry {

@@ -34,7 +34,7 @@ class Reference {
   Reference(const std::string& model, const std::string& tokenizer) {
     auto weights = LoadModel(model);
     CHECK_OK(weights.status());
-    auto backend = CpuBackend::Create(CpuBackendOptions{.threads = 1});
+    auto backend = CpuBackend::Create(CpuBackendOptions{.num_threads = 1});
     CHECK_OK(backend.status());
     auto engine = Engine::Create(**weights, std::move(backend).value(), EngineOptions{});
     CHECK_OK(engine.status());

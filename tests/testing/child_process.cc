@@ -43,7 +43,10 @@ void Child::Signal(int sig) {
   if (pid_ > 0) kill(pid_, sig);
 }
 
-void Child::Kill() { Signal(SIGKILL); }
+void Child::Kill() {
+  Signal(SIGKILL);
+  Wait();
+}
 
 int Child::Wait(absl::Duration timeout) {
   if (pid_ <= 0) return -1;

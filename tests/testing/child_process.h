@@ -29,7 +29,8 @@ class Child {
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
   void Signal(int sig);
-  void Kill();  // SIGKILL
+  // SIGKILL, then reaps the child (so running() is false afterwards).
+  void Kill();
   // Exit code, or 128 + signal; -1 if it did not end within `timeout`.
   int Wait(absl::Duration timeout = absl::Seconds(20));
 

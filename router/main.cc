@@ -1,0 +1,152 @@
+// tandem-router: the client-facing tandem.v1.Router service in front of the
+// prefill and decode pools.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/model/tokenizer.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+#include "router/router_service.h"
+#include "router/worker_registry.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:8100", "host:port to serve on; port 0 picks a free one");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the bound port here (one line) once the server is up; empty = don't");
+ABSL_FLAG(std::string, prefill_workers, "",
+          "Prefill workers, comma-separated host:port; a DNS name stands for every address it "
+          "resolves to. Empty = colocated mode (decode workers prefill locally)");
+ABSL_FLAG(std::string, decode_workers, "",
+          "Decode workers, comma-separated host:port (required); DNS names as for "
+          "--prefill_workers");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Tokenizer of the served model: llama2.c tokenizer.bin or SentencePiece .model "
+          "(required)");
+ABSL_FLAG(int, local_prefill_tokens, 0,
+          "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
+          "disaggregation); 0 = always use a prefill worker when one is healthy");
+ABSL_FLAG(int, max_inflight, 256,
+          "Requests served at once; more are refused at once with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
+          "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
+          "still applies)");
+ABSL_FLAG(absl::Duration, resolve_interval, absl::Seconds(5),
+          "How often worker DNS names are resolved again (workers join and leave)");
+ABSL_FLAG(absl::Duration, health_interval, absl::Milliseconds(500),
+          "How often every worker is polled with GetStats (health and load)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
+ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
+          "How long to wait at start for a healthy decode worker before giving up");
+
+namespace tandem {
+namespace {
+
+std::vector<std::string> SplitTargets(const std::string& flag) {
+  return absl::StrSplit(flag, ',', absl::SkipWhitespace());
+}
+
+absl::Status Run() {
+  const std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tokenizer_path.empty()) {
+    return absl::InvalidArgumentError("--tokenizer is required (see --help)");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
+  if (absl::GetFlag(FLAGS_max_inflight) < 1) {
+    return absl::InvalidArgumentError("--max_inflight must be at least 1");
+  }
+  if (absl::GetFlag(FLAGS_local_prefill_tokens) < 0) {
+    return absl::InvalidArgumentError("--local_prefill_tokens must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_request_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_health_interval) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--request_timeout, --health_interval and --resolve_interval must be positive");
+  }
+
+  router::RegistryOptions registry_options;
+  registry_options.prefill_targets = SplitTargets(absl::GetFlag(FLAGS_prefill_workers));
+  registry_options.decode_targets = SplitTargets(absl::GetFlag(FLAGS_decode_workers));
+  registry_options.resolve_interval = absl::GetFlag(FLAGS_resolve_interval);
+  registry_options.health_interval = absl::GetFlag(FLAGS_health_interval);
+  ASSIGN_OR_RETURN(std::unique_ptr<router::WorkerRegistry> registry,
+                   router::WorkerRegistry::Create(registry_options));
+
+  const absl::Duration startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
+  LOG(INFO) << "waiting up to " << startup_timeout << " for a healthy decode worker";
+  if (!registry->WaitForRoutable(router::WorkerRole::kDecode, startup_timeout)) {
+    return absl::UnavailableError(absl::StrCat(
+        "no decode worker of --decode_workers=", absl::GetFlag(FLAGS_decode_workers),
+        " became healthy within --startup_timeout=", absl::FormatDuration(startup_timeout),
+        "; check that they run and are reachable"));
+  }
+
+  router::RouterOptions options;
+  options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
+  options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  auto service = std::make_unique<router::RouterService>(registry.get(), tokenizer.get(), options);
+  ASSIGN_OR_RETURN(rpc::RunningServer server,
+                   rpc::StartServer({.address = absl::GetFlag(FLAGS_listen)}, {service.get()}));
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    // Written whole and renamed, so that a reader never sees half a line.
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << server.port << "\n";
+      out.close();
+      if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        server.server->Shutdown();
+        return absl::InvalidArgumentError(absl::StrCat("cannot write --port_file ", path));
+      }
+    }
+  }
+  LOG(INFO) << "tandem-router serving on port " << server.port;
+
+  int sig = 0;
+  while ((sig = rpc::WaitForSignal(absl::Seconds(1))) == 0) {
+  }
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  LOG(INFO) << "signal " << sig << ": draining (up to " << drain_timeout << ")";
+  server.SetServing(false);
+  service->StartDraining();
+  if (!service->WaitForIdle(drain_timeout)) {
+    LOG(WARNING) << service->inflight() << " requests still running after --drain_timeout; "
+                 << "cancelling them";
+    service->CancelAll();
+    service->WaitForIdle(absl::Seconds(5));
+  }
+  server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
+  service.reset();
+  registry->Stop();
+  LOG(INFO) << "tandem-router stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::rpc::BlockTerminationSignals();
+  tandem::ParseToolFlags(
+      argc, argv,
+      "The tandem router: serves tandem.v1.Router over the prefill and decode pools.\n"
+      "Usage: tandem-router --decode_workers HOST:PORT[,...] [--prefill_workers HOST:PORT[,...]]\n"
+      "       --tokenizer FILE [--listen HOST:PORT --port_file FILE]");
+  if (absl::Status s = tandem::Run(); !s.ok()) {
+    std::cerr << "tandem-router: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,510 @@
+// RouterService against fake prefill and decode workers over real gRPC.
+#include "router/router_service.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/model/incremental_detokenizer.h"
+#include "common/model/tokenizer.h"
+#include "common/rpc/grpc_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/router/router_harness.h"
+
+namespace tandem::router::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+std::unique_ptr<RouterHarness> StartHarness(HarnessOptions options = {}) {
+  auto h = std::make_unique<RouterHarness>(std::move(options));
+  const absl::Status s = h->Start();
+  EXPECT_OK(s);
+  return s.ok() ? std::move(h) : nullptr;
+}
+
+// Waits until the router has no request in flight.
+bool WaitForRouterIdle(RouterHarness& h) { return h.service().WaitForIdle(kWait); }
+
+TEST(RouterServiceTest, DisaggregatedStreamsPrefillTokenFirstThenDecodeTokens) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const Result r = h->Run(TokenRequest({1, 5, 6, 7}, 5));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23));
+  // The prefill worker's token reaches the client on its own, before decoding.
+  ASSERT_GE(r.messages.size(), 2u);
+  EXPECT_THAT(r.messages[0].token_ids(), ElementsAre(40));
+  EXPECT_EQ(r.messages[0].text(), " w40");
+  EXPECT_EQ(r.text, " w40 w20 w21 w22 w23");
+
+  // The protocol of worker.proto: Generate -> Reserved -> Prefill(lease) -> Start(generation).
+  const auto decode_requests = h->decode(0).requests();
+  ASSERT_EQ(decode_requests.size(), 1u);
+  EXPECT_FALSE(decode_requests[0].local_prefill());
+  EXPECT_THAT(decode_requests[0].prompt(), ElementsAre(1, 5, 6, 7));
+  EXPECT_EQ(decode_requests[0].max_tokens(), 5);
+  EXPECT_THAT(decode_requests[0].stop_token_ids(), ElementsAre(kFakeEos));
+  const auto prefill_requests = h->prefill(0).requests();
+  ASSERT_EQ(prefill_requests.size(), 1u);
+  EXPECT_EQ(prefill_requests[0].request_id(), decode_requests[0].request_id());
+  EXPECT_EQ(prefill_requests[0].kv_descriptor(), "kv:" + decode_requests[0].request_id());
+  EXPECT_THAT(prefill_requests[0].tokens(), ElementsAre(1, 5, 6, 7));
+  const auto starts = h->decode(0).starts();
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].request_id(), decode_requests[0].request_id());
+  EXPECT_EQ(starts[0].generation(), h->decode(0).generations().at(0));
+  EXPECT_EQ(starts[0].first_token(), 40);
+
+  const v1::Finished& f = r.finished;
+  EXPECT_EQ(f.reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(f.usage().prompt_tokens(), 4);
+  EXPECT_EQ(f.usage().completion_tokens(), 5);
+  EXPECT_TRUE(f.disaggregated());
+  EXPECT_EQ(f.prefill_worker(), h->prefill_address(0));
+  EXPECT_EQ(f.decode_worker(), h->decode_address(0));
+  const v1::Timeline& t = f.timeline();
+  EXPECT_GT(t.router_queue_us(), 0);
+  EXPECT_EQ(t.prefill_queue_us(), 11);
+  EXPECT_EQ(t.prefill_us(), 22);
+  EXPECT_EQ(t.kv_transfer_us(), 33);
+  EXPECT_EQ(t.decode_queue_us(), 44);
+  EXPECT_GE(t.first_token_us(), t.router_queue_us());
+  EXPECT_GE(t.end_us(), t.first_token_us());
+  EXPECT_TRUE(r.messages.back().has_finished());
+}
+
+TEST(RouterServiceTest, ColocatedModePrefillsOnTheDecodeWorker) {
+  auto h = StartHarness({.prefill = 0, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const Result r = h->Run(TokenRequest({1, 5}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(20, 21, 22));
+  EXPECT_EQ(r.text, " w20 w21 w22");
+  const auto requests = h->decode(0).requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].local_prefill());
+  EXPECT_TRUE(h->decode(0).starts().empty());
+  EXPECT_FALSE(r.finished.disaggregated());
+  EXPECT_EQ(r.finished.prefill_worker(), "");
+  EXPECT_EQ(r.finished.timeline().prefill_us(), 55);
+  EXPECT_EQ(r.finished.timeline().kv_transfer_us(), 0);
+  EXPECT_EQ(r.finished.usage().completion_tokens(), 3);
+}
+
+TEST(RouterServiceTest, ShortPromptsArePrefilledLocallyLongOnesDisaggregated) {
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.router.driver.local_prefill_tokens = 3;
+  auto h = StartHarness(options);
+  ASSERT_NE(h, nullptr);
+  const Result short_prompt = h->Run(TokenRequest({1, 5, 6}, 2));
+  const Result long_prompt = h->Run(TokenRequest({1, 5, 6, 7}, 2));
+  ASSERT_TRUE(short_prompt.status.ok() && long_prompt.status.ok());
+  EXPECT_FALSE(short_prompt.finished.disaggregated());
+  EXPECT_TRUE(long_prompt.finished.disaggregated());
+  EXPECT_EQ(h->prefill(0).requests().size(), 1u);
+}
+
+TEST(RouterServiceTest, PrefillFailureIsRetriedOnTheOtherPrefillWorker) {
+  auto h = StartHarness({.prefill = 2, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstPrefill();
+  const int good = 1 - bad;
+  h->prefill(bad).SetBehaviour({.fail = absl::InternalError("prefill blew up")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21));
+  EXPECT_EQ(r.finished.prefill_worker(), h->prefill_address(good));
+  EXPECT_EQ(h->prefill(bad).requests().size(), 1u);
+  EXPECT_EQ(h->prefill(good).requests().size(), 1u);
+  // A fresh reservation for the retry; the first one was cancelled.
+  const auto decode_requests = h->decode(0).requests();
+  ASSERT_EQ(decode_requests.size(), 2u);
+  EXPECT_NE(decode_requests[0].request_id(), decode_requests[1].request_id());
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+  const auto starts = h->decode(0).starts();
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].generation(), h->decode(0).generations().at(1));
+  EXPECT_EQ(h->prefill(good).requests()[0].kv_descriptor(),
+            "kv:" + decode_requests[1].request_id());
+}
+
+TEST(RouterServiceTest, BothPrefillWorkersFailingIsAnErrorNamingThem) {
+  auto h = StartHarness({.prefill = 2, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.fail = absl::UnavailableError("kv link down")});
+  h->prefill(1).SetBehaviour({.fail = absl::UnavailableError("kv link down")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(0)));
+  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(1)));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("kv link down"));
+  EXPECT_TRUE(r.tokens.empty());
+  // Both reservations were given back.
+  EXPECT_EQ(h->decode(0).requests().size(), 2u);
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(2, kWait));
+  EXPECT_TRUE(h->decode(0).starts().empty());
+}
+
+TEST(RouterServiceTest, DecodeWorkerDyingMidStreamIsUnavailableNamingIt) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.fail_after = 3});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("decode worker " + h->decode_address(0) +
+                                                  " was lost mid-stream after 4 tokens"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("fake decode worker crashed"));
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22));
+}
+
+TEST(RouterServiceTest, DecodeWorkerRefusingIsReplacedByAnother) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstDecode();
+  h->decode(bad).SetBehaviour({.refuse = absl::UnavailableError("worker is draining")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - bad));
+  EXPECT_EQ(h->decode(bad).requests().size(), 1u);
+  EXPECT_EQ(h->decode(1 - bad).requests().size(), 1u);
+}
+
+TEST(RouterServiceTest, ClientCancelCancelsTheDecodeStream) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.hold_after = 2});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(30)));
+  auto reader = h->stub().Generate(&ctx, TokenRequest({1, 5, 6}, 100));
+  v1::GenerateResponse response;
+  int tokens = 0;
+  while (tokens < 3 && reader->Read(&response)) tokens += response.token_ids_size();
+  ASSERT_EQ(tokens, 3);
+  ctx.TryCancel();
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, ClientCancelDuringPrefillCancelsPrefillAndReservation) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.hold = true});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(30)));
+  auto reader = h->stub().Generate(&ctx, TokenRequest({1, 5, 6}, 10));
+  // Wait until the prefill worker holds the request, then go away.
+  const absl::Time deadline = absl::Now() + kWait;
+  while (h->prefill(0).requests().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(h->prefill(0).requests().size(), 1u);
+  ctx.TryCancel();
+  EXPECT_TRUE(h->prefill(0).WaitForCancelled(1, kWait));
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  // No retry after the client left.
+  EXPECT_EQ(h->decode(0).requests().size(), 1u);
+}
+
+TEST(RouterServiceTest, RequestTimeoutIsDeadlineExceededAndFreesTheStream) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.hold_after = 1});
+  v1::GenerateRequest request = TokenRequest({1, 5, 6}, 100);
+  request.set_timeout_ms(300);
+  const Result r = h->Run(request);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("timeout_ms"));
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, RouterRequestTimeoutAppliesWithoutTimeoutMs) {
+  HarnessOptions options = {.prefill = 0, .decode = 1};
+  options.router.driver.request_timeout = absl::Milliseconds(300);
+  auto h = StartHarness(options);
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.hold_after = 0});
+  const absl::Time start = absl::Now();
+  // The client's own deadline (20 s) is the later one.
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 100));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("--request_timeout"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, BadInputIsInvalidArgumentSayingWhatToChange) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  struct Case {
+    v1::GenerateRequest request;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({TokenRequest({}, 4), "token_ids is empty"});
+  {
+    v1::GenerateRequest r;
+    r.set_max_tokens(4);
+    cases.push_back({r, "no prompt"});
+  }
+  {
+    v1::GenerateRequest r;
+    r.set_text("");
+    r.set_max_tokens(4);
+    cases.push_back({r, "prompt text is empty"});
+  }
+  cases.push_back({TokenRequest({1, 5}, 0), "max_tokens"});
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_temperature(-0.5f);
+    cases.push_back({r, "temperature"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_top_k(-1);
+    cases.push_back({r, "top_k"});
+  }
+  for (float top_p : {0.0f, 1.5f}) {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_top_p(top_p);
+    cases.push_back({r, "top_p"});
+  }
+  cases.push_back({TokenRequest({1, kFakeVocab}, 4), "64"});
+  cases.push_back({TokenRequest({1, -3}, 4), "-3"});
+  cases.push_back({TokenRequest(std::vector<int32_t>(kFakeMaxContext, 5), 4), "context"});
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.add_stop("");
+    cases.push_back({r, "stop"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.set_timeout_ms(-5);
+    cases.push_back({r, "timeout_ms"});
+  }
+  for (const Case& c : cases) {
+    const Result r = h->Run(c.request);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_THAT(r.status.error_message(), HasSubstr(c.message));
+    EXPECT_TRUE(r.messages.empty());
+  }
+  EXPECT_TRUE(h->decode(0).requests().empty());
+  // One token short of the context is fine.
+  EXPECT_TRUE(h->Run(TokenRequest(std::vector<int32_t>(kFakeMaxContext - 1, 5), 1)).status.ok());
+}
+
+TEST(RouterServiceTest, TextPromptNeedsATokenizer) {
+  auto h = StartHarness({.prefill = 0, .decode = 1, .no_tokenizer = true});
+  ASSERT_NE(h, nullptr);
+  v1::GenerateRequest text;
+  text.set_text("w5 w6");
+  text.set_max_tokens(2);
+  const Result bad = h->Run(text);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("token_ids"));
+  // Token ids work, without text and without stop tokens.
+  const Result ok = h->Run(TokenRequest({1, 5}, 2));
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_THAT(ok.tokens, ElementsAre(20, 21));
+  EXPECT_EQ(ok.text, "");
+  EXPECT_TRUE(h->decode(0).requests().at(0).stop_token_ids().empty());
+  v1::GenerateRequest with_stop = TokenRequest({1, 5}, 2);
+  with_stop.add_stop("x");
+  EXPECT_EQ(h->Run(with_stop).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(RouterServiceTest, TextIsTokenizedWithBos) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  v1::GenerateRequest text;
+  text.set_text("w5 w6");
+  text.set_max_tokens(2);
+  const Result r = h->Run(text);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(h->decode(0).requests().at(0).prompt(), ElementsAre(kFakeBos, 5, 6));
+  EXPECT_EQ(r.finished.usage().prompt_tokens(), 3);
+  EXPECT_EQ(r.text, " w40 w20");
+}
+
+TEST(RouterServiceTest, NoHealthyDecodeWorkerIsUnavailable) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->StopDecodeServer(0);
+  const absl::Time deadline = absl::Now() + kWait;
+  while (h->registry().Snapshot(WorkerRole::kDecode)[0].healthy && absl::Now() < deadline) {
+    h->registry().PollNow();
+  }
+  const Result r = h->Run(TokenRequest({1, 5}, 2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("no healthy decode worker"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr(h->decode_address(0)));
+}
+
+TEST(RouterServiceTest, OverMaxInflightIsResourceExhaustedAtOnce) {
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.router.max_inflight = 1;
+  auto h = StartHarness(options);
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.hold_after = 0});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(30)));
+  auto reader = h->stub().Generate(&ctx, TokenRequest({1, 5, 6}, 100));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // The first token: the request is in flight.
+  const absl::Time start = absl::Now();
+  const Result second = h->Run(TokenRequest({1, 5}, 2));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(second.status.error_message(), HasSubstr("--max_inflight"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ctx.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  reader->Finish();
+  ASSERT_TRUE(WaitForRouterIdle(*h));
+  // Room again.
+  h->decode(0).SetBehaviour({});
+  EXPECT_TRUE(h->Run(TokenRequest({1, 5}, 2)).status.ok());
+}
+
+TEST(RouterServiceTest, DrainingRouterRefusesNewRequests) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->service().StartDraining();
+  const Result r = h->Run(TokenRequest({1, 5}, 2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("draining"));
+}
+
+TEST(RouterServiceTest, StopStringEndsTheStreamAndCancelsDecode) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  // The worker would go on (it holds after 6 tokens): the router must cut it.
+  h->decode(0).SetBehaviour({.hold_after = 6});
+  v1::GenerateRequest request = TokenRequest({1, 5}, 50);
+  request.add_stop("w22 w2");  // Spans two tokens: " w22" and " w23".
+  const Result r = h->Run(request);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(r.text, " w40 w20 w21 ");
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23));
+  EXPECT_EQ(r.finished.usage().completion_tokens(), 5);
+  // Text that could start the stop string was held back: no message ever
+  // carried "w22".
+  for (const v1::GenerateResponse& m : r.messages)
+    EXPECT_THAT(m.text(), ::testing::Not(HasSubstr("w22")));
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+}
+
+TEST(RouterServiceTest, HeldBackTextIsSentWhenNoStopStringCompletes) {
+  auto h = StartHarness({.prefill = 0, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.script = {20, 21, 22}, .chunk = 2});
+  v1::GenerateRequest request = TokenRequest({1, 5}, 3);
+  request.add_stop(" w22 and more");
+  const Result r = h->Run(request);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(r.text, " w20 w21 w22");
+}
+
+TEST(RouterServiceTest, EosFromPrefillEndsWithoutStartingDecode) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.first_token = kFakeEos});
+  const Result r = h->Run(TokenRequest({1, 5}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.reason(), v1::FINISH_REASON_EOS);
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(r.finished.usage().completion_tokens(), 0);
+  EXPECT_TRUE(h->decode(0).starts().empty());
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+}
+
+TEST(RouterServiceTest, EosFromDecodeIsFinishReasonEos) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.script = {20, 21, kFakeEos}});
+  const Result r = h->Run(TokenRequest({1, 5}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.reason(), v1::FINISH_REASON_EOS);
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21));
+}
+
+TEST(RouterServiceTest, MaxTokensOneIsTheFirstTokenAlone) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const Result r = h->Run(TokenRequest({1, 5}, 1));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40));
+  EXPECT_EQ(r.finished.reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_TRUE(h->decode(0).starts().empty());
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+}
+
+TEST(RouterServiceTest, ConcurrentStreamsEachGetTheirOwnTokens) {
+  auto h = StartHarness({.prefill = 2, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  constexpr int kStreams = 16;
+  std::vector<Result> results(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] { results[i] = h->Run(TokenRequest({1, 5 + i}, 2 + i % 5)); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens.size(), static_cast<size_t>(2 + i % 5));
+    EXPECT_EQ(results[i].finished.usage().completion_tokens(), 2 + i % 5);
+  }
+  EXPECT_EQ(h->decode(0).requests().size() + h->decode(1).requests().size(),
+            static_cast<size_t>(kStreams));
+}
+
+// The real stories260K tokenizer: text in, BOS + SentencePiece ids to the
+// workers, EOS as the stop token, and the text of the returned tokens.
+TEST(RouterServiceTest, RealTokenizerTextRoundTrip) {
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.tokenizer = tokenizer.get();
+  options.vocab_size = tokenizer->vocab_size();
+  auto h = StartHarness(options);
+  ASSERT_NE(h, nullptr);
+  v1::GenerateRequest request;
+  request.set_text("Once upon a time");
+  request.set_max_tokens(4);
+  const Result r = h->Run(request);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_OK_AND_ASSIGN(std::vector<int32_t> want, tokenizer->Encode("Once upon a time", true));
+  const auto decode_requests = h->decode(0).requests();
+  ASSERT_EQ(decode_requests.size(), 1u);
+  EXPECT_THAT(decode_requests[0].prompt(), ElementsAreArray(want));
+  EXPECT_THAT(decode_requests[0].stop_token_ids(), ElementsAre(tokenizer->eos_id()));
+  IncrementalDetokenizer detok(*tokenizer, want.back());
+  std::string text;
+  for (int32_t id : r.tokens) text += detok.Push(id).value_or("?");
+  text += detok.Flush();
+  EXPECT_EQ(r.text, text);
+}
+
+}  // namespace
+}  // namespace tandem::router::testing
