@@ -66,15 +66,16 @@ struct Job {
   BlockTable table;
 
   absl::Time arrived;
-  absl::Time started;     // First step.
-  absl::Time computed;    // First token sampled.
-  absl::Time last_layer;  // Last layer's KV written in the final step.
+  absl::Time started = absl::InfinitePast();  // First step.
+  absl::Time computed;                        // First token sampled.
+  absl::Time last_layer;                      // Last layer's KV written in the final step.
   int32_t first_token = -1;
 
   // The sender holds the job's blocks between Start and its done callback:
   // they may not be released (or reused) in between.
   bool transfer_started = false;
   bool transfer_ended = false;
+  absl::Status transfer_status;  // The sender's verdict, once ended.
   // Why the job failed while its transfer was still in flight; replied
   // once the sender lets go of the blocks.
   absl::Status failure;

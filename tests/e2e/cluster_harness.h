@@ -23,12 +23,12 @@ namespace tandem::testing {
 struct ClusterOptions {
   int prefill = 2;
   int decode = 2;
-  std::string model;
-  std::string tokenizer;
+  std::string model = "";
+  std::string tokenizer = "";
   // Extra flags for each kind of process.
-  std::vector<std::string> router_flags;
-  std::vector<std::string> prefill_flags;
-  std::vector<std::string> decode_flags;
+  std::vector<std::string> router_flags = {};
+  std::vector<std::string> prefill_flags = {};
+  std::vector<std::string> decode_flags = {};
 };
 
 // One worker or router process and its gRPC address.

@@ -1,0 +1,141 @@
+// tandem-prefill: the prefill worker. Computes prompts (batched, chunked),
+// streams their KV cache to decode workers over UCX, and answers
+// tandem.v1.PrefillWorker. Logic lives in PrefillLoop / PrefillService.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/model/model_weights.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+#include "kvtransfer/ucx/ucx_transport.h"
+#include "prefill_worker/prefill_loop.h"
+#include "prefill_worker/prefill_service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:8200",
+          "host:port to serve tandem.v1.PrefillWorker on; port 0 picks a free port");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here (one line) once the server is up");
+ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
+ABSL_FLAG(std::string, model_name, "",
+          "Model name reported in GetStats (the router checks all workers agree); default: the "
+          "file name of --model");
+ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
+ABSL_FLAG(int, kv_blocks, 0,
+          "KV cache blocks; 0 = room for 8 full-context sequences. Each queued prompt needs "
+          "ceil(tokens / block_size) blocks while it is computed and sent");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block; must match the decode workers'");
+ABSL_FLAG(int, max_batch_tokens, 2048,
+          "Most prompt tokens per engine step, over all prompts in it; longer prompts are "
+          "computed in chunks over several steps");
+ABSL_FLAG(int, max_queue, 256,
+          "Most requests waiting for KV blocks; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long to finish in-flight requests before exiting");
+ABSL_FLAG(int, kv_lanes, 1,
+          "Connections each KV transfer is striped over (helps long, high-latency links)");
+
+namespace tandem {
+namespace {
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  // Written whole and renamed into place, so that a reader never sees half a line.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
+                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
+  ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
+                   kvtransfer::UcxTransport::Create());
+
+  prefill::PrefillLoopOptions options;
+  options.model_name = absl::GetFlag(FLAGS_model_name);
+  if (options.model_name.empty()) {
+    options.model_name = std::filesystem::path(model_path).filename().string();
+  }
+  options.block_size = absl::GetFlag(FLAGS_block_size);
+  options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.kv_lanes = absl::GetFlag(FLAGS_kv_lanes);
+  ASSIGN_OR_RETURN(std::unique_ptr<prefill::PrefillLoop> loop,
+                   prefill::PrefillLoop::Create(*weights, std::move(backend), transport.get(),
+                                                &Clock::Real(), options));
+  weights.reset();
+
+  prefill::PrefillService service(loop.get());
+  rpc::ServerOptions server_options;
+  server_options.address = absl::GetFlag(FLAGS_listen);
+  ASSIGN_OR_RETURN(rpc::RunningServer server, rpc::StartServer(server_options, {&service}));
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    RETURN_IF_ERROR(WritePortFile(path, server.port));
+  }
+  const prefill::PrefillStats stats = loop->Stats();
+  LOG(INFO) << "tandem-prefill serving " << options.model_name << " on port " << server.port << " ("
+            << stats.kv_blocks_total << " KV blocks of " << stats.block_size
+            << " tokens, max_batch_tokens " << options.max_batch_tokens << ", KV over "
+            << transport->name() << ")";
+
+  int signal = 0;
+  while ((signal = rpc::WaitForSignal(absl::Seconds(1))) == 0) {
+  }
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  LOG(INFO) << "signal " << signal << ": draining (up to " << drain_timeout << ")";
+  server.SetServing(false);
+  loop->Drain();
+  const absl::Time deadline = absl::Now() + drain_timeout;
+  if (!loop->WaitUntilIdle(deadline)) {
+    LOG(WARNING) << "drain timeout: cancelling what is still in flight";
+  }
+  // Calls still open after the deadline are cancelled; the loop answers them.
+  server.server->Shutdown(rpc::ToChrono(std::max(deadline, absl::Now() + absl::Seconds(1))));
+  loop.reset();
+  transport.reset();
+  LOG(INFO) << "tandem-prefill stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::rpc::BlockTerminationSignals();
+  tandem::ParseToolFlags(
+      argc, argv,
+      "The tandem prefill worker: computes prompts and streams their KV cache to decode "
+      "workers.\n"
+      "Usage: tandem-prefill --model FILE [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
+      "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
+      "       [--drain_timeout 30s] [--kv_lanes N]");
+  if (absl::Status s = tandem::Run(); !s.ok()) {
+    std::cerr << "tandem-prefill: " << s << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

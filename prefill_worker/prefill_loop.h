@@ -1,0 +1,164 @@
+// PrefillLoop: the prefill worker's request queue and scheduling thread.
+//
+// Any thread Submit()s a job (prompt, sampling, the decode worker's KV
+// lease, deadline) with a callback. The job is validated at once, queued
+// (FIFO, bounded by max_queue) and admitted when the KV pool can hold its
+// whole prompt; the scheduling thread then computes it in chunks, batched
+// with other jobs under max_batch_tokens, streams its KV cache layer by
+// layer to the decode worker named in the lease, samples the first token,
+// and calls back once the decode worker confirmed every byte. The callback
+// runs exactly once, with the result or an error:
+//   INVALID_ARGUMENT   bad prompt, sampling parameters or lease;
+//   RESOURCE_EXHAUSTED queue full, or a prompt the KV pool can never hold;
+//   UNAVAILABLE        draining or shut down, or the decode worker is gone;
+//   DEADLINE_EXCEEDED  the job's (or the lease's) deadline passed;
+//   CANCELLED          Cancel(), or the decode worker gave up the lease.
+// A job's KV blocks are released only after the transfer has let go of
+// them, so that no block is reused while a transport may still read it.
+//
+// Thread-safe. One scheduling thread (started by Create, joined by the
+// destructor) is the only one touching the engine, the sender and the
+// transport; other threads only touch the mutex-protected inbox.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_LOOP_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_LOOP_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/compute/backend.h"
+#include "common/model/model_weights.h"
+#include "kvtransfer/kv_transport.h"
+#include "prefill_worker/prefill_job.h"
+#include "prefill_worker/prefill_scheduler.h"
+
+namespace tandem::prefill {
+
+struct PrefillLoopOptions {
+  // Reported in stats, so that the router can check all workers serve the same model.
+  std::string model_name = "";
+  int block_size = 16;
+  // KV blocks; 0 = room for 8 full-context sequences.
+  int kv_blocks = 0;
+  int max_batch_tokens = 2048;
+  // Most jobs waiting for admission; more are refused with RESOURCE_EXHAUSTED.
+  int max_queue = 256;
+  // Connections each KV transfer is striped over.
+  int kv_lanes = 1;
+  // Longest the thread waits on the transport while transfers are pending
+  // (bounds how late it notices new work then).
+  absl::Duration transfer_poll = absl::Milliseconds(1);
+  // Longest the thread sleeps when idle (new work wakes it at once).
+  absl::Duration idle_wait = absl::Milliseconds(100);
+  // How long destruction waits for cancelled transfers to let go.
+  absl::Duration shutdown_timeout = absl::Seconds(2);
+};
+
+// A snapshot for WorkerStats.
+struct PrefillStats {
+  std::string model;
+  int vocab_size = 0;
+  int max_context = 0;
+  int block_size = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_free = 0;
+  int running = 0;  // Jobs in compute or transfer.
+  int waiting = 0;  // Jobs queued for blocks.
+  bool draining = false;
+  uint64_t requests_total = 0;
+  uint64_t requests_failed = 0;
+  uint64_t kv_transfers = 0;
+  uint64_t kv_transfer_bytes = 0;
+  uint64_t kv_transfers_failed = 0;
+  uint64_t steps = 0;  // Engine steps run (not in WorkerStats).
+};
+
+class PrefillLoop {
+ public:
+  // Builds the engine and starts the scheduling thread. `transport` (whose
+  // only user becomes the loop) and `clock` must outlive the loop.
+  // INVALID_ARGUMENT for impossible options.
+  static absl::StatusOr<std::unique_ptr<PrefillLoop>> Create(const ModelWeights& weights,
+                                                             std::unique_ptr<Backend> backend,
+                                                             kvtransfer::KvTransport* transport,
+                                                             const Clock* clock,
+                                                             const PrefillLoopOptions& options);
+  // Fails what is still queued or running with UNAVAILABLE, waits (bounded)
+  // for transfers to let go, and joins the thread.
+  ~PrefillLoop();
+
+  PrefillLoop(const PrefillLoop&) = delete;
+  PrefillLoop& operator=(const PrefillLoop&) = delete;
+
+  // Queues `job`; `done` is called exactly once, possibly before Submit
+  // returns (invalid job, queue full, draining), in which case the id is 0.
+  JobId Submit(PrefillJob job, PrefillDoneFn done);
+
+  // The client gave up: a queued job is dropped at once, a running one ends
+  // (CANCELLED) once its transfer lets go. Nothing for unknown or ended jobs.
+  void Cancel(JobId id);
+
+  // Refuses new jobs from now on (UNAVAILABLE "worker is draining"); queued
+  // and running jobs go on.
+  void Drain();
+
+  // Waits until every accepted job has been replied to, or `deadline`;
+  // true if idle.
+  bool WaitUntilIdle(absl::Time deadline);
+
+  PrefillStats Stats() const;
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  using Job = internal::Job;
+
+  PrefillLoop(std::unique_ptr<PrefillScheduler> scheduler, const Clock* clock,
+              const PrefillLoopOptions& options);
+
+  absl::Status Validate(const PrefillJob& job, kvtransfer::TransferLease& lease) const;
+  void Run();
+  // Applies cancels and admits queued jobs (FIFO) while blocks allow.
+  void Intake(std::vector<Reply>& replies) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the scheduler's state and counts the outcomes of `replies`
+  // (about to be delivered).
+  void Publish(const std::vector<Reply>& replies) ABSL_LOCKS_EXCLUDED(mu_);
+  void Deliver(std::vector<Reply> replies) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Constant after construction.
+  const Clock* const clock_;
+  const PrefillLoopOptions options_;
+  const ModelConfig config_;
+  const KvLayout layout_;
+  const int total_blocks_;
+
+  // Only the scheduling thread uses it once that runs.
+  const std::unique_ptr<PrefillScheduler> scheduler_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<JobId> cancels_ ABSL_GUARDED_BY(mu_);
+  JobId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Accepted jobs whose callback has not returned yet.
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the scheduling thread last published, plus counters.
+  PrefillStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_LOOP_H_

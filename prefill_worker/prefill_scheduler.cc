@@ -1,0 +1,294 @@
+#include "prefill_worker/prefill_scheduler.h"
+
+#include <algorithm>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/engine/sampler.h"
+#include "prefill_worker/kv_slices.h"
+
+namespace tandem::prefill {
+namespace {
+
+// Most jobs one step carries: each final chunk wants a row of logits.
+constexpr int kMaxLogitRows = 256;
+
+int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Microseconds(d)); }
+
+}  // namespace
+
+int DefaultKvBlocks(const ModelConfig& config, int block_size) {
+  const int per_sequence = (config.seq_len + block_size - 1) / block_size;
+  return 8 * per_sequence;
+}
+
+std::string JobName(const internal::Job& job) {
+  if (job.request.request_id.empty()) return absl::StrCat("job ", job.id);
+  return absl::StrCat("request '", job.request.request_id, "'");
+}
+
+absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
+    const ModelWeights& weights, std::unique_ptr<Backend> backend,
+    kvtransfer::KvTransport* transport, const Clock* clock, const SchedulerOptions& options) {
+  if (options.block_size <= 0 || options.kv_blocks < 0 || options.max_batch_tokens <= 0 ||
+      options.kv_lanes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size (", options.block_size, "), max_batch_tokens (",
+                     options.max_batch_tokens, ") and kv_lanes (", options.kv_lanes,
+                     ") must be positive and kv_blocks (", options.kv_blocks, ") not negative"));
+  }
+  EngineOptions engine_options;
+  engine_options.block_size = options.block_size;
+  engine_options.num_blocks = options.kv_blocks > 0
+                                  ? options.kv_blocks
+                                  : DefaultKvBlocks(weights.config, options.block_size);
+  engine_options.max_batch_tokens = options.max_batch_tokens;
+  engine_options.max_logit_rows = std::min(options.max_batch_tokens, kMaxLogitRows);
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(weights, std::move(backend), engine_options));
+  std::unique_ptr<PrefillScheduler> s(
+      new PrefillScheduler(std::move(engine), transport, clock, options));
+  ASSIGN_OR_RETURN(s->region_,
+                   s->sender_->RegisterMemory(s->engine_->kv_cache(), s->engine_->kv_cache_bytes(),
+                                              kvtransfer::MemoryKind::kHost));
+  return s;
+}
+
+PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
+                                   kvtransfer::KvTransport* transport, const Clock* clock,
+                                   const SchedulerOptions& options)
+    : engine_(std::move(engine)),
+      clock_(clock),
+      options_(options),
+      max_items_per_step_(std::min(options.max_batch_tokens, kMaxLogitRows)),
+      sender_(std::make_unique<kvtransfer::TransferSender>(
+          transport, clock, kvtransfer::SenderOptions{.lanes = options.kv_lanes})) {}
+
+PrefillScheduler::~PrefillScheduler() {
+  DropSender();
+  HandleTransferEnds();
+  for (auto& job : active_) {
+    if (!job->finished) Finish(*job, absl::CancelledError("prefill worker destroyed"));
+  }
+}
+
+void PrefillScheduler::DropSender() {
+  if (sender_ == nullptr) return;
+  // Deregister first, so that the transport can no longer read the cache;
+  // the sender's destructor then ends what is left with CANCELLED.
+  if (absl::Status s = sender_->DeregisterMemory(region_); !s.ok()) {
+    LOG(WARNING) << "deregistering the KV cache: " << s;
+  }
+  sender_.reset();
+}
+
+bool PrefillScheduler::has_compute() const {
+  return std::any_of(active_.begin(), active_.end(), [](const auto& j) {
+    return !j->finished && j->state == Job::State::kComputing;
+  });
+}
+
+bool PrefillScheduler::TryAdmit(std::unique_ptr<Job>& job) {
+  if (!job->table.Reserve(job->prompt_len(), engine_->block_pool()).ok()) return false;
+  job->state = Job::State::kComputing;
+  active_.push_back(std::move(job));
+  return true;
+}
+
+void PrefillScheduler::Cancel(JobId id) {
+  for (auto& job : active_) {
+    if (job->id == id && !job->finished) {
+      Fail(*job, absl::CancelledError(absl::StrCat(JobName(*job), " cancelled by the client")));
+    }
+  }
+}
+
+void PrefillScheduler::RunOnce() {
+  if (sender_ == nullptr) return;
+  sender_->Poll();
+  HandleTransferEnds();
+  ExpireDeadlines();
+  if (has_compute()) {
+    Step();
+    HandleTransferEnds();
+  }
+  Sweep();
+}
+
+void PrefillScheduler::WaitForTransfers(absl::Time deadline) {
+  if (sender_ != nullptr) sender_->WaitForActivity(deadline);
+}
+
+std::vector<Reply> PrefillScheduler::TakeReplies() { return std::exchange(replies_, {}); }
+
+void PrefillScheduler::Step() {
+  const absl::Time now = clock_->Now();
+  std::vector<BatchItem> items;
+  std::vector<Job*> jobs;    // Item order.
+  std::vector<Job*> finals;  // Jobs whose last chunk is in this step.
+  int budget = options_.max_batch_tokens;
+  for (auto& owned : active_) {
+    Job& job = *owned;
+    if (job.finished || job.state != Job::State::kComputing) continue;
+    if (budget == 0 || static_cast<int>(items.size()) == max_items_per_step_) break;
+    const int n = std::min(job.remaining(), budget);
+    const bool final = n == job.remaining();
+    if (final && !job.transfer_started) {
+      // Started before the step so that each layer can ship as soon as it
+      // is written.
+      if (absl::Status s = StartTransfer(job); !s.ok()) {
+        Fail(job, s);
+        continue;
+      }
+    }
+    if (job.started == absl::InfinitePast()) job.started = now;
+    items.push_back(BatchItem{
+        &job.table, std::span<const int32_t>(job.request.tokens).subspan(job.table.num_tokens(), n),
+        final});
+    jobs.push_back(&job);
+    if (final) finals.push_back(&job);
+    budget -= n;
+  }
+  if (items.empty()) return;
+
+  const int last_layer = engine_->config().n_layers - 1;
+  auto kv_written = [&](int layer) {
+    for (Job* job : finals) {
+      // Once a transfer has failed it takes no more layers; its done
+      // callback (already queued, or following) ends the job.
+      if (job->transfer_ended) continue;
+      (void)sender_->MarkLayerReady(job->lease.request_id, static_cast<uint32_t>(layer));
+    }
+    if (layer == last_layer) {
+      const absl::Time t = clock_->Now();
+      for (Job* job : finals) job->last_layer = t;
+    }
+    sender_->Poll();
+  };
+  absl::StatusOr<std::vector<float>> logits = engine_->Step(items, kv_written);
+  if (!logits.ok()) {
+    for (Job* job : jobs) {
+      Fail(*job, absl::Status(logits.status().code(),
+                              absl::StrCat(JobName(*job),
+                                           ": prefill step failed: ", logits.status().message())));
+    }
+    return;
+  }
+  ++counters_.steps;
+  const absl::Time computed = clock_->Now();
+  const size_t vocab = static_cast<size_t>(engine_->config().vocab_size);
+  size_t row = 0;
+  for (Job* job : finals) {
+    Sampler sampler(job->request.sampling);
+    job->first_token = sampler.Sample(std::span<const float>(*logits).subspan(row * vocab, vocab));
+    ++row;
+    job->computed = computed;
+    job->state = Job::State::kTransferring;
+  }
+}
+
+absl::Status PrefillScheduler::StartTransfer(Job& job) {
+  kvtransfer::SendRequest request;
+  request.descriptor = job.request.kv_descriptor;
+  request.layers = LayerSlices(engine_->kv_layout(), region_, job.table.blocks());
+  request.deadline = job.request.deadline;
+  // The job outlives its transfer: it is dropped only after this ran.
+  request.done = [this, j = &job](uint64_t, const absl::Status& status) {
+    j->transfer_ended = true;
+    j->transfer_status = status;
+    ended_.push_back(j);
+  };
+  absl::StatusOr<uint64_t> id = sender_->Start(std::move(request));
+  if (!id.ok()) {
+    return absl::Status(
+        id.status().code(),
+        absl::StrCat(JobName(job), ": cannot send the KV cache: ", id.status().message()));
+  }
+  job.transfer_started = true;
+  return absl::OkStatus();
+}
+
+void PrefillScheduler::HandleTransferEnds() {
+  for (Job* job : std::exchange(ended_, {})) {
+    const absl::Status& status = job->transfer_status;
+    if (status.ok()) {
+      ++counters_.kv_transfers;
+      counters_.kv_transfer_bytes += job->lease.total_bytes();
+    } else {
+      ++counters_.kv_transfers_failed;
+    }
+    if (!job->failure.ok()) {
+      Finish(*job, job->failure);
+    } else if (!status.ok()) {
+      Finish(*job, status);
+    } else if (job->state != Job::State::kTransferring) {
+      // Cannot happen: the decode worker confirms only after every layer,
+      // and the last layer is marked in the step that samples the token.
+      Finish(*job, absl::InternalError(absl::StrCat(
+                       JobName(*job), ": KV transfer confirmed before the prompt was computed")));
+    } else {
+      PrefillResult result;
+      result.first_token = job->first_token;
+      result.queue_us = Micros(job->started - job->arrived);
+      result.prefill_us = Micros(job->computed - job->started);
+      result.kv_transfer_us = Micros(clock_->Now() - job->last_layer);
+      result.kv_bytes = static_cast<int64_t>(job->lease.total_bytes());
+      Finish(*job, result);
+    }
+  }
+}
+
+void PrefillScheduler::ExpireDeadlines() {
+  const absl::Time now = clock_->Now();
+  for (auto& job : active_) {
+    // Started transfers carry the deadline themselves (the sender enforces it).
+    if (job->finished || job->transfer_started || now < job->request.deadline) continue;
+    Fail(*job, absl::DeadlineExceededError(
+                   absl::StrCat(JobName(*job), ": deadline passed with ", job->table.num_tokens(),
+                                " of ", job->prompt_len(), " prompt tokens computed")));
+  }
+}
+
+void PrefillScheduler::Fail(Job& job, const absl::Status& status) {
+  if (job.finished) return;
+  if (job.transfer_started && !job.transfer_ended) {
+    // The sender may still read the blocks: release them from its done.
+    if (job.failure.ok()) job.failure = status;
+    if (sender_ != nullptr) (void)sender_->Cancel(job.lease.request_id);
+    return;
+  }
+  Finish(job, status);
+}
+
+void PrefillScheduler::Finish(Job& job, absl::StatusOr<PrefillResult> result) {
+  if (job.finished) return;
+  job.finished = true;
+  engine_->Release(job.table);
+  replies_.push_back(Reply{std::move(job.done), std::move(result)});
+}
+
+void PrefillScheduler::Sweep() {
+  std::erase_if(active_, [](const auto& job) { return job->finished; });
+}
+
+void PrefillScheduler::Shutdown(const absl::Status& why, absl::Time deadline) {
+  for (auto& job : active_) Fail(*job, why);
+  while (sender_ != nullptr) {
+    sender_->Poll();
+    HandleTransferEnds();
+    const absl::Time now = clock_->Now();
+    if (sender_->idle() || now >= deadline) break;
+    sender_->WaitForActivity(std::min(deadline, now + absl::Milliseconds(10)));
+  }
+  if (transfers_pending()) {
+    LOG(WARNING) << sender_->pending() << " KV transfers did not end before the shutdown deadline";
+  }
+  DropSender();
+  HandleTransferEnds();
+  Sweep();
+}
+
+}  // namespace tandem::prefill

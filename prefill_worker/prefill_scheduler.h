@@ -1,0 +1,144 @@
+// PrefillScheduler: the single-threaded core of the prefill worker. It owns
+// the engine and the KV TransferSender, holds the admitted jobs, packs their
+// prompt chunks into engine steps under a token budget (FIFO), streams each
+// job's KV to its decode worker layer by layer while later layers compute,
+// samples first tokens, and releases every job's blocks exactly when the
+// sender no longer reads them.
+//
+// Thread-compatible: one thread (PrefillLoop's) drives it, and it is the
+// only user of the engine, the sender and the transport. Replies are queued
+// (TakeReplies) rather than called, so that the driving thread can run them
+// outside its locks.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_SCHEDULER_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_SCHEDULER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/compute/backend.h"
+#include "common/engine/engine.h"
+#include "common/model/model_weights.h"
+#include "kvtransfer/kv_transport.h"
+#include "kvtransfer/transfer_sender.h"
+#include "prefill_worker/prefill_job.h"
+
+namespace tandem::prefill {
+
+struct SchedulerOptions {
+  int block_size = 16;
+  // KV blocks in the pool; 0 = room for 8 full-context sequences.
+  int kv_blocks = 0;
+  // Most prompt tokens one engine step carries (over all its jobs).
+  int max_batch_tokens = 2048;
+  // Connections each KV transfer is striped over.
+  int kv_lanes = 1;
+};
+
+// Counters for WorkerStats (and tests).
+struct SchedulerCounters {
+  uint64_t steps = 0;         // Engine steps run.
+  uint64_t kv_transfers = 0;  // Confirmed by the decode worker.
+  uint64_t kv_transfer_bytes = 0;
+  uint64_t kv_transfers_failed = 0;
+};
+
+// A reply to deliver: `done` must be called with `result`.
+struct Reply {
+  PrefillDoneFn done;
+  absl::StatusOr<PrefillResult> result;
+};
+
+class PrefillScheduler {
+ public:
+  // Builds the engine over `backend` and registers its KV cache with
+  // `transport` (host memory). `transport` and `clock` must outlive it.
+  static absl::StatusOr<std::unique_ptr<PrefillScheduler>> Create(
+      const ModelWeights& weights, std::unique_ptr<Backend> backend,
+      kvtransfer::KvTransport* transport, const Clock* clock, const SchedulerOptions& options);
+  // Call Shutdown() first; anything still open then ends with CANCELLED
+  // and its reply is dropped.
+  ~PrefillScheduler();
+
+  PrefillScheduler(const PrefillScheduler&) = delete;
+  PrefillScheduler& operator=(const PrefillScheduler&) = delete;
+
+  const ModelConfig& config() const { return engine_->config(); }
+  const KvLayout& layout() const { return engine_->kv_layout(); }
+  int total_blocks() { return engine_->block_pool().num_blocks(); }
+  int free_blocks() { return engine_->block_pool().num_free(); }
+  // Admitted jobs not yet replied to (in compute or transfer).
+  int active() const { return static_cast<int>(active_.size()); }
+  bool has_compute() const;
+  bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
+  const SchedulerCounters& counters() const { return counters_; }
+
+  // Reserves the blocks of `job`'s whole prompt and takes it; false (and
+  // `job` untouched) when the pool cannot hold it now.
+  bool TryAdmit(std::unique_ptr<internal::Job>& job);
+
+  // Fails job `id` with CANCELLED (after its transfer let go of the blocks);
+  // nothing if it is not here.
+  void Cancel(JobId id);
+
+  // One round: transfer progress, deadlines, and one engine step when a job
+  // has prompt left to compute. Never blocks on the network.
+  void RunOnce();
+
+  // Sleeps until the transport has news or `deadline`.
+  void WaitForTransfers(absl::Time deadline);
+
+  std::vector<Reply> TakeReplies();
+
+  // Fails every job with `why` and waits (until `deadline`) for their
+  // transfers to let go of the KV cache.
+  void Shutdown(const absl::Status& why, absl::Time deadline);
+
+ private:
+  using Job = internal::Job;
+
+  PrefillScheduler(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
+                   const Clock* clock, const SchedulerOptions& options);
+
+  void Step();
+  absl::Status StartTransfer(Job& job);
+  void HandleTransferEnds();
+  void ExpireDeadlines();
+  // Fails `job`, at once or (transfer in flight) once the sender lets go.
+  void Fail(Job& job, const absl::Status& status);
+  // Releases the blocks and queues the reply.
+  void Finish(Job& job, absl::StatusOr<PrefillResult> result);
+  void Sweep();
+  void DropSender();
+
+  // Constant after construction.
+  const std::unique_ptr<Engine> engine_;
+  const Clock* const clock_;
+  const SchedulerOptions options_;
+  const int max_items_per_step_;
+
+  std::unique_ptr<kvtransfer::TransferSender> sender_;
+  kvtransfer::RegionId region_ = 0;
+  // Admission order, which is the order chunks are scheduled in.
+  std::vector<std::unique_ptr<Job>> active_;
+  // Jobs whose transfer ended in the sender's last Poll()s, to handle
+  // outside the engine step.
+  std::vector<Job*> ended_;
+  std::vector<Reply> replies_;
+  SchedulerCounters counters_;
+};
+
+// Blocks an `options.kv_blocks` of 0 stands for.
+int DefaultKvBlocks(const ModelConfig& config, int block_size);
+
+// "request 'id'" or "job N", for messages.
+std::string JobName(const internal::Job& job);
+
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_SCHEDULER_H_

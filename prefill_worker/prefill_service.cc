@@ -1,0 +1,105 @@
+#include "prefill_worker/prefill_service.h"
+
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "common/rpc/grpc_status.h"
+
+namespace tandem::prefill {
+namespace {
+
+// One Prefill call. gRPC owns it from the handler's return until OnDone.
+// The loop's callback calls Finish (from whichever thread replies), and
+// OnCancel hands the client's cancellation to the loop; the loop replies to
+// a cancelled job too, so Finish always happens and OnDone always follows.
+class PrefillReactor final : public grpc::ServerUnaryReactor {
+ public:
+  PrefillReactor(PrefillLoop* loop, tandem::v1::PrefillResponse* response)
+      : loop_(loop), response_(response) {}
+
+  void Start(PrefillJob job) {
+    // The callback may run before Submit returns; OnCancel runs only after
+    // the handler has returned this reactor, when job_id_ is set.
+    job_id_ = loop_->Submit(std::move(job), [this](absl::StatusOr<PrefillResult> result) {
+      if (!result.ok()) {
+        Finish(rpc::ToGrpc(result.status()));
+        return;
+      }
+      response_->set_first_token(result->first_token);
+      response_->set_queue_us(result->queue_us);
+      response_->set_prefill_us(result->prefill_us);
+      response_->set_kv_transfer_us(result->kv_transfer_us);
+      response_->set_kv_bytes(result->kv_bytes);
+      Finish(grpc::Status::OK);
+    });
+  }
+
+  void OnCancel() override { loop_->Cancel(job_id_.load()); }
+  void OnDone() override { delete this; }
+
+ private:
+  PrefillLoop* const loop_;
+  tandem::v1::PrefillResponse* const response_;
+  std::atomic<JobId> job_id_{0};
+};
+
+}  // namespace
+
+SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& proto) {
+  SamplingParams params;
+  params.temperature = proto.temperature();
+  params.top_k = proto.top_k();
+  params.top_p = proto.has_top_p() ? proto.top_p() : 1.0f;
+  params.seed = proto.seed();
+  return params;
+}
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto) {
+  proto->set_role("prefill");
+  proto->set_model(stats.model);
+  proto->set_vocab_size(stats.vocab_size);
+  proto->set_max_context(stats.max_context);
+  proto->set_block_size(stats.block_size);
+  proto->set_kv_blocks_total(stats.kv_blocks_total);
+  proto->set_kv_blocks_free(stats.kv_blocks_free);
+  proto->set_running(stats.running);
+  proto->set_waiting(stats.waiting);
+  proto->set_draining(stats.draining);
+  proto->set_requests_total(stats.requests_total);
+  proto->set_requests_failed(stats.requests_failed);
+  proto->set_kv_transfers(stats.kv_transfers);
+  proto->set_kv_transfer_bytes(stats.kv_transfer_bytes);
+  proto->set_kv_transfers_failed(stats.kv_transfers_failed);
+}
+
+grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
+                                                  const tandem::v1::PrefillRequest* request,
+                                                  tandem::v1::PrefillResponse* response) {
+  PrefillJob job;
+  job.request_id = request->request_id();
+  job.tokens.assign(request->tokens().begin(), request->tokens().end());
+  job.sampling = SamplingFromProto(request->sampling());
+  job.kv_descriptor = request->kv_descriptor();
+  job.deadline = DeadlineOf(*context);
+  auto* reactor = new PrefillReactor(loop_, response);
+  reactor->Start(std::move(job));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefillService::GetStats(grpc::CallbackServerContext* context,
+                                                   const tandem::v1::StatsRequest*,
+                                                   tandem::v1::WorkerStats* response) {
+  StatsToProto(loop_->Stats(), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tandem::prefill

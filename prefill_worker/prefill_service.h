@@ -1,0 +1,44 @@
+// PrefillService: tandem.v1.PrefillWorker over gRPC's callback API. A thin
+// adapter: protos in, PrefillLoop jobs out, and the loop's reply back as
+// the RPC's status (rpc::ToGrpc). A client cancelling Prefill (or its
+// deadline passing) cancels the job, which frees its KV blocks.
+//
+// Thread-safe; the loop must outlive the service.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "common/engine/sampler.h"
+#include "prefill_worker/prefill_loop.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::prefill {
+
+class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
+ public:
+  explicit PrefillService(PrefillLoop* loop) : loop_(loop) {}
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const tandem::v1::PrefillRequest* request,
+                                    tandem::v1::PrefillResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const tandem::v1::StatsRequest* request,
+                                     tandem::v1::WorkerStats* response) override;
+
+ private:
+  PrefillLoop* const loop_;
+};
+
+// Proto to engine sampling parameters (unset top_p means 1).
+SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& proto);
+
+// The RPC's deadline as an absl::Time (InfiniteFuture when it has none).
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
+
+void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto);
+
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_

@@ -1,0 +1,169 @@
+// PrefillService through a real gRPC server on loopback: the KV still goes
+// over the in-process transport to the test's decode side.
+#include "prefill_worker/prefill_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/model/synthetic.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/inproc_transport.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/prefill_worker/decode_side.h"
+
+namespace tandem::prefill {
+namespace {
+
+using ::tandem::prefill::testing::DecodeSide;
+using ::tandem::prefill::testing::MakeEngine;
+using ::tandem::prefill::testing::RandomTokens;
+using ::tandem::prefill::testing::ReferenceTokens;
+using ::tandem::prefill::testing::TestShape;
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class PrefillServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(weights_, MakeSyntheticModel(TestShape(), 7));
+    fabric_ = kvtransfer::InProcFabric::Create();
+    transport_ = kvtransfer::InProcTransport::Create(fabric_);
+    decode_ = std::make_unique<DecodeSide>(*weights_, fabric_);
+    auto backend = CpuBackend::Create(CpuBackendOptions{1});
+    ASSERT_OK(backend.status());
+    ASSERT_OK_AND_ASSIGN(
+        loop_, PrefillLoop::Create(*weights_, std::move(backend).value(), transport_.get(),
+                                   &Clock::Real(), {.model_name = "synthetic"}));
+    service_ = std::make_unique<PrefillService>(loop_.get());
+    ASSERT_OK_AND_ASSIGN(server_, rpc::StartServer({.address = "127.0.0.1:0"}, {service_.get()}));
+    stub_ = v1::PrefillWorker::NewStub(rpc::MakeChannel(absl::StrCat("127.0.0.1:", server_.port)));
+  }
+
+  void TearDown() override {
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  // Calls Prefill on another thread while this one drives the decode side.
+  absl::StatusOr<v1::PrefillResponse> Prefill(const v1::PrefillRequest& request,
+                                              absl::Duration timeout, bool drive_decode = true) {
+    std::atomic<bool> finished{false};
+    grpc::Status status;
+    v1::PrefillResponse response;
+    std::thread caller([&] {
+      grpc::ClientContext context;
+      context.set_deadline(rpc::ToChrono(absl::Now() + timeout));
+      status = stub_->Prefill(&context, request, &response);
+      finished = true;
+    });
+    if (drive_decode) {
+      decode_->PumpUntil([&] { return finished.load(); }, timeout + absl::Seconds(10));
+    }
+    caller.join();
+    if (!status.ok()) return rpc::FromGrpc(status);
+    return response;
+  }
+
+  absl::StatusOr<v1::WorkerStats> Stats() {
+    grpc::ClientContext context;
+    context.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(10)));
+    v1::WorkerStats stats;
+    const grpc::Status status = stub_->GetStats(&context, v1::StatsRequest(), &stats);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    return stats;
+  }
+
+  v1::PrefillRequest Request(const std::vector<int32_t>& prompt, const DecodeSide::Lease& lease) {
+    v1::PrefillRequest request;
+    request.set_request_id(absl::StrCat("r", lease.request_id));
+    for (int32_t t : prompt) request.add_tokens(t);
+    request.set_kv_descriptor(lease.descriptor);
+    return request;
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  std::shared_ptr<kvtransfer::InProcFabric> fabric_;
+  std::unique_ptr<DecodeSide> decode_;
+  std::unique_ptr<kvtransfer::InProcTransport> transport_;
+  std::unique_ptr<PrefillLoop> loop_;
+  std::unique_ptr<PrefillService> service_;
+  rpc::RunningServer server_;
+  std::unique_ptr<v1::PrefillWorker::Stub> stub_;
+};
+
+TEST_F(PrefillServiceTest, PrefillOverGrpcIsExactAndStatsShowIt) {
+  const std::vector<int32_t> prompt = RandomTokens(37, weights_->config.vocab_size, 1);
+  DecodeSide::Lease* lease = decode_->Expect(37);
+  ASSERT_OK_AND_ASSIGN(v1::PrefillResponse response,
+                       Prefill(Request(prompt, *lease), absl::Seconds(60)));
+  ASSERT_TRUE(lease->ended);
+  auto reference = MakeEngine(*weights_, 64);
+  EXPECT_EQ(decode_->Continue(*lease, response.first_token(), 8),
+            ReferenceTokens(*reference, prompt, 8));
+  EXPECT_GT(response.kv_bytes(), 0);
+  EXPECT_GT(response.prefill_us(), 0);
+
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
+  EXPECT_EQ(stats.role(), "prefill");
+  EXPECT_EQ(stats.model(), "synthetic");
+  EXPECT_EQ(stats.vocab_size(), 101);
+  EXPECT_EQ(stats.max_context(), 128);
+  EXPECT_EQ(stats.block_size(), 16);
+  EXPECT_EQ(stats.kv_blocks_total(), 8 * 8);  // 8 full-context sequences of 8 blocks.
+  EXPECT_EQ(stats.kv_blocks_free(), stats.kv_blocks_total());
+  EXPECT_EQ(stats.running(), 0);
+  EXPECT_EQ(stats.waiting(), 0);
+  EXPECT_FALSE(stats.draining());
+  EXPECT_EQ(stats.requests_total(), 1u);
+  EXPECT_EQ(stats.requests_failed(), 0u);
+  EXPECT_EQ(stats.kv_transfers(), 1u);
+  EXPECT_EQ(stats.kv_transfer_bytes(), static_cast<uint64_t>(response.kv_bytes()));
+}
+
+TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgumentOverGrpc) {
+  DecodeSide::Lease* lease = decode_->Expect(10);
+  v1::PrefillRequest request = Request(RandomTokens(10, 101, 2), *lease);
+  request.set_kv_descriptor("junk");
+  EXPECT_THAT(Prefill(request, absl::Seconds(10), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("descriptor")));
+  request = Request({}, *lease);
+  EXPECT_THAT(Prefill(request, absl::Seconds(10), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+  request = Request(RandomTokens(10, 101, 2), *lease);
+  request.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_THAT(Prefill(request, absl::Seconds(10), false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p")));
+}
+
+// The client's deadline passes while the transfer waits for a decode side
+// that never answers: the call ends and every block comes back.
+TEST_F(PrefillServiceTest, ClientDeadlineFreesEveryBlock) {
+  DecodeSide::Lease* lease = decode_->Expect(30);
+  EXPECT_THAT(Prefill(Request(RandomTokens(30, 101, 3), *lease), absl::Milliseconds(300), false),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  v1::WorkerStats stats;
+  do {
+    ASSERT_OK_AND_ASSIGN(stats, Stats());
+    if (stats.running() == 0) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  } while (absl::Now() < deadline);
+  EXPECT_EQ(stats.running(), 0);
+  EXPECT_EQ(stats.kv_blocks_free(), stats.kv_blocks_total());
+  EXPECT_EQ(stats.kv_transfers_failed(), 1u);
+  EXPECT_EQ(stats.requests_failed(), 1u);
+}
+
+}  // namespace
+}  // namespace tandem::prefill
