@@ -51,10 +51,13 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions
 
 CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
     : blas_(blas), num_threads_(num_threads), small_matmul_(cpu::SmallMatMulSupported()) {
+  // omp_set_num_threads only sets the calling thread's default, and a
+  // worker's scheduling thread is not the one that created the backend: so
+  // every parallel region below names num_threads_ itself.
   omp_set_num_threads(num_threads_);
   blas_->set_num_threads(num_threads_);
   // Start the thread team now rather than inside a request's first step.
-#pragma omp parallel
+#pragma omp parallel num_threads(num_threads_)
   { (void)omp_get_thread_num(); }
 }
 
@@ -87,7 +90,7 @@ void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n
   if (small_matmul_ && m > 1 && m <= cpu::kSmallMatMulMaxRows) {
     // Split the outputs among threads in multiples of the 4-row tile.
     const int64_t work = int64_t{m} * n * k;
-#pragma omp parallel if (work > kParallelThreshold * 16)
+#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
     {
       const int threads = omp_get_num_threads(), t = omp_get_thread_num();
       const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
@@ -97,6 +100,10 @@ void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
+  // OpenBLAS (OpenMP flavour) sizes its team from the calling thread's
+  // omp_get_max_threads(), a per-thread setting: a scheduler thread other
+  // than the one that created the backend would otherwise use every core.
+  if (omp_get_max_threads() != num_threads_) omp_set_num_threads(num_threads_);
   if (m == 1) {
     // A single row is a matrix-vector product: bound by reading w once.
     blas_->sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, out, 1);
@@ -113,7 +120,7 @@ void CpuBackend::Embed(const float* table, std::span<const int32_t> ids, int dim
 
 void CpuBackend::RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                          float eps) {
-#pragma omp parallel for if (int64_t{rows} * dim > kParallelThreshold)
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * dim > kParallelThreshold)
   for (int r = 0; r < rows; ++r) {
     cpu::RmsNormRow(x + int64_t{r} * dim, weight, out + int64_t{r} * dim, dim, eps);
   }
@@ -124,7 +131,7 @@ void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                       const float* cos_sin) {
   const int rows = static_cast<int>(positions.size());
   const int half = shape.head_dim / 2;
-#pragma omp parallel for if (int64_t{rows} * q_stride > kParallelThreshold)
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * q_stride > kParallelThreshold)
   for (int r = 0; r < rows; ++r) {
     const float* cs = cos_sin + int64_t{positions[r]} * half * 2;
     cpu::RopeRow(q + int64_t{r} * q_stride, shape.n_heads, shape.head_dim, cs);
@@ -133,7 +140,7 @@ void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
 }
 
 void CpuBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) {
-#pragma omp parallel for if (int64_t{rows} * hidden > kParallelThreshold)
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * hidden > kParallelThreshold)
   for (int r = 0; r < rows; ++r) {
     const float* row = gate_up + int64_t{r} * 2 * hidden;
     cpu::SwiGluRow(row, row + hidden, out + int64_t{r} * hidden, hidden);
@@ -199,7 +206,7 @@ void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const At
   int64_t work = 0;
   for (const AttentionRow& row : rows) work += int64_t{row.position + 1} * shape.head_dim;
 
-#pragma omp parallel if (work * shape.n_heads > kParallelThreshold)
+#pragma omp parallel num_threads(num_threads_) if (work * shape.n_heads > kParallelThreshold)
   {
     thread_local std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)

@@ -11,7 +11,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <omp.h>
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -89,6 +92,20 @@ void CheckMatMul(CpuBackend& backend, int m, int n, int k, bool accumulate, int 
 // m = 1 is the BLAS gemv path, 1 < m <= 32 the small-m kernel where the CPU
 // has AVX-512 (cpu/small_matmul.h), larger m BLAS sgemm. n and k include
 // values that are not multiples of the kernel's 4-wide tiles or 16 lanes.
+// A worker creates its backend on one thread and steps it on another; the
+// thread count asked for must hold there too (OpenBLAS reads it per thread).
+TEST(CpuBackend, KeepsItsThreadCountOnOtherThreads) {
+  ASSERT_OK_AND_ASSIGN(auto backend, CpuBackend::Create(CpuBackendOptions{.num_threads = 1}));
+  int threads_after = -1;
+  std::thread other([&] {
+    std::vector<float> x(64 * 64, 1.0f), w(64 * 64, 1.0f), out(64 * 64);
+    backend->MatMul(x.data(), w.data(), out.data(), 64, 64, 64, false);
+    threads_after = omp_get_max_threads();
+  });
+  other.join();
+  EXPECT_EQ(threads_after, 1);
+}
+
 TEST_P(CpuBackendTest, MatMulMatchesNaiveProduct) {
   const int ms[] = {1, 2, 3, 4, 5, 17, 32, 33, 100};
   const struct {
