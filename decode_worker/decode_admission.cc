@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/sequence.h"
+#include "kvtransfer/slices.h"
 
 namespace tandem::decode {
 
@@ -92,19 +93,9 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
   // layout a prefill worker sends (see the contract's "Layer slices").
   const KvLayout& layout = engine_->kv_layout();
   const int prompt_blocks = BlocksFor(seq.prompt_len(), layout.block_size);
-  const uint64_t block_bytes = layout.block_floats() * sizeof(float);
-  const std::span<const int32_t> blocks = seq.table.blocks().first(prompt_blocks);
-  std::vector<std::vector<kvtransfer::Slice>> layers(layout.n_layers);
-  for (int l = 0; l < layout.n_layers; ++l) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
-        layers[l].back().length += block_bytes;
-      } else {
-        layers[l].push_back(kvtransfer::Slice{
-            kv_region_, layout.BlockOffset(l, blocks[i]) * sizeof(float), block_bytes});
-      }
-    }
-  }
+  std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
+      kv_region_, layout.n_layers, layout.layer_floats() * sizeof(float),
+      layout.block_floats() * sizeof(float), seq.table.blocks().first(prompt_blocks));
   const Ticket ticket = seq.ticket;
   seq.reserved = clock_->Now();
   seq.lease_deadline = seq.reserved + options_.kv_timeout;

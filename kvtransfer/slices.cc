@@ -9,6 +9,22 @@
 
 namespace tandem::kvtransfer {
 
+std::vector<std::vector<Slice>> PagedKvSlices(RegionId region, int n_layers, uint64_t layer_stride,
+                                              uint64_t block_bytes,
+                                              std::span<const int32_t> blocks) {
+  std::vector<std::vector<Slice>> layers(n_layers);
+  for (int l = 0; l < n_layers; ++l) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
+        layers[l].back().length += block_bytes;  // Adjacent in memory: extend.
+      } else {
+        layers[l].push_back(Slice{region, l * layer_stride + blocks[i] * block_bytes, block_bytes});
+      }
+    }
+  }
+  return layers;
+}
+
 uint64_t TotalBytes(std::span<const Slice> slices) {
   uint64_t total = 0;
   for (const Slice& s : slices) total += s.length;

@@ -16,6 +16,16 @@ namespace tandem::kvtransfer {
 
 uint64_t TotalBytes(std::span<const Slice> slices);
 
+// One sequence's bytes in a paged KV cache, one inner vector per layer:
+// layer l of block b lies at l * layer_stride + b * block_bytes of `region`
+// (for tandem's KvLayout, layer_floats() and block_floats() times 4), blocks
+// in sequence order, runs of consecutive block ids merged into one Slice.
+// Prefill and decode workers both build their slices here, so the two ends
+// of a transfer agree byte for byte.
+std::vector<std::vector<Slice>> PagedKvSlices(RegionId region, int n_layers, uint64_t layer_stride,
+                                              uint64_t block_bytes,
+                                              std::span<const int32_t> blocks);
+
 // The slices that hold bytes [offset, offset + length) of the concatenation
 // of `slices`; OUT_OF_RANGE when the range runs past their end.
 absl::StatusOr<std::vector<Slice>> SubSlices(std::span<const Slice> slices, uint64_t offset,

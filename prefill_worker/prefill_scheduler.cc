@@ -8,7 +8,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/sampler.h"
-#include "prefill_worker/kv_slices.h"
+#include "kvtransfer/slices.h"
 
 namespace tandem::prefill {
 namespace {
@@ -193,7 +193,11 @@ void PrefillScheduler::Step() {
 absl::Status PrefillScheduler::StartTransfer(Job& job) {
   kvtransfer::SendRequest request;
   request.descriptor = job.request.kv_descriptor;
-  request.layers = LayerSlices(engine_->kv_layout(), region_, job.table.blocks());
+  const KvLayout& layout = engine_->kv_layout();
+  request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers,
+                                             layout.layer_floats() * sizeof(float),
+                                             layout.block_floats() * sizeof(float),
+                                             job.table.blocks());
   request.deadline = job.request.deadline;
   // The job outlives its transfer: it is dropped only after this ran.
   request.done = [this, j = &job](uint64_t, const absl::Status& status) {

@@ -32,6 +32,7 @@
 #include "decode_worker/decode_types.h"
 #include "kvtransfer/faulty_transport.h"
 #include "kvtransfer/inproc_transport.h"
+#include "kvtransfer/slices.h"
 #include "kvtransfer/transfer_sender.h"
 
 namespace tandem::decode::testing {
@@ -228,23 +229,12 @@ class FakePrefill {
     engine_->Release(offset_);
   }
 
-  // Layer l of a sequence holding `blocks`: each block's range of the cache,
-  // runs of adjacent ids merged (the contract's "Layer slices").
+  // A sequence holding `blocks`, layer by layer, as a prefill worker sends it.
   std::vector<std::vector<kvtransfer::Slice>> LayerSlices(std::span<const int32_t> blocks) const {
     const KvLayout& layout = engine_->kv_layout();
-    const uint64_t block_bytes = layout.block_floats() * sizeof(float);
-    std::vector<std::vector<kvtransfer::Slice>> layers(layout.n_layers);
-    for (int l = 0; l < layout.n_layers; ++l) {
-      for (size_t i = 0; i < blocks.size(); ++i) {
-        if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
-          layers[l].back().length += block_bytes;
-        } else {
-          layers[l].push_back(kvtransfer::Slice{
-              region_, layout.BlockOffset(l, blocks[i]) * sizeof(float), block_bytes});
-        }
-      }
-    }
-    return layers;
+    return kvtransfer::PagedKvSlices(region_, layout.n_layers,
+                                     layout.layer_floats() * sizeof(float),
+                                     layout.block_floats() * sizeof(float), blocks);
   }
 
   // Computes `prompt`, sends each layer's KV as soon as it is written, and

@@ -21,6 +21,7 @@
 #include "common/kvcache/kv_layout.h"
 #include "kvtransfer/faulty_transport.h"
 #include "kvtransfer/inproc_transport.h"
+#include "kvtransfer/slices.h"
 #include "kvtransfer/transfer_receiver.h"
 #include "kvtransfer/transfer_sender.h"
 
@@ -39,24 +40,11 @@ struct KvPool {
   size_t BlockOffset(int layer, int32_t block) const {
     return layout.BlockOffset(layer, block) * sizeof(float);
   }
-  // Layer `layer` of a sequence whose blocks are `blocks` (in sequence
-  // order), merging runs of adjacent blocks as a sender would.
-  std::vector<Slice> LayerSlices(int layer, const std::vector<int32_t>& blocks) const {
-    std::vector<Slice> out;
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      const uint64_t offset = BlockOffset(layer, blocks[i]);
-      if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
-        out.back().length += block_bytes();
-      } else {
-        out.push_back(Slice{region, offset, block_bytes()});
-      }
-    }
-    return out;
-  }
+  // A sequence holding `blocks` (in sequence order), layer by layer, as a
+  // worker would send or receive it.
   std::vector<std::vector<Slice>> Slices(const std::vector<int32_t>& blocks) const {
-    std::vector<std::vector<Slice>> out;
-    for (int l = 0; l < layout.n_layers; ++l) out.push_back(LayerSlices(l, blocks));
-    return out;
+    return PagedKvSlices(region, layout.n_layers, layout.layer_floats() * sizeof(float),
+                         block_bytes(), blocks);
   }
   std::string Block(int layer, int32_t block) const {
     const size_t offset = BlockOffset(layer, block);
