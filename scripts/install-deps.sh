@@ -13,6 +13,7 @@ packages=(
   libxxhash-dev
   libucx-dev ucx-utils iproute2
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
 )
 
 missing=()
