@@ -99,8 +99,10 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
   }
   if (!refusal.ok()) {
     ++refused_;
+    if (options_.metrics != nullptr) options_.metrics->OnRefused(refusal);
     return refusal;
   }
+  if (options_.metrics != nullptr) sink = options_.metrics->Wrap(std::move(sink));
   const Ticket ticket = next_ticket_++;
   if (request.request_id.empty()) request.request_id = absl::StrCat("local-", ticket);
   ++held_;
@@ -299,6 +301,7 @@ void DecodeLoop::PublishStats() {
   absl::MutexLock lock(&mu_);
   // Queued, not yet admitted by the loop, counts as waiting.
   s.waiting += static_cast<int>(inbox_.submits.size());
+  if (options_.metrics != nullptr) options_.metrics->Publish(s);
   stats_ = std::move(s);
 }
 

@@ -38,6 +38,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/model/model_weights.h"
+#include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_receiver.h"
@@ -61,6 +62,8 @@ struct DecodeLoopOptions {
   kvtransfer::ReceiverOptions receiver;
   // Time source for deadlines and timings; null: the real clock.
   const Clock* clock = nullptr;
+  // Prometheus metrics to feed; null = none. Must outlive the loop.
+  DecodeMetrics* metrics = nullptr;
 };
 
 class DecodeLoop {

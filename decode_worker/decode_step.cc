@@ -68,6 +68,7 @@ bool DecodeLoop::StepOnce() {
     return true;
   }
   const absl::Time end = clock_->Now();
+  if (options_.metrics != nullptr) options_.metrics->ObserveStep(end - start);
   const int vocab = config_.vocab_size;
   size_t row = 0;
   for (const Planned& p : plan) {

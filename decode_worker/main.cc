@@ -15,10 +15,12 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
+#include "common/metrics/metrics_server.h"
 #include "common/model/model_weights.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "decode_worker/decode_loop.h"
+#include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_service.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 
@@ -63,7 +65,13 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create());
 
+  auto metrics_registry = std::make_shared<prometheus::Registry>();
+  decode::DecodeMetrics decode_metrics(*metrics_registry);
+  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
+                   metrics::StartMetricsServerFromFlags(metrics_registry));
+
   decode::DecodeLoopOptions options;
+  options.metrics = &decode_metrics;
   options.model_name = absl::GetFlag(FLAGS_model_name);
   if (options.model_name.empty()) {
     options.model_name = std::filesystem::path(model_path).filename().string();
@@ -132,7 +140,8 @@ int main(int argc, char** argv) {
       "The tandem decode worker: serves tandem.v1.DecodeWorker (Generate, Start, GetStats).\n"
       "Reserves KV blocks per request, receives the prompt's KV cache from a prefill worker\n"
       "over UCX (or prefills locally) and streams generated tokens to the router.\n"
-      "Usage: tandem-decode --model FILE [--listen HOST:PORT] [--port_file FILE] ...");
+      "Usage: tandem-decode --model FILE [--listen HOST:PORT] [--port_file FILE]\n"
+      "       [--metrics_listen HOST:PORT --metrics_port_file FILE] ...");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-decode: " << s.message() << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -18,11 +18,13 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
+#include "common/metrics/metrics_server.h"
 #include "common/model/model_weights.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "prefill_worker/prefill_loop.h"
+#include "prefill_worker/prefill_metrics.h"
 #include "prefill_worker/prefill_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:8200",
@@ -74,7 +76,13 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create());
 
+  auto metrics_registry = std::make_shared<prometheus::Registry>();
+  prefill::PrefillMetrics prefill_metrics(*metrics_registry);
+  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
+                   metrics::StartMetricsServerFromFlags(metrics_registry));
+
   prefill::PrefillLoopOptions options;
+  options.metrics = &prefill_metrics;
   options.model_name = absl::GetFlag(FLAGS_model_name);
   if (options.model_name.empty()) {
     options.model_name = std::filesystem::path(model_path).filename().string();
@@ -132,7 +140,8 @@ int main(int argc, char** argv) {
       "workers.\n"
       "Usage: tandem-prefill --model FILE [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
       "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
-      "       [--drain_timeout 30s] [--kv_lanes N]");
+      "       [--drain_timeout 30s] [--kv_lanes N] [--metrics_listen HOST:PORT]\n"
+      "       [--metrics_port_file FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-prefill: " << s << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -122,6 +122,13 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
 }
 
 JobId PrefillLoop::Submit(PrefillJob request, PrefillDoneFn done) {
+  if (PrefillMetrics* m = options_.metrics; m != nullptr) {
+    // Every way a job ends goes through its callback.
+    done = [m, done = std::move(done)](absl::StatusOr<PrefillResult> result) mutable {
+      m->OnReply(result);
+      done(std::move(result));
+    };
+  }
   auto job = std::make_unique<Job>(layout_.block_size);
   absl::Status status = Validate(request, job->lease);
   JobId id = 0;
@@ -221,6 +228,7 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.kv_transfers = c.kv_transfers;
   stats_.kv_transfer_bytes = c.kv_transfer_bytes;
   stats_.kv_transfers_failed = c.kv_transfers_failed;
+  if (options_.metrics != nullptr) options_.metrics->Publish(stats_);
 }
 
 void PrefillLoop::Deliver(std::vector<Reply> replies) {
@@ -239,7 +247,12 @@ void PrefillLoop::Run() {
       if (stop_) break;
       Intake(replies);
     }
+    const uint64_t steps_before = scheduler_->counters().steps;
+    const absl::Time round_start = clock_->Now();
     scheduler_->RunOnce();
+    if (options_.metrics != nullptr && scheduler_->counters().steps != steps_before) {
+      options_.metrics->ObserveStep(clock_->Now() - round_start);
+    }
     for (Reply& r : scheduler_->TakeReplies()) replies.push_back(std::move(r));
     // Stats first, so that a caller woken by its reply sees its blocks free
     // and its outcome counted.

@@ -39,6 +39,7 @@
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "prefill_worker/prefill_job.h"
+#include "prefill_worker/prefill_metrics.h"
 #include "prefill_worker/prefill_scheduler.h"
 
 namespace tandem::prefill {
@@ -61,6 +62,8 @@ struct PrefillLoopOptions {
   absl::Duration idle_wait = absl::Milliseconds(100);
   // How long destruction waits for cancelled transfers to let go.
   absl::Duration shutdown_timeout = absl::Seconds(2);
+  // Prometheus metrics to feed; null = none. Must outlive the loop.
+  PrefillMetrics* metrics = nullptr;
 };
 
 // A snapshot for WorkerStats.

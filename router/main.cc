@@ -14,9 +14,11 @@
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/metrics/metrics_server.h"
 #include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "router/router_metrics.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"
 
@@ -46,6 +48,9 @@ ABSL_FLAG(absl::Duration, health_interval, absl::Milliseconds(500),
           "How often every worker is polled with GetStats (health and load)");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
+ABSL_FLAG(std::string, request_log, "",
+          "Append one JSON line per finished request (id, status, tokens, timeline, workers, "
+          "routing reason) to this file; empty = write it to the INFO log (stderr)");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
           "How long to wait at start for a healthy decode worker before giving up");
 
@@ -92,7 +97,18 @@ absl::Status Run() {
         "; check that they run and are reachable"));
   }
 
+  auto registry_metrics = std::make_shared<prometheus::Registry>();
+  router::RouterMetrics router_metrics(*registry_metrics);
+  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
+                   metrics::StartMetricsServerFromFlags(registry_metrics));
+  std::unique_ptr<router::RequestLog> request_log;
+  if (const std::string path = absl::GetFlag(FLAGS_request_log); !path.empty()) {
+    ASSIGN_OR_RETURN(request_log, router::RequestLog::Open(path));
+  }
+
   router::RouterOptions options;
+  options.driver.metrics = &router_metrics;
+  options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
@@ -143,7 +159,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "The tandem router: serves tandem.v1.Router over the prefill and decode pools.\n"
       "Usage: tandem-router --decode_workers HOST:PORT[,...] [--prefill_workers HOST:PORT[,...]]\n"
-      "       --tokenizer FILE [--listen HOST:PORT --port_file FILE]");
+      "       --tokenizer FILE [--listen HOST:PORT --port_file FILE]\n"
+      "       [--metrics_listen HOST:PORT --metrics_port_file FILE] [--request_log FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-router: " << s.message() << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -88,8 +88,10 @@ void RequestDriver::Cancel() {
 
 void RequestDriver::Run() {
   const absl::Status status = Drive();
-  writer_->Finish(rpc::ToGrpc(status));
+  // Counted before the client learns the status, so that a client that
+  // scrapes the metrics after its request ended sees it counted.
   Log(status);
+  writer_->Finish(rpc::ToGrpc(status));
 }
 
 int64_t RequestDriver::SinceArrivalUs() const {
@@ -223,6 +225,7 @@ absl::Status RequestDriver::RunDisaggregated() {
   absl::flat_hash_set<std::string> tried;
   absl::StatusCode last_code = absl::StatusCode::kUnavailable;
   for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt > 0 && options_.metrics != nullptr) options_.metrics->prefill_retries.Increment();
     std::optional<Pick> pick = PickPrefillWorker(registry_->Snapshot(WorkerRole::kPrefill), tried);
     if (!pick.has_value()) {
       if (attempt == 0) {
@@ -417,6 +420,15 @@ bool RequestDriver::Emit(const std::vector<int32_t>& ids, bool from_prefill) {
   if (message.token_ids_size() > 0 || !text.empty()) {
     message.set_text(std::move(text));
     if (timeline_.first_token_us() == 0) timeline_.set_first_token_us(SinceArrivalUs());
+    if (options_.metrics != nullptr) {
+      const absl::Time now = clock_.Now();
+      if (last_token_sent_ == absl::Time()) {
+        options_.metrics->time_to_first_token.Observe(metrics::Seconds(now - arrival_));
+      } else {
+        options_.metrics->inter_token_latency.Observe(metrics::Seconds(now - last_token_sent_));
+      }
+      last_token_sent_ = now;
+    }
     if (!writer_->Write(std::move(message))) {
       client_gone_ = true;
       return false;
@@ -448,20 +460,6 @@ absl::Status RequestDriver::SendFinal() {
     return absl::CancelledError("the client went away");
   }
   return absl::OkStatus();
-}
-
-void RequestDriver::Log(const absl::Status& status) const {
-  const char* reason = finish_.has_value() ? v1::FinishReason_Name(*finish_).c_str() : "-";
-  LOG(INFO) << "request " << request_id_ << ": "
-            << (status.ok() ? std::string("OK") : status.ToString()) << " | reason "
-            << (status.ok() ? reason : "-") << " | prompt " << req_.prompt.size()
-            << " tokens, completion " << completion_tokens_ << " | TTFT "
-            << timeline_.first_token_us() / 1000.0 << " ms, total "
-            << absl::ToDoubleMilliseconds(clock_.Now() - arrival_) << " ms | decode "
-            << (decode_address_.empty() ? "-" : decode_address_) << ", prefill "
-            << (prefill_address_.empty() ? "-" : prefill_address_) << ", disaggregated "
-            << (disaggregated_ ? "yes" : "no") << " (" << (why_.empty() ? "not routed" : why_)
-            << ")";
 }
 
 }  // namespace tandem::router

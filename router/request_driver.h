@@ -13,6 +13,14 @@
 // Tokens are detokenized incrementally and checked for stop strings on the
 // way to the client.
 //
+// When it ends, the request is counted in RouterMetrics and leaves one JSON
+// trace line (request_trace.cc) in the RequestLog, or the INFO log:
+//   {"request_id", "status" (ok, invalid_argument, ...), "error" (if not ok),
+//    "finish_reason", "prompt_tokens", "completion_tokens", "timeline_us":
+//    {"router_queue", "prefill_queue", "prefill", "kv_transfer", "decode_queue",
+//    "first_token", "end"}, "prefill_worker", "decode_worker", "disaggregated",
+//    "routing" (why: the policy's reasons), "prefill_errors" (if any)}
+//
 // Thread-safe: Run() on one thread, Cancel() from any.
 #ifndef TANDEM_ROUTER_REQUEST_DRIVER_H_
 #define TANDEM_ROUTER_REQUEST_DRIVER_H_
@@ -33,6 +41,7 @@
 #include "common/model/tokenizer.h"
 #include "common/rpc/stream_writer.h"
 #include "router/request_validation.h"
+#include "router/router_metrics.h"
 #include "router/stop_matcher.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/generate.pb.h"
@@ -45,6 +54,10 @@ struct DriverOptions {
   int local_prefill_tokens = 0;
   // Whole-request limit when the client gives no timeout_ms.
   absl::Duration request_timeout = absl::Seconds(300);
+  // Where to count the request; null = nowhere. Must outlive the driver.
+  RouterMetrics* metrics = nullptr;
+  // Where the request's JSON trace line goes; null = the INFO log.
+  RequestLog* request_log = nullptr;
 };
 
 class RequestDriver {
@@ -107,6 +120,7 @@ class RequestDriver {
   // The status for a worker call that failed because of us (client cancel,
   // deadline), or nullopt when the worker is to blame.
   std::optional<absl::Status> OwnFault() const;
+  // Counts the finished request and writes its JSON trace line.
   void Log(const absl::Status& status) const;
   int64_t SinceArrivalUs() const;
 
@@ -137,6 +151,7 @@ class RequestDriver {
   std::string why_;  // Routing reasons, for the log line.
   std::vector<std::string> prefill_errors_;
   int decode_streams_opened_ = 0;  // Numbers the worker-side request ids.
+  absl::Time last_token_sent_;     // For the inter-token latency.
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

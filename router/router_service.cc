@@ -31,12 +31,15 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
   const absl::Time arrival = options_.clock->Now();
   absl::MutexLock lock(&mu_);
   ReapFinishedLocked();
+  RouterMetrics* const metrics = options_.driver.metrics;
   if (draining_) {
+    if (metrics != nullptr) metrics->requests.Count(absl::StatusCode::kUnavailable);
     writer->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 "the router is draining; send the request to another router"));
     return reactor;
   }
   if (static_cast<int>(running_.size()) >= options_.max_inflight) {
+    if (metrics != nullptr) metrics->requests.Count(absl::StatusCode::kResourceExhausted);
     writer->Finish(
         grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                      absl::StrCat("the router is serving its limit of ", options_.max_inflight,
@@ -57,8 +60,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
   writer->OnCancel([weak] {
     if (std::shared_ptr<RequestDriver> d = weak.lock()) d->Cancel();
   });
-  threads_.emplace(id, std::thread([this, id, driver] {
+  if (metrics != nullptr) metrics->requests_in_flight.Increment();
+  threads_.emplace(id, std::thread([this, id, driver, metrics] {
                      driver->Run();
+                     if (metrics != nullptr) metrics->requests_in_flight.Decrement();
                      absl::MutexLock lock(&mu_);
                      running_.erase(id);
                      finished_.push_back(id);

@@ -13,8 +13,10 @@
 # $TANDEM_CLUSTER_DIR (default /tmp/tandem-cluster). Binaries come from
 # $TANDEM_BIN (default build/bin); build them first (scripts/build.sh).
 # Workers use ports P+100.. (prefill) and P+200.. (decode); P is the router's
-# gRPC port, 8100 by default. `up --prefill 0` starts the colocated baseline:
-# decode workers that prefill every prompt themselves.
+# gRPC port, 8100 by default. Each process serves Prometheus metrics on its
+# gRPC port + 1000 (/metrics), and the router appends one JSON line per
+# request to $TANDEM_CLUSTER_DIR/requests.jsonl. `up --prefill 0` starts the
+# colocated baseline: decode workers that prefill every prompt themselves.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,7 +25,7 @@ dir="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
 models="${TANDEM_MODELS:-$root/../shared/models}"
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -104,12 +106,12 @@ cmd_up() {
   for i in $(seq 0 $((n_prefill - 1))); do
     [ "$n_prefill" -gt 0 ] || break
     start "prefill-$i" "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
-      --model "$model" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1100 + i))" --model "$model" --threads "$threads"
     prefill_addrs+=("127.0.0.1:$((port + 100 + i))")
   done
   for i in $(seq 0 $((n_decode - 1))); do
     start "decode-$i" "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
-      --model "$model" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1200 + i))" --model "$model" --threads "$threads"
     decode_addrs+=("127.0.0.1:$((port + 200 + i))")
   done
   for f in "$dir"/prefill-*.pid "$dir"/decode-*.pid; do
@@ -119,6 +121,7 @@ cmd_up() {
     wait_for_port "$f" "$dir/$name.port" "$name"
   done
   start router "$bin/tandem-router" --listen "127.0.0.1:$port" --tokenizer "$tokenizer" \
+    --metrics_listen "127.0.0.1:$((port + 1000))" --request_log "$dir/requests.jsonl" \
     --prefill_workers "$(IFS=,; echo "${prefill_addrs[*]}")" \
     --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")"
   wait_for_port "$dir/router.pid" "$dir/router.port" router

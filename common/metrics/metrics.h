@@ -1,0 +1,70 @@
+// Helpers over prometheus-cpp so that services declare their metrics in one
+// line each and share bucket layouts and outcome labels.
+//
+// Names follow the Prometheus conventions: tandem_<component>_<what>_<unit>,
+// base units (seconds, bytes), counters end in _total.
+#ifndef TANDEM_COMMON_METRICS_METRICS_H_
+#define TANDEM_COMMON_METRICS_METRICS_H_
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/registry.h"
+
+namespace tandem::metrics {
+
+// Request-level latencies (TTFT, end-to-end): 1 ms .. 120 s.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+// Per-token and per-step latencies (TPOT, ITL, engine steps, KV transfers):
+// 100 us .. 10 s.
+const prometheus::Histogram::BucketBoundaries& StepBuckets();
+
+// One-series families. The registry owns the metric; the reference lives as
+// long as the registry.
+prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help, const prometheus::Labels& labels = {});
+prometheus::Gauge& AddGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help, const prometheus::Labels& labels = {});
+prometheus::Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
+                                    const std::string& help,
+                                    const prometheus::Histogram::BucketBoundaries& buckets);
+
+inline double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// Moves a counter that mirrors a monotonic total kept elsewhere (a stats
+// snapshot) up to `total`. Call it from one thread only.
+void AdvanceTo(prometheus::Counter& counter, double total);
+
+// The `outcome` label of a request that ended with `code`: "ok",
+// "invalid_argument", "resource_exhausted", "unavailable", "cancelled",
+// "deadline_exceeded"; every other code is "error".
+std::string_view OutcomeLabel(absl::StatusCode code);
+
+// A counter family with one series per outcome, all created up front so that
+// every outcome renders (as 0) from the first scrape. Thread-safe.
+class OutcomeCounter {
+ public:
+  OutcomeCounter(prometheus::Registry& registry, const std::string& name, const std::string& help);
+  void Count(absl::StatusCode code) { Get(code).Increment(); }
+  void Count(const absl::Status& status) { Count(status.code()); }
+  prometheus::Counter& Get(absl::StatusCode code);
+
+  static constexpr std::array<std::string_view, 7> kOutcomes = {
+      "ok",          "invalid_argument", "resource_exhausted",
+      "unavailable", "cancelled",        "deadline_exceeded",
+      "error"};
+
+ private:
+  std::array<prometheus::Counter*, kOutcomes.size()> counters_{};
+};
+
+}  // namespace tandem::metrics
+
+#endif  // TANDEM_COMMON_METRICS_METRICS_H_

@@ -1,0 +1,55 @@
+#include "prefill_worker/prefill_metrics.h"
+
+#include "prefill_worker/prefill_loop.h"
+
+namespace tandem::prefill {
+
+using metrics::AddCounter;
+using metrics::AddGauge;
+using metrics::AddHistogram;
+
+PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
+    : requests_(registry, "tandem_prefill_requests_total",
+                "Prefill jobs by outcome (the gRPC status, snake case; refusals included)"),
+      waiting_(AddGauge(registry, "tandem_prefill_requests_waiting",
+                        "Jobs queued for KV blocks (queue depth)")),
+      running_(
+          AddGauge(registry, "tandem_prefill_requests_running", "Jobs in compute or KV transfer")),
+      kv_blocks_used_(
+          AddGauge(registry, "tandem_prefill_kv_blocks_used", "KV cache blocks held by jobs")),
+      kv_blocks_free_(AddGauge(registry, "tandem_prefill_kv_blocks_free", "Free KV cache blocks")),
+      step_(AddHistogram(registry, "tandem_prefill_step_seconds",
+                         "Engine time of one scheduling round (a batched prefill step)",
+                         metrics::StepBuckets())),
+      steps_(AddCounter(registry, "tandem_prefill_steps_total", "Engine steps run")),
+      kv_transfers_(AddCounter(registry, "tandem_prefill_kv_transfers_total",
+                               "KV cache transfers to decode workers that completed")),
+      kv_transfer_bytes_(AddCounter(registry, "tandem_prefill_kv_transfer_bytes_total",
+                                    "KV cache bytes sent to decode workers")),
+      kv_transfer_failures_(AddCounter(registry, "tandem_prefill_kv_transfer_failures_total",
+                                       "KV cache transfers that failed")),
+      kv_transfer_latency_(AddHistogram(
+          registry, "tandem_prefill_kv_transfer_seconds",
+          "Last prefill layer done until the decode worker confirmed every KV byte (OK jobs)",
+          metrics::StepBuckets())),
+      prefix_cache_hits_(AddCounter(
+          registry, "tandem_prefill_prefix_cache_hits_total",
+          "Prompt blocks served from a prefix cache; always 0: tandem has no prefix cache yet")) {}
+
+void PrefillMetrics::Publish(const PrefillStats& stats) {
+  waiting_.Set(stats.waiting);
+  running_.Set(stats.running);
+  kv_blocks_used_.Set(stats.kv_blocks_total - stats.kv_blocks_free);
+  kv_blocks_free_.Set(stats.kv_blocks_free);
+  metrics::AdvanceTo(steps_, static_cast<double>(stats.steps));
+  metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
+  metrics::AdvanceTo(kv_transfer_bytes_, static_cast<double>(stats.kv_transfer_bytes));
+  metrics::AdvanceTo(kv_transfer_failures_, static_cast<double>(stats.kv_transfers_failed));
+}
+
+void PrefillMetrics::OnReply(const absl::StatusOr<PrefillResult>& result) {
+  requests_.Count(result.status());
+  if (result.ok()) kv_transfer_latency_.Observe(static_cast<double>(result->kv_transfer_us) / 1e6);
+}
+
+}  // namespace tandem::prefill

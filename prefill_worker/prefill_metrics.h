@@ -1,0 +1,45 @@
+// The prefill worker's Prometheus metrics (tandem_prefill_*). The loop feeds
+// them: gauges and counters from the stats it publishes each round,
+// histograms and outcomes where the events happen. Thread-safe.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_METRICS_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_METRICS_H_
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/metrics/metrics.h"
+#include "prefill_worker/prefill_job.h"
+#include "prometheus/registry.h"
+
+namespace tandem::prefill {
+
+struct PrefillStats;
+
+class PrefillMetrics {
+ public:
+  explicit PrefillMetrics(prometheus::Registry& registry);
+
+  // The loop thread, after each round (stats_ as just published).
+  void Publish(const PrefillStats& stats);
+  // One engine step (a chunked, batched forward pass).
+  void ObserveStep(absl::Duration step) { step_.Observe(metrics::Seconds(step)); }
+  // A job's reply, just before its callback runs.
+  void OnReply(const absl::StatusOr<PrefillResult>& result);
+
+ private:
+  metrics::OutcomeCounter requests_;
+  prometheus::Gauge& waiting_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& kv_blocks_used_;
+  prometheus::Gauge& kv_blocks_free_;
+  prometheus::Histogram& step_;
+  prometheus::Counter& steps_;
+  prometheus::Counter& kv_transfers_;
+  prometheus::Counter& kv_transfer_bytes_;
+  prometheus::Counter& kv_transfer_failures_;
+  prometheus::Histogram& kv_transfer_latency_;
+  prometheus::Counter& prefix_cache_hits_;
+};
+
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_METRICS_H_

@@ -1,0 +1,67 @@
+// RequestDriver::Log: what a finished request leaves behind, its metrics
+// and its JSON trace line.
+#include <cstdint>
+#include <string>
+
+#include "common/base/logging.h"
+#include "common/metrics/metrics.h"
+#include "nlohmann/json.hpp"
+#include "router/request_driver.h"
+
+namespace tandem::router {
+
+void RequestDriver::Log(const absl::Status& status) const {
+  // As the client's Finished.timeline says when it got one.
+  const int64_t end_us = timeline_.end_us() > 0
+                             ? timeline_.end_us()
+                             : absl::ToInt64Microseconds(clock_.Now() - arrival_);
+  const bool routed = !decode_address_.empty();
+  if (RouterMetrics* m = options_.metrics; m != nullptr) {
+    m->requests.Count(status);
+    m->generation_tokens.Increment(completion_tokens_);
+    if (routed) {
+      m->prompt_tokens.Increment(static_cast<double>(req_.prompt.size()));
+      (disaggregated_ ? m->disaggregated_requests : m->local_prefill_requests).Increment();
+    }
+    if (status.ok()) {
+      m->e2e_request_latency.Observe(static_cast<double>(end_us) / 1e6);
+      if (completion_tokens_ > 1) {
+        m->time_per_output_token.Observe(static_cast<double>(end_us - timeline_.first_token_us()) /
+                                         1e6 / (completion_tokens_ - 1));
+      }
+    }
+  }
+  // One JSON object per request: the client's Finished fields plus why it
+  // was (not) disaggregated, for tracing latency back to its stages.
+  nlohmann::json line = {
+      {"request_id", request_id_},
+      {"status", std::string(metrics::OutcomeLabel(status.code()))},
+      {"finish_reason",
+       status.ok() && finish_.has_value() ? v1::FinishReason_Name(*finish_) : std::string()},
+      {"prompt_tokens", req_.prompt.size()},
+      {"completion_tokens", completion_tokens_},
+      {"timeline_us",
+       {{"router_queue", timeline_.router_queue_us()},
+        {"prefill_queue", timeline_.prefill_queue_us()},
+        {"prefill", timeline_.prefill_us()},
+        {"kv_transfer", timeline_.kv_transfer_us()},
+        {"decode_queue", timeline_.decode_queue_us()},
+        {"first_token", timeline_.first_token_us()},
+        {"end", end_us}}},
+      {"prefill_worker", prefill_address_},
+      {"decode_worker", decode_address_},
+      {"disaggregated", disaggregated_},
+      {"routing", why_.empty() ? "not routed" : why_},
+  };
+  if (!status.ok()) line["error"] = std::string(status.message());
+  if (!prefill_errors_.empty()) line["prefill_errors"] = prefill_errors_;
+  // Replace, not throw, on invalid UTF-8 in a worker's error message.
+  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (options_.request_log != nullptr) {
+    options_.request_log->Write(text);
+  } else {
+    LOG(INFO) << "request " << text;
+  }
+}
+
+}  // namespace tandem::router
