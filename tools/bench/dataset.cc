@@ -1,0 +1,167 @@
+#include "tools/bench/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::bench {
+namespace {
+
+// Short common words: most tokenizers (TinyStories' 512-token one
+// included) give about one token each, so N words is about N tokens.
+constexpr std::string_view kWords[] = {
+    "the", "a", "cat", "dog", "sun", "day", "big", "red", "run", "play", "tree", "ball",
+    "and", "was", "he", "she", "it", "to", "in", "on", "happy", "little", "girl", "boy",
+    "went", "saw", "home", "fun", "park", "bird", "friend", "mom", "sky", "blue", "good"};
+constexpr int kFirstTokenId = 3;  // skip <unk>, <s>, </s>
+
+// Per-request randomness that depends only on (seed, stream, index).
+std::mt19937_64 Rng(uint64_t seed, uint64_t stream, uint64_t index) {
+  std::seed_seq seq{seed, stream, index};
+  return std::mt19937_64(seq);
+}
+
+int DrawLen(std::mt19937_64& rng, int len, double ratio) {
+  const int lo = std::max(1, static_cast<int>(std::floor(len * (1 - ratio))));
+  const int hi = std::max(lo, static_cast<int>(std::ceil(len * (1 + ratio))));
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+// Appends `n` random words (text) or ids to `r`.
+void AppendRandom(const DatasetOptions& o, std::mt19937_64& rng, int n, BenchRequest& r) {
+  if (o.token_ids) {
+    std::uniform_int_distribution<int32_t> id(kFirstTokenId, std::max(kFirstTokenId, o.vocab_size - 1));
+    for (int i = 0; i < n; ++i) r.token_ids.push_back(id(rng));
+    return;
+  }
+  std::uniform_int_distribution<size_t> word(0, std::size(kWords) - 1);
+  for (int i = 0; i < n; ++i) {
+    if (!r.prompt.empty()) r.prompt += ' ';
+    r.prompt += kWords[word(rng)];
+  }
+}
+
+class SyntheticDataset : public Dataset {
+ public:
+  explicit SyntheticDataset(DatasetOptions o) : o_(std::move(o)) {}
+  BenchRequest Get(size_t index) const override {
+    auto rng = Rng(o_.seed, 1, index);
+    BenchRequest r;
+    r.prompt_len = DrawLen(rng, o_.input_len, o_.range_ratio);
+    r.max_tokens = DrawLen(rng, o_.output_len, o_.range_ratio);
+    AppendRandom(o_, rng, r.prompt_len, r);
+    return r;
+  }
+
+ private:
+  DatasetOptions o_;
+};
+
+class SharedPrefixDataset : public Dataset {
+ public:
+  explicit SharedPrefixDataset(DatasetOptions o) : o_(std::move(o)) {
+    for (int k = 0; k < o_.num_prefixes; ++k) {
+      auto rng = Rng(o_.seed, 2, k);
+      BenchRequest prefix;
+      AppendRandom(o_, rng, o_.prefix_len, prefix);
+      prefixes_.push_back(std::move(prefix));
+    }
+  }
+  BenchRequest Get(size_t index) const override {
+    auto rng = Rng(o_.seed, 3, index);
+    BenchRequest r = prefixes_[index % prefixes_.size()];
+    const int suffix = DrawLen(rng, o_.input_len, o_.range_ratio);
+    r.prompt_len = o_.prefix_len + suffix;
+    r.max_tokens = DrawLen(rng, o_.output_len, o_.range_ratio);
+    AppendRandom(o_, rng, suffix, r);
+    return r;
+  }
+
+ private:
+  DatasetOptions o_;
+  std::vector<BenchRequest> prefixes_;
+};
+
+class ListDataset : public Dataset {
+ public:
+  explicit ListDataset(std::vector<BenchRequest> list) : list_(std::move(list)) {}
+  BenchRequest Get(size_t index) const override { return list_[index % list_.size()]; }
+
+ private:
+  std::vector<BenchRequest> list_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
+                                                     int default_max_tokens) {
+  std::vector<BenchRequest> out;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));
+    }
+    auto prompt = j.find("prompt");
+    if (prompt == j.end() || !prompt->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": needs a string \"prompt\""));
+    }
+    BenchRequest r;
+    r.prompt = prompt->get<std::string>();
+    // Words are a rough token count; the server's usage replaces it when sent.
+    r.prompt_len = static_cast<int>(
+        std::vector<absl::string_view>(absl::StrSplit(r.prompt, ' ', absl::SkipEmpty())).size());
+    r.max_tokens = default_max_tokens;
+    if (auto mt = j.find("max_tokens"); mt != j.end()) {
+      if (!mt->is_number_integer() || mt->get<int64_t>() < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("line ", line_no, ": \"max_tokens\" must be a positive integer"));
+      }
+      r.max_tokens = mt->get<int>();
+    }
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no prompts in the JSONL input");
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& o) {
+  if (o.input_len < 1 || o.output_len < 1) {
+    return absl::InvalidArgumentError("--input_len and --output_len must be >= 1");
+  }
+  if (o.range_ratio < 0 || o.range_ratio >= 1) {
+    return absl::InvalidArgumentError("--range_ratio must be in [0, 1)");
+  }
+  if (o.kind == "synthetic") return std::make_unique<SyntheticDataset>(o);
+  if (o.kind == "shared_prefix") {
+    if (o.num_prefixes < 1 || o.prefix_len < 1) {
+      return absl::InvalidArgumentError("--num_prefixes and --prefix_len must be >= 1");
+    }
+    return std::make_unique<SharedPrefixDataset>(o);
+  }
+  if (o.kind == "jsonl") {
+    std::ifstream in(o.path);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --dataset_path '", o.path, "'"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto list = ParseJsonl(ss.str(), o.output_len);
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(o.path, ": ", list.status().message()));
+    }
+    return std::make_unique<ListDataset>(*std::move(list));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --dataset '", o.kind, "' (synthetic, shared_prefix or jsonl)"));
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,55 @@
+// What is sent: synthetic prompts, shared-prefix prompts or a JSONL file.
+#ifndef TANDEM_TOOLS_BENCH_DATASET_H_
+#define TANDEM_TOOLS_BENCH_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::bench {
+
+struct BenchRequest {
+  std::string prompt;              // text, used when token_ids is empty
+  std::vector<int32_t> token_ids;  // used as given when not empty
+  int prompt_len = 0;              // expected prompt tokens (for throughput)
+  int max_tokens = 0;
+};
+
+struct DatasetOptions {
+  std::string kind = "synthetic";  // synthetic | shared_prefix | jsonl
+  std::string path;                // jsonl
+  int input_len = 128;
+  int output_len = 128;
+  double range_ratio = 0;          // lengths uniform in [len*(1-r), len*(1+r)]
+  int num_prefixes = 4;
+  int prefix_len = 64;
+  // Send token ids in [first_token_id, vocab_size) instead of text (gRPC
+  // only: the router takes ids; OpenAI servers get text).
+  bool token_ids = false;
+  int vocab_size = 512;
+  uint64_t seed = 0;
+};
+
+// A deterministic, endless list of requests: Get(i) is the same for the
+// same options, and a JSONL file is cycled.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual BenchRequest Get(size_t index) const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& options);
+
+// Parses JSONL text: one object per line with a string "prompt" and an
+// optional positive integer "max_tokens" (else `default_max_tokens`). Blank
+// lines are skipped; anything else is an error naming the line.
+absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
+                                                     int default_max_tokens);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_TOOLS_BENCH_DATASET_H_

@@ -1,0 +1,199 @@
+#include "tools/bench/runner.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "tools/bench/arrivals.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Threads that grow with demand: a new one only when no idle thread can
+// take a job, so a sync stream per thread never waits for another.
+class ElasticPool {
+ public:
+  ~ElasticPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Submit(std::function<void()> job) {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(job));
+    if (static_cast<int>(jobs_.size()) > idle_) {
+      threads_.emplace_back([this] { Loop(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0;
+  bool stop_ = false;
+};
+
+// Prints progress until Stop(); a redrawn bar on a terminal, else a line
+// every few seconds so logs stay short.
+class Progress {
+ public:
+  Progress(const RunOptions& o, const std::atomic<int>& done, const std::atomic<int>& failed,
+           Clock::time_point t0)
+      : o_(o), done_(done), failed_(failed), t0_(t0), tty_(isatty(STDERR_FILENO) == 1) {
+    if (o.progress) thread_ = std::thread([this] { Loop(); });
+  }
+  void Stop(int sent) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      sent_ = sent;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    const auto period = std::chrono::milliseconds(tty_ ? 200 : 5000);
+    while (!cv_.wait_for(lock, period, [this] { return stop_; })) Draw(false);
+    Draw(true);
+  }
+  void Draw(bool last) {
+    const int done = done_.load(), failed = failed_.load();
+    const double t = Since(t0_);
+    double frac;
+    std::string count;
+    if (o_.duration_s > 0 && !last) {
+      frac = std::min(1.0, t / o_.duration_s);
+      count = absl::StrFormat("%d done", done);
+    } else {
+      const int total = last ? sent_ : o_.num_requests;
+      frac = total > 0 ? static_cast<double>(done) / total : 1;
+      count = absl::StrFormat("%d/%d", done, total);
+    }
+    const std::string line = absl::StrFormat("%s requests, %d failed, %.1fs", count, failed, t);
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int fill = static_cast<int>(frac * kWidth);
+      std::fprintf(stderr, "\r[%s%s] %3.0f%% %s", std::string(fill, '#').c_str(),
+                   std::string(kWidth - fill, ' ').c_str(), frac * 100, line.c_str());
+      if (last) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "[tandem-bench] %s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  const RunOptions& o_;
+  const std::atomic<int>& done_;
+  const std::atomic<int>& failed_;
+  Clock::time_point t0_;
+  bool tty_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int sent_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
+                                       const RunOptions& o) {
+  const bool unpaced = !(o.request_rate > 0) || std::isinf(o.request_rate);
+  if (o.duration_s > 0 && unpaced && o.max_concurrency <= 0) {
+    return absl::InvalidArgumentError(
+        "--duration needs a --request_rate or a --max_concurrency to bound the load");
+  }
+  if (o.duration_s <= 0 && o.num_requests < 1) {
+    return absl::InvalidArgumentError("give --num_requests >= 1 or a --duration");
+  }
+  if (o.burstiness <= 0) return absl::InvalidArgumentError("--burstiness must be > 0");
+
+  ArrivalGenerator arrivals(o.request_rate, o.burstiness, o.seed);
+  std::deque<RequestRecord> records;  // stable addresses while growing
+  std::atomic<int> done{0}, failed{0};
+  std::mutex mu;
+  std::condition_variable slot_freed;
+  int in_flight = 0;
+  const Clock::time_point t0 = Clock::now();
+  Progress progress(o, done, failed, t0);
+  {
+    ElasticPool pool;
+    double next = 0;
+    for (int i = 0;; ++i) {
+      if (o.duration_s <= 0 && i >= o.num_requests) break;
+      if (i > 0) next += arrivals.NextGap();
+      if (o.duration_s > 0 && (next >= o.duration_s || Since(t0) >= o.duration_s)) break;
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(next)));
+      if (o.max_concurrency > 0) {
+        std::unique_lock lock(mu);
+        slot_freed.wait(lock, [&] { return in_flight < o.max_concurrency; });
+        ++in_flight;
+        // A slot may free long after the duration is over.
+        if (o.duration_s > 0 && Since(t0) >= o.duration_s) break;
+      }
+      RequestRecord* record = &records.emplace_back();
+      BenchRequest request = dataset.Get(i);
+      record->start = Since(t0);
+      pool.Submit([&, record, request = std::move(request)] {
+        const double start = record->start;
+        *record = target.Send(request);
+        record->start = start;
+        if (!record->success) failed.fetch_add(1);
+        done.fetch_add(1);
+        if (o.max_concurrency > 0) {
+          std::lock_guard lock(mu);
+          --in_flight;
+          slot_freed.notify_one();
+        }
+      });
+    }
+  }  // the pool joins every stream
+  const double duration = Since(t0);
+  progress.Stop(static_cast<int>(records.size()));
+  RunResult result;
+  result.options = o;
+  result.records.assign(records.begin(), records.end());
+  result.metrics = ComputeMetrics(result.records, duration, o.slo);
+  return result;
+}
+
+}  // namespace tandem::bench

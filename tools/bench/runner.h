@@ -1,0 +1,39 @@
+// Runs one benchmark: sends requests on the arrival schedule (or at a fixed
+// concurrency), each stream on a worker thread, and collects the records.
+#ifndef TANDEM_TOOLS_BENCH_RUNNER_H_
+#define TANDEM_TOOLS_BENCH_RUNNER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/bench/dataset.h"
+#include "tools/bench/stats.h"
+#include "tools/bench/target.h"
+
+namespace tandem::bench {
+
+struct RunOptions {
+  double request_rate = 0;  // req/s; 0 or inf = send as fast as the concurrency allows
+  double burstiness = 1;    // gamma shape; 1 = Poisson
+  int max_concurrency = 0;  // most streams in flight; 0 = no limit
+  int num_requests = 100;   // used when duration_s is 0
+  double duration_s = 0;    // stop sending after this long (seconds)
+  uint64_t seed = 0;
+  // Progress on stderr: a bar when it is a terminal, else a line now and then.
+  bool progress = true;
+  Slo slo;
+};
+
+struct RunResult {
+  RunOptions options;
+  std::vector<RequestRecord> records;  // in send order
+  Metrics metrics;
+};
+
+absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
+                                       const RunOptions& options);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_TOOLS_BENCH_RUNNER_H_
