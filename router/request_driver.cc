@@ -168,6 +168,7 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
 absl::StatusOr<RequestDriver::DecodeStream> RequestDriver::OpenDecode(bool local) {
   absl::flat_hash_set<std::string> tried;
   std::vector<std::string> refusals;
+  bool all_full = true;  // Every refusal so far was RESOURCE_EXHAUSTED.
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::optional<Pick> pick =
         PickDecodeWorker(registry_->Snapshot(WorkerRole::kDecode),
@@ -199,11 +200,16 @@ absl::StatusOr<RequestDriver::DecodeStream> RequestDriver::OpenDecode(bool local
     const std::string message =
         absl::StrCat("decode worker ", stream.worker->address(), " did not admit the request: ",
                      status.ok() ? "its stream ended at once" : status.ToString());
-    if (status.code() != absl::StatusCode::kUnavailable) {
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kResourceExhausted) {
       return absl::Status(status.ok() ? absl::StatusCode::kInternal : status.code(), message);
     }
-    // Gone or draining: another decode worker can take the request.
-    stream.worker->MarkUnavailable(status);
+    // Gone, draining or full (its stats lag behind the router's other
+    // requests): another decode worker can take the request.
+    if (status.code() == absl::StatusCode::kUnavailable) {
+      stream.worker->MarkUnavailable(status);
+      all_full = false;
+    }
     tried.insert(stream.worker->address());
     refusals.push_back(message);
     LOG(WARNING) << "request " << request_id_ << ": " << message
@@ -212,6 +218,7 @@ absl::StatusOr<RequestDriver::DecodeStream> RequestDriver::OpenDecode(bool local
   if (refusals.empty()) {
     return absl::UnavailableError("no healthy decode worker to serve the request; retry later");
   }
+  if (all_full) return absl::ResourceExhaustedError(absl::StrJoin(refusals, "; "));
   return absl::UnavailableError(absl::StrJoin(refusals, "; "));
 }
 

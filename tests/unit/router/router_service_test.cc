@@ -179,6 +179,21 @@ TEST(RouterServiceTest, DecodeWorkerRefusingIsReplacedByAnother) {
   EXPECT_EQ(h->decode(1 - bad).requests().size(), 1u);
 }
 
+TEST(RouterServiceTest, FullDecodeWorkerIsReplacedAndAllFullIsResourceExhausted) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int full = h->FirstDecode();
+  h->decode(full).SetBehaviour({.refuse = absl::ResourceExhaustedError("KV cache full")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - full));
+
+  h->decode(1 - full).SetBehaviour({.refuse = absl::ResourceExhaustedError("KV cache full")});
+  const Result both = h->Run(TokenRequest({1, 5, 6}, 3));
+  EXPECT_EQ(both.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(both.status.error_message(), HasSubstr("KV cache full"));
+}
+
 TEST(RouterServiceTest, ClientCancelCancelsTheDecodeStream) {
   auto h = StartHarness({.prefill = 1, .decode = 1});
   ASSERT_NE(h, nullptr);
