@@ -1,0 +1,231 @@
+#include "common/compute/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/compute/cuda/cuda_status.h"
+#include "common/compute/cuda/kernels.h"
+
+namespace tandem {
+namespace {
+
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  CudaBuffer(int device, void* data, size_t size) : device_(device), data_(data), size_(size) {}
+  ~CudaBuffer() override {
+    // Errors cannot be reported from here; a failed free leaks.
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
+    cudaFree(data_);
+    if (current >= 0 && current != device_) cudaSetDevice(current);
+  }
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  int device_;
+  void* data_;
+  size_t size_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOptions options) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    // Clear the error so that it does not surface in a later call.
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: ",
+        error != cudaSuccess
+            ? absl::StrCat(cudaGetErrorName(error), " (", cudaGetErrorString(error), ")")
+            : std::string("the runtime reports 0 devices"),
+        "; use the CPU backend"));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " present)"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options.device));
+  cublasHandle_t handle = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  // fp32 products stay fp32: no TF32 tensor cores, so results match the CPU.
+  absl::Status status = TANDEM_CUBLAS_STATUS(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
+  if (status.ok()) status = TANDEM_CUBLAS_STATUS(cublasSetStream(handle, nullptr));
+  if (!status.ok()) {
+    cublasDestroy(handle);
+    return status;
+  }
+  std::string description =
+      absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
+                   " GiB), device ", options.device);
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(options.device, handle, std::move(description)));
+}
+
+CudaBackend::CudaBackend(int device, cublasContext* cublas, std::string description)
+    : device_(device), cublas_(cublas), description_(std::move(description)) {}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  cudaDeviceSynchronize();
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  cublasDestroy(cublas_);
+}
+
+bool CudaBackend::Begin() {
+  if (!status_.ok()) return false;
+  Keep(TANDEM_CUDA_STATUS(cudaSetDevice(device_)));
+  return status_.ok();
+}
+
+void CudaBackend::Keep(absl::Status status) {
+  if (status_.ok() && !status.ok()) status_ = std::move(status);
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (Begin()) Keep(TANDEM_CUDA_STATUS(cudaDeviceSynchronize()));
+  return status_;
+}
+
+const int32_t* CudaBackend::UploadInts(std::span<const int32_t> ints) {
+  const size_t bytes = ints.size_bytes();
+  if (bytes > scratch_bytes_) {
+    // Kernels queued earlier may still read the old scratch.
+    Keep(TANDEM_CUDA_STATUS(cudaDeviceSynchronize()));
+    if (scratch_ != nullptr) Keep(TANDEM_CUDA_STATUS(cudaFree(scratch_)));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    if (!status_.ok()) return nullptr;
+    const size_t grown = std::max<size_t>(bytes * 2, 1 << 16);
+    Keep(TANDEM_CUDA_STATUS(cudaMalloc(&scratch_, grown)));
+    if (!status_.ok()) return nullptr;
+    scratch_bytes_ = grown;
+  }
+  if (bytes > 0) {
+    // Pageable source: the copy has read it when the call returns, and it
+    // runs after every kernel queued before (which may read the scratch).
+    Keep(TANDEM_CUDA_STATUS(
+        cudaMemcpyAsync(scratch_, ints.data(), bytes, cudaMemcpyHostToDevice, nullptr)));
+  }
+  return status_.ok() ? static_cast<const int32_t*>(scratch_) : nullptr;
+}
+
+const int32_t* CudaBackend::UploadRows(std::span<const AttentionRow> rows) {
+  host_ints_.assign(2 * rows.size(), 0);
+  // Consecutive rows of one sequence (a prefill chunk) share one list.
+  for (size_t r = 0; r < rows.size();) {
+    size_t e = r + 1, longest = rows[r].blocks.size();
+    while (e < rows.size() && rows[e].blocks.data() == rows[r].blocks.data()) {
+      longest = std::max(longest, rows[e].blocks.size());
+      ++e;
+    }
+    const int32_t offset = static_cast<int32_t>(host_ints_.size());
+    host_ints_.insert(host_ints_.end(), rows[r].blocks.data(), rows[r].blocks.data() + longest);
+    for (size_t i = r; i < e; ++i) {
+      host_ints_[2 * i] = rows[i].position;
+      host_ints_[2 * i + 1] = offset;
+    }
+    r = e;
+  }
+  return UploadInts(host_ints_);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackend::Allocate(size_t bytes) {
+  if (absl::Status s = TANDEM_CUDA_STATUS(cudaSetDevice(device_)); !s.ok()) return s;
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+  return std::make_unique<CudaBuffer>(device_, p, bytes);
+}
+
+void CudaBackend::CopyToDevice(const void* host, void* device, size_t bytes) {
+  if (!Begin() || bytes == 0) return;
+  Keep(TANDEM_CUDA_STATUS(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice)));
+}
+
+void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
+  if (!Begin() || bytes == 0) return;
+  Keep(TANDEM_CUDA_STATUS(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost)));
+}
+
+void CudaBackend::MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+                         bool accumulate) {
+  if (!Begin() || m <= 0 || n <= 0) return;
+  // Row-major out[m, n] = x[m, k] w[n, k]^T is column-major
+  // out^T[n, m] = w^T x^T with w read as a column-major [k, n] matrix.
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  if (m == 1) {
+    Keep(TANDEM_CUBLAS_STATUS(
+        cublasSgemv(cublas_, CUBLAS_OP_T, k, n, &alpha, w, k, x, 1, &beta, out, 1)));
+    return;
+  }
+  Keep(TANDEM_CUBLAS_STATUS(
+      cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, out, n)));
+}
+
+void CudaBackend::Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {
+  if (!Begin() || ids.empty()) return;
+  const int32_t* d_ids = UploadInts(ids);
+  if (d_ids == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchEmbed(table, d_ids, static_cast<int>(ids.size()), dim, out)));
+}
+
+void CudaBackend::RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
+                          float eps) {
+  if (!Begin()) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchRmsNorm(x, weight, out, rows, dim, eps)));
+}
+
+void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
+                       std::span<const int32_t> positions, const AttentionShape& shape,
+                       const float* cos_sin) {
+  if (!Begin() || positions.empty()) return;
+  const int32_t* d_positions = UploadInts(positions);
+  if (d_positions == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchRope(q, q_stride, k, k_stride, d_positions,
+                                           static_cast<int>(positions.size()), shape.n_heads,
+                                           shape.n_kv_heads, shape.head_dim, cos_sin)));
+}
+
+void CudaBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) {
+  if (!Begin()) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchSwiGlu(gate_up, out, rows, hidden)));
+}
+
+void CudaBackend::WriteKv(const float* k, int k_stride, const float* v, int v_stride,
+                          std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
+                          float* cache) {
+  if (!Begin() || rows.empty()) return;
+  const int32_t* meta = UploadRows(rows);
+  if (meta == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchWriteKv(
+      k, k_stride, v, v_stride, meta, static_cast<int>(rows.size()), layer, layout, cache)));
+}
+
+void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
+                                 int layer, const KvLayout& layout, const float* cache,
+                                 const AttentionShape& shape, float* out) {
+  if (!Begin() || rows.empty()) return;
+  if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
+      shape.n_heads / shape.n_kv_heads > cuda::kMaxGroup || shape.head_dim > cuda::kMaxHeadDim) {
+    Keep(absl::UnimplementedError(
+        absl::StrCat("CUDA paged attention takes at most ", cuda::kMaxGroup,
+                     " query heads per KV head and head_dim <= ", cuda::kMaxHeadDim, "; got ",
+                     shape.n_heads, "/", shape.n_kv_heads, " heads, head_dim ", shape.head_dim)));
+    return;
+  }
+  const int32_t* meta = UploadRows(rows);
+  if (meta == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(
+      cuda::LaunchPagedAttention(q, q_stride, meta, static_cast<int>(rows.size()), layer, layout,
+                                 cache, shape.n_heads, shape.n_kv_heads, shape.head_dim, out)));
+}
+
+}  // namespace tandem
