@@ -12,6 +12,9 @@
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "common/compute/cuda/cuda_backend.h"
+#endif
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
 #include "common/model/incremental_detokenizer.h"
@@ -29,6 +32,9 @@ ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = off");
 ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = off");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same tokens");
 ABSL_FLAG(int, threads, 0, "CPU threads; 0 = every core");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Compute backend: cpu, or cuda (fp32, needs an NVIDIA GPU and a build with "
+          "TANDEM_WITH_CUDA; a machine without one gets an error naming the cause).");
 ABSL_FLAG(int, prefill_chunk, 0, "Prompt tokens per prefill step; 0 = all at once");
 
 namespace tandem {
@@ -68,9 +74,27 @@ absl::Status Run() {
   request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
-                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
-  const std::string backend_info = backend->Describe();
+  std::unique_ptr<Backend> backend;
+  std::string backend_info;
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  if (backend_name == "cpu") {
+    ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                     CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
+    backend_info = cpu->Describe();
+    backend = std::move(cpu);
+  } else if (backend_name == "cuda") {
+#ifdef TANDEM_HAVE_CUDA
+    ASSIGN_OR_RETURN(backend, CudaBackend::Create());
+    backend_info = "CUDA";
+#else
+    return absl::FailedPreconditionError(
+        "--backend cuda: this build has no CUDA backend (configure with -DTANDEM_WITH_CUDA=ON "
+        "where nvcc is installed), or use --backend cpu");
+#endif
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend is '", backend_name, "'; use cpu or cuda"));
+  }
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
   options.max_logit_rows = 1;

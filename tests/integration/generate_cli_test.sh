@@ -30,6 +30,7 @@ m=(--model "$models/stories260K.bin" --tokenizer "$models/tok512.bin")
 expect_error "tokenizer" "${m[@]}" --tokenizer "$models/tokenizer.bin"
 expect_error "top_p" "${m[@]}" --top-p 0
 expect_error "temperature" "${m[@]}" --temperature -1
+expect_error "use cpu or cuda" "${m[@]}" --backend tpu
 long=$(printf 'word %.0s' $(seq 600))
 expect_error "context" "${m[@]}" --prompt "$long"
 
