@@ -1,6 +1,7 @@
 // tandem-router: the client-facing tandem.v1.Router service in front of the
 // prefill and decode pools.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "router/openai_http.h"
 #include "router/router_metrics.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"
@@ -51,6 +53,16 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, request_log, "",
           "Append one JSON line per finished request (id, status, tokens, timeline, workers, "
           "routing reason) to this file; empty = write it to the INFO log (stderr)");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, "
+          "GET /health); port 0 picks a free one; empty = no HTTP API");
+ABSL_FLAG(std::string, http_port_file, "",
+          "Write the bound HTTP port here (one line) once it is up; empty = don't");
+ABSL_FLAG(std::string, model_name, "",
+          "Model id of the HTTP API (/v1/models, responses); empty = the tokenizer file's name");
+ABSL_FLAG(int, http_threads, 0,
+          "HTTP connections served at once (each open response, and each idle keep-alive "
+          "connection for up to 5 s, holds one; more wait in a queue); 0 = --max_inflight + 16");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
           "How long to wait at start for a healthy decode worker before giving up");
 
@@ -59,6 +71,19 @@ namespace {
 
 std::vector<std::string> SplitTargets(const std::string& flag) {
   return absl::StrSplit(flag, ',', absl::SkipWhitespace());
+}
+
+// Writes `port` to `path` whole (a temporary file renamed), so that a
+// reader never sees half a line.
+absl::Status WritePortFile(const std::string& path, int port, const std::string& flag) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp);
+  out << port << "\n";
+  out.close();
+  if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot write --", flag, " ", path));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Run() {
@@ -78,6 +103,15 @@ absl::Status Run() {
       absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--request_timeout, --health_interval and --resolve_interval must be positive");
+  }
+
+  if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
+    std::string host;
+    int port = 0;
+    RETURN_IF_ERROR(router::SplitHostPort(listen, &host, &port));
+  }
+  if (absl::GetFlag(FLAGS_http_threads) < 0) {
+    return absl::InvalidArgumentError("--http_threads must be >= 0 (0 = --max_inflight + 16)");
   }
 
   router::RegistryOptions registry_options;
@@ -116,19 +150,43 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(rpc::RunningServer server,
                    rpc::StartServer({.address = absl::GetFlag(FLAGS_listen)}, {service.get()}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    // Written whole and renamed, so that a reader never sees half a line.
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << server.port << "\n";
-      out.close();
-      if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        server.server->Shutdown();
-        return absl::InvalidArgumentError(absl::StrCat("cannot write --port_file ", path));
-      }
+    if (absl::Status s = WritePortFile(path, server.port, "port_file"); !s.ok()) {
+      server.server->Shutdown();
+      return s;
     }
   }
   LOG(INFO) << "tandem-router serving on port " << server.port;
+
+  // The HTTP API calls the gRPC service above through an in-process channel.
+  std::unique_ptr<router::OpenAiHttpServer> http;
+  if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
+    router::OpenAiHttpOptions http_options;
+    http_options.listen = listen;
+    http_options.model_name = absl::GetFlag(FLAGS_model_name);
+    if (http_options.model_name.empty()) {
+      http_options.model_name = std::filesystem::path(tokenizer_path).filename().string();
+    }
+    http_options.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+    http_options.threads = absl::GetFlag(FLAGS_http_threads);
+    if (http_options.threads == 0) http_options.threads = options.max_inflight + 16;
+    absl::StatusOr<std::unique_ptr<router::OpenAiHttpServer>> started =
+        router::OpenAiHttpServer::Start(server.server->InProcessChannel(grpc::ChannelArguments()),
+                                        http_options);
+    absl::Status s = started.status();
+    if (s.ok()) {
+      http = *std::move(started);
+      if (const std::string path = absl::GetFlag(FLAGS_http_port_file); !path.empty()) {
+        s = WritePortFile(path, http->port(), "http_port_file");
+      }
+    }
+    if (!s.ok()) {
+      http.reset();
+      server.server->Shutdown();
+      return s;
+    }
+    LOG(INFO) << "OpenAI-compatible HTTP API on port " << http->port() << " (model "
+              << http_options.model_name << ")";
+  }
 
   int sig = 0;
   while ((sig = rpc::WaitForSignal(absl::Seconds(1))) == 0) {
@@ -136,6 +194,7 @@ absl::Status Run() {
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LOG(INFO) << "signal " << sig << ": draining (up to " << drain_timeout << ")";
   server.SetServing(false);
+  if (http != nullptr) http->SetServing(false);
   service->StartDraining();
   if (!service->WaitForIdle(drain_timeout)) {
     LOG(WARNING) << service->inflight() << " requests still running after --drain_timeout; "
@@ -143,6 +202,9 @@ absl::Status Run() {
     service->CancelAll();
     service->WaitForIdle(absl::Seconds(5));
   }
+  // Every HTTP call went through the drained service: stopping the HTTP
+  // server now cuts no response.
+  if (http != nullptr) http->Stop();
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   service.reset();
   registry->Stop();
@@ -160,6 +222,7 @@ int main(int argc, char** argv) {
       "The tandem router: serves tandem.v1.Router over the prefill and decode pools.\n"
       "Usage: tandem-router --decode_workers HOST:PORT[,...] [--prefill_workers HOST:PORT[,...]]\n"
       "       --tokenizer FILE [--listen HOST:PORT --port_file FILE]\n"
+      "       [--http_listen HOST:PORT --http_port_file FILE --model_name NAME]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] [--request_log FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-router: " << s.message() << "\n";

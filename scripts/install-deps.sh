@@ -11,7 +11,7 @@ packages=(
   libopenblas-openmp-dev
   libsentencepiece-dev
   libxxhash-dev
-  libucx-dev ucx-utils iproute2
+  libucx-dev ucx-utils iproute2 curl python3
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
 )

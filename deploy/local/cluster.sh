@@ -13,9 +13,10 @@
 # $TANDEM_CLUSTER_DIR (default /tmp/tandem-cluster). Binaries come from
 # $TANDEM_BIN (default build/bin); build them first (scripts/build.sh).
 # Workers use ports P+100.. (prefill) and P+200.. (decode); P is the router's
-# gRPC port, 8100 by default. Each process serves Prometheus metrics on its
-# gRPC port + 1000 (/metrics), and the router appends one JSON line per
-# request to $TANDEM_CLUSTER_DIR/requests.jsonl. `up --prefill 0` starts the
+# gRPC port, 8100 by default; P+1 serves the OpenAI-compatible HTTP API
+# (/v1/completions, /v1/models, /health). Each process serves Prometheus
+# metrics on its gRPC port + 1000 (/metrics), and the router appends one JSON
+# line per request to $TANDEM_CLUSTER_DIR/requests.jsonl. `up --prefill 0` starts the
 # colocated baseline: decode workers that prefill every prompt themselves.
 set -euo pipefail
 
@@ -25,7 +26,7 @@ dir="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
 models="${TANDEM_MODELS:-$root/../shared/models}"
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -122,6 +123,7 @@ cmd_up() {
   done
   start router "$bin/tandem-router" --listen "127.0.0.1:$port" --tokenizer "$tokenizer" \
     --metrics_listen "127.0.0.1:$((port + 1000))" --request_log "$dir/requests.jsonl" \
+    --http_listen "127.0.0.1:$((port + 1))" \
     --prefill_workers "$(IFS=,; echo "${prefill_addrs[*]}")" \
     --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")"
   wait_for_port "$dir/router.pid" "$dir/router.port" router

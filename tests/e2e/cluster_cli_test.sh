@@ -43,6 +43,18 @@ local:   $(cat "$tmp/local.txt")"
 done
 grep -qi "ttft" "$tmp/cli.err" || fail "no summary on stderr: $(cat "$tmp/cli.err")"
 
+# The OpenAI-compatible HTTP API on port+1 gives the same greedy text.
+curl -sS -o "$tmp/http.json" "http://127.0.0.1:$((port + 1))/v1/completions" \
+  -H 'Content-Type: application/json' \
+  -d '{"prompt": "The cat sat on the mat and", "max_tokens": 200, "temperature": 0}' ||
+  fail "HTTP completion failed"
+python3 -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+  "$tmp/http.json" >"$tmp/http.txt" || fail "HTTP answer: $(cat "$tmp/http.json")"
+cmp -s "$tmp/http.txt" "$tmp/local.txt" || fail "HTTP text differs: $(cat "$tmp/http.txt")"
+code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "http://127.0.0.1:$((port + 1))/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "Hi", "max_tokens": 0}')
+[ "$code" = 400 ] && grep -q max_tokens "$tmp/bad.json" || fail "bad request gave $code: $(cat "$tmp/bad.json")"
+
 "$bin/tandem-cli" generate --router "127.0.0.1:$port" --prompt "Hi" --max-tokens 0 \
   >"$tmp/out" 2>"$tmp/err" && fail "--max-tokens 0 succeeded"
 grep -q "max_tokens" "$tmp/err" || fail "--max-tokens 0 said: $(cat "$tmp/err")"
