@@ -149,9 +149,17 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
   }
 
   void Done() {
-    absl::MutexLock lock(&mu_);
-    ended_ = true;
-    reactor_ = nullptr;
+    std::function<void()> unused;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      reactor_ = nullptr;
+      // The call is over and can no longer be cancelled. Dropping the
+      // callback breaks the cycle of a callback that holds this writer; it
+      // is destroyed outside the lock (the reactor still holds the writer).
+      unused = std::move(on_cancel_);
+      on_cancel_ = nullptr;
+    }
   }
 
   mutable absl::Mutex mu_;
