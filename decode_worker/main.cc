@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/base/port_file.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/metrics/metrics_server.h"
@@ -94,13 +95,7 @@ absl::Status Run() {
       rpc::RunningServer server,
       rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen)}, {&service}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    // Written whole under another name, then renamed, so a reader never sees
-    // a partial line.
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << server.port << "\n";
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("cannot write --port_file ", path));
-    }
+    RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
   const decode::LoopStats stats = loop->Stats();
   LOG(INFO) << "tandem-decode serving " << options.model_name << " on port " << server.port << " ("
@@ -108,8 +103,7 @@ absl::Status Run() {
             << stats.kv_blocks_total << " KV blocks of " << stats.block_size << " tokens, "
             << backend_info << ", KV transport " << transport->name() << ")";
 
-  int signal = 0;
-  while (signal == 0) signal = rpc::WaitForSignal(absl::Seconds(1));
+  const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LOG(INFO) << "tandem-decode: signal " << signal << ", draining (up to "
             << absl::FormatDuration(drain_timeout) << ")";

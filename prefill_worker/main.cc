@@ -16,6 +16,7 @@
 #include "common/base/clock.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/base/port_file.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/metrics/metrics_server.h"
@@ -53,20 +54,6 @@ ABSL_FLAG(int, kv_lanes, 1,
 namespace tandem {
 namespace {
 
-absl::Status WritePortFile(const std::string& path, int port) {
-  // Written whole and renamed into place, so that a reader never sees half a line.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
@@ -102,7 +89,7 @@ absl::Status Run() {
   server_options.address = absl::GetFlag(FLAGS_listen);
   ASSIGN_OR_RETURN(rpc::RunningServer server, rpc::StartServer(server_options, {&service}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    RETURN_IF_ERROR(WritePortFile(path, server.port));
+    RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
   const prefill::PrefillStats stats = loop->Stats();
   LOG(INFO) << "tandem-prefill serving " << options.model_name << " on port " << server.port << " ("
@@ -110,9 +97,7 @@ absl::Status Run() {
             << " tokens, max_batch_tokens " << options.max_batch_tokens << ", KV over "
             << transport->name() << ")";
 
-  int signal = 0;
-  while ((signal = rpc::WaitForSignal(absl::Seconds(1))) == 0) {
-  }
+  const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LOG(INFO) << "signal " << signal << ": draining (up to " << drain_timeout << ")";
   server.SetServing(false);

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/base/port_file.h"
 #include "common/base/status_macros.h"
 #include "common/metrics/metrics_server.h"
 #include "common/model/tokenizer.h"
@@ -71,19 +72,6 @@ namespace {
 
 std::vector<std::string> SplitTargets(const std::string& flag) {
   return absl::StrSplit(flag, ',', absl::SkipWhitespace());
-}
-
-// Writes `port` to `path` whole (a temporary file renamed), so that a
-// reader never sees half a line.
-absl::Status WritePortFile(const std::string& path, int port, const std::string& flag) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp);
-  out << port << "\n";
-  out.close();
-  if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot write --", flag, " ", path));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Run() {
@@ -188,9 +176,7 @@ absl::Status Run() {
               << http_options.model_name << ")";
   }
 
-  int sig = 0;
-  while ((sig = rpc::WaitForSignal(absl::Seconds(1))) == 0) {
-  }
+  const int sig = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LOG(INFO) << "signal " << sig << ": draining (up to " << drain_timeout << ")";
   server.SetServing(false);

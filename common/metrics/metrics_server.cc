@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/port_file.h"
+#include "common/base/status_macros.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (GET /metrics); port 0 picks a free one; "
@@ -56,14 +58,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
       MetricsServer::Start(listen, std::move(registry));
   if (!server.ok()) return server.status();
   if (const std::string path = absl::GetFlag(FLAGS_metrics_port_file); !path.empty()) {
-    // Written whole and renamed, so that a reader never sees half a line.
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp);
-    out << (*server)->port() << "\n";
-    out.close();
-    if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot write --metrics_port_file ", path));
-    }
+    RETURN_IF_ERROR(WritePortFile(path, (*server)->port(), "metrics_port_file"));
   }
   LOG(INFO) << "serving Prometheus metrics on port " << (*server)->port() << " (GET /metrics)";
   return server;

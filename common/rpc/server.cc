@@ -79,4 +79,10 @@ int WaitForSignal(absl::Duration timeout) {
   return sig > 0 ? sig : 0;
 }
 
+int WaitForTerminationSignal() {
+  int sig = 0;
+  while (sig == 0) sig = WaitForSignal(absl::Seconds(1));
+  return sig;
+}
+
 }  // namespace tandem::rpc

@@ -49,6 +49,9 @@ void BlockTerminationSignals();
 // Waits up to `timeout` for SIGTERM or SIGINT; returns the signal number,
 // or 0 on timeout.
 int WaitForSignal(absl::Duration timeout);
+// Waits for SIGTERM or SIGINT, however long it takes (a server's main thread
+// has nothing else to do); returns the signal number.
+int WaitForTerminationSignal();
 
 }  // namespace tandem::rpc
 
