@@ -1,6 +1,8 @@
-// tandem-engine-bench: prefill and batched-decode throughput of the CPU
-// engine on synthetic models of real shapes, beside the llama.cpp anchors of
-// ../shared/docs/PERF_ANCHORS.md and the machine's measured read bandwidth.
+// tandem-engine-bench: prefill and batched-decode throughput of the engine
+// on synthetic models of real shapes, beside the llama.cpp anchors of
+// ../shared/docs/PERF_ANCHORS.md (CPU shapes), the measured memory bandwidth
+// (the batch-1 decode ceiling) and the measured GEMM rate (the prefill
+// ceiling). --backend cuda runs the same on the GPU.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,9 +22,11 @@
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/model/synthetic.h"
+#include "tools/backend_choice.h"
 
 ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15M", "stories110M"}),
-          "Model shapes to measure: stories15M, stories110M");
+          "Model shapes to measure: stories15M, stories110M, llama3-8b (32 GB of fp32 weights; "
+          "for GPUs)");
 ABSL_FLAG(std::vector<std::string>, prompts, std::vector<std::string>({"128", "512"}),
           "Prompt lengths for the prefill measurement");
 ABSL_FLAG(std::vector<std::string>, batches,
@@ -31,7 +35,8 @@ ABSL_FLAG(std::vector<std::string>, batches,
 ABSL_FLAG(int, decode_prompt, 128, "Prompt tokens per sequence before decoding");
 ABSL_FLAG(int, decode_steps, 64, "Decode steps timed per batch size");
 ABSL_FLAG(int, repeats, 3, "Repetitions of each measurement; the best is reported");
-ABSL_FLAG(int, threads, 0, "Threads (0 = all cores)");
+ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(std::string, backend, "cpu", "Compute backend: cpu or cuda");
 
 namespace tandem {
 namespace {
@@ -42,8 +47,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // Sum of n floats (n a multiple of 64) with 64 independent lanes, so the
 // loop is bound by memory, not by the latency of one accumulator.
-__attribute__((target_clones("avx512f", "arch=haswell", "default")))
-float SumFloats(const float* p, size_t n) {
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) float SumFloats(const float* p,
+                                                                                     size_t n) {
   float acc[64] = {};
   for (size_t i = 0; i < n; i += 64) {
 #pragma omp simd
@@ -77,37 +82,57 @@ double MeasureReadBandwidth() {
   return best;
 }
 
-// Sustained fp32 matrix-product rate of the backend on a prefill-sized
-// product (512 x 2048 x 768): the ceiling for prefill, which is mostly such
-// products.
-double MeasureGemmFlops(Backend& backend) {
-  constexpr int m = 512, n = 2048, k = 768;
-  std::vector<float> x(size_t{m} * k, 0.5f), w(size_t{n} * k, 0.25f), out(size_t{m} * n);
+// Sustained fp32 matrix-product rate of the backend on a product of
+// m x n x k, operands in backend memory: the ceiling for prefill, which is
+// mostly such products. 512 x 2048 x 768 on CPUs; a GPU needs far larger
+// products to fill.
+double MeasureGemmFlops(Backend& backend, int m, int n, int k) {
+  auto x = backend.Allocate(size_t{4} * m * k);
+  auto w = backend.Allocate(size_t{4} * n * k);
+  auto out = backend.Allocate(size_t{4} * m * n);
+  CHECK_OK(x.status());
+  CHECK_OK(w.status());
+  CHECK_OK(out.status());
+  std::vector<float> host(static_cast<size_t>(std::max(m, n)) * k, 0.25f);
+  backend.CopyToDevice(host.data(), (*x)->data(), size_t{4} * m * k);
+  backend.CopyToDevice(host.data(), (*w)->data(), size_t{4} * n * k);
   double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {  // the first one warms up
     const auto t0 = Clock::now();
-    backend.MatMul(x.data(), w.data(), out.data(), m, n, k, /*accumulate=*/false);
-    best = std::min(best, Seconds(Clock::now() - t0));
+    backend.MatMul((*x)->floats(), (*w)->floats(), (*out)->floats(), m, n, k, false);
+    backend.CopyToHost((*out)->floats(), host.data(), sizeof(float));  // waits for the product
+    if (rep > 0) best = std::min(best, Seconds(Clock::now() - t0));
   }
   return 2.0 * m * n * k / best;
+}
+
+// Weight bytes per second a skinny product of m rows streams through
+// (n x k weights, read once): how close decode's matrix products come to the
+// memory bandwidth.
+double MeasureSkinnyBandwidth(Backend& backend, int m, int n, int k) {
+  return MeasureGemmFlops(backend, m, n, k) / (2.0 * m * n * k) * (4.0 * n * k);
 }
 
 struct Anchor {
   double prefill128, prefill512, decode1, decode16;
 };
 
-Anchor AnchorFor(const std::string& shape) {
-  // llama.cpp F32, 2 threads, same machine type (PERF_ANCHORS.md).
+// llama.cpp F32, 2 threads, same machine type (PERF_ANCHORS.md); none for
+// GPU runs or other shapes.
+Anchor AnchorFor(const std::string& shape, bool on_cpu) {
+  if (!on_cpu) return {};
   if (shape == "stories15M") return {11130, 9702, 641, 1528};
-  return {1131, 1138, 84, 306};
+  if (shape == "stories110M") return {1131, 1138, 84, 306};
+  return {};
 }
 
 struct Result {
   std::string shape;
   std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
-  double weight_bytes = 0;
+  double weight_bytes = 0;                      // read by every decode step
   double classifier_params = 0;
+  double kv_bytes_per_sequence = 0;  // read per sequence by a decode step, on average
 };
 
 double TimePrefill(Engine& engine, int n, int repeats) {
@@ -165,16 +190,29 @@ int Run() {
   const int decode_prompt = absl::GetFlag(FLAGS_decode_prompt);
   const int decode_steps = absl::GetFlag(FLAGS_decode_steps);
 
-  auto probe = CpuBackend::Create(CpuBackendOptions{threads});
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  auto probe = ChooseBackend(backend_name, threads, /*measure_bandwidth=*/true);
   if (!probe.ok()) {
     std::cerr << probe.status() << "\n";
     return 1;
   }
-  std::printf("backend: %s\n", (*probe)->Describe().c_str());
-  const double bandwidth = MeasureReadBandwidth();
-  const double gemm_flops = MeasureGemmFlops(**probe);
-  std::printf("measured read bandwidth: %.1f GB/s; fp32 GEMM 512x2048x768: %.0f GFLOP/s\n\n",
-              bandwidth / 1e9, gemm_flops / 1e9);
+  const bool on_cpu = backend_name == "cpu";
+  std::printf("backend: %s\n", probe->description.c_str());
+  const double bandwidth = on_cpu ? MeasureReadBandwidth() : probe->device_bandwidth;
+  const int gemm_m = on_cpu ? 512 : 4096, gemm_n = on_cpu ? 2048 : 4096,
+            gemm_k = on_cpu ? 768 : 4096;
+  const double gemm_flops = MeasureGemmFlops(*probe->backend, gemm_m, gemm_n, gemm_k);
+  if (!on_cpu) {
+    // Llama-3-8B's gate-and-up product, at decode batch sizes.
+    for (int m : {1, 8, 32}) {
+      std::printf("weights streamed by a %dx28672x4096 product: %.0f GB/s\n", m,
+                  MeasureSkinnyBandwidth(*probe->backend, m, 28672, 4096) / 1e9);
+    }
+  }
+  probe->backend.reset();
+  std::printf("measured %s bandwidth: %.1f GB/s; fp32 GEMM %dx%dx%d: %.0f GFLOP/s\n\n",
+              on_cpu ? "read" : "device copy (read + write)", bandwidth / 1e9, gemm_m, gemm_n,
+              gemm_k, gemm_flops / 1e9);
 
   std::vector<Result> results;
   for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
@@ -183,14 +221,17 @@ int Run() {
       config = Stories15MShape();
     } else if (shape == "stories110M") {
       config = Stories110MShape();
+    } else if (shape == "llama3-8b") {
+      config = Llama3_8BShape();
     } else {
-      std::cerr << "unknown --shapes entry '" << shape << "'; use stories15M or stories110M\n";
+      std::cerr << "unknown --shapes entry '" << shape
+                << "'; use stories15M, stories110M or llama3-8b\n";
       return 2;
     }
     // The benchmark's prompts may be longer than the checkpoint's training
     // context; positions past it are still well defined for RoPE.
-    const int longest = std::max(*std::max_element(prompts.begin(), prompts.end()),
-                                 decode_prompt + decode_steps);
+    const int longest =
+        std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
     config.seq_len = std::max(config.seq_len, longest);
     auto weights = MakeSyntheticModel(config, 1);
     CHECK_OK(weights.status());
@@ -199,16 +240,21 @@ int Run() {
     options.max_batch_tokens = std::max(longest, max_batch);
     options.max_logit_rows = max_batch;
     options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
-    auto backend = CpuBackend::Create(CpuBackendOptions{threads});
+    auto backend = ChooseBackend(backend_name, threads);
     CHECK_OK(backend.status());
-    auto engine = Engine::Create(**weights, std::move(backend).value(), options);
+    auto engine = Engine::Create(**weights, std::move(backend->backend), options);
     CHECK_OK(engine.status());
+    weights->reset();  // the engine holds its own copy
     Result result;
     result.shape = shape;
     // Bytes a batch-1 decode step must read: every weight but the embedding
     // rows not looked up (the tied classifier reads the whole table).
-    result.weight_bytes = double(config.NumParameters()) * sizeof(float);
     result.classifier_params = double(config.vocab_size) * config.dim;
+    const double embedding_params = config.shared_classifier ? 0.0 : result.classifier_params;
+    result.weight_bytes = (double(config.NumParameters()) - embedding_params) * sizeof(float);
+    // K and V of every layer for the context a decode step attends to.
+    result.kv_bytes_per_sequence = 2.0 * config.n_layers * config.kv_dim() * sizeof(float) *
+                                   (decode_prompt + decode_steps / 2);
     for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
     for (int b : batches) {
       result.decode.emplace_back(b, TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
@@ -217,10 +263,10 @@ int Run() {
   }
 
   // Table.
-  std::printf("%-12s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s",
-              "llama.cpp", "ratio");
+  std::printf("%-12s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s", "llama.cpp",
+              "ratio");
   for (const Result& r : results) {
-    const Anchor a = AnchorFor(r.shape);
+    const Anchor a = AnchorFor(r.shape, on_cpu);
     for (auto [p, tps] : r.prefill) {
       const double anchor = p == 128 ? a.prefill128 : p == 512 ? a.prefill512 : 0;
       std::printf("%-12s %-22s %12.0f %12s %8s\n", r.shape.c_str(),
@@ -243,11 +289,17 @@ int Run() {
                   r.shape.c_str(), p, tps * prefill_flops / 1e9,
                   100.0 * tps * prefill_flops / gemm_flops);
     }
-    const double limit = bandwidth / r.weight_bytes;
-    const double batch1 = r.decode.front().first == 1 ? r.decode.front().second : 0;
-    std::printf("%-12s batch-1 roofline %.0f tok/s (%.0f MB/token at %.1f GB/s); at %.0f%%\n\n",
-                r.shape.c_str(), limit, r.weight_bytes / 1e6, bandwidth / 1e9,
-                100.0 * batch1 / limit);
+    // Decode reads every weight once per step, plus each sequence's KV.
+    for (auto [b, tps] : r.decode) {
+      const double bytes = r.weight_bytes + b * r.kv_bytes_per_sequence;
+      const double limit = b * bandwidth / bytes;
+      std::printf(
+          "%-12s decode batch %d: bandwidth limit %.1f tok/s (%.0f MB/step at %.1f GB/s); "
+          "at %.0f%% (%.2fx the limit's step time)\n",
+          r.shape.c_str(), b, limit, bytes / 1e6, bandwidth / 1e9, 100.0 * tps / limit,
+          limit / tps);
+    }
+    std::printf("\n");
   }
 
   // One JSON line for scripts.
@@ -261,9 +313,9 @@ int Run() {
         absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
   }
   std::printf(
-      "{\"bench\":\"tandem-engine-bench\",\"threads\":%d,\"read_bw_gbs\":%.2f,"
+      "{\"bench\":\"tandem-engine-bench\",\"backend\":\"%s\",\"bandwidth_gbs\":%.2f,"
       "\"gemm_gflops\":%.1f,%s}\n",
-      (*probe)->num_threads(), bandwidth / 1e9, gemm_flops / 1e9, absl::StrJoin(parts, ",").c_str());
+      backend_name.c_str(), bandwidth / 1e9, gemm_flops / 1e9, absl::StrJoin(parts, ",").c_str());
   return 0;
 }
 
@@ -273,7 +325,9 @@ int Run() {
 int main(int argc, char** argv) {
   tandem::ParseToolFlags(
       argc, argv,
-      "Measures prefill and batched decode tokens/s of the CPU engine on synthetic models.\n"
-      "Usage: tandem-engine-bench [--shapes=stories15M,stories110M] [--batches=1,2,4,...]");
+      "Measures prefill and batched decode tokens/s of the engine on synthetic models.\n"
+      "Usage: tandem-engine-bench [--backend=cpu|cuda] "
+      "[--shapes=stories15M,stories110M,llama3-8b]\n"
+      "       [--batches=1,2,4,...] [--prompts=128,512] [--decode_prompt=128]");
   return tandem::Run();
 }

@@ -11,15 +11,12 @@
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
-#include "common/compute/cpu/cpu_backend.h"
-#ifdef TANDEM_HAVE_CUDA
-#include "common/compute/cuda/cuda_backend.h"
-#endif
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/model_weights.h"
 #include "common/model/tokenizer.h"
+#include "tools/backend_choice.h"
 
 ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
 ABSL_FLAG(std::string, tokenizer, "",
@@ -74,32 +71,14 @@ absl::Status Run() {
   request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  std::unique_ptr<Backend> backend;
-  std::string backend_info;
-  const std::string backend_name = absl::GetFlag(FLAGS_backend);
-  if (backend_name == "cpu") {
-    ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
-                     CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
-    backend_info = cpu->Describe();
-    backend = std::move(cpu);
-  } else if (backend_name == "cuda") {
-#ifdef TANDEM_HAVE_CUDA
-    ASSIGN_OR_RETURN(backend, CudaBackend::Create());
-    backend_info = "CUDA";
-#else
-    return absl::FailedPreconditionError(
-        "--backend cuda: this build has no CUDA backend (configure with -DTANDEM_WITH_CUDA=ON "
-        "where nvcc is installed), or use --backend cpu");
-#endif
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend is '", backend_name, "'; use cpu or cuda"));
-  }
+  ASSIGN_OR_RETURN(BackendChoice choice,
+                   ChooseBackend(absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_threads)));
+  const std::string backend_info = choice.description;
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
   options.max_logit_rows = 1;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(*weights, std::move(backend), options));
+                   Engine::Create(*weights, std::move(choice.backend), options));
   weights.reset();
 
   // Continue the prompt's last token, so a space after prompt text is kept
@@ -135,9 +114,8 @@ absl::Status Run() {
   std::cerr << absl::StrFormat(
       "\n[tandem-generate] %s | prompt %d tokens, generated %d (%s) | TTFT %.2f ms | prefill "
       "%.1f tok/s | decode %.1f tok/s\n",
-      backend_info, request.prompt.size(), result.tokens.size(),
-      FinishReasonName(result.finish), prefill_s * 1e3, request.prompt.size() / prefill_s,
-      decode_s > 0 ? decoded / decode_s : 0.0);
+      backend_info, request.prompt.size(), result.tokens.size(), FinishReasonName(result.finish),
+      prefill_s * 1e3, request.prompt.size() / prefill_s, decode_s > 0 ? decoded / decode_s : 0.0);
   return absl::OkStatus();
 }
 

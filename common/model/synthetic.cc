@@ -34,7 +34,7 @@ class SplitMix64 {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
-                                                                  uint64_t seed) {
+                                                                 uint64_t seed) {
   RETURN_IF_ERROR(config.Validate());
   const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim();
   const int64_t v = config.vocab_size, L = config.n_layers;
@@ -81,28 +81,51 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
 }
 
 ModelConfig Stories15MShape() {
-  return ModelConfig{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6,
-                     .n_kv_heads = 6, .vocab_size = 32000, .seq_len = 256};
+  return ModelConfig{.dim = 288,
+                     .hidden_dim = 768,
+                     .n_layers = 6,
+                     .n_heads = 6,
+                     .n_kv_heads = 6,
+                     .vocab_size = 32000,
+                     .seq_len = 256};
 }
 
 ModelConfig Stories110MShape() {
-  return ModelConfig{.dim = 768, .hidden_dim = 2048, .n_layers = 12, .n_heads = 12,
-                     .n_kv_heads = 12, .vocab_size = 32000, .seq_len = 1024};
+  return ModelConfig{.dim = 768,
+                     .hidden_dim = 2048,
+                     .n_layers = 12,
+                     .n_heads = 12,
+                     .n_kv_heads = 12,
+                     .vocab_size = 32000,
+                     .seq_len = 1024};
+}
+
+ModelConfig Llama3_8BShape() {
+  return ModelConfig{.dim = 4096,
+                     .hidden_dim = 14336,
+                     .n_layers = 32,
+                     .n_heads = 32,
+                     .n_kv_heads = 8,
+                     .vocab_size = 128256,
+                     .seq_len = 8192,
+                     .rope_theta = 500000.0f,
+                     .shared_classifier = false};
 }
 
 absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size) {
   constexpr int kFirstPiece = 3 + 256;
   if (vocab_size <= kFirstPiece) {
-    return absl::InvalidArgumentError(absl::StrCat("a synthetic tokenizer needs a vocab_size above ",
-                                                   kFirstPiece, " (3 control and 256 byte tokens); got ",
-                                                   vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a synthetic tokenizer needs a vocab_size above ", kFirstPiece,
+                     " (3 control and 256 byte tokens); got ", vocab_size));
   }
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   for (int b = 0; b < 256; ++b) pieces.push_back(absl::StrFormat("<0x%02X>", b));
   // Word-start pieces, letters, then two- and three-letter pieces, as many
   // as the vocabulary holds.
   const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
-  const std::string space = " ";  // llama2.c pieces hold a plain space where SentencePiece has U+2581
+  const std::string space =
+      " ";  // llama2.c pieces hold a plain space where SentencePiece has U+2581
   std::vector<std::string> made = {space};
   for (char c : letters) made.push_back(space + c);
   for (char c : letters) made.push_back(std::string(1, c));
@@ -118,9 +141,7 @@ absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size) {
   int32_t max_length = 0;
   for (const std::string& p : pieces) max_length = std::max<int32_t>(max_length, p.size());
   std::string out;
-  auto put = [&out](const void* data, size_t n) {
-    out.append(static_cast<const char*>(data), n);
-  };
+  auto put = [&out](const void* data, size_t n) { out.append(static_cast<const char*>(data), n); };
   put(&max_length, sizeof(max_length));
   for (size_t id = 0; id < pieces.size(); ++id) {
     // Byte and control tokens score 0; pieces by length, then order.

@@ -28,6 +28,9 @@ absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size);
 // Shapes of the TinyStories checkpoints, used by benchmarks.
 ModelConfig Stories15MShape();
 ModelConfig Stories110MShape();
+// Llama-3-8B's shape (GQA, untied classifier, 128256-token vocabulary), for
+// GPU benchmarks.
+ModelConfig Llama3_8BShape();
 
 }  // namespace tandem
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/compute/cuda/cuda_status.h"
 #include "common/compute/cuda/kernels.h"
 
@@ -67,16 +68,19 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOpti
       absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
                    " GiB), device ", options.device);
   return std::unique_ptr<CudaBackend>(
-      new CudaBackend(options.device, handle, std::move(description)));
+      new CudaBackend(options.device, prop.multiProcessorCount, handle, std::move(description)));
 }
 
-CudaBackend::CudaBackend(int device, cublasContext* cublas, std::string description)
-    : device_(device), cublas_(cublas), description_(std::move(description)) {}
+CudaBackend::CudaBackend(int device, int sm_count, cublasContext* cublas, std::string description)
+    : device_(device), sm_count_(sm_count), cublas_(cublas), description_(std::move(description)) {}
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
-  if (scratch_ != nullptr) cudaFree(scratch_);
+  for (Upload* upload : {&ids_upload_, &positions_upload_, &rows_upload_}) {
+    if (upload->scratch.data != nullptr) cudaFree(upload->scratch.data);
+  }
+  if (attention_scratch_.data != nullptr) cudaFree(attention_scratch_.data);
   cublasDestroy(cublas_);
 }
 
@@ -95,27 +99,67 @@ absl::Status CudaBackend::Synchronize() {
   return status_;
 }
 
-const int32_t* CudaBackend::UploadInts(std::span<const int32_t> ints) {
-  const size_t bytes = ints.size_bytes();
-  if (bytes > scratch_bytes_) {
-    // Kernels queued earlier may still read the old scratch.
-    Keep(TANDEM_CUDA_STATUS(cudaDeviceSynchronize()));
-    if (scratch_ != nullptr) Keep(TANDEM_CUDA_STATUS(cudaFree(scratch_)));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    if (!status_.ok()) return nullptr;
-    const size_t grown = std::max<size_t>(bytes * 2, 1 << 16);
-    Keep(TANDEM_CUDA_STATUS(cudaMalloc(&scratch_, grown)));
-    if (!status_.ok()) return nullptr;
-    scratch_bytes_ = grown;
+absl::StatusOr<double> CudaBackend::MeasureCopyBandwidth(size_t bytes) {
+  RETURN_IF_ERROR(Synchronize());
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> from, Allocate(bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> to, Allocate(bytes));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  absl::Status status = TANDEM_CUDA_STATUS(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (int rep = 0; rep < 6 && status.ok(); ++rep) {  // the first one warms up
+    status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
+    if (status.ok()) {
+      status = TANDEM_CUDA_STATUS(
+          cudaMemcpyAsync(to->data(), from->data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
+    }
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventElapsedTime(&ms, start, stop));
+    if (status.ok() && rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
   }
-  if (bytes > 0) {
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaEventDestroy(start);
+  RETURN_IF_ERROR(status);
+  return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3);
+}
+
+void* CudaBackend::Grow(Scratch& scratch, size_t bytes) {
+  if (bytes <= scratch.bytes && scratch.data != nullptr) return scratch.data;
+  // Kernels queued earlier may still use the old memory.
+  Keep(TANDEM_CUDA_STATUS(cudaDeviceSynchronize()));
+  if (scratch.data != nullptr) Keep(TANDEM_CUDA_STATUS(cudaFree(scratch.data)));
+  scratch.data = nullptr;
+  scratch.bytes = 0;
+  if (!status_.ok()) return nullptr;
+  const size_t grown = std::max<size_t>(bytes * 2, 1 << 16);
+  Keep(TANDEM_CUDA_STATUS(cudaMalloc(&scratch.data, grown)));
+  if (!status_.ok()) return nullptr;
+  scratch.bytes = grown;
+  return scratch.data;
+}
+
+const int32_t* CudaBackend::UploadInts(Upload& upload, std::span<const int32_t> ints) {
+  // The engine passes the same positions and rows to every layer of a step:
+  // uploading them once keeps the host from waiting on the GPU (a copy from
+  // pageable memory first waits for the work queued before it).
+  if (upload.scratch.data != nullptr &&
+      std::equal(ints.begin(), ints.end(), upload.last.begin(), upload.last.end())) {
+    return static_cast<const int32_t*>(upload.scratch.data);
+  }
+  upload.last.clear();
+  void* scratch = Grow(upload.scratch, ints.size_bytes());
+  if (scratch == nullptr) return nullptr;
+  if (!ints.empty()) {
     // Pageable source: the copy has read it when the call returns, and it
     // runs after every kernel queued before (which may read the scratch).
     Keep(TANDEM_CUDA_STATUS(
-        cudaMemcpyAsync(scratch_, ints.data(), bytes, cudaMemcpyHostToDevice, nullptr)));
+        cudaMemcpyAsync(scratch, ints.data(), ints.size_bytes(), cudaMemcpyHostToDevice, nullptr)));
   }
-  return status_.ok() ? static_cast<const int32_t*>(scratch_) : nullptr;
+  if (!status_.ok()) return nullptr;
+  upload.last.assign(ints.begin(), ints.end());
+  return static_cast<const int32_t*>(scratch);
 }
 
 const int32_t* CudaBackend::UploadRows(std::span<const AttentionRow> rows) {
@@ -135,7 +179,7 @@ const int32_t* CudaBackend::UploadRows(std::span<const AttentionRow> rows) {
     }
     r = e;
   }
-  return UploadInts(host_ints_);
+  return UploadInts(rows_upload_, host_ints_);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackend::Allocate(size_t bytes) {
@@ -172,7 +216,7 @@ void CudaBackend::MatMul(const float* x, const float* w, float* out, int m, int 
 
 void CudaBackend::Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {
   if (!Begin() || ids.empty()) return;
-  const int32_t* d_ids = UploadInts(ids);
+  const int32_t* d_ids = UploadInts(ids_upload_, ids);
   if (d_ids == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchEmbed(table, d_ids, static_cast<int>(ids.size()), dim, out)));
 }
@@ -187,7 +231,7 @@ void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                        std::span<const int32_t> positions, const AttentionShape& shape,
                        const float* cos_sin) {
   if (!Begin() || positions.empty()) return;
-  const int32_t* d_positions = UploadInts(positions);
+  const int32_t* d_positions = UploadInts(positions_upload_, positions);
   if (d_positions == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchRope(q, q_stride, k, k_stride, d_positions,
                                            static_cast<int>(positions.size()), shape.n_heads,
@@ -221,11 +265,21 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const A
                      shape.n_heads, "/", shape.n_kv_heads, " heads, head_dim ", shape.head_dim)));
     return;
   }
+  int max_context = 0;
+  for (const AttentionRow& row : rows) max_context = std::max(max_context, row.position + 1);
+  const cuda::AttentionPlan plan =
+      cuda::PlanPagedAttention(static_cast<int>(rows.size()), max_context, shape.n_kv_heads,
+                               shape.head_dim, shape.n_heads, sm_count_);
+  float* partials = nullptr;
+  if (plan.partial_floats > 0) {
+    partials = static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));
+    if (partials == nullptr) return;
+  }
   const int32_t* meta = UploadRows(rows);
   if (meta == nullptr) return;
-  Keep(TANDEM_CUDA_STATUS(
-      cuda::LaunchPagedAttention(q, q_stride, meta, static_cast<int>(rows.size()), layer, layout,
-                                 cache, shape.n_heads, shape.n_kv_heads, shape.head_dim, out)));
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchPagedAttention(
+      q, q_stride, meta, static_cast<int>(rows.size()), layer, layout, cache, shape.n_heads,
+      shape.n_kv_heads, shape.head_dim, plan, partials, out)));
 }
 
 }  // namespace tandem

@@ -45,6 +45,10 @@ class CudaBackend final : public Backend {
   absl::Status status() const { return status_; }
   // Waits for queued work and returns status().
   absl::Status Synchronize();
+  // Device memory bandwidth in bytes/s: best of several device-to-device
+  // copies between two `bytes`-byte buffers, counting bytes read plus
+  // bytes written. The ceiling for memory-bound steps such as decode.
+  absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes);
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   void CopyToDevice(const void* host, void* device, size_t bytes) override;
@@ -65,23 +69,41 @@ class CudaBackend final : public Backend {
                       float* out) override;
 
  private:
-  CudaBackend(int device, cublasContext* cublas, std::string description);
+  // Device memory reused across calls, grown on demand.
+  struct Scratch {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+
+  CudaBackend(int device, int sm_count, cublasContext* cublas, std::string description);
   // False (and the op is skipped) once an error is kept; makes the device
   // current for the calling thread.
   bool Begin();
   void Keep(absl::Status status);
-  // Copies `ints` into device scratch; nullptr on error (kept).
-  const int32_t* UploadInts(std::span<const int32_t> ints);
+  // `scratch` holding at least `bytes` (after the queued work that may use
+  // its old memory); nullptr on error (kept).
+  void* Grow(Scratch& scratch, size_t bytes);
+  // Host integers kept on the device, and what was last copied there.
+  struct Upload {
+    Scratch scratch;
+    std::vector<int32_t> last;
+  };
+  // Copies `ints` into `upload`'s device memory, unless they equal what is
+  // already there; nullptr on error (kept).
+  const int32_t* UploadInts(Upload& upload, std::span<const int32_t> ints);
   // Packs rows as [position, offset into blocks] pairs followed by the
   // block lists (rows sharing a list share one copy) and uploads them.
   const int32_t* UploadRows(std::span<const AttentionRow> rows);
 
   int device_;
+  int sm_count_;
   cublasContext* cublas_;
   std::string description_;
   absl::Status status_;
-  void* scratch_ = nullptr;  // device memory for per-call host spans
-  size_t scratch_bytes_ = 0;
+  Upload ids_upload_;          // token ids
+  Upload positions_upload_;    // RoPE positions
+  Upload rows_upload_;         // packed attention rows
+  Scratch attention_scratch_;  // partial results of split attention
   std::vector<int32_t> host_ints_;
 };
 

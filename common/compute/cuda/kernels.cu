@@ -9,8 +9,14 @@ namespace {
 
 constexpr int kWarp = 32;
 // Slots of one attention tile: keys and values of this many cached tokens
-// of one KV head are staged in shared memory at a time.
-constexpr int kTileSlots = 32;
+// of one KV head are staged in shared memory at a time, one slot per lane.
+constexpr int kTileSlots = kWarp;
+// Warps of an attention block: all stage the tiles; each scores its own
+// query heads of the group.
+constexpr int kAttnWarps = 4;
+// Context positions one attention block covers at least before the context
+// is split further.
+constexpr int kMinChunk = 64;
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -28,16 +34,11 @@ struct DeviceLayout {
   int kv_dim;
   const float* layer_base;
 
+  // A block holds the keys transposed (element d of slot s at
+  // d * block_size + s), then the values by slot (slot s's kv_dim floats at
+  // block_size * kv_dim + s * kv_dim).
   __device__ const float* Block(int32_t block) const {
     return layer_base + static_cast<size_t>(block) * 2 * block_size * kv_dim;
-  }
-  // Element `dim` of every slot's key: block_size consecutive floats.
-  __device__ const float* Keys(int32_t block, int dim) const {
-    return Block(block) + static_cast<size_t>(dim) * block_size;
-  }
-  __device__ const float* Value(int32_t block, int slot) const {
-    return Block(block) + static_cast<size_t>(block_size) * kv_dim +
-           static_cast<size_t>(slot) * kv_dim;
   }
 };
 
@@ -109,7 +110,7 @@ __global__ void WriteKvKernel(const float* k, int k_stride, const float* v, int 
   const int pos = meta[2 * r];
   const int32_t block = meta[meta[2 * r + 1] + pos / layout.block_size];
   const int slot = pos % layout.block_size;
-  // Writable views of the (const) layout helpers.
+  // The block's layout: DeviceLayout::Block.
   float* base = cache_layer + static_cast<size_t>(block) * 2 * layout.block_size * layout.kv_dim;
   float* values = base + static_cast<size_t>(layout.block_size) * layout.kv_dim +
                   static_cast<size_t>(slot) * layout.kv_dim;
@@ -121,88 +122,156 @@ __global__ void WriteKvKernel(const float* k, int k_stride, const float* v, int 
   }
 }
 
-// One thread block per (row, KV head); one warp per query head of the
-// group. Keys and values of kTileSlots cached tokens at a time go through
-// shared memory; each warp keeps a running max, sum and output (online
-// softmax), so scores never leave registers. Lane j scores slot j of the
-// tile; lane l accumulates dimensions l, l + 32, ... of the output.
-__global__ void PagedAttentionKernel(const float* q, int q_stride, const int32_t* meta,
-                                     DeviceLayout layout, int n_heads, int n_kv_heads, int head_dim,
-                                     float scale, float* out) {
+// Paged attention, one block per (row, KV head, context split): the block's
+// warps share each tile of keys and values staged in shared memory (lane j
+// of a warp scores slot j of the tile), and each warp keeps an online
+// softmax (running max, sum and output; lane l accumulates dimensions l,
+// l + 32, ...) for the query heads it owns, so scores never leave
+// registers. With one split the block writes the
+// normalised output; with several it writes its unnormalised partial
+// (acc, max, sum) for CombineSplitsKernel, so that a long context is spread
+// over many SMs (the split-context scheme of flash-decoding).
+__global__ void __launch_bounds__(kAttnWarps* kWarp)
+    PagedAttentionKernel(const float* __restrict__ q, int q_stride, const int32_t* __restrict__ meta,
+                         DeviceLayout layout, int n_heads, int n_kv_heads, int head_dim,
+                         float scale, int chunk, float* __restrict__ partials,
+                         float* __restrict__ out) {
   extern __shared__ float shared[];
   const int group = n_heads / n_kv_heads;
   float* q_s = shared;                       // [group][head_dim], pre-scaled
   float* k_s = q_s + group * head_dim;       // [head_dim][kTileSlots]
   float* v_s = k_s + head_dim * kTileSlots;  // [kTileSlots][head_dim]
+  __shared__ const float* slot_block[kTileSlots];
+  __shared__ int slot_index[kTileSlots];
 
-  const int r = blockIdx.x, kv_head = blockIdx.y;
+  const int r = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int pos = meta[2 * r];
   const int32_t* blocks = meta + meta[2 * r + 1];
-  const int ctx = pos + 1;
+  const int begin = split * chunk, end = min(pos + 1, begin + chunk);
   const int kv_off = kv_head * head_dim;
   const int head0 = kv_head * group;
+  const int bs = layout.block_size;
 
   const float* q_row =
       q + static_cast<size_t>(r) * q_stride + static_cast<size_t>(head0) * head_dim;
   for (int i = threadIdx.x; i < group * head_dim; i += blockDim.x) q_s[i] = q_row[i] * scale;
 
   constexpr int kPerLane = kMaxHeadDim / kWarp;
-  float acc[kPerLane];
+  constexpr int kHeadsPerWarp = kMaxGroup / kAttnWarps;
+  float acc[kHeadsPerWarp][kPerLane];
+  float m[kHeadsPerWarp], l[kHeadsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;
+  for (int u = 0; u < kHeadsPerWarp; ++u) {
+    m[u] = -FLT_MAX;
+    l[u] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[u][i] = 0.0f;
+  }
 
-  const int bs = layout.block_size;
-  for (int t0 = 0; t0 < ctx;) {
-    const int b = t0 / bs, s0 = t0 % bs;
-    const int n = min(kTileSlots, min(bs - s0, ctx - t0));
-    const int32_t block = blocks[b];
+  for (int t0 = begin; t0 < end; t0 += kTileSlots) {
+    const int n = min(kTileSlots, end - t0);
     __syncthreads();  // the previous tile is consumed (and q_s written)
-    for (int i = threadIdx.x; i < head_dim * n; i += blockDim.x) {
-      const int d = i / n, j = i % n;
-      k_s[d * kTileSlots + j] = layout.Keys(block, kv_off + d)[s0 + j];
-    }
-    for (int i = threadIdx.x; i < n * head_dim; i += blockDim.x) {
-      const int j = i / head_dim, d = i % head_dim;
-      v_s[j * head_dim + d] = layout.Value(block, s0 + j)[kv_off + d];
+    if (threadIdx.x < n) {
+      const int t = t0 + threadIdx.x;
+      slot_block[threadIdx.x] = layout.Block(blocks[t / bs]);
+      slot_index[threadIdx.x] = t % bs;
     }
     __syncthreads();
-    if (warp < group) {
-      const float* qh = q_s + warp * head_dim;
+    // Keys: element d of slot j sits at Block + d * bs + slot.
+#pragma unroll 8
+    for (int i = threadIdx.x; i < head_dim * kTileSlots; i += blockDim.x) {
+      const int d = i / kTileSlots, j = i % kTileSlots;
+      k_s[i] = j < n ? __ldg(slot_block[j] + static_cast<size_t>(kv_off + d) * bs + slot_index[j])
+                     : 0.0f;
+    }
+    // Values: slot j's row of kv_dim floats sits after the block's keys.
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n * head_dim; i += blockDim.x) {
+      const int j = i / head_dim, d = i % head_dim;
+      v_s[i] = __ldg(slot_block[j] + static_cast<size_t>(bs) * layout.kv_dim +
+                     static_cast<size_t>(slot_index[j]) * layout.kv_dim + kv_off + d);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kHeadsPerWarp; ++u) {
+      const int hh = warp + u * kAttnWarps;
+      if (hh >= group) break;
+      const float* qh = q_s + hh * head_dim;
       float s = -FLT_MAX;
       if (lane < n) {
         s = 0.0f;
         for (int d = 0; d < head_dim; ++d) s += qh[d] * k_s[d * kTileSlots + lane];
       }
-      const float m_new = fmaxf(m, WarpMax(s));
-      const float correction = expf(m - m_new);
+      const float m_new = fmaxf(m[u], WarpMax(s));
+      const float correction = expf(m[u] - m_new);
       const float p = lane < n ? expf(s - m_new) : 0.0f;
-      l = l * correction + WarpSum(p);
+      l[u] = l[u] * correction + WarpSum(p);
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] *= correction;
+      for (int i = 0; i < kPerLane; ++i) acc[u][i] *= correction;
       for (int j = 0; j < n; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
         const float* vj = v_s + j * head_dim;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const int d = lane + i * kWarp;
-          if (d < head_dim) acc[i] += pj * vj[d];
+          if (d < head_dim) acc[u][i] += pj * vj[d];
         }
       }
-      m = m_new;
+      m[u] = m_new;
     }
-    t0 += n;
   }
-  if (warp < group) {
-    const float inv = 1.0f / l;
-    float* o = out + static_cast<size_t>(r) * n_heads * head_dim +
-               static_cast<size_t>(head0 + warp) * head_dim;
+
+  const int splits = gridDim.z;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + i * kWarp;
-      if (d < head_dim) o[d] = acc[i] * inv;
+  for (int u = 0; u < kHeadsPerWarp; ++u) {
+    const int hh = warp + u * kAttnWarps;
+    if (hh >= group) break;
+    const int head = head0 + hh;
+    if (splits == 1) {
+      const float inv = 1.0f / l[u];
+      float* o = out + (static_cast<size_t>(r) * n_heads + head) * head_dim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + i * kWarp;
+        if (d < head_dim) o[d] = acc[u][i] * inv;
+      }
+    } else {
+      // [acc(head_dim), max, sum] per (row, head, split); an empty split
+      // (past the row's context) leaves max -FLT_MAX and sum 0.
+      float* p = partials +
+                 ((static_cast<size_t>(r) * n_heads + head) * splits + split) * (head_dim + 2);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + i * kWarp;
+        if (d < head_dim) p[d] = acc[u][i];
+      }
+      if (lane == 0) {
+        p[head_dim] = m[u];
+        p[head_dim + 1] = l[u];
+      }
     }
+  }
+}
+
+// Merges the splits of one (row, head): rescales each partial to the
+// largest max and normalises by the merged sum.
+__global__ void CombineSplitsKernel(const float* __restrict__ partials, int n_heads, int head_dim,
+                                    int splits, float* __restrict__ out) {
+  const int r = blockIdx.x, head = blockIdx.y;
+  const float* p = partials + (static_cast<size_t>(r) * n_heads + head) * splits * (head_dim + 2);
+  float top = -FLT_MAX;
+  for (int s = 0; s < splits; ++s) top = fmaxf(top, p[s * (head_dim + 2) + head_dim]);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float sum = 0.0f, value = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float* part = p + s * (head_dim + 2);
+      if (part[head_dim + 1] == 0.0f) continue;  // empty split
+      const float w = expf(part[head_dim] - top);
+      sum += w * part[head_dim + 1];
+      value += w * part[d];
+    }
+    out[(static_cast<size_t>(r) * n_heads + head) * head_dim + d] = value / sum;
   }
 }
 
@@ -255,24 +324,56 @@ cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_st
   return cudaGetLastError();
 }
 
+AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
+                                 int n_heads, int sm_count) {
+  AttentionPlan plan;
+  plan.chunk = max_context;
+  // Enough blocks to fill every SM a few times over without splitting:
+  // prefill batches and large decode batches.
+  const int64_t blocks = static_cast<int64_t>(rows) * n_kv_heads;
+  const int64_t wanted = 4 * static_cast<int64_t>(sm_count);
+  if (blocks >= wanted || max_context <= kMinChunk) return plan;
+  const int64_t by_work = (wanted + blocks - 1) / blocks;
+  const int64_t by_length = (max_context + kMinChunk - 1) / kMinChunk;
+  plan.splits = static_cast<int>(by_work < by_length ? by_work : by_length);
+  if (plan.splits <= 1) {
+    plan.splits = 1;
+    return plan;
+  }
+  const int per_split = (max_context + plan.splits - 1) / plan.splits;
+  plan.chunk = (per_split + kTileSlots - 1) / kTileSlots * kTileSlots;
+  plan.splits = (max_context + plan.chunk - 1) / plan.chunk;
+  plan.partial_floats =
+      static_cast<size_t>(rows) * n_heads * plan.splits * static_cast<size_t>(head_dim + 2);
+  return plan;
+}
+
 cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* rows_meta, int rows,
                                  int layer, const KvLayout& layout, const float* cache, int n_heads,
-                                 int n_kv_heads, int head_dim, float* out) {
+                                 int n_kv_heads, int head_dim, const AttentionPlan& plan,
+                                 float* partials, float* out) {
   if (rows <= 0) return cudaSuccess;
   const int group = n_heads / n_kv_heads;
   const size_t shared =
       sizeof(float) * (static_cast<size_t>(group) * head_dim + 2 * head_dim * kTileSlots);
-  if (shared > 48 * 1024) {
+  if (shared > 40 * 1024) {  // the static slot tables take the rest of the default 48 KiB
     const cudaError_t e =
         cudaFuncSetAttribute(PagedAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(shared));
     if (e != cudaSuccess) return e;
   }
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads),
+                  static_cast<unsigned>(plan.splits));
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  PagedAttentionKernel<<<grid, group * kWarp, shared>>>(q, q_stride, rows_meta,
-                                                        MakeLayout(layout, layer, cache), n_heads,
-                                                        n_kv_heads, head_dim, scale, out);
+  PagedAttentionKernel<<<grid, kAttnWarps * kWarp, shared>>>(
+      q, q_stride, rows_meta, MakeLayout(layout, layer, cache), n_heads, n_kv_heads, head_dim,
+      scale, plan.chunk, partials, out);
+  if (plan.splits == 1) return cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const dim3 heads(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));
+  CombineSplitsKernel<<<heads, ThreadsFor(head_dim)>>>(partials, n_heads, head_dim, plan.splits,
+                                                      out);
   return cudaGetLastError();
 }
 

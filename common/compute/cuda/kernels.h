@@ -27,9 +27,22 @@ cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden)
 cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_stride,
                           const int32_t* rows_meta, int rows, int layer, const KvLayout& layout,
                           float* cache);
+// How LaunchPagedAttention divides the work: each (row, KV head) is split
+// into `splits` ranges of `chunk` context positions when there are too few
+// rows to fill the GPU; the splits' partial results need `partial_floats`
+// floats of device scratch, merged by a second kernel.
+struct AttentionPlan {
+  int splits = 1;
+  int chunk = 0;
+  size_t partial_floats = 0;
+};
+AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
+                                 int n_heads, int sm_count);
+// `partials` holds plan.partial_floats floats (may be null for one split).
 cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* rows_meta, int rows,
                                  int layer, const KvLayout& layout, const float* cache, int n_heads,
-                                 int n_kv_heads, int head_dim, float* out);
+                                 int n_kv_heads, int head_dim, const AttentionPlan& plan,
+                                 float* partials, float* out);
 
 }  // namespace tandem::cuda
 
