@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +59,10 @@ ABSL_FLAG(int, repeats, 3,
 ABSL_FLAG(bool, detect_peer_failure, true,
           "UcxTransportOptions::detect_peer_failure: UCX peer-failure handling, which UCX 1.13 "
           "has only on TCP, so on one host it turns the shared-memory path off");
+ABSL_FLAG(int, max_sends_in_flight, tandem::kvtransfer::UcxTransportOptions{}.max_sends_in_flight,
+          "UcxTransportOptions::max_sends_in_flight: sends to one peer handed to UCX at once");
+ABSL_FLAG(bool, huge_pages, true,
+          "Back the source and destination buffers with transparent huge pages (madvise)");
 ABSL_FLAG(bool, perftest, true,
           "Also run ucx_perftest -t tag_bw, with (-e) and without endpoint error handling, when "
           "it is installed");
@@ -100,9 +106,23 @@ std::vector<Slice> Slices(RegionId region, uint64_t offset, uint64_t length, int
   return slices;
 }
 
+// `bytes` of zeroed memory; with --huge_pages, 2 MiB-aligned and advised
+// into transparent huge pages, as the workers' KV caches are.
+std::shared_ptr<char> AllocateBuffer(size_t bytes) {
+  if (!absl::GetFlag(FLAGS_huge_pages)) {
+    return std::shared_ptr<char>(new char[bytes](), std::default_delete<char[]>());
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED);
+  madvise(p, bytes, MADV_HUGEPAGE);
+  memset(p, 0, bytes);
+  return std::shared_ptr<char>(static_cast<char*>(p), [bytes](char* q) { munmap(q, bytes); });
+}
+
 UcxTransportOptions TransportOptions() {
   UcxTransportOptions options;
   options.detect_peer_failure = absl::GetFlag(FLAGS_detect_peer_failure);
+  options.max_sends_in_flight = absl::GetFlag(FLAGS_max_sends_in_flight);
   return options;
 }
 
@@ -114,9 +134,9 @@ int RunReceiver() {
   absl::StatusOr<std::unique_ptr<UcxTransport>> transport =
       UcxTransport::Create(TransportOptions());
   CHECK_OK(transport.status());
-  std::vector<char> slots(size * layers);
+  std::shared_ptr<char> slots = AllocateBuffer(size * layers);
   absl::StatusOr<RegionId> region =
-      (*transport)->RegisterMemory(slots.data(), slots.size(), MemoryKind::kHost);
+      (*transport)->RegisterMemory(slots.get(), size * layers, MemoryKind::kHost);
   CHECK_OK(region.status());
   const std::string line = absl::BytesToHexString((*transport)->LocalAddress()) + "\n";
   CHECK(write(absl::GetFlag(FLAGS_ready_fd), line.data(), line.size()) ==
@@ -181,7 +201,8 @@ std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
         absl::StrCat("--size=", size),
         absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
         absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
-        absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure))};
+        absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
+        absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -221,9 +242,10 @@ Result RunSender(uint64_t size, int lanes) {
     CHECK_OK(peer.status());
     peers.push_back(*peer);
   }
-  std::vector<char> kv(size * layers, 'k');
+  std::shared_ptr<char> kv = AllocateBuffer(size * layers);
+  memset(kv.get(), 'k', size * layers);
   absl::StatusOr<RegionId> region =
-      (*transport)->RegisterMemory(kv.data(), kv.size(), MemoryKind::kHost);
+      (*transport)->RegisterMemory(kv.get(), size * layers, MemoryKind::kHost);
   CHECK_OK(region.status());
 
   const absl::Time give_up = absl::Now() + kConfigTimeout;

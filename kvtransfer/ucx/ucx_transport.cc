@@ -33,10 +33,63 @@ TransportEvent UcxTransport::Impl::Event(TransportEvent::Kind kind, uint64_t id,
   return event;
 }
 
+namespace {
+
+// Whether UCX_TLS leaves UCX's shared-memory transports allowed (UCX warns
+// about settings for transports it does not load).
+bool MayUseSharedMemory() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr) return true;
+  const std::string_view list(tls);
+  for (std::string_view word : {"all", "^", "sm", "shm", "posix", "sysv", "cma"}) {
+    if (list.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Sets environment variables that are unset for as long as it lives, then
+// removes them again, so that processes started later do not inherit them.
+class ScopedEnvDefaults {
+ public:
+  ScopedEnvDefaults() = default;
+  ScopedEnvDefaults(const ScopedEnvDefaults&) = delete;
+  ScopedEnvDefaults& operator=(const ScopedEnvDefaults&) = delete;
+  ~ScopedEnvDefaults() {
+    for (const std::string& name : added_) unsetenv(name.c_str());
+  }
+  void Set(const char* name, const char* value) {
+    if (std::getenv(name) == nullptr && setenv(name, value, /*overwrite=*/0) == 0) {
+      added_.emplace_back(name);
+    }
+  }
+
+ private:
+  std::vector<std::string> added_;
+};
+
+}  // namespace
+
 absl::Status UcxTransport::Impl::Init() {
+  if (options_.max_sends_in_flight < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_sends_in_flight is ", options_.max_sends_in_flight, "; it must be at least 1"));
+  }
   nonce_ = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
            (uint64_t(getpid()) << 16);
 
+  // UCX 1.13 keeps its shared-memory transports (sysv, posix; cma for
+  // rendezvous) away from endpoints with peer-failure handling unless these
+  // are on; with them such endpoints get the full shared-memory bandwidth,
+  // and a dead peer is found by keepalive. UCX's transport layer reads them
+  // from the environment only (ucp_config_modify does not reach it), while
+  // the context and worker are created below.
+  ScopedEnvDefaults env;
+  if (options_.detect_peer_failure && MayUseSharedMemory()) {
+    for (const char* name :
+         {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE"}) {
+      env.Set(name, "y");
+    }
+  }
   ucp_config_t* config = nullptr;
   RETURN_IF_ERROR(UcxError(ucp_config_read(nullptr, nullptr, &config), "reading UCX_* settings"));
   absl::Status status;
@@ -240,6 +293,8 @@ void UcxTransport::Impl::Disconnect(PeerId id) {
       ++it;
     }
   }
+  DropQueuedSends(*peer, absl::CancelledError(absl::StrCat("send cancelled: peer ", id,
+                                                           " was disconnected before it started")));
   CloseEndpoint(*peer, /*force=*/false);
 }
 
@@ -317,16 +372,54 @@ absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view 
   op->peer = id;
   op->wire_header =
       absl::StrCat(ucx_internal::EncodePrefix({peer->key, peer->initiator}), std::string(header));
-  ucp_request_param_t param = op->request.SendParam();
-  const auto [buffer, count] = Describe(spans, op->iov, param);
-  op->request.Start(ucp_am_send_nbx(peer->ep, ucx_internal::kDataAmId, op->wire_header.data(),
-                                    op->wire_header.size(), buffer, count, &param));
-  if (op->request.done() && op->request.status() != UCS_OK) {
-    finished_sends_.pop_back();
-    return UcxError(op->request.status(), absl::StrCat("sending ", total, " bytes to peer ", id));
-  }
+  op->spans = std::move(spans);
+  SendOp& posted = *op;
   sends_[send_id] = std::move(op);
+  // Behind earlier queued sends even when there is room: order is kept.
+  if (peer->in_flight >= options_.max_sends_in_flight || !peer->queued.empty()) {
+    peer->queued.push_back(send_id);
+    return send_id;
+  }
+  StartSend(*peer, send_id, posted);
+  if (posted.request.done() && posted.request.status() != UCS_OK) {
+    finished_sends_.pop_back();
+    --peer->in_flight;
+    const absl::Status status =
+        UcxError(posted.request.status(), absl::StrCat("sending ", total, " bytes to peer ", id));
+    sends_.erase(send_id);
+    return status;
+  }
   return send_id;
+}
+
+void UcxTransport::Impl::StartSend(Peer& peer, SendId id, SendOp& op) {
+  (void)id;
+  ucp_request_param_t param = op.request.SendParam();
+  const auto [buffer, count] = Describe(op.spans, op.iov, param);
+  op.started = true;
+  ++peer.in_flight;
+  op.request.Start(ucp_am_send_nbx(peer.ep, ucx_internal::kDataAmId, op.wire_header.data(),
+                                   op.wire_header.size(), buffer, count, &param));
+}
+
+void UcxTransport::Impl::StartQueuedSends() {
+  for (auto& [peer_id, peer] : peers_) {
+    while (!peer->queued.empty() && peer->in_flight < options_.max_sends_in_flight &&
+           peer->ep != nullptr && !peer->failed && !peer->disconnected) {
+      const SendId id = peer->queued.front();
+      peer->queued.pop_front();
+      auto it = sends_.find(id);
+      if (it != sends_.end()) StartSend(*peer, id, *it->second);
+    }
+  }
+}
+
+void UcxTransport::Impl::DropQueuedSends(Peer& peer, const absl::Status& status) {
+  for (SendId id : std::exchange(peer.queued, {})) {
+    if (sends_.erase(id) > 0) {
+      events_.push_back(Event(TransportEvent::Kind::kSendDone, id, peer.id, status));
+    }
+  }
 }
 
 absl::Status UcxTransport::Impl::Accept(IncomingId id, std::span<const Slice> destination) {
@@ -393,7 +486,17 @@ void UcxTransport::Impl::Discard(IncomingId id) {
 
 void UcxTransport::Impl::Cancel(SendId id) {
   auto it = sends_.find(id);
-  if (it != sends_.end() && !it->second->request.done()) it->second->cancelled = true;
+  if (it == sends_.end()) return;
+  SendOp& op = *it->second;
+  if (op.started) {
+    if (!op.request.done()) op.cancelled = true;
+    return;
+  }
+  // Still queued: UCX never saw it.
+  if (Peer* peer = FindPeer(op.peer); peer != nullptr) std::erase(peer->queued, id);
+  events_.push_back(Event(TransportEvent::Kind::kSendDone, id, op.peer,
+                          absl::CancelledError(absl::StrCat("send ", id, " was cancelled"))));
+  sends_.erase(it);
 }
 
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

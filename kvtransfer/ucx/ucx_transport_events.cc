@@ -109,6 +109,7 @@ void UcxTransport::Impl::HandleFailedPeers() {
     // Force: a dead peer acknowledges nothing. Pending sends finish now with
     // UCS_ERR_CANCELED, or are reported below if UCX still holds them.
     CloseEndpoint(*peer, /*force=*/true);
+    DropQueuedSends(*peer, peer->failure);
     for (auto& [send_id, op] : sends_) {
       if (op->peer != id || op->request.done() || op->reported) continue;
       op->reported = true;
@@ -133,8 +134,9 @@ void UcxTransport::Impl::ReportFinishedSends() {
     auto it = sends_.find(id);
     if (it == sends_.end()) continue;
     const SendOp& op = *it->second;
+    Peer* peer = FindPeer(op.peer);
+    if (peer != nullptr) --peer->in_flight;
     if (!op.reported) {
-      const Peer* peer = FindPeer(op.peer);
       absl::Status status;
       if (op.cancelled) {
         status = absl::CancelledError(absl::StrCat("send ", id, " was cancelled"));
@@ -183,6 +185,7 @@ void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
   CreateBackEndpoints();
   HandleFailedPeers();
   ReportFinishedSends();
+  StartQueuedSends();
   ReportFinishedReceives();
   std::erase_if(closing_, [](const auto& request) { return request->done(); });
   if (events.empty()) {

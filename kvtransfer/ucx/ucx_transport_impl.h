@@ -6,6 +6,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -74,13 +75,26 @@ class UcxTransport::Impl {
     bool disconnected = false;
     bool failed = false;
     absl::Status failure;
+    // Sends handed to UCX and not yet finished, and the ones waiting for
+    // room under UcxTransportOptions::max_sends_in_flight, oldest first.
+    int in_flight = 0;
+    std::deque<SendId> queued;
+  };
+
+  // A contiguous run of registered memory.
+  struct Span {
+    char* data;
+    size_t length;
+    ucp_mem_h memh;
   };
 
   struct SendOp {
     explicit SendOp(std::function<void()> on_done) : request(std::move(on_done)) {}
     PeerId peer = 0;
     std::string wire_header;  // UCX may read it until the send finishes.
+    std::vector<Span> spans;  // the payload
     std::vector<ucp_dt_iov_t> iov;
+    bool started = false;  // handed to UCX (else queued on its peer)
     ucx_internal::UcxRequest request;
     bool cancelled = false;
     // kSendDone already reported (the peer failed); the record waits only
@@ -103,13 +117,6 @@ class UcxTransport::Impl {
     std::unique_ptr<ucx_internal::UcxRequest> request;
   };
 
-  // A contiguous run of registered memory.
-  struct Span {
-    char* data;
-    size_t length;
-    ucp_mem_h memh;
-  };
-
   static ucs_status_t OnHello(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnData(void* arg, const void* header, size_t header_length, void* data,
@@ -128,6 +135,12 @@ class UcxTransport::Impl {
                                            std::vector<ucp_dt_iov_t>& iov,
                                            ucp_request_param_t& param);
   void CloseEndpoint(Peer& peer, bool force);
+  // Hands `op` to UCX.
+  void StartSend(Peer& peer, SendId id, SendOp& op);
+  // Starts queued sends of every peer with room under the window.
+  void StartQueuedSends();
+  // Ends the sends still queued on `peer` with `status` (kSendDone).
+  void DropQueuedSends(Peer& peer, const absl::Status& status);
   void ReleaseDescriptor(Incoming& incoming);
   void CreateBackEndpoints();
   void HandleFailedPeers();

@@ -339,6 +339,53 @@ class UcxNoFailureDetectionPairTest : public UcxPairTest {
 
 TEST_F(UcxNoFailureDetectionPairTest, MessagesArriveByteExact) { RoundTrip(3, 2); }
 
+// One send per peer in UCX at a time: the rest wait in order.
+class UcxWindowOfOnePairTest : public UcxPairTest {
+ protected:
+  UcxTransportOptions Options() override {
+    UcxTransportOptions options;
+    options.max_sends_in_flight = 1;
+    return options;
+  }
+};
+
+TEST_F(UcxWindowOfOnePairTest, QueuedSendsArriveByteExactAndInOrder) { RoundTrip(2, 3); }
+
+TEST_F(UcxWindowOfOnePairTest, CancellingAQueuedSendEndsItAtOnceUnsent) {
+  std::vector<char> source = RandomBytes(8 << 20, 17);
+  ASSERT_OK_AND_ASSIGN(RegionId region,
+                       sender_->RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
+  const Slice slice{region, 0, source.size()};
+  // The receiver holds the first (rendezvous) message, so the second waits.
+  ASSERT_OK_AND_ASSIGN(SendId held, sender_->PostSend(peer_, "held", {&slice, 1}));
+  ASSERT_OK_AND_ASSIGN(SendId queued, sender_->PostSend(peer_, "queued", {&slice, 1}));
+  std::optional<TransportEvent> incoming = Next(receiver_events_, Kind::kIncoming);
+  ASSERT_TRUE(incoming.has_value());
+  EXPECT_EQ(incoming->header, "held");
+  sender_->Cancel(queued);
+  std::optional<TransportEvent> done = Next(sender_events_, Kind::kSendDone);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->id, queued);
+  EXPECT_THAT(done->status, StatusIs(absl::StatusCode::kCancelled));
+  receiver_->Discard(incoming->id);
+  done = Next(sender_events_, Kind::kSendDone);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->id, held);
+  EXPECT_OK(done->status);
+  // The cancelled send never reached the receiver.
+  ASSERT_TRUE(PumpUntil([] { return false; }, absl::Milliseconds(100)) == false);
+  for (const TransportEvent& event : receiver_events_) {
+    EXPECT_NE(event.header, "queued");
+  }
+}
+
+TEST(UcxTransportOptionsTest, AWindowBelowOneIsRejected) {
+  UcxTransportOptions options;
+  options.max_sends_in_flight = 0;
+  EXPECT_THAT(UcxTransport::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_sends_in_flight")));
+}
+
 // A peer process, started with a pipe on its stdout, killed at the end.
 class PeerProcess {
  public:
@@ -456,7 +503,10 @@ TEST_P(UcxPeerDeathTest, SenderSeesReceiverKilledWithSendsInFlight) {
   PeerProcess receiver({"hold"});
   const std::string address = absl::HexStringToBytes(receiver.ReadLine());
   ASSERT_FALSE(address.empty());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> sender, UcxTransport::Create());
+  // Two of the four sends wait behind the window: they must fail too.
+  UcxTransportOptions options;
+  options.max_sends_in_flight = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> sender, UcxTransport::Create(options));
   ASSERT_OK_AND_ASSIGN(PeerId peer, sender->Connect(address));
   std::vector<char> source(8 << 20, 's');
   ASSERT_OK_AND_ASSIGN(RegionId region,
