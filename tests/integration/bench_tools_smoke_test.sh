@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The benchmark tools run end to end at tiny sizes and print figures that
+# make sense (their real runs are too slow for the test suite).
+# Usage: bench_tools_smoke_test.sh PATH/TO/tandem-kvbench PATH/TO/tandem-engine-bench
+set -uo pipefail
+kvbench="$1"
+engine_bench="$2"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Two lane counts, 4 layers of 64 KiB, without ucx_perftest.
+out=$(timeout 120 "$kvbench" --sizes 64KiB --layers 4 --transfers 5 --warmup 1 --repeats 1 \
+  --lanes 1,2 --max_sends_in_flight 2 --perftest=false 2>&1) || fail "kvbench failed: $out"
+json=$(grep '^{"bench":"kvbench"' <<<"$out") || fail "no JSON line in: $out"
+python3 - "$json" <<'PY' || fail "kvbench figures: $json"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["layers"] == 4 and len(r["results"]) == 2, r
+for row in r["results"]:
+    assert row["size"] == 65536 and row["gbps"] > 0 and row["memcpy_gbps"] > 0, row
+    assert 0 < row["p50_us"] <= row["p99_us"], row
+PY
+grep -q "memcpy, same layers" <<<"$out" || fail "no memcpy column: $out"
+
+# Bad input is a clear error.
+err=$(timeout 30 "$kvbench" --max_sends_in_flight 0 --perftest=false 2>&1) && fail "window 0 accepted"
+grep -q "max_sends_in_flight" <<<"$err" || fail "window 0 error says: $err"
+err=$("$engine_bench" --backend tpu 2>&1) && fail "--backend tpu accepted"
+grep -q "use cpu or cuda" <<<"$err" || fail "--backend tpu error says: $err"
+
+# The engine benchmark on a tiny run of the CPU backend.
+out=$(timeout 120 "$engine_bench" --shapes stories15M --prompts 16 --batches 1,2 \
+  --decode_prompt 8 --decode_steps 4 --repeats 1 --threads 1 2>&1) || fail "engine bench: $out"
+grep -q "decode batch 2: bandwidth limit" <<<"$out" || fail "no roofline line: $out"
+grep -q '"backend":"cpu"' <<<"$out" || fail "no JSON line: $out"
+echo "PASS"
