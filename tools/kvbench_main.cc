@@ -106,8 +106,8 @@ std::vector<Slice> Slices(RegionId region, uint64_t offset, uint64_t length, int
   return slices;
 }
 
-// `bytes` of zeroed memory; with --huge_pages, 2 MiB-aligned and advised
-// into transparent huge pages, as the workers' KV caches are.
+// `bytes` of zeroed memory; with --huge_pages, advised into transparent
+// huge pages (fewer pages for the kernel to pin and walk per copy).
 std::shared_ptr<char> AllocateBuffer(size_t bytes) {
   if (!absl::GetFlag(FLAGS_huge_pages)) {
     return std::shared_ptr<char>(new char[bytes](), std::default_delete<char[]>());

@@ -380,7 +380,7 @@ absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view 
     peer->queued.push_back(send_id);
     return send_id;
   }
-  StartSend(*peer, send_id, posted);
+  StartSend(*peer, posted);
   if (posted.request.done() && posted.request.status() != UCS_OK) {
     finished_sends_.pop_back();
     --peer->in_flight;
@@ -392,8 +392,7 @@ absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view 
   return send_id;
 }
 
-void UcxTransport::Impl::StartSend(Peer& peer, SendId id, SendOp& op) {
-  (void)id;
+void UcxTransport::Impl::StartSend(Peer& peer, SendOp& op) {
   ucp_request_param_t param = op.request.SendParam();
   const auto [buffer, count] = Describe(op.spans, op.iov, param);
   op.started = true;
@@ -409,7 +408,7 @@ void UcxTransport::Impl::StartQueuedSends() {
       const SendId id = peer->queued.front();
       peer->queued.pop_front();
       auto it = sends_.find(id);
-      if (it != sends_.end()) StartSend(*peer, id, *it->second);
+      if (it != sends_.end()) StartSend(*peer, *it->second);
     }
   }
 }

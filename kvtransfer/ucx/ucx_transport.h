@@ -46,12 +46,13 @@ struct UcxTransportOptions {
   // environment wins over this.
   absl::Duration keepalive_interval = absl::Seconds(1);
   // Endpoints with UCX's peer-failure handling (UCP_ERR_HANDLING_MODE_PEER):
-  // a dead peer becomes kPeerFailed and its sends and receives fail. UCX
-  // 1.13 supports that only on TCP (and RDMA), not on its shared-memory
-  // transports, so within one host this costs the shared-memory fast path
-  // (about 3.5 instead of 11-13 GB/s on loopback). Turning it off brings the
-  // fast path back but a dead peer goes unnoticed: its sends and receives
-  // stay pending until the caller's own deadline cancels them.
+  // a dead peer becomes kPeerFailed and its sends and receives fail. Create()
+  // turns on UCX 1.13's error handling for shared memory so that one host
+  // keeps its fast path; over TCP it costs UCX's zero-copy rendezvous (no
+  // RMA lanes with it), about a third of loopback bandwidth. Off, a send to
+  // a dead peer is never released by UCX (nor can it be cancelled or the
+  // endpoint force-closed), so its source memory stays pinned for good:
+  // keep it on wherever a peer may die.
   bool detect_peer_failure = true;
   // Sends to one peer handed to UCX at once; later ones wait in order and
   // start as earlier ones finish. Dozens of concurrent 1 MiB rendezvous

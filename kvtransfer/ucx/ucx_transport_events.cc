@@ -184,8 +184,9 @@ void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
   }
   CreateBackEndpoints();
   HandleFailedPeers();
+  const bool room = !finished_sends_.empty();
   ReportFinishedSends();
-  StartQueuedSends();
+  if (room) StartQueuedSends();
   ReportFinishedReceives();
   std::erase_if(closing_, [](const auto& request) { return request->done(); });
   if (events.empty()) {

@@ -136,8 +136,9 @@ class UcxTransport::Impl {
                                            ucp_request_param_t& param);
   void CloseEndpoint(Peer& peer, bool force);
   // Hands `op` to UCX.
-  void StartSend(Peer& peer, SendId id, SendOp& op);
-  // Starts queued sends of every peer with room under the window.
+  void StartSend(Peer& peer, SendOp& op);
+  // Starts queued sends of every peer with room under the window (room
+  // opens only when a send finishes).
   void StartQueuedSends();
   // Ends the sends still queued on `peer` with `status` (kSendDone).
   void DropQueuedSends(Peer& peer, const absl::Status& status);
