@@ -1,0 +1,661 @@
+#include "common/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/mapped_file.h"
+#include "common/base/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+
+// The reference implementation's limit; real headers are a few hundred KB.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr char kMetadataKey[] = "__metadata__";
+
+struct DTypeRow {
+  SafetensorsDType dtype;
+  std::string_view name;
+  size_t size;
+};
+
+constexpr std::array<DTypeRow, 15> kDTypes = {{
+    {SafetensorsDType::kBool, "BOOL", 1},
+    {SafetensorsDType::kU8, "U8", 1},
+    {SafetensorsDType::kI8, "I8", 1},
+    {SafetensorsDType::kF8E5M2, "F8_E5M2", 1},
+    {SafetensorsDType::kF8E4M3, "F8_E4M3", 1},
+    {SafetensorsDType::kI16, "I16", 2},
+    {SafetensorsDType::kU16, "U16", 2},
+    {SafetensorsDType::kF16, "F16", 2},
+    {SafetensorsDType::kBF16, "BF16", 2},
+    {SafetensorsDType::kI32, "I32", 4},
+    {SafetensorsDType::kU32, "U32", 4},
+    {SafetensorsDType::kF32, "F32", 4},
+    {SafetensorsDType::kI64, "I64", 8},
+    {SafetensorsDType::kU64, "U64", 8},
+    {SafetensorsDType::kF64, "F64", 8},
+}};
+
+const DTypeRow& RowOf(SafetensorsDType dtype) {
+  for (const DTypeRow& row : kDTypes) {
+    if (row.dtype == dtype) return row;
+  }
+  return kDTypes[0];  // unreachable for values of the enum
+}
+
+const char* JsonTypeName(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "another JSON type";
+  }
+}
+
+// Parses `text` as JSON and rejects repeated keys in any object, which
+// nlohmann::json would otherwise resolve silently (last one wins).
+// `what` names the text in messages ("<path>: header").
+absl::StatusOr<json> ParseJsonNoDuplicates(std::string_view text, const std::string& what) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string top_level_key;
+  std::string duplicate;  // message for the first repeated key
+  const json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event,
+                                               json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!open_objects.empty()) open_objects.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        if (open_objects.empty() || !parsed.is_string()) break;
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!open_objects.back().insert(key).second && duplicate.empty()) {
+          duplicate = open_objects.size() == 1 ? absl::StrCat("tensor '", key, "' appears twice")
+                                               : absl::StrCat("under '", top_level_key, "': key '",
+                                                              key, "' appears twice");
+        }
+        if (open_objects.size() == 1) top_level_key = key;
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  json parsed;
+  try {
+    parsed = json::parse(text.begin(), text.end(), callback);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
+  }
+  if (!duplicate.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", duplicate));
+  return parsed;
+}
+
+uint64_t LoadLe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Validates one header entry; `data_size` is the data section's size.
+absl::StatusOr<TensorInfo> ParseEntry(const std::string& path, const std::string& name,
+                                      const json& entry, std::span<const uint8_t> data) {
+  const std::string where = absl::StrCat(path, ": tensor '", name, "'");
+  if (!entry.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": entry is ", JsonTypeName(entry), ", not an object"));
+  }
+  TensorInfo info;
+  info.name = name;
+
+  const auto dtype_it = entry.find("dtype");
+  if (dtype_it == entry.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'dtype' is missing"));
+  }
+  if (!dtype_it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'dtype' is ", JsonTypeName(*dtype_it), ", not a string"));
+  }
+  const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
+  const std::optional<SafetensorsDType> dtype = ParseSafetensorsDType(dtype_name);
+  if (!dtype.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'dtype': unknown dtype '", dtype_name, "'"));
+  }
+  info.dtype = *dtype;
+
+  const auto shape_it = entry.find("shape");
+  if (shape_it == entry.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'shape' is missing"));
+  }
+  if (!shape_it->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'shape' is ", JsonTypeName(*shape_it), ", not an array"));
+  }
+  uint64_t elements = 1;
+  bool elements_overflow = false;
+  for (const json& dim : *shape_it) {
+    if (!dim.is_number_unsigned()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": field 'shape' holds ", dim.dump(),
+                                                     ", not a non-negative integer"));
+    }
+    const uint64_t d = dim.get<uint64_t>();
+    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": field 'shape': dimension ", d, " is too large"));
+    }
+    info.shape.push_back(static_cast<int64_t>(d));
+    elements_overflow = elements_overflow || __builtin_mul_overflow(elements, d, &elements);
+  }
+  const size_t element_size = SafetensorsDTypeSize(info.dtype);
+  uint64_t expected_bytes = 0;
+  if (elements_overflow || elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+      __builtin_mul_overflow(elements, element_size, &expected_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'shape': ", shape_it->dump(), " has too many elements"));
+  }
+  info.num_elements = static_cast<int64_t>(elements);
+
+  const auto offsets_it = entry.find("data_offsets");
+  if (offsets_it == entry.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'data_offsets' is missing"));
+  }
+  if (!offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'data_offsets' is ",
+                                                   offsets_it->dump(),
+                                                   ", not [begin, end] of non-negative integers"));
+  }
+  info.data_begin = (*offsets_it)[0].get<uint64_t>();
+  info.data_end = (*offsets_it)[1].get<uint64_t>();
+  if (info.data_end < info.data_begin) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'data_offsets': end ",
+                                                   info.data_end, " < begin ", info.data_begin));
+  }
+  if (info.data_end > data.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'data_offsets': [", info.data_begin, ", ", info.data_end,
+                     "] runs past the data section (", data.size(), " bytes)"));
+  }
+  if (info.data_end - info.data_begin != expected_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'data_offsets': [", info.data_begin, ", ", info.data_end,
+                     "] holds ", info.data_end - info.data_begin, " bytes but field 'shape' ",
+                     shape_it->dump(), " of ", dtype_name, " needs ", expected_bytes));
+  }
+  info.bytes = data.subspan(info.data_begin, info.data_end - info.data_begin);
+  return info;
+}
+
+}  // namespace
+
+std::optional<SafetensorsDType> ParseSafetensorsDType(std::string_view name) {
+  for (const DTypeRow& row : kDTypes) {
+    if (row.name == name) return row.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view SafetensorsDTypeName(SafetensorsDType dtype) { return RowOf(dtype).name; }
+
+size_t SafetensorsDTypeSize(SafetensorsDType dtype) { return RowOf(dtype).size; }
+
+std::optional<DType> ToDType(SafetensorsDType dtype) {
+  switch (dtype) {
+    case SafetensorsDType::kF32:
+      return DType::kF32;
+    case SafetensorsDType::kF16:
+      return DType::kF16;
+    case SafetensorsDType::kBF16:
+      return DType::kBF16;
+    default:
+      return std::nullopt;
+  }
+}
+
+SafetensorsDType ToSafetensorsDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return SafetensorsDType::kF32;
+    case DType::kF16:
+      return SafetensorsDType::kF16;
+    case DType::kBF16:
+      return SafetensorsDType::kBF16;
+  }
+  return SafetensorsDType::kF32;
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+  auto storage = std::make_shared<const MappedFile>(std::move(mapped));
+  const std::span<const uint8_t> bytes = storage->bytes();
+  return Parse(std::move(storage), bytes, path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const void> storage,
+                                                       std::span<const uint8_t> bytes,
+                                                       std::string path) {
+  if (bytes.size() < 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": file is ", bytes.size(), " bytes, too short for the 8-byte header length"));
+  }
+  const uint64_t header_len = LoadLe64(bytes.data());
+  if (header_len > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header length ", header_len,
+                                                   " exceeds the limit of ", kMaxHeaderBytes));
+  }
+  if (header_len > bytes.size() - 8) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header length ", header_len,
+                                                   " runs past the end of the file (", bytes.size(),
+                                                   " bytes)"));
+  }
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes.data() + 8), header_len);
+  ASSIGN_OR_RETURN(const json header,
+                   ParseJsonNoDuplicates(header_text, absl::StrCat(path, ": header")));
+  if (!header.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": header is ", JsonTypeName(header), ", not a JSON object"));
+  }
+  const std::span<const uint8_t> data = bytes.subspan(8 + header_len);
+
+  SafetensorsFile file;
+  file.path_ = std::move(path);
+  file.storage_ = std::move(storage);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      if (!entry.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(file.path_, ": field '", kMetadataKey,
+                                                       "' is ", JsonTypeName(entry),
+                                                       ", not an object"));
+      }
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(file.path_, ": field '", kMetadataKey,
+                                                         "': value of '", key, "' is ",
+                                                         JsonTypeName(value), ", not a string"));
+        }
+        file.metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    ASSIGN_OR_RETURN(TensorInfo info, ParseEntry(file.path_, name, entry, data));
+    file.tensors_.push_back(std::move(info));
+  }
+
+  std::sort(file.tensors_.begin(), file.tensors_.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return std::tie(a.data_begin, a.data_end, a.name) <
+                     std::tie(b.data_begin, b.data_end, b.name);
+            });
+  // Empty tensors hold no bytes and so overlap nothing.
+  const TensorInfo* furthest = nullptr;  // the non-empty tensor reaching furthest so far
+  for (const TensorInfo& t : file.tensors_) {
+    if (t.data_begin == t.data_end) continue;
+    if (furthest != nullptr && t.data_begin < furthest->data_end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.path_, ": tensor '", t.name, "': field 'data_offsets' [", t.data_begin,
+                       ", ", t.data_end, "] overlaps tensor '", furthest->name, "' [",
+                       furthest->data_begin, ", ", furthest->data_end, "]"));
+    }
+    if (furthest == nullptr || t.data_end > furthest->data_end) furthest = &t;
+  }
+  for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_[file.tensors_[i].name] = i;
+  return file;
+}
+
+std::vector<std::string> SafetensorsFile::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const TensorInfo& t : tensors_) names.push_back(t.name);
+  return names;
+}
+
+const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
+  const auto it = index_.find(absl::string_view(name.data(), name.size()));
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo* SafetensorsModel::Find(std::string_view name) const {
+  const auto it = index_.find(absl::string_view(name.data(), name.size()));
+  return it == index_.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> SafetensorsModel::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(index_.size());
+  for (const auto& [name, info] : index_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// A shard name must name a file directly inside the folder.
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string_view("/\\\0", 3)) == std::string::npos;
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+  if (mapped.size() > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", mapped.size(), " bytes exceeds the limit of ", kMaxHeaderBytes));
+  }
+  return std::string(reinterpret_cast<const char*>(mapped.bytes().data()), mapped.size());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsModel>> OpenSafetensorsFolder(const std::string& dir) {
+  auto model = std::make_unique<SafetensorsModel>();
+  model->dir_ = dir;
+  const std::string single = absl::StrCat(dir, "/", kSafetensorsSingleFile);
+  const std::string index_path = absl::StrCat(dir, "/", kSafetensorsIndexFile);
+
+  if (FileExists(single)) {
+    ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(single));
+    model->metadata_ = file.metadata();
+    model->storage_ = file.keep_alive();
+    model->shards_.push_back(std::move(file));
+  } else if (FileExists(index_path)) {
+    ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(index_path));
+    ASSIGN_OR_RETURN(const json index, ParseJsonNoDuplicates(text, index_path));
+    if (!index.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": is ", JsonTypeName(index), ", not a JSON object"));
+    }
+    if (const auto it = index.find("metadata"); it != index.end()) {
+      if (!it->is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(index_path, ": field 'metadata' is ",
+                                                       JsonTypeName(*it), ", not an object"));
+      }
+      for (const auto& [key, value] : it->items()) {
+        model->metadata_[key] = value.is_string() ? value.get<std::string>() : value.dump();
+      }
+    }
+    const auto map_it = index.find("weight_map");
+    if (map_it == index.end() || !map_it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": field 'weight_map' is missing or not an object"));
+    }
+    // Shards in order of first mention; tensor -> shard name.
+    std::vector<std::string> shard_names;
+    std::map<std::string, size_t> shard_of_name;
+    std::vector<std::pair<std::string, size_t>> listed;  // tensor, shard
+    for (const auto& [tensor, shard] : map_it->items()) {
+      if (!shard.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(index_path, ": field 'weight_map': tensor '",
+                                                       tensor, "' maps to ", JsonTypeName(shard),
+                                                       ", not a file name"));
+      }
+      const std::string& shard_name = shard.get_ref<const std::string&>();
+      if (!IsPlainFileName(shard_name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path, ": field 'weight_map': tensor '", tensor, "' maps to '",
+                         shard_name, "', not a plain file name inside the folder"));
+      }
+      const auto [it, added] = shard_of_name.emplace(shard_name, shard_names.size());
+      if (added) shard_names.push_back(shard_name);
+      listed.emplace_back(tensor, it->second);
+    }
+    if (shard_names.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": field 'weight_map' lists no tensors"));
+    }
+    auto keep = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+    for (const std::string& name : shard_names) {
+      ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(absl::StrCat(dir, "/", name)));
+      keep->push_back(file.keep_alive());
+      model->shards_.push_back(std::move(file));
+    }
+    model->storage_ = std::move(keep);
+    for (const SafetensorsFile& file : model->shards_) {
+      for (const TensorInfo& t : file.tensors()) {
+        if (!map_it->contains(t.name)) {
+          return absl::InvalidArgumentError(absl::StrCat(index_path, ": tensor '", t.name, "' of '",
+                                                         file.path(),
+                                                         "' is not listed in field 'weight_map'"));
+        }
+      }
+    }
+    for (const auto& [tensor, shard] : listed) {
+      if (model->shards_[shard].Find(tensor) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(index_path, ": field 'weight_map': tensor '",
+                                                       tensor, "' is not in '", shard_names[shard],
+                                                       "', the shard it names"));
+      }
+    }
+  } else {
+    return absl::NotFoundError(absl::StrCat(dir, ": neither ", kSafetensorsSingleFile, " nor ",
+                                            kSafetensorsIndexFile, " exists"));
+  }
+
+  std::map<std::string_view, const std::string*> shard_of_tensor;
+  for (const SafetensorsFile& shard : model->shards_) {
+    for (const TensorInfo& t : shard.tensors()) {
+      const auto [it, added] = shard_of_tensor.emplace(t.name, &shard.path());
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", t.name, "' is in both '",
+                                                       *it->second, "' and '", shard.path(), "'"));
+      }
+      model->index_.emplace(t.name, &t);
+    }
+  }
+  return model;
+}
+
+namespace {
+
+// Writes `pieces` one after another to `path`, through a temporary file in
+// the same folder that is synced and renamed into place, so a reader sees
+// either the old file or the whole new one.
+absl::Status WriteAtomically(const std::string& path,
+                             std::span<const std::span<const uint8_t>> pieces) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
+  }
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(
+        absl::StrCat(what, " '", tmp, "' for '", path, "': ", std::strerror(err)));
+  };
+  for (std::span<const uint8_t> piece : pieces) {
+    while (!piece.empty()) {
+      const ssize_t n = ::write(fd, piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return fail("cannot write");
+      piece = piece.subspan(static_cast<size_t>(n));
+    }
+  }
+  if (::fsync(fd) != 0) return fail("cannot sync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat("cannot close '", tmp, "': ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+SafetensorsWriter::SafetensorsWriter() { metadata_["format"] = "pt"; }
+
+absl::Status SafetensorsWriter::Add(std::string name, SafetensorsDType dtype,
+                                    std::vector<int64_t> shape, std::span<const uint8_t> bytes) {
+  if (name.empty() || name == kMetadataKey) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor name '", name, "' is reserved"));
+  }
+  try {
+    (void)json(name).dump();
+  } catch (const json::exception&) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor name '", name, "' is not UTF-8"));
+  }
+  if (names_.contains(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' was already added"));
+  }
+  uint64_t elements = 1;
+  for (const int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': bad shape [", absl::StrJoin(shape, ", "), "]"));
+    }
+  }
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(elements, SafetensorsDTypeSize(dtype), &expected) ||
+      expected != bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "': ", bytes.size(), " bytes do not match shape [",
+        absl::StrJoin(shape, ", "), "] of ", std::string(SafetensorsDTypeName(dtype))));
+  }
+  names_.insert(name);
+  entries_.push_back(Entry{std::move(name), dtype, std::move(shape), {bytes.begin(), bytes.end()}});
+  return absl::OkStatus();
+}
+
+std::vector<const SafetensorsWriter::Entry*> SafetensorsWriter::DataOrder(
+    std::vector<const Entry*> entries) {
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) {
+    return SafetensorsDTypeSize(a->dtype) > SafetensorsDTypeSize(b->dtype);
+  });
+  return entries;
+}
+
+std::string SafetensorsWriter::EncodeHeader(const std::vector<const Entry*>& entries) const {
+  // ordered_json keeps "__metadata__" first and tensors in data order, as the
+  // reference writer does.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata_) meta[key] = value;
+    header[std::string(kMetadataKey)] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const Entry* e : entries) {
+    header[e->name] = {{"dtype", SafetensorsDTypeName(e->dtype)},
+                       {"shape", e->shape},
+                       {"data_offsets", {offset, offset + e->bytes.size()}}};
+    offset += e->bytes.size();
+  }
+  std::string text = header.dump(-1, ' ', /*ensure_ascii=*/false,
+                                 nlohmann::ordered_json::error_handler_t::replace);
+  // Pad so that the data section starts 8-byte aligned.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i, len >>= 8) out[i] = static_cast<char>(len & 0xff);
+  return out + text;
+}
+
+std::string SafetensorsWriter::Serialize() const {
+  std::vector<const Entry*> all;
+  for (const Entry& e : entries_) all.push_back(&e);
+  all = DataOrder(std::move(all));
+  std::string out = EncodeHeader(all);
+  for (const Entry* e : all) out.append(e->bytes.begin(), e->bytes.end());
+  return out;
+}
+
+absl::Status SafetensorsWriter::WriteEntries(const std::string& path,
+                                             std::vector<const Entry*> entries) const {
+  entries = DataOrder(std::move(entries));
+  const std::string header = EncodeHeader(entries);
+  std::vector<std::span<const uint8_t>> pieces = {AsBytes(header)};
+  for (const Entry* e : entries) pieces.emplace_back(e->bytes);
+  return WriteAtomically(path, pieces);
+}
+
+absl::Status SafetensorsWriter::WriteFile(const std::string& path) const {
+  std::vector<const Entry*> all;
+  for (const Entry& e : entries_) all.push_back(&e);
+  return WriteEntries(path, std::move(all));
+}
+
+absl::Status SafetensorsWriter::WriteFolder(const std::string& dir,
+                                            uint64_t max_shard_bytes) const {
+  uint64_t total = 0;
+  for (const Entry& e : entries_) total += e.bytes.size();
+  if (max_shard_bytes == 0 || total <= max_shard_bytes) {
+    return WriteFile(absl::StrCat(dir, "/", kSafetensorsSingleFile));
+  }
+  // Greedy in the order tensors were added, as Hugging Face shards a state
+  // dict.
+  std::vector<std::vector<const Entry*>> shards(1);
+  uint64_t shard_bytes = 0;
+  for (const Entry& e : entries_) {
+    if (!shards.back().empty() && shard_bytes + e.bytes.size() > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&e);
+    shard_bytes += e.bytes.size();
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+    RETURN_IF_ERROR(WriteEntries(absl::StrCat(dir, "/", name), shards[i]));
+    for (const Entry* e : shards[i]) weight_map[e->name] = name;
+  }
+  // The index goes last: a reader never sees it name a shard not yet there.
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
+                                  {"weight_map", std::move(weight_map)}};
+  const std::string text =
+      index.dump(2, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace) +
+      "\n";
+  const std::span<const uint8_t> piece = AsBytes(text);
+  return WriteAtomically(absl::StrCat(dir, "/", kSafetensorsIndexFile), {&piece, 1});
+}
+
+}  // namespace tandem
