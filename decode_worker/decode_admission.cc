@@ -94,8 +94,8 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
   const KvLayout& layout = engine_->kv_layout();
   const int prompt_blocks = BlocksFor(seq.prompt_len(), layout.block_size);
   std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
-      kv_region_, layout.n_layers, layout.layer_floats() * sizeof(float),
-      layout.block_floats() * sizeof(float), seq.table.blocks().first(prompt_blocks));
+      kv_region_, layout.n_layers, layout.layer_bytes(),
+      layout.block_bytes(), seq.table.blocks().first(prompt_blocks));
   const Ticket ticket = seq.ticket;
   seq.reserved = clock_->Now();
   seq.lease_deadline = seq.reserved + options_.kv_timeout;

@@ -18,7 +18,7 @@ uint64_t TotalBytes(std::span<const Slice> slices);
 
 // One sequence's bytes in a paged KV cache, one inner vector per layer:
 // layer l of block b lies at l * layer_stride + b * block_bytes of `region`
-// (for tandem's KvLayout, layer_floats() and block_floats() times 4), blocks
+// (for tandem's KvLayout, layer_bytes() and block_bytes()), blocks
 // in sequence order, runs of consecutive block ids merged into one Slice.
 // Prefill and decode workers both build their slices here, so the two ends
 // of a transfer agree byte for byte.

@@ -97,7 +97,7 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
                      parsed.status().message()));
   }
   const int blocks = static_cast<int>((len + layout_.block_size - 1) / layout_.block_size);
-  const uint64_t want = static_cast<uint64_t>(blocks) * layout_.block_floats() * sizeof(float);
+  const uint64_t want = static_cast<uint64_t>(blocks) * layout_.block_bytes();
   if (parsed->layer_bytes.size() != static_cast<size_t>(layout_.n_layers) ||
       std::any_of(parsed->layer_bytes.begin(), parsed->layer_bytes.end(),
                   [want](uint64_t b) { return b != want; })) {

@@ -195,8 +195,8 @@ absl::Status PrefillScheduler::StartTransfer(Job& job) {
   request.descriptor = job.request.kv_descriptor;
   const KvLayout& layout = engine_->kv_layout();
   request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers,
-                                             layout.layer_floats() * sizeof(float),
-                                             layout.block_floats() * sizeof(float),
+                                             layout.layer_bytes(),
+                                             layout.block_bytes(),
                                              job.table.blocks());
   request.deadline = job.request.deadline;
   // The job outlives its transfer: it is dropped only after this ran.

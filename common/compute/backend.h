@@ -12,8 +12,10 @@
 #include <span>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kvcache/kv_layout.h"
+#include "common/model/dtype.h"
 
 namespace tandem {
 
@@ -37,6 +39,15 @@ struct AttentionShape {
   int n_heads;
   int n_kv_heads;
   int head_dim;
+  // RoPE pairs dimension i with i + head_dim / 2 (Hugging Face checkpoints)
+  // instead of 2i with 2i + 1 (llama2.c, GGUF).
+  bool rope_half_split = false;
+};
+
+// A weight matrix in backend memory, in the element type it is stored in.
+struct MatrixRef {
+  const void* data;
+  DType dtype;
 };
 
 class Backend {
@@ -44,25 +55,41 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  // OK when this backend computes with weights of `weights` type and a KV
+  // cache of `kv` type; otherwise UNIMPLEMENTED saying what it supports.
+  virtual absl::Status Supports(DType weights, DType kv) const = 0;
+
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
   virtual void CopyToDevice(const void* host, void* device, size_t bytes) = 0;
   virtual void CopyToHost(const void* device, void* host, size_t bytes) = 0;
 
   // out[m, n] (+)= x[m, k] * w[n, k]^T; adds to `out` when `accumulate`.
-  virtual void MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+  // A 16-bit w is widened as it is read (never copied to f32 as a whole);
+  // sums are f32.
+  virtual void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k,
                       bool accumulate) = 0;
+  void MatMul(const float* x, const float* w, float* out, int m, int n, int k, bool accumulate) {
+    MatMul(x, MatrixRef{w, DType::kF32}, out, m, n, k, accumulate);
+  }
 
-  // out[r, :] = table[ids[r], :] for r < rows.
-  virtual void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) = 0;
+  // out[r, :] = table[ids[r], :] for r < rows, widened to f32.
+  virtual void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) = 0;
+  void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {
+    Embed(MatrixRef{table, DType::kF32}, ids, dim, out);
+  }
+
+  // x[r, i] += bias[i] for r < rows, i < n; rows of x are `stride` apart.
+  virtual void AddBias(float* x, int stride, const float* bias, int rows, int n) = 0;
 
   // out[r] = x[r] / rms(x[r]) * weight, rows of `dim`.
   virtual void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                        float eps) = 0;
 
-  // Rotates consecutive pairs (2i, 2i+1) of every head of q ([rows, n_heads *
-  // head_dim], row stride q_stride) and k ([rows, n_kv_heads * head_dim],
-  // stride k_stride) by position * theta^(-2i / head_dim), using the
-  // precomputed `cos_sin` table [max_position][head_dim / 2][2].
+  // Rotates pairs of every head of q ([rows, n_heads * head_dim], row stride
+  // q_stride) and k ([rows, n_kv_heads * head_dim], stride k_stride), pair i
+  // by position * freq_i, using the precomputed `cos_sin` table
+  // [max_position][head_dim / 2][2]. Pair i is (2i, 2i+1), or (i, i +
+  // head_dim/2) when shape.rope_half_split.
   virtual void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
                     const AttentionShape& shape, const float* cos_sin) = 0;
 
@@ -70,16 +97,17 @@ class Backend {
   virtual void SwiGlu(const float* gate_up, float* out, int rows, int hidden) = 0;
 
   // Writes row r's key k[r] and value v[r] (kv_dim floats each, row strides
-  // k_stride / v_stride) into the cache slot of rows[r].position.
+  // k_stride / v_stride) into the cache slot of rows[r].position, rounded to
+  // layout.dtype.
   virtual void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                        std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
-                       float* cache) = 0;
+                       void* cache) = 0;
 
   // Causal attention of each row's query (q row stride q_stride) over the
   // cached keys/values of positions [0, position] of its sequence (grouped
   // heads share a KV head), into out[r, n_heads * head_dim].
   virtual void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
-                              int layer, const KvLayout& layout, const float* cache,
+                              int layer, const KvLayout& layout, const void* cache,
                               const AttentionShape& shape, float* out) = 0;
 };
 

@@ -14,7 +14,8 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
                const EngineOptions& options)
     : config_(config),
       options_(options),
-      layout_{config.n_layers, options.num_blocks, options.block_size, config.kv_dim()},
+      layout_{config.n_layers, options.num_blocks, options.block_size, config.kv_dim(),
+              options.kv_dtype.value_or(DType::kF32)},
       backend_(std::move(backend)),
       pool_(options.num_blocks) {}
 
@@ -37,50 +38,91 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
     return absl::InvalidArgumentError(
         "num_blocks must be >= 0, max_batch_tokens and max_logit_rows > 0");
   }
+  const DType wtype = weights.dtype();
+  for (const LayerWeights& l : weights.layers) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
+      if (t->dtype != wtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "weights from '", weights.source, "' mix matrix types (", std::string(DTypeName(wtype)), " and ",
+            std::string(DTypeName(t->dtype)), "); convert them to one type"));
+      }
+    }
+  }
+  if (weights.classifier.dtype != wtype) {
+    return absl::InvalidArgumentError(absl::StrCat("weights from '", weights.source,
+                                                   "' have a classifier of another type than "
+                                                   "the embedding; convert them to one type"));
+  }
+  if (weights.config.attention_bias) {
+    for (const LayerWeights& l : weights.layers) {
+      if (l.bq.empty() || l.bk.empty() || l.bv.empty()) {
+        return absl::InvalidArgumentError("the config has attention biases but the weights do not");
+      }
+    }
+  }
+  if (!opts.kv_dtype.has_value()) opts.kv_dtype = wtype;
+  RETURN_IF_ERROR(backend->Supports(wtype, *opts.kv_dtype));
   std::unique_ptr<Engine> engine(new Engine(weights.config, std::move(backend), opts));
+  engine->weights_dtype_ = wtype;
   RETURN_IF_ERROR(engine->Init(weights));
   return engine;
 }
 
 absl::Status Engine::Init(const ModelWeights& w) {
   const ModelConfig& c = config_;
-  const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
-  auto alloc = [this](size_t floats) -> absl::StatusOr<float*> {
+  const size_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
+  auto alloc_bytes = [this](size_t bytes) -> absl::StatusOr<void*> {
     ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf,
-                     backend_->Allocate(std::max<size_t>(floats, 1) * sizeof(float)));
-    float* p = buf->floats();
+                     backend_->Allocate(std::max<size_t>(bytes, 1)));
+    void* p = buf->data();
     buffers_.push_back(std::move(buf));
     return p;
   };
-  // Copies consecutive host spans into one backend buffer.
-  auto upload = [&](std::initializer_list<std::span<const float>> parts) -> absl::StatusOr<float*> {
+  auto alloc = [&](size_t floats) -> absl::StatusOr<float*> {
+    ASSIGN_OR_RETURN(void* p, alloc_bytes(floats * sizeof(float)));
+    return static_cast<float*>(p);
+  };
+  // Copies tensors of one type into one backend buffer, back to back, in
+  // their own type.
+  auto upload = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<MatrixRef> {
     size_t total = 0;
-    for (auto s : parts) total += s.size();
-    ASSIGN_OR_RETURN(float* dst, alloc(total));
+    for (const Tensor& t : parts) total += t.size_bytes();
+    ASSIGN_OR_RETURN(void* dst, alloc_bytes(total));
     size_t at = 0;
-    for (auto s : parts) {
-      backend_->CopyToDevice(s.data(), dst + at, s.size_bytes());
-      at += s.size();
+    for (const Tensor& t : parts) {
+      backend_->CopyToDevice(t.data, static_cast<uint8_t*>(dst) + at, t.size_bytes());
+      at += t.size_bytes();
     }
-    return dst;
+    return MatrixRef{dst, parts.begin()->dtype};
+  };
+  // Vectors (norms, biases) are small and used as f32 whatever their type.
+  auto upload_f32 = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<float*> {
+    std::vector<float> all;
+    for (const Tensor& t : parts) {
+      const std::vector<float> f = t.ToFloats();
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    ASSIGN_OR_RETURN(MatrixRef ref, upload({Tensor(std::span<const float>(all))}));
+    return static_cast<float*>(const_cast<void*>(ref.data));
   };
 
-  ASSIGN_OR_RETURN(float* emb, upload({w.token_embedding}));
-  embedding_ = emb;
+  ASSIGN_OR_RETURN(embedding_, upload({w.token_embedding}));
   if (c.shared_classifier) {
     classifier_ = embedding_;
   } else {
-    ASSIGN_OR_RETURN(float* cls, upload({w.classifier}));
-    classifier_ = cls;
+    ASSIGN_OR_RETURN(classifier_, upload({w.classifier}));
   }
-  ASSIGN_OR_RETURN(float* rms_final, upload({w.rms_final}));
-  rms_final_ = rms_final;
+  ASSIGN_OR_RETURN(rms_final_, upload_f32({w.rms_final}));
   for (const LayerWeights& lw : w.layers) {
     Layer layer;
-    ASSIGN_OR_RETURN(float* p, upload({lw.rms_att, lw.rms_ffn}));
+    ASSIGN_OR_RETURN(float* p, upload_f32({lw.rms_att, lw.rms_ffn}));
     layer.rms_att = p;
     layer.rms_ffn = p + d;
     ASSIGN_OR_RETURN(layer.wqkv, upload({lw.wq, lw.wk, lw.wv}));
+    layer.bqkv = nullptr;
+    if (c.attention_bias) {
+      ASSIGN_OR_RETURN(layer.bqkv, upload_f32({lw.bq, lw.bk, lw.bv}));
+    }
     ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}));
     ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}));
     ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}));
@@ -89,25 +131,24 @@ absl::Status Engine::Init(const ModelWeights& w) {
 
   // RoPE table in float arithmetic, as the reference implementations do, so
   // that greedy text matches theirs token for token.
+  const std::vector<float> freqs = c.RopeFrequencies();
   const int half = c.head_dim() / 2;
   std::vector<float> rope(static_cast<size_t>(c.seq_len) * half * 2);
   for (int pos = 0; pos < c.seq_len; ++pos) {
     for (int i = 0; i < half; ++i) {
-      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / c.head_dim());
-      const float angle = static_cast<float>(pos) * freq;
+      const float angle = static_cast<float>(pos) * freqs[i];
       rope[(static_cast<size_t>(pos) * half + i) * 2] = std::cos(angle);
       rope[(static_cast<size_t>(pos) * half + i) * 2 + 1] = std::sin(angle);
     }
   }
-  ASSIGN_OR_RETURN(float* rope_dev, upload({rope}));
-  rope_ = rope_dev;
+  ASSIGN_OR_RETURN(rope_, upload_f32({Tensor(std::span<const float>(rope))}));
 
-  ASSIGN_OR_RETURN(cache_, alloc(layout_.total_floats()));
+  ASSIGN_OR_RETURN(cache_, alloc_bytes(layout_.total_bytes()));
   const size_t t = options_.max_batch_tokens;
   ASSIGN_OR_RETURN(x_, alloc(t * d));
   ASSIGN_OR_RETURN(xb_, alloc(t * d));
-  ASSIGN_OR_RETURN(qkv_, alloc(t * (d + 2 * kv)));
-  ASSIGN_OR_RETURN(att_, alloc(t * d));
+  ASSIGN_OR_RETURN(qkv_, alloc(t * (q + 2 * kv)));
+  ASSIGN_OR_RETURN(att_, alloc(t * q));
   ASSIGN_OR_RETURN(hb_, alloc(t * 2 * h));
   ASSIGN_OR_RETURN(hb2_, alloc(t * h));
   ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
@@ -199,8 +240,10 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
 void Engine::Forward(int rows, int logit_rows,
                      const std::function<void(int layer)>& kv_written) {
   const ModelConfig& c = config_;
-  const int d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, qkv_stride = d + 2 * kv;
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  const int d = c.dim, qd = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  const int qkv_stride = qd + 2 * kv;
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim(),
+                             c.rope_layout == RopeLayout::kHalfSplit};
   Backend& b = *backend_;
 
   b.Embed(embedding_, ids_, d, x_);
@@ -208,14 +251,15 @@ void Engine::Forward(int rows, int logit_rows,
     const Layer& layer = layers_[l];
     b.RmsNorm(x_, layer.rms_att, xb_, rows, d, c.norm_eps);
     b.MatMul(xb_, layer.wqkv, qkv_, rows, qkv_stride, d, /*accumulate=*/false);
+    if (layer.bqkv != nullptr) b.AddBias(qkv_, qkv_stride, layer.bqkv, rows, qkv_stride);
     float* q = qkv_;
-    float* k = qkv_ + d;
-    float* v = qkv_ + d + kv;
+    float* k = qkv_ + qd;
+    float* v = qkv_ + qd + kv;
     b.Rope(q, qkv_stride, k, qkv_stride, positions_, shape, rope_);
     b.WriteKv(k, qkv_stride, v, qkv_stride, rows_, l, layout_, cache_);
     if (kv_written) kv_written(l);
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
-    b.MatMul(att_, layer.wo, x_, rows, d, d, /*accumulate=*/true);
+    b.MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
     b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
     b.MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
     b.SwiGlu(hb_, hb2_, rows, h);

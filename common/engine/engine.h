@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +33,8 @@ struct EngineOptions {
   int max_batch_tokens = 1024;
   // Most rows of logits one step may return.
   int max_logit_rows = 256;
+  // Element type of the paged KV cache; unset: the weights' type.
+  std::optional<DType> kv_dtype;
 };
 
 // One sequence's part of a step: `tokens` continue the sequence whose KV
@@ -44,8 +48,10 @@ struct BatchItem {
 
 class Engine {
  public:
-  // Copies (and packs) the weights into backend memory; `weights` may be
-  // dropped afterwards. INVALID_ARGUMENT for impossible options.
+  // Copies (and packs) the weights into backend memory in their own element
+  // type; `weights` may be dropped afterwards. INVALID_ARGUMENT for
+  // impossible options or matrices of mixed types, UNIMPLEMENTED when the
+  // backend cannot compute with the weights' or the KV cache's type.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelWeights& weights,
                                                         std::unique_ptr<Backend> backend,
                                                         const EngineOptions& options);
@@ -56,10 +62,13 @@ class Engine {
   BlockPool& block_pool() { return pool_; }
   Backend& backend() { return *backend_; }
 
-  // The paged KV cache in backend memory (layout: kv_layout()), so that a
-  // KV transport can register it and copy blocks in and out.
-  float* kv_cache() { return cache_; }
-  size_t kv_cache_bytes() const { return layout_.total_floats() * sizeof(float); }
+  // The paged KV cache in backend memory (layout and element type:
+  // kv_layout()), so that a KV transport can register it and copy blocks in
+  // and out.
+  void* kv_cache() { return cache_; }
+  size_t kv_cache_bytes() const { return layout_.total_bytes(); }
+  // Element type of the weight matrices.
+  DType weights_dtype() const { return weights_dtype_; }
 
   // A table for a new, empty sequence.
   BlockTable NewSequence() const { return BlockTable(layout_.block_size); }
@@ -83,11 +92,12 @@ class Engine {
  private:
   struct Layer {
     const float* rms_att;
-    const float* wqkv;  // [dim + 2 kv_dim, dim]: q, k, v projections stacked
-    const float* wo;
+    MatrixRef wqkv;  // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
+    const float* bqkv;  // [q_dim + 2 kv_dim] biases, or null
+    MatrixRef wo;    // [dim, q_dim]
     const float* rms_ffn;
-    const float* w13;  // [2 hidden, dim]: gate rows, then up rows
-    const float* w2;
+    MatrixRef w13;  // [2 hidden, dim]: gate rows, then up rows
+    MatrixRef w2;
   };
 
   Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
@@ -104,11 +114,12 @@ class Engine {
   // Backend memory.
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
   std::vector<Layer> layers_;
-  const float* embedding_ = nullptr;
+  DType weights_dtype_ = DType::kF32;
+  MatrixRef embedding_{nullptr, DType::kF32};
   const float* rms_final_ = nullptr;
-  const float* classifier_ = nullptr;
+  MatrixRef classifier_{nullptr, DType::kF32};
   const float* rope_ = nullptr;  // [seq_len][head_dim / 2][cos, sin]
-  float* cache_ = nullptr;
+  void* cache_ = nullptr;
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
 

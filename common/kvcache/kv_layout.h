@@ -1,11 +1,12 @@
 // Where K and V live in the paged cache.
 //
-// The cache is one array of floats, layer-major:
+// The cache is one array of elements of type `dtype` (f32, bf16 or f16),
+// layer-major:
 //
 //   cache[layer][block] = { K[kv_dim][block_size], V[block_size][kv_dim] }
 //
 // One block of one layer is a single contiguous range of
-// 2 * block_size * kv_dim floats: the keys of its block_size slots stored
+// 2 * block_size * kv_dim elements: the keys of its block_size slots stored
 // dimension-major (element d of every slot's key together), then the values
 // slot-major (each slot's kv_dim values together). A slot holds one token,
 // all KV heads. Keys are transposed so that attention scores of all slots of
@@ -22,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/model/dtype.h"
+
 namespace tandem {
 
 struct KvLayout {
@@ -29,17 +32,22 @@ struct KvLayout {
   int num_blocks = 0;
   int block_size = 16;
   int kv_dim = 0;
+  DType dtype = DType::kF32;
 
-  size_t block_floats() const { return size_t{2} * block_size * kv_dim; }
-  size_t layer_floats() const { return block_floats() * num_blocks; }
-  size_t total_floats() const { return layer_floats() * n_layers; }
+  size_t element_bytes() const { return DTypeSize(dtype); }
+  size_t block_elements() const { return size_t{2} * block_size * kv_dim; }
+  size_t layer_elements() const { return block_elements() * num_blocks; }
+  size_t total_elements() const { return layer_elements() * n_layers; }
+  size_t block_bytes() const { return block_elements() * element_bytes(); }
+  size_t layer_bytes() const { return layer_elements() * element_bytes(); }
+  size_t total_bytes() const { return total_elements() * element_bytes(); }
 
-  // Offsets in floats from the start of the cache.
+  // Offsets in elements from the start of the cache.
   size_t BlockOffset(int layer, int32_t block) const {
-    return layer * layer_floats() + static_cast<size_t>(block) * block_floats();
+    return layer * layer_elements() + static_cast<size_t>(block) * block_elements();
   }
   // Element `dim` of the key in `slot`; the block's keys for one dim are
-  // block_size consecutive floats starting at KeyOffset(layer, block, 0, dim).
+  // block_size consecutive elements starting at KeyOffset(layer, block, 0, dim).
   size_t KeyOffset(int layer, int32_t block, int slot, int dim) const {
     return BlockOffset(layer, block) + static_cast<size_t>(dim) * block_size + slot;
   }

@@ -79,4 +79,13 @@ uint16_t Fp32ToFp16(float f) {
 
 float Bf16ToFp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
+uint16_t Fp32ToBf16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  // Round to nearest even on the 16 bits dropped; overflow carries into the
+  // exponent and so rounds to infinity, as it should.
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
 }  // namespace tandem

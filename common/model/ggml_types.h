@@ -37,6 +37,7 @@ std::string GgmlTypeName(GgmlType type);
 float Fp16ToFp32(uint16_t h);
 uint16_t Fp32ToFp16(float f);
 float Bf16ToFp32(uint16_t h);
+uint16_t Fp32ToBf16(float f);
 
 }  // namespace tandem
 

@@ -24,10 +24,10 @@ namespace {
 
 constexpr char kArchitecture[] = "llama";
 
-// Owns what the spans of a loaded model point into.
+// Owns what the tensors of a loaded model point into.
 struct GgufModelStorage {
   std::shared_ptr<const MappedFile> mapping;  // held when a tensor is used in place
-  std::vector<float> converted;               // widened F16/BF16 and misaligned F32
+  std::vector<uint64_t> copied;               // misaligned tensors, in their own type
 };
 
 absl::Status Invalid(const std::string& path, const std::string& problem) {
@@ -99,8 +99,7 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
 // where their weights live in a ModelWeights (const or not).
 template <typename Weights>
 auto TensorTable(Weights& w) {
-  using Span = std::conditional_t<std::is_const_v<Weights>, const std::span<const float>,
-                                  std::span<const float>>;
+  using Span = std::conditional_t<std::is_const_v<Weights>, const Tensor, Tensor>;
   struct Row {
     std::string name;
     std::vector<int64_t> dims;
@@ -141,22 +140,13 @@ bool SameShape(std::vector<int64_t> a, std::vector<int64_t> b) {
   return a == b;
 }
 
-bool UsableInPlace(const GgufTensorInfo& t) {
-  return t.type == GgmlType::kF32 &&
-         reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0;
+DType DTypeOf(GgmlType type) {
+  return type == GgmlType::kF16 ? DType::kF16 : type == GgmlType::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
-void Widen(const GgufTensorInfo& t, float* out) {
-  const uint8_t* p = t.data.data();
-  for (int64_t i = 0; i < t.num_elements; ++i) {
-    if (t.type == GgmlType::kF32) {
-      std::memcpy(&out[i], p + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      out[i] = t.type == GgmlType::kF16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
-    }
-  }
+// Tensors are used from the mapping unless misaligned for their type.
+bool UsableInPlace(const GgufTensorInfo& t) {
+  return reinterpret_cast<uintptr_t>(t.data.data()) % DTypeSize(DTypeOf(t.type)) == 0;
 }
 
 }  // namespace
@@ -195,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
                      absl::StrCat("has tensor '", row.name, "' of type ", GgmlTypeName(t->type),
                                   "; only F32, F16 and BF16 are supported"));
     }
-    if (!UsableInPlace(*t)) converted_elements += t->num_elements;
+    if (!UsableInPlace(*t)) converted_elements += (t->data.size() + 7) / 8;
   }
   // Tensors we do not know (rope_freqs, biases, ...) would change the model's
   // output if ignored, so they are refused rather than skipped.
@@ -207,19 +197,20 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
   }
 
   auto storage = std::make_shared<GgufModelStorage>();
-  storage->converted.resize(static_cast<size_t>(converted_elements));
-  float* next = storage->converted.data();
+  // 16-bit tensors stay 16-bit: the backend multiplies them as they are.
+  storage->copied.resize(static_cast<size_t>(converted_elements));
+  uint64_t* next = storage->copied.data();
   for (const auto& row : table) {
     const GgufTensorInfo& t = *file.FindTensor(row.name);
-    const size_t n = static_cast<size_t>(t.num_elements);
+    const void* data = t.data.data();
     if (UsableInPlace(t)) {
-      *row.span = std::span<const float>(reinterpret_cast<const float*>(t.data.data()), n);
       storage->mapping = file.mapping();
     } else {
-      Widen(t, next);
-      *row.span = std::span<const float>(next, n);
-      next += n;
+      std::memcpy(next, t.data.data(), t.data.size());
+      data = next;
+      next += (t.data.size() + 7) / 8;
     }
+    *row.span = Tensor(data, DTypeOf(t.type), t.num_elements);
   }
   if (weights->config.shared_classifier) weights->classifier = weights->token_embedding;
   weights->storage = std::move(storage);
@@ -243,10 +234,12 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
     }
   }
 
-  const bool f16 = type == GgufTensorType::kF16;
+  const bool half = type != GgufTensorType::kF32;
+  const bool bf16 = type == GgufTensorType::kBF16;
   GgufWriter writer;
   writer.AddString("general.architecture", kArchitecture);
-  writer.AddUint32("general.file_type", f16 ? 1 : 0);  // ALL_F32 or MOSTLY_F16
+  // ALL_F32, MOSTLY_F16 or MOSTLY_BF16, as llama.cpp numbers them.
+  writer.AddUint32("general.file_type", bf16 ? 32 : half ? 1 : 0);
   writer.AddUint32("llama.context_length", c.seq_len);
   writer.AddUint32("llama.embedding_length", c.dim);
   writer.AddUint32("llama.block_count", c.n_layers);
@@ -258,20 +251,22 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   writer.AddFloat32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
   writer.AddUint32("llama.vocab_size", c.vocab_size);
   for (const auto& row : table) {
-    const std::span<const float> values = *row.span;
-    // Norm vectors stay F32 in F16 files, as llama.cpp's converters keep them.
-    if (!f16 || row.dims.size() == 1) {
+    const std::vector<float> values = row.span->ToFloats();
+    // Norm vectors stay F32 in 16-bit files, as llama.cpp's converters keep them.
+    if (!half || row.dims.size() == 1) {
       writer.AddTensor(row.name, row.dims, GgmlType::kF32,
-                       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
-                                                values.size_bytes()));
+                       std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
+                                            reinterpret_cast<const uint8_t*>(values.data()) +
+                                                values.size() * sizeof(float)));
       continue;
     }
     std::vector<uint8_t> bytes(values.size() * 2);
     for (size_t i = 0; i < values.size(); ++i) {
-      const uint16_t h = Fp32ToFp16(values[i]);
+      const uint16_t h = bf16 ? Fp32ToBf16(values[i]) : Fp32ToFp16(values[i]);
       std::memcpy(&bytes[2 * i], &h, 2);
     }
-    writer.AddTensor(row.name, row.dims, GgmlType::kF16, std::move(bytes));
+    writer.AddTensor(row.name, row.dims, bf16 ? GgmlType::kBF16 : GgmlType::kF16,
+                     std::move(bytes));
   }
   return writer.WriteFile(path);
 }

@@ -18,7 +18,7 @@ namespace tandem {
 // INVALID_ARGUMENT naming the file and the problem for anything malformed.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
 
-enum class GgufTensorType { kF32, kF16 };
+enum class GgufTensorType { kF32, kF16, kBF16 };
 
 // Writes `weights` as a GGUF v3 llama model with the metadata llama.cpp
 // expects (context length, sizes, head counts, rope base, rms eps).

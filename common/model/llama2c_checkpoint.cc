@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cCheckpoint(const std::s
   weights->layers.resize(L);
   weights->token_embedding = take(lay.embedding);
   // Per-kind tensors are stacked over layers; slice them layer by layer.
-  auto slice = [&](int64_t total, std::span<const float> LayerWeights::*field) {
+  auto slice = [&](int64_t total, Tensor LayerWeights::*field) {
     std::span<const float> all = take(total);
     const int64_t each = total / L;
     for (int l = 0; l < L; ++l) weights->layers[l].*field = all.subspan(l * each, each);
@@ -119,8 +119,10 @@ absl::Status WriteLlama2cCheckpoint(const ModelWeights& w, const std::string& pa
                              c.n_kv_heads, c.shared_classifier ? c.vocab_size : -c.vocab_size,
                              c.seq_len};
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
-  auto put = [&out](std::span<const float> s) {
-    out.write(reinterpret_cast<const char*>(s.data()), static_cast<std::streamsize>(s.size_bytes()));
+  auto put = [&out](const Tensor& t) {
+    const std::vector<float> s = t.ToFloats();
+    out.write(reinterpret_cast<const char*>(s.data()),
+              static_cast<std::streamsize>(s.size() * sizeof(float)));
   };
   put(w.token_embedding);
   for (auto field : {&LayerWeights::rms_att, &LayerWeights::wq, &LayerWeights::wk,
@@ -130,7 +132,7 @@ absl::Status WriteLlama2cCheckpoint(const ModelWeights& w, const std::string& pa
   }
   put(w.rms_final);
   const std::vector<float> rope(static_cast<size_t>(c.seq_len) * c.head_dim(), 0.0f);
-  put(rope);
+  put(Tensor(rope));
   if (!c.shared_classifier) put(w.classifier);
   out.flush();
   if (!out) return absl::DataLossError(absl::StrCat("short write to '", path, "'"));

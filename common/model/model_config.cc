@@ -1,13 +1,46 @@
 #include "common/model/model_config.h"
 
+#include <cmath>
+#include <numbers>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem {
 
+std::vector<float> ModelConfig::RopeFrequencies() const {
+  const int half = head_dim() / 2;
+  std::vector<float> freqs(half);
+  const RopeScaling& s = rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    // In float arithmetic, as the reference implementations compute it, so
+    // that greedy text matches theirs token for token.
+    float f = 1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / head_dim());
+    if (s.type == RopeScaling::Type::kLinear) {
+      f /= s.factor;
+    } else if (s.type == RopeScaling::Type::kLlama3) {
+      // Meta's reference: long wavelengths are slowed by `factor`, short
+      // ones kept, and the band between blended linearly in 1/wavelength.
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      const double low_wavelen = s.original_max_position / s.low_freq_factor;
+      const double high_wavelen = s.original_max_position / s.high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+    freqs[i] = f;
+  }
+  return freqs;
+}
+
 int64_t ModelConfig::NumParameters() const {
-  const int64_t d = dim, h = hidden_dim, kv = kv_dim(), v = vocab_size;
-  const int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
+  const int64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), v = vocab_size;
+  const int64_t per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * d * h +
+                            (attention_bias ? q + 2 * kv : 0);
   return v * d * (shared_classifier ? 1 : 2) + n_layers * per_layer + d;
 }
 
@@ -29,7 +62,11 @@ absl::Status ModelConfig::Validate() const {
                              std::tuple{"seq_len", seq_len, kMaxSize}}) {
     if (absl::Status s = check_range(name, v, hi); !s.ok()) return s;
   }
-  if (dim % n_heads != 0) {
+  if (head_size < 0 || head_size > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model head_size ", head_size, " must be in [0, 4096] (0: dim / n_heads)"));
+  }
+  if (head_size == 0 && dim % n_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model dim ", dim, " is not divisible by n_heads ", n_heads));
   }
@@ -44,14 +81,32 @@ absl::Status ModelConfig::Validate() const {
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f)) {
     return absl::InvalidArgumentError("model rope_theta and norm_eps must be positive");
   }
+  const RopeScaling& s = rope_scaling;
+  if (s.type != RopeScaling::Type::kNone && !(s.factor >= 1.0f && s.factor <= 1024.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_scaling factor ", s.factor, " must be in [1, 1024]"));
+  }
+  if (s.type == RopeScaling::Type::kLlama3 &&
+      !(s.low_freq_factor > 0.0f && s.high_freq_factor > s.low_freq_factor &&
+        s.original_max_position > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
+        "original_max_position_embeddings; got ",
+        s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position));
+  }
   return absl::OkStatus();
 }
 
 std::string ModelConfig::ToString() const {
   return absl::StrFormat(
-      "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d vocab=%d seq_len=%d theta=%g eps=%g %s",
-      dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, rope_theta, norm_eps,
-      shared_classifier ? "tied" : "untied");
+      "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d vocab=%d seq_len=%d "
+      "theta=%g eps=%g %s%s%s%s",
+      dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim(), vocab_size, seq_len, rope_theta,
+      norm_eps, shared_classifier ? "tied" : "untied", attention_bias ? " qkv-bias" : "",
+      rope_layout == RopeLayout::kHalfSplit ? " rope-half-split" : "",
+      rope_scaling.type == RopeScaling::Type::kLlama3   ? " rope-llama3"
+      : rope_scaling.type == RopeScaling::Type::kLinear ? " rope-linear"
+                                                        : "");
 }
 
 }  // namespace tandem

@@ -4,10 +4,30 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
 namespace tandem {
+
+// How RoPE pairs the dimensions of a head. llama2.c and GGUF rotate
+// consecutive pairs (2i, 2i+1); Hugging Face checkpoints store the q/k
+// projection rows so that dimension i pairs with i + head_dim/2.
+enum class RopeLayout : uint8_t { kInterleaved, kHalfSplit };
+
+// Frequency scaling of RoPE (config.json "rope_scaling").
+struct RopeScaling {
+  enum class Type : uint8_t { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  float factor = 1.0f;
+  // llama3 only: wavelengths longer than original_max_position /
+  // low_freq_factor are divided by `factor`, shorter than
+  // original_max_position / high_freq_factor are kept, and the band between
+  // is interpolated smoothly.
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
 
 struct ModelConfig {
   int dim = 0;          // residual width
@@ -20,15 +40,26 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   bool shared_classifier = true;  // classifier tied to the token embedding
+  // Per-head width when it is not dim / n_heads (Mistral Nemo: 128 with
+  // dim 5120 and 32 heads); 0 means dim / n_heads.
+  int head_size = 0;
+  bool attention_bias = false;  // q, k and v projections have biases (Qwen 2)
+  RopeLayout rope_layout = RopeLayout::kInterleaved;
+  RopeScaling rope_scaling;
 
-  int head_dim() const { return dim / n_heads; }
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  int q_dim() const { return head_dim() * n_heads; }
   int kv_dim() const { return head_dim() * n_kv_heads; }
 
-  // Number of fp32 weights the model holds (classifier counted once if tied).
+  // RoPE inverse frequencies theta^(-2i / head_dim) for i < head_dim / 2,
+  // with rope_scaling applied.
+  std::vector<float> RopeFrequencies() const;
+
+  // Number of weights the model holds (classifier counted once if tied).
   int64_t NumParameters() const;
 
   // INVALID_ARGUMENT naming the first impossible field: non-positive sizes,
-  // dim not divisible by n_heads, n_heads not divisible by n_kv_heads, odd
+  // dim not divisible by n_heads (unless head_size is set), n_heads not divisible by n_kv_heads, odd
   // head_dim (RoPE rotates pairs), or sizes beyond sane limits.
   absl::Status Validate() const;
 

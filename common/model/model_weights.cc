@@ -1,15 +1,73 @@
 #include "common/model/model_weights.h"
 
+#include <xxhash.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model/ggml_types.h"
 #include "common/model/gguf_model.h"
+#include "common/model/hub_model.h"
 #include "common/model/llama2c_checkpoint.h"
 
 namespace tandem {
 
+Tensor Tensor::Slice(int64_t offset, int64_t count) const {
+  return Tensor(static_cast<const uint8_t*>(data) + offset * DTypeSize(dtype), dtype, count);
+}
+
+float Tensor::At(int64_t i) const {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(data)[i];
+    case DType::kF16:
+      return Fp16ToFp32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBF16:
+      return Bf16ToFp32(static_cast<const uint16_t*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+std::vector<float> Tensor::ToFloats() const {
+  std::vector<float> out(size());
+  if (dtype == DType::kF32) {
+    if (numel > 0) std::memcpy(out.data(), data, size_bytes());
+    return out;
+  }
+  for (int64_t i = 0; i < numel; ++i) out[i] = At(i);
+  return out;
+}
+
+std::string ModelWeights::Fingerprint() const {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const std::string shape = config.ToString();
+  XXH3_64bits_update(state, shape.data(), shape.size());
+  auto add = [&](const Tensor& t) {
+    const uint8_t type = static_cast<uint8_t>(t.dtype);
+    XXH3_64bits_update(state, &type, 1);
+    if (t.numel > 0) XXH3_64bits_update(state, t.data, t.size_bytes());
+  };
+  add(token_embedding);
+  for (const LayerWeights& l : layers) {
+    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2,
+                            &l.w3, &l.bq, &l.bk, &l.bv}) {
+      add(*t);
+    }
+  }
+  add(rms_final);
+  if (!config.shared_classifier) add(classifier);
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return absl::StrFormat("%016x", h);
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return LoadHubModel(path);
   char magic[4] = {};
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open model file '", path, "'"));

@@ -1,9 +1,10 @@
-// fp32 weights of a Llama-family model, as views into storage the object
-// keeps alive (a file mapping, or memory it owns). Immutable after creation
-// and safe to read from many threads.
+// Weights of a Llama-family model, as views into storage the object keeps
+// alive (a file mapping, or memory it owns), each tensor in the element type
+// it was stored in (f32, f16 or bf16): a bf16 checkpoint is never widened.
+// Immutable after creation and safe to read from many threads.
 //
 // Matrices are row-major [out, in] (each output's weights contiguous), the
-// layout of llama2.c checkpoints and of GGUF (ne0 = in).
+// layout of llama2.c checkpoints, of GGUF (ne0 = in) and of safetensors.
 #ifndef TANDEM_COMMON_MODEL_MODEL_WEIGHTS_H_
 #define TANDEM_COMMON_MODEL_MODEL_WEIGHTS_H_
 
@@ -13,35 +14,70 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/dtype.h"
 #include "common/model/model_config.h"
 
 namespace tandem {
 
+// A view of `numel` elements of type `dtype`. Empty by default.
+struct Tensor {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+
+  Tensor() = default;
+  Tensor(const void* data, DType dtype, int64_t numel) : data(data), dtype(dtype), numel(numel) {}
+  // f32 values; implicit so that fp32 loaders assign spans as before.
+  Tensor(std::span<const float> values)  // NOLINT(google-explicit-constructor)
+      : data(values.data()), dtype(DType::kF32), numel(static_cast<int64_t>(values.size())) {}
+
+  size_t size() const { return static_cast<size_t>(numel); }
+  size_t size_bytes() const { return size() * DTypeSize(dtype); }
+  bool empty() const { return numel == 0; }
+  // Elements [offset, offset + count), in the same type.
+  Tensor Slice(int64_t offset, int64_t count) const;
+  // The values widened to float (a copy), whatever the type.
+  std::vector<float> ToFloats() const;
+  // Element i widened to float.
+  float At(int64_t i) const;
+};
+
 struct LayerWeights {
-  std::span<const float> rms_att;  // [dim]
-  std::span<const float> wq;       // [dim, dim]
-  std::span<const float> wk;       // [kv_dim, dim]
-  std::span<const float> wv;       // [kv_dim, dim]
-  std::span<const float> wo;       // [dim, dim]
-  std::span<const float> rms_ffn;  // [dim]
-  std::span<const float> w1;       // [hidden, dim]  gate
-  std::span<const float> w2;       // [dim, hidden]  down
-  std::span<const float> w3;       // [hidden, dim]  up
+  Tensor rms_att;  // [dim]
+  Tensor wq;       // [q_dim, dim]
+  Tensor wk;       // [kv_dim, dim]
+  Tensor wv;       // [kv_dim, dim]
+  Tensor wo;       // [dim, q_dim]
+  Tensor rms_ffn;  // [dim]
+  Tensor w1;       // [hidden, dim]  gate
+  Tensor w2;       // [dim, hidden]  down
+  Tensor w3;       // [hidden, dim]  up
+  // Present only with config.attention_bias.
+  Tensor bq;  // [q_dim]
+  Tensor bk;  // [kv_dim]
+  Tensor bv;  // [kv_dim]
 };
 
 struct ModelWeights {
   ModelConfig config;
-  std::span<const float> token_embedding;  // [vocab, dim]
+  Tensor token_embedding;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  std::span<const float> rms_final;   // [dim]
-  std::span<const float> classifier;  // [vocab, dim]; aliases token_embedding when tied
+  Tensor rms_final;   // [dim]
+  Tensor classifier;  // [vocab, dim]; aliases token_embedding when tied
   // Keeps the bytes behind the spans alive (a MappedFile, a vector, ...).
   std::shared_ptr<const void> storage;
   std::string source;  // where the weights came from, for messages
+
+  // The type of the large matrices (the embedding's), for messages and the
+  // default KV cache type.
+  DType dtype() const { return token_embedding.dtype; }
+  // A short hash of the config and every weight byte, equal for equal models
+  // whatever file they came from; workers compare it to agree on a model.
+  std::string Fingerprint() const;
 };
 
-// Loads a model file, telling the format by its contents: GGUF (magic
-// "GGUF") or a llama2.c checkpoint v0.
+// Loads a model: a Hugging Face folder (config.json and safetensors), or a
+// file told by its contents: GGUF (magic "GGUF") or a llama2.c checkpoint v0.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path);
 
 }  // namespace tandem

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "common/model/ggml_types.h"
 
 namespace tandem {
 namespace {
@@ -34,28 +36,45 @@ class SplitMix64 {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
-                                                                 uint64_t seed) {
+                                                                 uint64_t seed, DType dtype) {
   RETURN_IF_ERROR(config.Validate());
-  const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim();
+  const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim(), q = config.q_dim();
   const int64_t v = config.vocab_size, L = config.n_layers;
-  const int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
-  const int64_t total = v * d * (config.shared_classifier ? 1 : 2) + L * per_layer + d;
-  auto storage = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
+  const int64_t matrices = v * d * (config.shared_classifier ? 1 : 2) +
+                           L * (2 * q * d + 2 * kv * d + 3 * d * h);
+  const int64_t vectors = L * (2 * d + (config.attention_bias ? q + 2 * kv : 0)) + d;
+  const size_t element = DTypeSize(dtype);
+  // Matrices first (in `dtype`), then the fp32 vectors, 8-byte aligned.
+  const size_t vector_start = (static_cast<size_t>(matrices) * element + 7) / 8 * 8;
+  auto storage = std::make_shared<std::vector<uint64_t>>(
+      (vector_start + static_cast<size_t>(vectors) * sizeof(float) + 7) / 8);
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage->data());
+  uint8_t* m = base;
+  float* f = reinterpret_cast<float*>(base + vector_start);
   SplitMix64 rng(seed * 0x2545F4914F6CDD1Dull + 1);
-  float* p = storage->data();
 
   // Uniform with variance 1/fan_in keeps each projection's output near unit
-  // scale: U(-a, a) has variance a^2 / 3.
+  // scale: U(-a, a) has variance a^2 / 3. Values are drawn as floats and
+  // rounded to `dtype`, so every dtype holds the same model.
   auto matrix = [&](int64_t rows, int64_t cols) {
     const float a = std::sqrt(3.0f / static_cast<float>(cols));
-    std::span<const float> s(p, static_cast<size_t>(rows * cols));
-    for (int64_t i = 0; i < rows * cols; ++i) *p++ = a * rng.Symmetric();
-    return s;
+    const Tensor t(m, dtype, rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float x = a * rng.Symmetric();
+      if (dtype == DType::kF32) {
+        std::memcpy(m, &x, 4);
+      } else {
+        const uint16_t y = dtype == DType::kBF16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
+        std::memcpy(m, &y, 2);
+      }
+      m += element;
+    }
+    return t;
   };
-  auto norm = [&](int64_t n) {
-    std::span<const float> s(p, static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) *p++ = 1.0f + 0.1f * rng.Symmetric();
-    return s;
+  auto vector = [&](int64_t n, float center, float spread) {
+    std::span<const float> s(f, static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) *f++ = center + spread * rng.Symmetric();
+    return Tensor(s);
   };
 
   auto weights = std::make_unique<ModelWeights>();
@@ -64,17 +83,22 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
   weights->token_embedding = matrix(v, d);
   weights->layers.resize(L);
   for (LayerWeights& layer : weights->layers) {
-    layer.rms_att = norm(d);
-    layer.wq = matrix(d, d);
+    layer.rms_att = vector(d, 1.0f, 0.1f);
+    layer.wq = matrix(q, d);
     layer.wk = matrix(kv, d);
     layer.wv = matrix(kv, d);
-    layer.wo = matrix(d, d);
-    layer.rms_ffn = norm(d);
+    layer.wo = matrix(d, q);
+    layer.rms_ffn = vector(d, 1.0f, 0.1f);
     layer.w1 = matrix(h, d);
     layer.w2 = matrix(d, h);
     layer.w3 = matrix(h, d);
+    if (config.attention_bias) {
+      layer.bq = vector(q, 0.0f, 0.5f);
+      layer.bk = vector(kv, 0.0f, 0.5f);
+      layer.bv = vector(kv, 0.0f, 0.5f);
+    }
   }
-  weights->rms_final = norm(d);
+  weights->rms_final = vector(d, 1.0f, 0.1f);
   weights->classifier = config.shared_classifier ? weights->token_embedding : matrix(v, d);
   weights->storage = std::move(storage);
   return weights;
@@ -98,6 +122,23 @@ ModelConfig Stories110MShape() {
                      .n_kv_heads = 12,
                      .vocab_size = 32000,
                      .seq_len = 1024};
+}
+
+ModelConfig Llama32_1BShape() {
+  return ModelConfig{.dim = 2048,
+                     .hidden_dim = 8192,
+                     .n_layers = 16,
+                     .n_heads = 32,
+                     .n_kv_heads = 8,
+                     .vocab_size = 128256,
+                     .seq_len = 8192,
+                     .rope_theta = 500000.0f,
+                     .rope_layout = RopeLayout::kHalfSplit,
+                     .rope_scaling = {.type = RopeScaling::Type::kLlama3,
+                                      .factor = 32.0f,
+                                      .low_freq_factor = 1.0f,
+                                      .high_freq_factor = 4.0f,
+                                      .original_max_position = 8192}};
 }
 
 ModelConfig Llama3_8BShape() {

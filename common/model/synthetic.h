@@ -14,9 +14,11 @@
 
 namespace tandem {
 
-// Same config and seed give the same weights on every machine.
+// Same config and seed give the same weights on every machine. Matrices are
+// held in `dtype` (the same draws, rounded), norms and biases in f32.
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
-                                                                  uint64_t seed);
+                                                                  uint64_t seed,
+                                                                  DType dtype = DType::kF32);
 
 // A llama2.c tokenizer.bin for `vocab_size` ids: <unk>, <s>, </s>, the 256
 // byte tokens, then made-up word pieces (" e", "th", ...) scored so that
@@ -28,6 +30,9 @@ absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size);
 // Shapes of the TinyStories checkpoints, used by benchmarks.
 ModelConfig Stories15MShape();
 ModelConfig Stories110MShape();
+// Llama-3.2-1B's shape (tied classifier, llama3 RoPE scaling, half-split
+// RoPE as in Hugging Face checkpoints), with the context cut to 8192.
+ModelConfig Llama32_1BShape();
 // Llama-3-8B's shape (GQA, untied classifier, 128256-token vocabulary), for
 // GPU benchmarks.
 ModelConfig Llama3_8BShape();

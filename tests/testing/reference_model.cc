@@ -2,40 +2,61 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace tandem::testing {
 namespace {
 
 using Vec = std::vector<double>;
 
-// y = W x for W [rows, cols] row-major.
-Vec MatVec(std::span<const float> w, const Vec& x, int rows) {
+// y = W x (+ bias) for W [rows, cols] row-major, in any stored type.
+Vec MatVec(const Tensor& w, const Vec& x, int rows, const Tensor& bias = {}) {
   const size_t cols = x.size();
   Vec y(rows, 0.0);
   for (int r = 0; r < rows; ++r) {
-    double acc = 0.0;
-    for (size_t c = 0; c < cols; ++c) acc += double{w[r * cols + c]} * x[c];
+    double acc = bias.empty() ? 0.0 : double{bias.At(r)};
+    for (size_t c = 0; c < cols; ++c) acc += double{w.At(int64_t(r * cols + c))} * x[c];
     y[r] = acc;
   }
   return y;
 }
 
-Vec RmsNorm(const Vec& x, std::span<const float> weight, double eps) {
+Vec RmsNorm(const Vec& x, const Tensor& weight, double eps) {
   double ss = 0.0;
   for (double v : x) ss += v * v;
   const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
   Vec y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * weight[i];
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * weight.At(int64_t(i));
   return y;
 }
 
-// Rotates consecutive pairs of each head by pos * theta^(-2i/head_dim).
-void Rope(Vec& v, int head_dim, int pos, double theta) {
+// Frequency of pair i: theta^(-2i/head_dim), then Meta's llama3 scaling
+// (long wavelengths slowed by `factor`, short ones kept, the band between
+// interpolated) or linear scaling (all slowed by `factor`).
+double Frequency(const ModelConfig& c, int i) {
+  const double f = std::pow(double{c.rope_theta}, -2.0 * i / c.head_dim());
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) return f / s.factor;
+  if (s.type != RopeScaling::Type::kLlama3) return f;
+  const double wavelength = 2 * std::numbers::pi / f;
+  const double old_context = s.original_max_position;
+  if (wavelength < old_context / s.high_freq_factor) return f;
+  if (wavelength > old_context / s.low_freq_factor) return f / s.factor;
+  const double smooth =
+      (old_context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1 - smooth) * f / s.factor + smooth * f;
+}
+
+// Rotates the pairs of each head by pos * frequency: (2i, 2i+1), or
+// (i, i + head_dim/2) for half-split checkpoints.
+void Rope(Vec& v, const ModelConfig& c, int pos) {
+  const int head_dim = c.head_dim();
+  const bool split = c.rope_layout == RopeLayout::kHalfSplit;
   for (size_t h = 0; h < v.size() / head_dim; ++h) {
     for (int i = 0; i < head_dim / 2; ++i) {
-      const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
-      double& a = v[h * head_dim + 2 * i];
-      double& b = v[h * head_dim + 2 * i + 1];
+      const double angle = pos * Frequency(c, i);
+      double& a = v[h * head_dim + (split ? i : 2 * i)];
+      double& b = v[h * head_dim + (split ? i + head_dim / 2 : 2 * i + 1)];
       const double ra = a * std::cos(angle) - b * std::sin(angle);
       const double rb = a * std::sin(angle) + b * std::cos(angle);
       a = ra;
@@ -49,27 +70,27 @@ void Rope(Vec& v, int head_dim, int pos, double theta) {
 std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
                                                  std::span<const int32_t> tokens) {
   const ModelConfig& c = weights.config;
-  const int d = c.dim, hd = c.head_dim(), kv_dim = c.kv_dim();
+  const int d = c.dim, hd = c.head_dim(), kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int group = c.n_heads / c.n_kv_heads;
   // keys[layer][pos], values[layer][pos]
   std::vector<std::vector<Vec>> keys(c.n_layers), values(c.n_layers);
   std::vector<std::vector<double>> out;
 
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
-    const size_t row = static_cast<size_t>(tokens[pos]) * d;
-    Vec x(weights.token_embedding.begin() + row, weights.token_embedding.begin() + row + d);
+    Vec x(d);
+    for (int i = 0; i < d; ++i) x[i] = weights.token_embedding.At(int64_t{tokens[pos]} * d + i);
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& w = weights.layers[l];
       const Vec xb = RmsNorm(x, w.rms_att, c.norm_eps);
-      Vec q = MatVec(w.wq, xb, d);
-      Vec k = MatVec(w.wk, xb, kv_dim);
-      const Vec v = MatVec(w.wv, xb, kv_dim);
-      Rope(q, hd, static_cast<int>(pos), c.rope_theta);
-      Rope(k, hd, static_cast<int>(pos), c.rope_theta);
+      Vec q = MatVec(w.wq, xb, q_dim, w.bq);
+      Vec k = MatVec(w.wk, xb, kv_dim, w.bk);
+      const Vec v = MatVec(w.wv, xb, kv_dim, w.bv);
+      Rope(q, c, static_cast<int>(pos));
+      Rope(k, c, static_cast<int>(pos));
       keys[l].push_back(k);
       values[l].push_back(v);
 
-      Vec att(d, 0.0);
+      Vec att(q_dim, 0.0);
       for (int h = 0; h < c.n_heads; ++h) {
         const int kvh = h / group;
         std::vector<double> scores(pos + 1);

@@ -50,7 +50,11 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions
 }
 
 CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
-    : blas_(blas), num_threads_(num_threads), small_matmul_(cpu::SmallMatMulSupported()) {
+    : blas_(blas),
+      num_threads_(num_threads),
+      small_matmul_(cpu::SmallMatMulSupported()),
+      small_matmul16_(cpu::SmallMatMul16Supported()),
+      dot_bf16_(cpu::DotBf16Supported()) {
   // omp_set_num_threads only sets the calling thread's default, and a
   // worker's scheduling thread is not the one that created the backend: so
   // every parallel region below names num_threads_ itself.
@@ -65,8 +69,11 @@ std::string CpuBackend::Describe() const {
   const int parallel = blas_->get_parallel();
   return absl::StrCat("OpenBLAS core ", blas_->get_corename(), " (",
                       parallel == 2 ? "openmp" : parallel == 1 ? "pthreads" : "serial",
-                      "), kernels ", cpu::KernelIsa(), ", ", num_threads_, " threads");
+                      "), kernels ", cpu::KernelIsa(), dot_bf16_ ? " +avx512bf16" : "", ", ",
+                      num_threads_, " threads");
 }
+
+absl::Status CpuBackend::Supports(DType, DType) const { return absl::OkStatus(); }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuBackend::Allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
@@ -85,8 +92,41 @@ void CpuBackend::CopyToHost(const void* device, void* host, size_t bytes) {
   std::memcpy(host, device, bytes);
 }
 
-void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, int n, int k,
                         bool accumulate) {
+  if (weights.dtype != DType::kF32) {
+    const int64_t work = int64_t{m} * n * k;
+    if (m <= cpu::kSmallMatMulMaxRows && dot_bf16_ && weights.dtype == DType::kBF16) {
+      x_bf16_.resize(static_cast<size_t>(m) * k);
+      cpu::Narrow(x, DType::kBF16, x_bf16_.data(), int64_t{m} * k, 1);
+      const uint16_t* xb = x_bf16_.data();
+#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
+      {
+        const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+        const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+        if (begin < end) {
+          cpu::SmallMatMulDotBf16(xb, weights.data, out, m, n, k, accumulate, begin, end);
+        }
+      }
+      return;
+    }
+    if (m <= cpu::kSmallMatMulMaxRows && small_matmul16_) {
+#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
+      {
+        const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+        const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+        if (begin < end) {
+          cpu::SmallMatMul16(x, weights.data, weights.dtype, out, m, n, k, accumulate, begin, end);
+        }
+      }
+      return;
+    }
+    MatMulWidened(x, weights, out, m, n, k, accumulate);
+    return;
+  }
+  const float* w = static_cast<const float*>(weights.data);
   if (small_matmul_ && m > 1 && m <= cpu::kSmallMatMulMaxRows) {
     // Split the outputs among threads in multiples of the 4-row tile.
     const int64_t work = int64_t{m} * n * k;
@@ -112,9 +152,39 @@ void CpuBackend::MatMul(const float* x, const float* w, float* out, int m, int n
   }
 }
 
-void CpuBackend::Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {
+void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k,
+                               bool accumulate) {
+  if (omp_get_max_threads() != num_threads_) omp_set_num_threads(num_threads_);
+  // Panels of about 4 MiB of f32: large enough for BLAS to run at full
+  // speed, small enough to stay in the last-level cache.
+  const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
+  panel_.resize(static_cast<size_t>(std::min(rows, n)) * k);
+  const size_t element = DTypeSize(w.dtype);
+  for (int j0 = 0; j0 < n; j0 += rows) {
+    const int nb = std::min(rows, n - j0);
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(j0) * k * element;
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{nb} * k > kParallelThreshold)
+    for (int j = 0; j < nb; ++j) {
+      cpu::Widen(src + size_t(j) * k * element, w.dtype, panel_.data() + size_t(j) * k, k);
+    }
+    blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, panel_.data(), k,
+                 accumulate ? 1.0f : 0.0f, out + j0, n);
+  }
+}
+
+void CpuBackend::Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) {
+  const size_t element = DTypeSize(table.dtype);
   for (size_t r = 0; r < ids.size(); ++r) {
-    std::memcpy(out + r * dim, table + static_cast<size_t>(ids[r]) * dim, dim * sizeof(float));
+    cpu::Widen(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[r]) * dim * element,
+               table.dtype, out + r * dim, dim);
+  }
+}
+
+void CpuBackend::AddBias(float* x, int stride, const float* bias, int rows, int n) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + int64_t{r} * stride;
+#pragma omp simd
+    for (int i = 0; i < n; ++i) row[i] += bias[i];
   }
 }
 
@@ -134,8 +204,10 @@ void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
 #pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * q_stride > kParallelThreshold)
   for (int r = 0; r < rows; ++r) {
     const float* cs = cos_sin + int64_t{positions[r]} * half * 2;
-    cpu::RopeRow(q + int64_t{r} * q_stride, shape.n_heads, shape.head_dim, cs);
-    cpu::RopeRow(k + int64_t{r} * k_stride, shape.n_kv_heads, shape.head_dim, cs);
+    cpu::RopeRow(q + int64_t{r} * q_stride, shape.n_heads, shape.head_dim, cs,
+                 shape.rope_half_split);
+    cpu::RopeRow(k + int64_t{r} * k_stride, shape.n_kv_heads, shape.head_dim, cs,
+                 shape.rope_half_split);
   }
 }
 
@@ -149,21 +221,24 @@ void CpuBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) 
 
 void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                          std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
-                         float* cache) {
-  const size_t bytes = sizeof(float) * layout.kv_dim;
+                         void* cache) {
+  uint8_t* base = static_cast<uint8_t*>(cache);
+  const size_t element = layout.element_bytes();
   for (size_t r = 0; r < rows.size(); ++r) {
     const int pos = rows[r].position;
     const int32_t block = rows[r].blocks[pos / layout.block_size];
     const int slot = pos % layout.block_size;
-    float* keys = cache + layout.KeyOffset(layer, block, slot, 0);
-    const float* key = k + r * k_stride;
-    for (int d = 0; d < layout.kv_dim; ++d) keys[size_t(d) * layout.block_size] = key[d];
-    std::memcpy(cache + layout.ValueOffset(layer, block, slot), v + r * v_stride, bytes);
+    // Keys are stored dimension-major: one element every block_size.
+    cpu::Narrow(k + r * k_stride, layout.dtype,
+                base + layout.KeyOffset(layer, block, slot, 0) * element, layout.kv_dim,
+                layout.block_size);
+    cpu::Narrow(v + r * v_stride, layout.dtype, base + layout.ValueOffset(layer, block, slot) * element,
+                layout.kv_dim, 1);
   }
 }
 
 void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
-                                int layer, const KvLayout& layout, const float* cache,
+                                int layer, const KvLayout& layout, const void* cache,
                                 const AttentionShape& shape, float* out) {
   // Rows of one sequence at consecutive positions (a prefill chunk) share
   // every key and value: long runs go through matrix products, the rest
@@ -231,7 +306,7 @@ void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const At
 
 void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows,
                             int kv_head, int group, int head_dim, int layer,
-                            const KvLayout& layout, const float* cache,
+                            const KvLayout& layout, const void* cache,
                             std::vector<float>& scratch, float* out, int out_stride) const {
   // Keys (transposed, [head_dim][ctx]) and values ([ctx][head_dim]) of
   // positions [0, last] gathered contiguous, then for each query head:
@@ -246,18 +321,18 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
   float* scores = values + kv_floats;
   const int bs = layout.block_size;
   const std::span<const int32_t> blocks = rows[0].blocks;
-  const size_t bytes = sizeof(float) * head_dim;
+  const uint8_t* base = static_cast<const uint8_t*>(cache);
+  const size_t element = layout.element_bytes();
   for (int t0 = 0; t0 < ctx; t0 += bs) {
     const int32_t block = blocks[t0 / bs];
     const int valid = std::min(bs, ctx - t0);
     for (int d = 0; d < head_dim; ++d) {
-      std::memcpy(keys + size_t(d) * ctx + t0,
-                  cache + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d),
-                  sizeof(float) * valid);
+      cpu::Widen(base + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d) * element,
+                 layout.dtype, keys + size_t(d) * ctx + t0, valid);
     }
     for (int j = 0; j < valid; ++j) {
-      std::memcpy(values + size_t(t0 + j) * head_dim,
-                  cache + layout.ValueOffset(layer, block, j) + kv_head * head_dim, bytes);
+      cpu::Widen(base + (layout.ValueOffset(layer, block, j) + kv_head * head_dim) * element,
+                 layout.dtype, values + size_t(t0 + j) * head_dim, head_dim);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

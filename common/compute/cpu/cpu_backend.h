@@ -32,12 +32,16 @@ class CpuBackend final : public Backend {
   // e.g. "openblas 0.3.21 (openmp, SkylakeX), kernels avx512f, 2 threads".
   std::string Describe() const;
 
+  using Backend::Embed;
+  using Backend::MatMul;
+  absl::Status Supports(DType weights, DType kv) const override;
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   void CopyToDevice(const void* host, void* device, size_t bytes) override;
   void CopyToHost(const void* device, void* host, size_t bytes) override;
-  void MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+  void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k,
               bool accumulate) override;
-  void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) override;
+  void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) override;
+  void AddBias(float* x, int stride, const float* bias, int rows, int n) override;
   void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                float eps) override;
   void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
@@ -45,9 +49,9 @@ class CpuBackend final : public Backend {
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;
   void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
-               float* cache) override;
+               void* cache) override;
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
-                      const KvLayout& layout, const float* cache, const AttentionShape& shape,
+                      const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
 
  private:
@@ -55,12 +59,21 @@ class CpuBackend final : public Backend {
   // Attention of rows (one sequence, consecutive positions) for the query
   // heads of one KV head, through matrix products; scratch grows as needed.
   void AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows, int kv_head,
-                  int group, int head_dim, int layer, const KvLayout& layout, const float* cache,
+                  int group, int head_dim, int layer, const KvLayout& layout, const void* cache,
                   std::vector<float>& scratch, float* out, int out_stride) const;
+  // f32 product of x with 16-bit weights for many rows: panels of w are
+  // widened into scratch and multiplied by BLAS, so the f32 copy of w that
+  // exists at any time is one panel.
+  void MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k,
+                     bool accumulate);
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
-  bool small_matmul_;  // few-row products bypass BLAS (cpu/small_matmul.h)
+  bool small_matmul_;    // few-row products bypass BLAS (cpu/small_matmul.h)
+  bool small_matmul16_;  // ... also with 16-bit weights
+  bool dot_bf16_;        // ... with bf16 weights through AVX512-BF16
+  std::vector<float> panel_;       // MatMulWidened scratch
+  std::vector<uint16_t> x_bf16_;   // inputs rounded to bf16 for dot_bf16_
 };
 
 }  // namespace tandem

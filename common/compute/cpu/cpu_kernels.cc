@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/compute/cpu/half.h"
+
 // Vec16 values never cross a call boundary (every helper is inlined into its
 // caller's clone), so GCC's note that their ABI depends on the ISA is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -67,10 +69,20 @@ void SwiGluRow(const float* gate, const float* up, float* out, int n) {
 }
 
 TANDEM_MULTIVERSION
-void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin) {
+void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin, bool half_split) {
   const int half = head_dim / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
+    if (half_split) {
+#pragma omp simd
+      for (int i = 0; i < half; ++i) {
+        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = a * s + b * c;
+      }
+      continue;
+    }
 #pragma omp simd
     for (int i = 0; i < half; ++i) {
       const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
@@ -78,6 +90,40 @@ void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin) {
       v[2 * i] = a * c - b * s;
       v[2 * i + 1] = a * s + b * c;
     }
+  }
+}
+
+namespace {
+
+template <typename T>
+__attribute__((always_inline)) inline void WidenT(const T* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
+}
+
+template <typename T>
+__attribute__((always_inline)) inline void NarrowT(const float* src, T* dst, int64_t n,
+                                                   int64_t stride) {
+  for (int64_t i = 0; i < n; ++i) dst[i * stride] = FromFloat<T>(src[i]);
+}
+
+}  // namespace
+
+TANDEM_MULTIVERSION
+void Widen(const void* src, DType dtype, float* dst, int64_t n) {
+  switch (dtype) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kBF16: WidenT(static_cast<const Bf16*>(src), dst, n); return;
+    case DType::kF16: WidenT(static_cast<const Fp16*>(src), dst, n); return;
+  }
+}
+
+TANDEM_MULTIVERSION
+void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t stride) {
+  switch (dtype) {
+    case DType::kF32: NarrowT(src, static_cast<float*>(dst), n, stride); return;
+    case DType::kBF16: NarrowT(src, static_cast<Bf16*>(dst), n, stride); return;
+    case DType::kF16: NarrowT(src, static_cast<Fp16*>(dst), n, stride); return;
   }
 }
 
@@ -103,16 +149,35 @@ namespace {
 // 16 floats as one value; lowers to whatever vector width the clone has.
 typedef float Vec16 __attribute__((vector_size(64)));
 
+typedef uint16_t U16x16 __attribute__((vector_size(32)));
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+typedef _Float16 H16 __attribute__((vector_size(32)));
+
 __attribute__((always_inline)) inline Vec16 Load16(const float* p) {
   Vec16 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
+__attribute__((always_inline)) inline Vec16 Load16(const Bf16* p) {
+  U16x16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U32x16 w = __builtin_convertvector(h, U32x16) << 16;
+  Vec16 v;
+  std::memcpy(&v, &w, sizeof(v));
+  return v;
+}
+__attribute__((always_inline)) inline Vec16 Load16(const Fp16* p) {
+  H16 h;
+  std::memcpy(&h, p, sizeof(h));
+  return __builtin_convertvector(h, Vec16);
+}
 
 // Scores of the 16 slots of a full block for one query head: keys are
 // dimension-major, so each dimension is one vector FMA; four accumulators
 // hide the FMA latency.
-__attribute__((always_inline)) inline Vec16 BlockScores16(const float* qh, const float* keys, int head_dim, float scale) {
+template <typename T>
+__attribute__((always_inline)) inline Vec16 BlockScores16(const float* qh, const T* keys,
+                                                          int head_dim, float scale) {
   Vec16 acc[4] = {};
   int d = 0;
   for (; d + 4 <= head_dim; d += 4) {
@@ -123,24 +188,25 @@ __attribute__((always_inline)) inline Vec16 BlockScores16(const float* qh, const
 }
 
 // out[0, 16 * C) = sum over t of p[t] * values(t), accumulated in registers.
-template <int C>
-__attribute__((always_inline)) inline void WeightedValues(const float* p, int n, const AttentionRow& row, int layer,
-                           const KvLayout& layout, const float* cache, int kv_off, float* out) {
+template <int C, typename T>
+__attribute__((always_inline)) inline void WeightedValues(const float* p, int n,
+                                                          const AttentionRow& row, int layer,
+                                                          const KvLayout& layout, const T* cache,
+                                                          int kv_off, float* out) {
   Vec16 acc[C] = {};
   const int bs = layout.block_size;
   for (int t = 0; t < n; ++t) {
-    const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+    const T* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
     for (int c = 0; c < C; ++c) acc[c] += p[t] * Load16(v + 16 * c);
   }
   std::memcpy(out, acc, sizeof(acc));
 }
 
-}  // namespace
-
-TANDEM_MULTIVERSION
-void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
-                 int layer, const KvLayout& layout, const float* cache, float* scores,
-                 float* out) {
+template <typename T>
+__attribute__((always_inline)) inline void AttendGroupT(const float* q, const AttentionRow& row,
+                                                        int kv_head, int group, int head_dim,
+                                                        int layer, const KvLayout& layout,
+                                                        const T* cache, float* scores, float* out) {
   const int n = row.position + 1;
   const int bs = layout.block_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -150,7 +216,7 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
   // block, so each key dimension updates all the block's slots at once.
   for (int t0 = 0; t0 < n; t0 += bs) {
     const int valid = n - t0 < bs ? n - t0 : bs;
-    const float* keys = cache + layout.KeyOffset(layer, row.blocks[t0 / bs], 0, kv_off);
+    const T* keys = cache + layout.KeyOffset(layer, row.blocks[t0 / bs], 0, kv_off);
     for (int g = 0; g < group; ++g) {
       const float* qh = q + g * head_dim;
       float* s = scores + g * n + t0;
@@ -162,9 +228,9 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
       for (int j = 0; j < valid; ++j) s[j] = 0.0f;
       for (int d = 0; d < head_dim; ++d) {
         const float qd = qh[d] * scale;
-        const float* kd = keys + d * bs;
+        const T* kd = keys + d * bs;
 #pragma omp simd
-        for (int j = 0; j < valid; ++j) s[j] += qd * kd[j];
+        for (int j = 0; j < valid; ++j) s[j] += qd * ToFloat(kd[j]);
       }
     }
   }
@@ -183,10 +249,32 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
     }
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
     for (int t = 0; t < n; ++t) {
-      const float* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
+      const T* v = cache + layout.ValueOffset(layer, row.blocks[t / bs], t % bs) + kv_off;
 #pragma omp simd
-      for (int i = 0; i < head_dim; ++i) o[i] += p[t] * v[i];
+      for (int i = 0; i < head_dim; ++i) o[i] += p[t] * ToFloat(v[i]);
     }
+  }
+}
+
+}  // namespace
+
+TANDEM_MULTIVERSION
+void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
+                 int layer, const KvLayout& layout, const void* cache, float* scores,
+                 float* out) {
+  switch (layout.dtype) {
+    case DType::kF32:
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
+                   static_cast<const float*>(cache), scores, out);
+      return;
+    case DType::kBF16:
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
+                   static_cast<const Bf16*>(cache), scores, out);
+      return;
+    case DType::kF16:
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
+                   static_cast<const Fp16*>(cache), scores, out);
+      return;
   }
 }
 

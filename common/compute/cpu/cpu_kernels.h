@@ -15,7 +15,14 @@ const char* KernelIsa();
 
 void RmsNormRow(const float* x, const float* weight, float* out, int dim, float eps);
 void SwiGluRow(const float* gate, const float* up, float* out, int n);
-void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin_at_position);
+// Pairs (2i, 2i+1) of each head, or (i, i + head_dim/2) when `half_split`.
+void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin_at_position,
+             bool half_split);
+
+// dst[i] = src[i] widened to f32, for `n` elements of type `dtype`.
+void Widen(const void* src, DType dtype, float* dst, int64_t n);
+// Element i of src goes to dst[i * dst_stride] (in dst's type, rounded).
+void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t dst_stride);
 
 // Softmax over row[0, valid) in place; row[valid, width) is set to zero.
 void CausalSoftmaxRow(float* row, int valid, int width);
@@ -24,7 +31,7 @@ void CausalSoftmaxRow(float* row, int valid, int width);
 // row: q points at the first of those heads, out likewise. `scores` has room
 // for group * (position + 1) floats.
 void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
-                 int layer, const KvLayout& layout, const float* cache, float* scores, float* out);
+                 int layer, const KvLayout& layout, const void* cache, float* scores, float* out);
 
 }  // namespace tandem::cpu
 

@@ -2,6 +2,13 @@
 
 #include <immintrin.h>
 
+// GCC 12 reports its own AVX-512 intrinsics (the undefined-vector idiom in
+// the masked loads and conversions) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <cstdint>
+#include <type_traits>
+
 namespace tandem::cpu {
 namespace {
 
@@ -69,7 +76,151 @@ __attribute__((target("avx512f"))) void Column(const float* x, const float* w, f
   }
 }
 
+// 16 weights widened to f32: bf16 by shifting into the high half, f16 by
+// the AVX-512 conversion. `count` < 16 loads a masked tail (zeros after).
+#define TANDEM_AVX512_16 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+template <DType kType>
+TANDEM_AVX512_16 inline __m512 LoadWeights(const uint16_t* p, __mmask16 mask) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+  if constexpr (kType == DType::kBF16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+template <DType kType, int JB, int IB>
+TANDEM_AVX512_16 inline void Tile16(const float* x, const uint16_t* w, float* out, int n, int k,
+                                    bool accumulate, int j0, int i0) {
+  __m512 acc[JB][IB];
+  for (int a = 0; a < JB; ++a) {
+    for (int b = 0; b < IB; ++b) acc[a][b] = _mm512_setzero_ps();
+  }
+  const uint16_t* wr[JB];
+  const float* xr[IB];
+  for (int a = 0; a < JB; ++a) wr[a] = w + static_cast<long>(j0 + a) * k;
+  for (int b = 0; b < IB; ++b) xr[b] = x + static_cast<long>(i0 + b) * k;
+  for (int kk = 0; kk < k; kk += 16) {
+    const __mmask16 mask =
+        k - kk >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - kk)) - 1);
+    __m512 wv[JB];
+    for (int a = 0; a < JB; ++a) wv[a] = LoadWeights<kType>(wr[a] + kk, mask);
+    for (int b = 0; b < IB; ++b) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, xr[b] + kk);
+      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+    }
+  }
+  for (int b = 0; b < IB; ++b) {
+    float* o = out + static_cast<long>(i0 + b) * n + j0;
+    for (int a = 0; a < JB; ++a) {
+      const float v = HorizontalSum(acc[a][b]);
+      o[a] = accumulate ? o[a] + v : v;
+    }
+  }
+}
+
+#define TANDEM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// 32 bf16 weights (or inputs) as one vector of pairs; masked tail as above.
+TANDEM_AVX512_BF16 inline __m512bh LoadPairs(const uint16_t* p, __mmask32 mask) {
+  return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, p));
+}
+
+template <int JB, int IB>
+TANDEM_AVX512_BF16 inline void TileDot(const uint16_t* x, const uint16_t* w, float* out, int n,
+                                       int k, bool accumulate, int j0, int i0) {
+  __m512 acc[JB][IB];
+  for (int a = 0; a < JB; ++a) {
+    for (int b = 0; b < IB; ++b) acc[a][b] = _mm512_setzero_ps();
+  }
+  const uint16_t* wr[JB];
+  const uint16_t* xr[IB];
+  for (int a = 0; a < JB; ++a) wr[a] = w + static_cast<long>(j0 + a) * k;
+  for (int b = 0; b < IB; ++b) xr[b] = x + static_cast<long>(i0 + b) * k;
+  for (int kk = 0; kk < k; kk += 32) {
+    const __mmask32 mask = k - kk >= 32 ? static_cast<__mmask32>(0xffffffffu)
+                                        : static_cast<__mmask32>((1u << (k - kk)) - 1);
+    __m512bh wv[JB];
+    for (int a = 0; a < JB; ++a) wv[a] = LoadPairs(wr[a] + kk, mask);
+    for (int b = 0; b < IB; ++b) {
+      const __m512bh xv = LoadPairs(xr[b] + kk, mask);
+      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv[a], xv);
+    }
+  }
+  for (int b = 0; b < IB; ++b) {
+    float* o = out + static_cast<long>(i0 + b) * n + j0;
+    for (int a = 0; a < JB; ++a) {
+      const float v = HorizontalSum(acc[a][b]);
+      o[a] = accumulate ? o[a] + v : v;
+    }
+  }
+}
+
+// Runs Tile(JB, IB) over output columns [n_begin, n_end) and all m rows in
+// 4x4 tiles with smaller edge tiles. `tile` is a generic lambda taking
+// std::integral_constant JB and IB.
+template <typename TileFn>
+inline void ForEachTile(int m, int n_begin, int n_end, TileFn tile) {
+  auto column = [&](auto jb, int j0) {
+    int i0 = 0;
+    for (; i0 + 4 <= m; i0 += 4) tile(jb, std::integral_constant<int, 4>{}, j0, i0);
+    switch (m - i0) {
+      case 3: tile(jb, std::integral_constant<int, 3>{}, j0, i0); break;
+      case 2: tile(jb, std::integral_constant<int, 2>{}, j0, i0); break;
+      case 1: tile(jb, std::integral_constant<int, 1>{}, j0, i0); break;
+      default: break;
+    }
+  };
+  int j0 = n_begin;
+  for (; j0 + 4 <= n_end; j0 += 4) column(std::integral_constant<int, 4>{}, j0);
+  switch (n_end - j0) {
+    case 3: column(std::integral_constant<int, 3>{}, j0); break;
+    case 2: column(std::integral_constant<int, 2>{}, j0); break;
+    case 1: column(std::integral_constant<int, 1>{}, j0); break;
+    default: break;
+  }
+}
+
+template <DType kType>
+TANDEM_AVX512_16 void SmallMatMul16T(const float* x, const uint16_t* w, float* out, int m, int n,
+                                     int k, bool accumulate, int n_begin, int n_end) {
+  ForEachTile(m, n_begin, n_end, [&](auto jb, auto ib, int j0, int i0) {
+    Tile16<kType, decltype(jb)::value, decltype(ib)::value>(x, w, out, n, k, accumulate, j0, i0);
+  });
+}
+
 }  // namespace
+
+bool SmallMatMul16Supported() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+void SmallMatMul16(const float* x, const void* w, DType w_type, float* out, int m, int n, int k,
+                   bool accumulate, int n_begin, int n_end) {
+  const uint16_t* w16 = static_cast<const uint16_t*>(w);
+  if (w_type == DType::kBF16) {
+    SmallMatMul16T<DType::kBF16>(x, w16, out, m, n, k, accumulate, n_begin, n_end);
+  } else {
+    SmallMatMul16T<DType::kF16>(x, w16, out, m, n, k, accumulate, n_begin, n_end);
+  }
+}
+
+bool DotBf16Supported() {
+  __builtin_cpu_init();
+  return SmallMatMul16Supported() && __builtin_cpu_supports("avx512bf16");
+}
+
+TANDEM_AVX512_BF16 void SmallMatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out,
+                                           int m, int n, int k, bool accumulate, int n_begin,
+                                           int n_end) {
+  const uint16_t* w16 = static_cast<const uint16_t*>(w);
+  ForEachTile(m, n_begin, n_end, [&](auto jb, auto ib, int j0, int i0) {
+    TileDot<decltype(jb)::value, decltype(ib)::value>(x_bf16, w16, out, n, k, accumulate, j0, i0);
+  });
+}
 
 bool SmallMatMulSupported() {
   __builtin_cpu_init();

@@ -8,6 +8,10 @@
 #ifndef TANDEM_COMMON_COMPUTE_CPU_SMALL_MATMUL_H_
 #define TANDEM_COMMON_COMPUTE_CPU_SMALL_MATMUL_H_
 
+#include <cstdint>
+
+#include "common/model/dtype.h"
+
 namespace tandem::cpu {
 
 // Most rows the small-m path takes; larger products go to BLAS.
@@ -20,6 +24,19 @@ bool SmallMatMulSupported();
 // threads. Requires SmallMatMulSupported().
 void SmallMatMul(const float* x, const float* w, float* out, int m, int n, int k, bool accumulate,
                  int n_begin, int n_end);
+
+// The same with 16-bit weights (kF16 or kBF16), widened in registers.
+// Requires SmallMatMul16Supported().
+bool SmallMatMul16Supported();
+void SmallMatMul16(const float* x, const void* w, DType w_type, float* out, int m, int n, int k,
+                   bool accumulate, int n_begin, int n_end);
+
+// bf16 weights against inputs already rounded to bf16 (x_bf16[m, k]), with
+// the AVX512-BF16 dot-product instruction: twice the multiply-adds per
+// instruction of the f32 path. Requires DotBf16Supported().
+bool DotBf16Supported();
+void SmallMatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m, int n, int k,
+                        bool accumulate, int n_begin, int n_end);
 
 }  // namespace tandem::cpu
 

@@ -199,9 +199,24 @@ void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
   Keep(TANDEM_CUDA_STATUS(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost)));
 }
 
-void CudaBackend::MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+absl::Status CudaBackend::Supports(DType weights, DType kv) const {
+  if (weights != DType::kF32 || kv != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA backend computes with f32 weights and an f32 KV cache only; got ",
+        std::string(DTypeName(weights)), " weights and ", std::string(DTypeName(kv)),
+        " KV (use --backend cpu, or an f32 model with --kv_dtype f32)"));
+  }
+  return absl::OkStatus();
+}
+
+void CudaBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, int n, int k,
                          bool accumulate) {
   if (!Begin() || m <= 0 || n <= 0) return;
+  if (weights.dtype != DType::kF32) {
+    Keep(Supports(weights.dtype, DType::kF32));
+    return;
+  }
+  const float* w = static_cast<const float*>(weights.data);
   // Row-major out[m, n] = x[m, k] w[n, k]^T is column-major
   // out^T[n, m] = w^T x^T with w read as a column-major [k, n] matrix.
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -214,8 +229,13 @@ void CudaBackend::MatMul(const float* x, const float* w, float* out, int m, int 
       cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, out, n)));
 }
 
-void CudaBackend::Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {
+void CudaBackend::Embed(MatrixRef weights, std::span<const int32_t> ids, int dim, float* out) {
   if (!Begin() || ids.empty()) return;
+  if (weights.dtype != DType::kF32) {
+    Keep(Supports(weights.dtype, DType::kF32));
+    return;
+  }
+  const float* table = static_cast<const float*>(weights.data);
   const int32_t* d_ids = UploadInts(ids_upload_, ids);
   if (d_ids == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchEmbed(table, d_ids, static_cast<int>(ids.size()), dim, out)));
@@ -235,7 +255,13 @@ void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
   if (d_positions == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchRope(q, q_stride, k, k_stride, d_positions,
                                            static_cast<int>(positions.size()), shape.n_heads,
-                                           shape.n_kv_heads, shape.head_dim, cos_sin)));
+                                           shape.n_kv_heads, shape.head_dim, cos_sin,
+                                           shape.rope_half_split)));
+}
+
+void CudaBackend::AddBias(float* x, int stride, const float* bias, int rows, int n) {
+  if (!Begin()) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchAddBias(x, stride, bias, rows, n)));
 }
 
 void CudaBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) {
@@ -245,8 +271,13 @@ void CudaBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden)
 
 void CudaBackend::WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                           std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
-                          float* cache) {
+                          void* cache_bytes) {
   if (!Begin() || rows.empty()) return;
+  if (layout.dtype != DType::kF32) {
+    Keep(Supports(DType::kF32, layout.dtype));
+    return;
+  }
+  float* cache = static_cast<float*>(cache_bytes);
   const int32_t* meta = UploadRows(rows);
   if (meta == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchWriteKv(
@@ -254,9 +285,14 @@ void CudaBackend::WriteKv(const float* k, int k_stride, const float* v, int v_st
 }
 
 void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
-                                 int layer, const KvLayout& layout, const float* cache,
+                                 int layer, const KvLayout& layout, const void* cache_bytes,
                                  const AttentionShape& shape, float* out) {
   if (!Begin() || rows.empty()) return;
+  if (layout.dtype != DType::kF32) {
+    Keep(Supports(DType::kF32, layout.dtype));
+    return;
+  }
+  const float* cache = static_cast<const float*>(cache_bytes);
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
       shape.n_heads / shape.n_kv_heads > cuda::kMaxGroup || shape.head_dim > cuda::kMaxHeadDim) {
     Keep(absl::UnimplementedError(

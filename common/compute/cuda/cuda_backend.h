@@ -50,12 +50,17 @@ class CudaBackend final : public Backend {
   // bytes written. The ceiling for memory-bound steps such as decode.
   absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes);
 
+  using Backend::Embed;
+  using Backend::MatMul;
+  // f32 weights and KV only, for now.
+  absl::Status Supports(DType weights, DType kv) const override;
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   void CopyToDevice(const void* host, void* device, size_t bytes) override;
   void CopyToHost(const void* device, void* host, size_t bytes) override;
-  void MatMul(const float* x, const float* w, float* out, int m, int n, int k,
+  void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k,
               bool accumulate) override;
-  void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) override;
+  void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) override;
+  void AddBias(float* x, int stride, const float* bias, int rows, int n) override;
   void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                float eps) override;
   void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
@@ -63,9 +68,9 @@ class CudaBackend final : public Backend {
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;
   void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
-               float* cache) override;
+               void* cache) override;
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
-                      const KvLayout& layout, const float* cache, const AttentionShape& shape,
+                      const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
 
  private:

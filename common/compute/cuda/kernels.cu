@@ -43,7 +43,7 @@ struct DeviceLayout {
 };
 
 DeviceLayout MakeLayout(const KvLayout& layout, int layer, const float* cache) {
-  return DeviceLayout{layout.block_size, layout.kv_dim, cache + layer * layout.layer_floats()};
+  return DeviceLayout{layout.block_size, layout.kv_dim, cache + layer * layout.layer_elements()};
 }
 
 __global__ void EmbedKernel(const float* table, const int32_t* ids, int dim, float* out) {
@@ -77,7 +77,8 @@ __global__ void RmsNormKernel(const float* x, const float* weight, float* out, i
 }
 
 __global__ void RopeKernel(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
-                           int n_heads, int n_kv_heads, int head_dim, const float* cos_sin) {
+                           int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
+                           bool half_split) {
   const int r = blockIdx.x;
   const int half = head_dim / 2;
   const float* cs = cos_sin + static_cast<size_t>(positions[r]) * half * 2;
@@ -87,9 +88,19 @@ __global__ void RopeKernel(float* q, int q_stride, float* k, int k_stride, const
     float* v = head < n_heads ? q + static_cast<size_t>(r) * q_stride + head * head_dim
                               : k + static_cast<size_t>(r) * k_stride + (head - n_heads) * head_dim;
     const float c = cs[2 * i], s = cs[2 * i + 1];
-    const float a = v[2 * i], b = v[2 * i + 1];
-    v[2 * i] = a * c - b * s;
-    v[2 * i + 1] = a * s + b * c;
+    // Pair i is (2i, 2i+1), or (i, i + half) for half-split checkpoints.
+    const int ia = half_split ? i : 2 * i, ib = half_split ? i + half : 2 * i + 1;
+    const float a = v[ia], b = v[ib];
+    v[ia] = a * c - b * s;
+    v[ib] = a * s + b * c;
+  }
+}
+
+__global__ void AddBiasKernel(float* x, int stride, const float* bias, int rows, int n) {
+  const size_t total = static_cast<size_t>(rows) * n;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    x[(i / n) * stride + i % n] += bias[i % n];
   }
 }
 
@@ -297,10 +308,21 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* out, int r
 }
 
 cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
-                       int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin) {
+                       int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
+                       bool half_split) {
   if (rows <= 0) return cudaSuccess;
   RopeKernel<<<rows, ThreadsFor((n_heads + n_kv_heads) * head_dim / 2)>>>(
-      q, q_stride, k, k_stride, positions, n_heads, n_kv_heads, head_dim, cos_sin);
+      q, q_stride, k, k_stride, positions, n_heads, n_kv_heads, head_dim, cos_sin, half_split);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int n) {
+  const size_t total = static_cast<size_t>(rows) * n;
+  if (total == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const size_t blocks = (total + kThreads - 1) / kThreads;
+  AddBiasKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kThreads>>>(x, stride,
+                                                                                      bias, rows, n);
   return cudaGetLastError();
 }
 
@@ -320,7 +342,7 @@ cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_st
   if (rows <= 0) return cudaSuccess;
   WriteKvKernel<<<rows, ThreadsFor(layout.kv_dim)>>>(k, k_stride, v, v_stride, rows_meta,
                                                      MakeLayout(layout, layer, cache),
-                                                     cache + layer * layout.layer_floats());
+                                                     cache + layer * layout.layer_elements());
   return cudaGetLastError();
 }
 

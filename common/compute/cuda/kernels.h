@@ -22,7 +22,9 @@ cudaError_t LaunchEmbed(const float* table, const int32_t* ids, int rows, int di
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                           float eps);
 cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
-                       int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin);
+                       int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
+                       bool half_split);
+cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int n);
 cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden);
 cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_stride,
                           const int32_t* rows_meta, int rows, int layer, const KvLayout& layout,

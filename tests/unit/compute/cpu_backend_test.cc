@@ -277,7 +277,7 @@ TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
   // K and V are columns of a fused [rows, q | k | v] buffer.
   const int q_dim = 20, stride = q_dim + 2 * layout.kv_dim;
   const std::vector<float> qkv = RandomFloats(rows.size() * stride, -1, 1, rng_);
-  std::vector<float> cache(layout.total_floats(), kNaN);
+  std::vector<float> cache(layout.total_elements(), kNaN);
   const int layer = 1;
   backend_->WriteKv(qkv.data() + q_dim, stride, qkv.data() + q_dim + layout.kv_dim, stride, rows,
                     layer, layout, cache.data());

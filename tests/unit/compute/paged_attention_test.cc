@@ -58,7 +58,7 @@ class AttentionCase {
     std::vector<int32_t> ids(layout_.num_blocks);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng_);
-    cache_.assign(layout_.total_floats(), kNaN);
+    cache_.assign(layout_.total_elements(), kNaN);
 
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     size_t next_id = 0;

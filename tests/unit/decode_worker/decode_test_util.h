@@ -233,8 +233,8 @@ class FakePrefill {
   std::vector<std::vector<kvtransfer::Slice>> LayerSlices(std::span<const int32_t> blocks) const {
     const KvLayout& layout = engine_->kv_layout();
     return kvtransfer::PagedKvSlices(region_, layout.n_layers,
-                                     layout.layer_floats() * sizeof(float),
-                                     layout.block_floats() * sizeof(float), blocks);
+                                     layout.layer_bytes(),
+                                     layout.block_bytes(), blocks);
   }
 
   // Computes `prompt`, sends each layer's KV as soon as it is written, and

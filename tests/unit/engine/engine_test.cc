@@ -270,7 +270,7 @@ TEST(Engine, KvCopiedLayerByLayerContinuesTheSequence) {
   auto decode = MakeEngine(*weights, EngineOptions{.num_blocks = 16});
   const std::vector<int32_t> prompt = RandomTokens(37, weights->config.vocab_size, 4);
   const KvLayout& layout = prefill->kv_layout();
-  ASSERT_EQ(prefill->kv_cache_bytes(), layout.total_floats() * sizeof(float));
+  ASSERT_EQ(prefill->kv_cache_bytes(), layout.total_bytes());
 
   // The decode side holds other blocks first, so the ids differ.
   BlockTable other = decode->NewSequence();
@@ -285,9 +285,11 @@ TEST(Engine, KvCopiedLayerByLayerContinuesTheSequence) {
   auto copy_layer = [&](int layer) {
     layers_seen.push_back(layer);
     for (size_t i = 0; i < source.blocks().size(); ++i) {
-      std::memcpy(decode->kv_cache() + layout.BlockOffset(layer, destination.blocks()[i]),
-                  prefill->kv_cache() + layout.BlockOffset(layer, source.blocks()[i]),
-                  layout.block_floats() * sizeof(float));
+      std::memcpy(static_cast<uint8_t*>(decode->kv_cache()) +
+                      layout.BlockOffset(layer, destination.blocks()[i]) * layout.element_bytes(),
+                  static_cast<uint8_t*>(prefill->kv_cache()) +
+                      layout.BlockOffset(layer, source.blocks()[i]) * layout.element_bytes(),
+                  layout.block_bytes());
     }
   };
   ASSERT_OK_AND_ASSIGN(std::vector<float> logits, prefill->Step({&item, 1}, copy_layer));

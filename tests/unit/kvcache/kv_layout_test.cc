@@ -40,9 +40,9 @@ std::vector<size_t> SlotFloats(const KvLayout& l, int layer, int block, int slot
 
 TEST(KvLayout, SizesFollowTheShape) {
   const KvLayout l = SmallLayout();
-  EXPECT_EQ(l.block_floats(), 2u * 5 * 6);
-  EXPECT_EQ(l.layer_floats(), 2u * 5 * 6 * 7);
-  EXPECT_EQ(l.total_floats(), 2u * 5 * 6 * 7 * 3);
+  EXPECT_EQ(l.block_elements(), 2u * 5 * 6);
+  EXPECT_EQ(l.layer_elements(), 2u * 5 * 6 * 7);
+  EXPECT_EQ(l.total_elements(), 2u * 5 * 6 * 7 * 3);
 }
 
 TEST(KvLayout, OffsetsMatchTheDocumentedLayout) {
@@ -63,7 +63,7 @@ TEST(KvLayout, OffsetsMatchTheDocumentedLayout) {
 // Every float of the cache belongs to exactly one (layer, block, K|V, slot).
 TEST(KvLayout, SlotsTileTheCacheExactlyOnce) {
   const KvLayout l = SmallLayout();
-  std::vector<int> uses(l.total_floats(), 0);
+  std::vector<int> uses(l.total_elements(), 0);
   for (int layer = 0; layer < l.n_layers; ++layer) {
     for (int block = 0; block < l.num_blocks; ++block) {
       for (int slot = 0; slot < l.block_size; ++slot) {
@@ -85,8 +85,8 @@ TEST(KvLayout, LayerOfConsecutiveBlocksIsOneRange) {
     for (int first = 0; first < l.num_blocks; ++first) {
       for (int count = 1; first + count <= l.num_blocks; ++count) {
         const size_t begin = l.BlockOffset(layer, first);
-        const size_t end = begin + count * l.block_floats();
-        std::vector<int> uses(l.total_floats(), 0);
+        const size_t end = begin + count * l.block_elements();
+        std::vector<int> uses(l.total_elements(), 0);
         for (int block = first; block < first + count; ++block) {
           for (int slot = 0; slot < l.block_size; ++slot) {
             for (size_t at : SlotFloats(l, layer, block, slot)) ++uses[at];

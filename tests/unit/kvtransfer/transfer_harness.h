@@ -36,14 +36,14 @@ struct KvPool {
   std::vector<std::byte> bytes;
   RegionId region = 0;
 
-  size_t block_bytes() const { return layout.block_floats() * sizeof(float); }
+  size_t block_bytes() const { return layout.block_bytes(); }
   size_t BlockOffset(int layer, int32_t block) const {
-    return layout.BlockOffset(layer, block) * sizeof(float);
+    return layout.BlockOffset(layer, block) * layout.element_bytes();
   }
   // A sequence holding `blocks` (in sequence order), layer by layer, as a
   // worker would send or receive it.
   std::vector<std::vector<Slice>> Slices(const std::vector<int32_t>& blocks) const {
-    return PagedKvSlices(region, layout.n_layers, layout.layer_floats() * sizeof(float),
+    return PagedKvSlices(region, layout.n_layers, layout.layer_bytes(),
                          block_bytes(), blocks);
   }
   std::string Block(int layer, int32_t block) const {
@@ -103,7 +103,7 @@ class Harness {
   KvPool MakePool(KvLayout layout, bool random) {
     KvPool pool;
     pool.layout = layout;
-    pool.bytes.resize(layout.total_floats() * sizeof(float), kSentinel);
+    pool.bytes.resize(layout.total_bytes(), kSentinel);
     if (random) {
       for (std::byte& b : pool.bytes) b = static_cast<std::byte>(rng_() & 0xff);
     }

@@ -63,17 +63,17 @@ TEST(Llama2cCheckpointTest, LoadsStories260K) {
   EXPECT_EQ(c.vocab_size, 512);
   EXPECT_EQ(c.seq_len, 512);
   EXPECT_TRUE(c.shared_classifier);
-  EXPECT_EQ(w->classifier.data(), w->token_embedding.data());
+  EXPECT_EQ(w->classifier.data, w->token_embedding.data);
   ASSERT_EQ(w->layers.size(), 5u);
   EXPECT_EQ(w->layers[4].wk.size(), 32u * 64);
   EXPECT_EQ(w->layers[4].w2.size(), 64u * 172);
   // The embedding is the first tensor after the 28-byte header.
   const std::string bytes = ReadBytes(path);
-  EXPECT_EQ(std::memcmp(w->token_embedding.data(), bytes.data() + 28, 512 * 64 * 4), 0);
+  EXPECT_EQ(std::memcmp(w->token_embedding.data, bytes.data() + 28, 512 * 64 * 4), 0);
   // rms_final sits right before the two RoPE tables at the end.
   const size_t rope_bytes = 512 * 8 * 4;
   EXPECT_EQ(
-      std::memcmp(w->rms_final.data(), bytes.data() + bytes.size() - rope_bytes - 64 * 4, 64 * 4),
+      std::memcmp(w->rms_final.data, bytes.data() + bytes.size() - rope_bytes - 64 * 4, 64 * 4),
       0);
 }
 
@@ -111,7 +111,7 @@ TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
   ExpectSameWeights(*model, *from_bin);
   ExpectSameWeights(*model, *from_gguf);
   EXPECT_EQ(from_bin->config.shared_classifier, s.tied);
-  EXPECT_EQ(from_bin->classifier.data() == from_bin->token_embedding.data(), s.tied);
+  EXPECT_EQ(from_bin->classifier.data == from_bin->token_embedding.data, s.tied);
 
   const std::string again = TempPath(absl::StrCat(s.name, ".again.bin"));
   ASSERT_OK(WriteLlama2cCheckpoint(*from_gguf, again));

@@ -17,9 +17,8 @@
 
 namespace tandem::testing {
 
-inline std::vector<std::pair<std::string, std::span<const float>>> NamedTensors(
-    const ModelWeights& w) {
-  std::vector<std::pair<std::string, std::span<const float>>> out;
+inline std::vector<std::pair<std::string, Tensor>> NamedTensors(const ModelWeights& w) {
+  std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("token_embedding", w.token_embedding);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& x = w.layers[l];
@@ -59,10 +58,11 @@ inline void ExpectWeightsMap(const ModelWeights& want, const ModelWeights& got,
   ASSERT_EQ(a.size(), b.size());
   for (size_t t = 0; t < a.size(); ++t) {
     ASSERT_EQ(a[t].second.size(), b[t].second.size()) << a[t].first;
-    for (size_t i = 0; i < a[t].second.size(); ++i) {
-      const float e = expected(a[t].first, a[t].second[i]);
-      if (std::memcmp(&e, &b[t].second[i], sizeof(float)) != 0) {
-        ADD_FAILURE() << a[t].first << "[" << i << "] is " << b[t].second[i] << ", expected " << e;
+    const std::vector<float> av = a[t].second.ToFloats(), bv = b[t].second.ToFloats();
+    for (size_t i = 0; i < av.size(); ++i) {
+      const float e = expected(a[t].first, av[i]);
+      if (std::memcmp(&e, &bv[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << a[t].first << "[" << i << "] is " << bv[i] << ", expected " << e;
         break;
       }
     }

@@ -152,8 +152,8 @@ class DecodeSide {
       std::vector<kvtransfer::Slice>& slices = request.layers.emplace_back();
       for (int b = 0; b < prompt_blocks; ++b) {
         slices.push_back(kvtransfer::Slice{
-            region_, layout.BlockOffset(l, lease->table.blocks()[b]) * sizeof(float),
-            layout.block_floats() * sizeof(float)});
+            region_, layout.BlockOffset(l, lease->table.blocks()[b]) * layout.element_bytes(),
+            layout.block_bytes()});
       }
     }
     Lease* raw = lease.get();

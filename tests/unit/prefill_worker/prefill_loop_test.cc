@@ -116,7 +116,7 @@ TEST_F(PrefillLoopTest, FirstTokenIsTheArgmaxAndTheKvContinuesExactly) {
   ExpectExact(prompt, *lease, result, 12);
 
   const KvLayout& layout = reference_->kv_layout();
-  const int64_t kv_bytes = int64_t{3} * layout.n_layers * layout.block_floats() * sizeof(float);
+  const int64_t kv_bytes = int64_t{3} * layout.n_layers * layout.block_bytes();
   EXPECT_EQ(result.kv_bytes, kv_bytes);
   EXPECT_GE(result.queue_us, 0);
   EXPECT_GT(result.prefill_us, 0);

@@ -247,7 +247,7 @@ TEST_F(CudaVsCpu, WriteKv) {
   rows.push_back({5, seqs.blocks[2]});
   const int stride = 3 * kv_dim + 5;
   Pair kv = Upload(RandomFloats(rows.size() * stride, -1, 1, rng_));
-  Pair cache = Upload(RandomFloats(seqs.layout.total_floats(), -1, 1, rng_));
+  Pair cache = Upload(RandomFloats(seqs.layout.total_elements(), -1, 1, rng_));
   for (int layer : {0, 1}) {
     cpu_->WriteKv(kv.cpu, stride, kv.cpu + kv_dim + 2, stride, rows, layer, seqs.layout, cache.cpu);
     cuda_->WriteKv(kv.cuda, stride, kv.cuda + kv_dim + 2, stride, rows, layer, seqs.layout,
@@ -270,7 +270,7 @@ class CudaAttention : public CudaVsCpu, public ::testing::WithParamInterface<Att
     const int kv_dim = shape.n_kv_heads * shape.head_dim;
     Sequences seqs = MakeSequences(lengths, kv_dim, rng_);
     const KvLayout& layout = seqs.layout;
-    std::vector<float> cache = RandomFloats(layout.total_floats(), -1, 1, rng_);
+    std::vector<float> cache = RandomFloats(layout.total_elements(), -1, 1, rng_);
     // Slots past each sequence's end are NaN: reading them shows.
     for (size_t s = 0; s < lengths.size(); ++s) {
       for (int layer = 0; layer < layout.n_layers; ++layer) {
@@ -342,7 +342,7 @@ TEST_F(CudaVsCpu, FirstErrorIsSticky) {
   const AttentionShape too_wide{2, 1, 512};
   Sequences seqs = MakeSequences({3}, 512, rng_);
   const std::vector<AttentionRow> rows = {{2, seqs.blocks[0]}};
-  Pair q = Poisoned(1024), cache = Poisoned(seqs.layout.total_floats()), out = Poisoned(1024);
+  Pair q = Poisoned(1024), cache = Poisoned(seqs.layout.total_elements()), out = Poisoned(1024);
   cuda_->PagedAttention(q.cuda, 1024, rows, 0, seqs.layout, cache.cuda, too_wide, out.cuda);
   EXPECT_EQ(cuda_->status().code(), absl::StatusCode::kUnimplemented);
   cuda_->SwiGlu(q.cuda, out.cuda, 1, 8);

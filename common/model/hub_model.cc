@@ -1,0 +1,409 @@
+#include "common/model/hub_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/model/ggml_types.h"
+#include "common/model/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Invalid(const std::string& file, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("'", file, "': ", problem));
+}
+
+absl::StatusOr<Json> ReadJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(path, "is not valid JSON");
+  if (!j.is_object()) return Invalid(path, "is not a JSON object");
+  return j;
+}
+
+// An integer field in [lo, hi]; `fallback` when absent or null (nullopt:
+// the field is required).
+absl::StatusOr<int> IntField(const Json& j, const std::string& file, const char* key,
+                             std::optional<int> fallback, int64_t lo, int64_t hi) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback.has_value()) return *fallback;
+    return Invalid(file, absl::StrCat("field '", key, "' is missing"));
+  }
+  const Json& v = j[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be an integer in [",
+                                      lo, ", ", hi, "]"));
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+absl::StatusOr<float> FloatField(const Json& j, const std::string& file, const char* key,
+                                 float fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const Json& v = j[key];
+  if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
+    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be a positive number"));
+  }
+  return static_cast<float>(v.get<double>());
+}
+
+absl::StatusOr<bool> BoolField(const Json& j, const std::string& file, const char* key,
+                               bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) {
+    return Invalid(file, absl::StrCat("field '", key, "' is ", j[key].dump(), "; it must be true or false"));
+  }
+  return j[key].get<bool>();
+}
+
+absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& file) {
+  RopeScaling s;
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
+  const Json& r = j["rope_scaling"];
+  if (!r.is_object()) return Invalid(file, "field 'rope_scaling' must be an object or null");
+  // Newer configs say "rope_type", older ones "type".
+  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
+  if (!r.contains(type_key) || !r[type_key].is_string()) {
+    return Invalid(file, "field 'rope_scaling' has no string 'rope_type' (or 'type')");
+  }
+  const std::string type = r[type_key].get<std::string>();
+  if (type == "default") return s;
+  if (type != "linear" && type != "llama3") {
+    return Invalid(file, absl::StrCat("field 'rope_scaling.", type_key, "' is '", type,
+                                      "'; supported: linear, llama3 (or no scaling)"));
+  }
+  ASSIGN_OR_RETURN(s.factor, FloatField(r, file, "factor", 0.0f));
+  if (s.factor == 0.0f) return Invalid(file, "field 'rope_scaling.factor' is missing");
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+    return s;
+  }
+  s.type = RopeScaling::Type::kLlama3;
+  ASSIGN_OR_RETURN(s.low_freq_factor, FloatField(r, file, "low_freq_factor", 0.0f));
+  ASSIGN_OR_RETURN(s.high_freq_factor, FloatField(r, file, "high_freq_factor", 0.0f));
+  ASSIGN_OR_RETURN(s.original_max_position,
+                   IntField(r, file, "original_max_position_embeddings", std::nullopt, 1, 1 << 24));
+  if (s.low_freq_factor == 0.0f || s.high_freq_factor == 0.0f) {
+    return Invalid(file, "llama3 'rope_scaling' needs low_freq_factor and high_freq_factor");
+  }
+  return s;
+}
+
+// The tensors of a Llama-family hub checkpoint with their shapes, and where
+// each goes in a ModelWeights (const or not).
+template <typename Weights>
+auto TensorTable(Weights& w) {
+  using T = std::conditional_t<std::is_const_v<Weights>, const Tensor, Tensor>;
+  struct Row {
+    std::string name;
+    std::vector<int64_t> shape;
+    T* tensor;
+    bool rope_rows;  // q or k rows (permuted for half-split RoPE)
+    int heads;       // for rope_rows: how many heads the rows hold
+  };
+  const ModelConfig& c = w.config;
+  const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), q = c.q_dim(), v = c.vocab_size;
+  std::vector<Row> rows;
+  rows.push_back({"model.embed_tokens.weight", {v, d}, &w.token_embedding, false, 0});
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& x = w.layers[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    rows.push_back({p + "input_layernorm.weight", {d}, &x.rms_att, false, 0});
+    rows.push_back({p + "self_attn.q_proj.weight", {q, d}, &x.wq, true, c.n_heads});
+    rows.push_back({p + "self_attn.k_proj.weight", {kv, d}, &x.wk, true, c.n_kv_heads});
+    rows.push_back({p + "self_attn.v_proj.weight", {kv, d}, &x.wv, false, 0});
+    if (c.attention_bias) {
+      rows.push_back({p + "self_attn.q_proj.bias", {q}, &x.bq, true, c.n_heads});
+      rows.push_back({p + "self_attn.k_proj.bias", {kv}, &x.bk, true, c.n_kv_heads});
+      rows.push_back({p + "self_attn.v_proj.bias", {kv}, &x.bv, false, 0});
+    }
+    rows.push_back({p + "self_attn.o_proj.weight", {d, q}, &x.wo, false, 0});
+    rows.push_back({p + "post_attention_layernorm.weight", {d}, &x.rms_ffn, false, 0});
+    rows.push_back({p + "mlp.gate_proj.weight", {h, d}, &x.w1, false, 0});
+    rows.push_back({p + "mlp.down_proj.weight", {d, h}, &x.w2, false, 0});
+    rows.push_back({p + "mlp.up_proj.weight", {h, d}, &x.w3, false, 0});
+  }
+  rows.push_back({"model.norm.weight", {d}, &w.rms_final, false, 0});
+  if (!c.shared_classifier) rows.push_back({"lm_head.weight", {v, d}, &w.classifier, false, 0});
+  return rows;
+}
+
+// Tensors that checkpoints may carry and the model recomputes.
+bool IsDerivedBuffer(const std::string& name) {
+  return name.ends_with(".self_attn.rotary_emb.inv_freq");
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Owns what a loaded model's tensors point into.
+struct HubStorage {
+  std::shared_ptr<const void> mapping;
+  std::vector<std::vector<uint64_t>> copies;  // tensors misaligned in the file
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
+  const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  ASSIGN_OR_RETURN(Json j, ReadJson(file));
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() &&
+      j["architectures"].size() == 1 && j["architectures"][0].is_string()) {
+    arch = j["architectures"][0].get<std::string>();
+  }
+  const bool qwen2 = arch == "Qwen2ForCausalLM";
+  if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && !qwen2) {
+    return Invalid(file, absl::StrCat("field 'architectures' is ",
+                                      j.contains("architectures") ? j["architectures"].dump() : "missing",
+                                      "; supported: [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"], "
+                                      "[\"Qwen2ForCausalLM\"]"));
+  }
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
+    return Invalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
+                                      "; only \"silu\" is supported"));
+  }
+  ASSIGN_OR_RETURN(bool mlp_bias, BoolField(j, file, "mlp_bias", false));
+  if (mlp_bias) return Invalid(file, "field 'mlp_bias' is true; MLP biases are not supported");
+
+  constexpr int kMax = 1 << 20;
+  ModelConfig c;
+  ASSIGN_OR_RETURN(c.dim, IntField(j, file, "hidden_size", std::nullopt, 1, kMax));
+  ASSIGN_OR_RETURN(c.hidden_dim, IntField(j, file, "intermediate_size", std::nullopt, 1, kMax));
+  ASSIGN_OR_RETURN(c.n_layers, IntField(j, file, "num_hidden_layers", std::nullopt, 1, 4096));
+  ASSIGN_OR_RETURN(c.n_heads, IntField(j, file, "num_attention_heads", std::nullopt, 1, 4096));
+  ASSIGN_OR_RETURN(c.n_kv_heads, IntField(j, file, "num_key_value_heads", c.n_heads, 1, 4096));
+  ASSIGN_OR_RETURN(c.vocab_size, IntField(j, file, "vocab_size", std::nullopt, 1, 1 << 22));
+  ASSIGN_OR_RETURN(c.seq_len, IntField(j, file, "max_position_embeddings", std::nullopt, 1, kMax));
+  ASSIGN_OR_RETURN(c.head_size, IntField(j, file, "head_dim", 0, 0, 4096));
+  if (c.head_size * c.n_heads == c.dim) c.head_size = 0;  // the default, said explicitly
+  ASSIGN_OR_RETURN(c.norm_eps, FloatField(j, file, "rms_norm_eps", 1e-6f));
+  ASSIGN_OR_RETURN(c.rope_theta, FloatField(j, file, "rope_theta", 10000.0f));
+  ASSIGN_OR_RETURN(c.shared_classifier, BoolField(j, file, "tie_word_embeddings", false));
+  // Qwen 2 always has q/k/v biases; Llama says so with attention_bias.
+  ASSIGN_OR_RETURN(c.attention_bias, BoolField(j, file, "attention_bias", qwen2));
+  ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(j, file));
+  c.rope_layout = RopeLayout::kHalfSplit;
+
+  // Full attention equals sliding-window attention up to the window.
+  ASSIGN_OR_RETURN(bool sliding, BoolField(j, file, "use_sliding_window", !qwen2));
+  ASSIGN_OR_RETURN(int window, IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
+  if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
+
+  if (absl::Status s = c.Validate(); !s.ok()) return Invalid(file, std::string(s.message()));
+  return c;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReadHubEosIds(const std::string& dir) {
+  const std::string file = (std::filesystem::path(dir) / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return std::vector<int32_t>{};
+  ASSIGN_OR_RETURN(Json j, ReadJson(file));
+  std::vector<int32_t> ids;
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return ids;
+  const Json& e = j["eos_token_id"];
+  const Json list = e.is_array() ? e : Json::array({e});
+  for (const Json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 22)) {
+      return Invalid(file, absl::StrCat("field 'eos_token_id' holds ", id.dump(),
+                                        "; it must be a token id or a list of them"));
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& dir) {
+  ASSIGN_OR_RETURN(ModelConfig config, ReadHubConfig(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, OpenSafetensorsFolder(dir));
+  auto weights = std::make_unique<ModelWeights>();
+  weights->config = config;
+  weights->source = dir;
+  weights->layers.resize(config.n_layers);
+  auto storage = std::make_shared<HubStorage>();
+  storage->mapping = st->keep_alive();
+  const auto table = TensorTable(*weights);
+
+  std::set<std::string> expected;
+  std::optional<DType> matrix_type;
+  for (const auto& row : table) {
+    expected.insert(row.name);
+    const TensorInfo* t = st->Find(row.name);
+    if (t == nullptr) {
+      return Invalid(dir, absl::StrCat("has no tensor '", row.name, "', which config.json (",
+                                       config.ToString(), ") implies"));
+    }
+    if (t->shape != row.shape) {
+      return Invalid(dir, absl::StrCat("tensor '", row.name, "' has shape ", ShapeText(t->shape),
+                                       "; config.json implies ", ShapeText(row.shape)));
+    }
+    const std::optional<DType> dtype = ToDType(t->dtype);
+    if (!dtype.has_value()) {
+      return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ", std::string(SafetensorsDTypeName(t->dtype)),
+                                       "; only F32, F16 and BF16 are supported"));
+    }
+    if (row.shape.size() == 2) {
+      if (matrix_type.has_value() && *matrix_type != *dtype) {
+        return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ", std::string(DTypeName(*dtype)),
+                                         " but earlier matrices are ", std::string(DTypeName(*matrix_type)),
+                                         "; convert the folder to one type with tandem-convert"));
+      }
+      matrix_type = dtype;
+    }
+    const void* data = t->bytes.data();
+    if (reinterpret_cast<uintptr_t>(data) % DTypeSize(*dtype) != 0) {
+      std::vector<uint64_t>& copy = storage->copies.emplace_back((t->bytes.size() + 7) / 8);
+      std::memcpy(copy.data(), t->bytes.data(), t->bytes.size());
+      data = copy.data();
+    }
+    *row.tensor = Tensor(data, *dtype, t->num_elements);
+  }
+  for (const std::string& name : st->tensor_names()) {
+    if (expected.count(name) > 0 || IsDerivedBuffer(name)) continue;
+    // Some tied checkpoints also store the classifier: accept an exact copy.
+    if (name == "lm_head.weight" && config.shared_classifier) {
+      const TensorInfo* lm = st->Find(name);
+      const TensorInfo* emb = st->Find("model.embed_tokens.weight");
+      if (lm->bytes.size() == emb->bytes.size() && lm->dtype == emb->dtype &&
+          std::memcmp(lm->bytes.data(), emb->bytes.data(), lm->bytes.size()) == 0) {
+        continue;
+      }
+      return Invalid(dir, "has an 'lm_head.weight' that differs from the embedding, but config.json "
+                          "says tie_word_embeddings; fix the config");
+    }
+    return Invalid(dir, absl::StrCat("has tensor '", name, "', which a ", config.ToString(),
+                                     " model does not use (a different architecture or config?)"));
+  }
+  if (config.shared_classifier) weights->classifier = weights->token_embedding;
+  weights->storage = std::move(storage);
+  return weights;
+}
+
+namespace {
+
+// Rows of `t` ([heads * head_dim, cols], cols = 1 for a bias) reordered from
+// interleaved RoPE pairs (2i, 2i+1) to half-split pairs (i, i + half).
+std::vector<float> PermuteForHalfSplit(const std::vector<float>& t, int heads, int head_dim) {
+  const size_t cols = t.size() / (static_cast<size_t>(heads) * head_dim);
+  const int half = head_dim / 2;
+  std::vector<float> out(t.size());
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < half; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        const size_t from = static_cast<size_t>(h) * head_dim + 2 * i + j;
+        const size_t to = static_cast<size_t>(h) * head_dim + j * half + i;
+        std::memcpy(&out[to * cols], &t[from * cols], cols * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> Encode(const std::vector<float>& values, DType dtype) {
+  std::vector<uint8_t> bytes(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? Fp32ToBf16(values[i]) : Fp32ToFp16(values[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+absl::Status WriteJson(const std::string& path, const Json& j) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.flush();
+  if (!out) return absl::DataLossError(absl::StrCat("cannot write '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
+                           const HubWriteOptions& options) {
+  const ModelConfig& c = w.config;
+  RETURN_IF_ERROR(c.Validate());
+  if (w.layers.size() != static_cast<size_t>(c.n_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("weights from '", w.source, "' have ",
+                                                   w.layers.size(), " layers; the config says ",
+                                                   c.n_layers));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+
+  const bool permute = c.rope_layout == RopeLayout::kInterleaved && options.permute_qk;
+  SafetensorsWriter writer;
+  for (const auto& row : TensorTable(w)) {
+    int64_t n = 1;
+    for (int64_t s : row.shape) n *= s;
+    if (static_cast<int64_t>(row.tensor->size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("weights from '", w.source, "' give ", row.name,
+                                                     " ", row.tensor->size(),
+                                                     " values; the config needs ", n));
+    }
+    std::vector<float> values = row.tensor->ToFloats();
+    if (permute && row.rope_rows) values = PermuteForHalfSplit(values, row.heads, c.head_dim());
+    const std::vector<uint8_t> bytes = Encode(values, options.dtype);
+    RETURN_IF_ERROR(writer.Add(row.name, ToSafetensorsDType(options.dtype), row.shape, bytes));
+  }
+  RETURN_IF_ERROR(writer.WriteFolder(dir, options.max_shard_bytes));
+
+  Json config = {
+      {"architectures", {c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", c.attention_bias ? "qwen2" : "llama"},
+      {"hidden_size", c.dim},
+      {"intermediate_size", c.hidden_dim},
+      {"num_hidden_layers", c.n_layers},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim()},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.seq_len},
+      {"rms_norm_eps", c.norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings", c.shared_classifier},
+      {"hidden_act", "silu"},
+      {"torch_dtype", options.dtype == DType::kF32    ? "float32"
+                      : options.dtype == DType::kBF16 ? "bfloat16"
+                                                      : "float16"},
+  };
+  if (!c.attention_bias) config["attention_bias"] = false;
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) {
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.factor}};
+  } else if (s.type == RopeScaling::Type::kLlama3) {
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", s.factor},
+                              {"low_freq_factor", s.low_freq_factor},
+                              {"high_freq_factor", s.high_freq_factor},
+                              {"original_max_position_embeddings", s.original_max_position}};
+  }
+  RETURN_IF_ERROR(WriteJson((std::filesystem::path(dir) / "config.json").string(), config));
+
+  Json generation = Json::object();
+  if (options.bos_id.has_value()) generation["bos_token_id"] = *options.bos_id;
+  if (options.eos_ids.size() == 1) generation["eos_token_id"] = options.eos_ids[0];
+  if (options.eos_ids.size() > 1) generation["eos_token_id"] = options.eos_ids;
+  return WriteJson((std::filesystem::path(dir) / "generation_config.json").string(), generation);
+}
+
+}  // namespace tandem
