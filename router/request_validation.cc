@@ -68,7 +68,11 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
   }
   out.sampling = s;
   out.max_tokens = request.max_tokens();
-  if (tokenizer != nullptr) out.stop_token_ids.push_back(tokenizer->eos_id());
+  // Every end-of-sequence id stops: Llama 3 instruct models end a turn with
+  // <|eot_id|> but may also emit <|end_of_text|> or <|eom_id|>.
+  if (tokenizer != nullptr) {
+    for (const int32_t eos : tokenizer->eos_ids()) out.stop_token_ids.push_back(eos);
+  }
   return out;
 }
 

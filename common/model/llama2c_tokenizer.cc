@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <utility>
 
@@ -142,6 +143,7 @@ absl::StatusOr<std::unique_ptr<Llama2cTokenizer>> Llama2cTokenizer::FromBytes(
     piece = std::string(1, static_cast<char>(b));
   }
   tok->pieces_[kUnkId] = std::string(kUnknownSurface);
+  tok->control_tokens_ = SpecialTokenMatcher({{"<s>", kBosId}, {"</s>", kEosId}});
   tok->pieces_[kBosId].clear();
   tok->pieces_[kEosId].clear();
 
@@ -165,10 +167,53 @@ int32_t Llama2cTokenizer::FindPiece(std::string_view text) const {
 }
 
 absl::StatusOr<std::vector<int32_t>> Llama2cTokenizer::Encode(std::string_view text,
-                                                              bool add_bos) const {
+                                                              const EncodeOptions& options) const {
   std::vector<int32_t> ids;
-  if (add_bos) ids.push_back(kBosId);
-  if (text.empty()) return ids;
+  if (options.add_bos) ids.push_back(kBosId);
+  if (!options.parse_special) {
+    EncodePlain(text, &ids);
+    return ids;
+  }
+  for (size_t pos = 0;;) {
+    const std::optional<SpecialTokenMatcher::Match> m = control_tokens_.Find(text, pos);
+    EncodePlain(text.substr(pos, (m.has_value() ? m->begin : text.size()) - pos), &ids);
+    if (!m.has_value()) return ids;
+    ids.push_back(m->id);
+    pos = m->end;
+  }
+}
+
+SpmVocabulary Llama2cTokenizer::vocabulary() const {
+  SpmVocabulary vocab;
+  vocab.unk_id = kUnkId;
+  vocab.bos_id = kBosId;
+  vocab.eos_id = kEosId;
+  vocab.pieces.resize(pieces_.size());
+  for (size_t id = 0; id < pieces_.size(); ++id) {
+    SpmVocabulary::Piece& piece = vocab.pieces[id];
+    piece.score = scores_[id];
+    if (id < kNumSpecial) {
+      piece.text = id == kUnkId ? "<unk>" : id == kBosId ? "<s>" : "</s>";
+      piece.type = id == kUnkId ? SpmVocabulary::Type::kUnknown : SpmVocabulary::Type::kControl;
+    } else if (id < kFirstNormalId) {
+      piece.text = absl::StrFormat("<0x%02X>", id - kFirstByteId);
+      piece.type = SpmVocabulary::Type::kByte;
+    } else {
+      for (const char c : pieces_[id]) {
+        if (c == ' ') {
+          piece.text.append(kSpaceSymbol);
+        } else {
+          piece.text.push_back(c);
+        }
+      }
+    }
+  }
+  return vocab;
+}
+
+void Llama2cTokenizer::EncodePlain(std::string_view text, std::vector<int32_t>* out) const {
+  std::vector<int32_t>& ids = *out;
+  if (text.empty()) return;
 
   // The dummy prefix, then the text with malformed bytes replaced and U+2581
   // turned into the ' ' it stands for in the pieces: SentencePiece writes
@@ -240,7 +285,6 @@ absl::StatusOr<std::vector<int32_t>> Llama2cTokenizer::Encode(std::string_view t
     }
     for (const char c : piece) ids.push_back(kFirstByteId + static_cast<uint8_t>(c));
   }
-  return ids;
 }
 
 absl::StatusOr<std::string> Llama2cTokenizer::Decode(int32_t prev, int32_t id) const {

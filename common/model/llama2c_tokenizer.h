@@ -15,6 +15,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/model/special_tokens.h"
+#include "common/model/spm_vocabulary.h"
 #include "common/model/tokenizer.h"
 
 namespace tandem {
@@ -44,19 +46,29 @@ class Llama2cTokenizer final : public Tokenizer {
   // SentencePiece's normalizer, each malformed UTF-8 byte becomes U+FFFD and
   // U+2581 in the text is read as a space.
   // Special and byte tokens never come out of a merge, so text such as "<s>"
-  // or "<0x41>" is encoded as plain text. Never fails; O(n log n).
+  // or "<0x41>" is encoded as plain text, unless options.parse_special lets
+  // "<s>" and "</s>" stand for BOS and EOS. Never fails; O(n log n).
   //
   // llama2.c itself replaces characters missing from the vocabulary by bytes
   // before merging; that gives the same ids whenever every character of
   // every piece is a piece itself, which holds for the Llama vocabularies.
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeOptions& options) const override;
 
   // <unk> gives " \u2047 " (SentencePiece's surface for it), <s> and </s>
   // give "". Any `prev` is accepted; only prev == BOS changes the result.
   absl::StatusOr<std::string> Decode(int32_t prev, int32_t id) const override;
 
+  // The vocabulary in SentencePiece spelling: U+2581 for spaces, <0xXX> byte
+  // pieces, <unk>/<s>/</s> for ids 0..2.
+  SpmVocabulary vocabulary() const;
+
  private:
   Llama2cTokenizer() = default;
+
+  // Appends the ids of `text` (no special tokens) to `ids`.
+  void EncodePlain(std::string_view text, std::vector<int32_t>* ids) const;
 
   // Id of the mergeable (normal) piece `text`, or -1.
   int32_t FindPiece(std::string_view text) const;
@@ -69,6 +81,7 @@ class Llama2cTokenizer final : public Tokenizer {
   // start of a word (true of SentencePiece vocabularies trained with
   // split_by_whitespace, the default).
   bool split_at_word_starts_ = false;
+  SpecialTokenMatcher control_tokens_;  // "<s>" and "</s>".
 };
 
 }  // namespace tandem

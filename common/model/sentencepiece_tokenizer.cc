@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/base/status_macros.h"
 
 // The header aliases absl::string_view to std::string_view, which clashes with
 // Debian's Abseil, whose absl::string_view is its own class. Renaming the
@@ -64,9 +65,13 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   const sentencepiece::SentencePieceProcessor& proc = *tok->processor_;
   tok->pieces_.resize(n);
   tok->is_normal_.resize(n);
+  std::vector<SpecialTokenMatcher::Token> controls;
   for (int id = 0; id < n; ++id) {
     const std::string& piece = proc.IdToPiece(id);
-    if (proc.IsControl(id)) continue;
+    if (proc.IsControl(id)) {
+      controls.push_back({piece, id});
+      continue;
+    }
     if (proc.IsUnknown(id)) {
       tok->pieces_[id] = std::string(kUnknownSurface);
     } else if (proc.IsByte(id)) {
@@ -83,20 +88,55 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
       tok->is_normal_[id] = true;
     }
   }
+  tok->control_tokens_ = SpecialTokenMatcher(std::move(controls));
   return tok;
 }
 
-absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text,
-                                                                    bool add_bos) const {
-  std::vector<int> ids;
-  if (absl::Status s = ToAbsl(processor_->Encode(text, &ids)); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("SentencePiece encode failed: ", s.message()));
-  }
+absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(
+    std::string_view text, const EncodeOptions& options) const {
   std::vector<int32_t> out;
-  out.reserve(ids.size() + 1);
-  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
-  out.insert(out.end(), ids.begin(), ids.end());
-  return out;
+  if (options.add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  std::vector<int> ids;
+  const auto encode = [&](std::string_view part) -> absl::Status {
+    if (part.empty()) return absl::OkStatus();
+    if (absl::Status s = ToAbsl(processor_->Encode(part, &ids)); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("SentencePiece encode failed: ", s.message()));
+    }
+    out.insert(out.end(), ids.begin(), ids.end());
+    return absl::OkStatus();
+  };
+  if (!options.parse_special) {
+    RETURN_IF_ERROR(encode(text));
+    return out;
+  }
+  for (size_t pos = 0;;) {
+    const std::optional<SpecialTokenMatcher::Match> m = control_tokens_.Find(text, pos);
+    RETURN_IF_ERROR(encode(text.substr(pos, (m.has_value() ? m->begin : text.size()) - pos)));
+    if (!m.has_value()) return out;
+    out.push_back(m->id);
+    pos = m->end;
+  }
+}
+
+SpmVocabulary SentencePieceTokenizer::vocabulary() const {
+  const sentencepiece::SentencePieceProcessor& proc = *processor_;
+  SpmVocabulary vocab;
+  vocab.unk_id = proc.unk_id();
+  vocab.bos_id = bos_id_;
+  vocab.eos_id = eos_id_;
+  vocab.pieces.resize(pieces_.size());
+  for (int id = 0; id < static_cast<int>(pieces_.size()); ++id) {
+    SpmVocabulary::Piece& piece = vocab.pieces[id];
+    piece.text = proc.IdToPiece(id);
+    piece.score = proc.GetScore(id);
+    using Type = SpmVocabulary::Type;
+    piece.type = proc.IsUnknown(id)   ? Type::kUnknown
+                 : proc.IsControl(id) ? Type::kControl
+                 : proc.IsByte(id)    ? Type::kByte
+                 : proc.IsUnused(id)  ? Type::kUnused
+                                      : Type::kNormal;
+  }
+  return vocab;
 }
 
 absl::StatusOr<std::string> SentencePieceTokenizer::Decode(int32_t prev, int32_t id) const {

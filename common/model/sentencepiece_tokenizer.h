@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/special_tokens.h"
+#include "common/model/spm_vocabulary.h"
 #include "common/model/tokenizer.h"
 
 namespace sentencepiece {
@@ -36,13 +38,20 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_id_; }
 
   // The model's own encoding (normalizer, dummy prefix, byte fallback).
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  // With options.parse_special the control pieces' spellings ("<s>", "</s>")
+  // in the text give their ids and the text between is encoded on its own.
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeOptions& options) const override;
 
   // Unknown tokens give " \u2047 ", SentencePiece's own surface for them, so
   // that a lost character stays visible; control tokens give "", unused
   // tokens their piece text. Any `prev` is accepted; only prev == BOS
   // changes the result.
   absl::StatusOr<std::string> Decode(int32_t prev, int32_t id) const override;
+
+  // The model's pieces, scores and types.
+  SpmVocabulary vocabulary() const;
 
  private:
   explicit SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp);
@@ -53,6 +62,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id_;
   std::vector<std::string> pieces_;  // Decoded text of each id.
   std::vector<bool> is_normal_;      // Whether the BOS rule applies to the id.
+  SpecialTokenMatcher control_tokens_;
 };
 
 }  // namespace tandem

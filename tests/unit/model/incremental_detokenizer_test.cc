@@ -48,7 +48,8 @@ class FakeTokenizer : public Tokenizer {
   int vocab_size() const override { return 260; }
   int32_t bos_id() const override { return 1; }
   int32_t eos_id() const override { return 2; }
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view, bool) const override {
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view,
+                                              const EncodeOptions&) const override {
     return absl::UnimplementedError("not needed");
   }
   absl::StatusOr<std::string> Decode(int32_t prev, int32_t id) const override {

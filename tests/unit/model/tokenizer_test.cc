@@ -370,9 +370,10 @@ TEST_F(BadTokenizerFileTest, MissingFileIsNotFound) {
   EXPECT_THAT(LoadTokenizer(path), StatusIs(absl::StatusCode::kNotFound, HasSubstr(path)));
 }
 
-TEST_F(BadTokenizerFileTest, DirectoryIsRejected) {
+TEST_F(BadTokenizerFileTest, FolderWithoutTokenizerIsRejected) {
   EXPECT_THAT(LoadTokenizer(::tandem::testing::TempDir()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("neither tokenizer.json nor tokenizer.model")));
 }
 
 TEST_F(BadTokenizerFileTest, EmptyFile) {

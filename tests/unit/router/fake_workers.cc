@@ -329,9 +329,9 @@ bool FakePrefillWorker::WaitForCancelled(int n, absl::Duration timeout) const {
 // FakeTokenizer
 
 absl::StatusOr<std::vector<int32_t>> FakeTokenizer::Encode(std::string_view text,
-                                                           bool add_bos) const {
+                                                           const EncodeOptions& options) const {
   std::vector<int32_t> ids;
-  if (add_bos) ids.push_back(kFakeBos);
+  if (options.add_bos) ids.push_back(kFakeBos);
   for (absl::string_view word :
        absl::StrSplit(absl::string_view(text.data(), text.size()), ' ', absl::SkipEmpty())) {
     int id = 0;

@@ -131,7 +131,9 @@ class FakeTokenizer final : public Tokenizer {
   int vocab_size() const override { return kFakeVocab; }
   int32_t bos_id() const override { return kFakeBos; }
   int32_t eos_id() const override { return kFakeEos; }
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              const EncodeOptions& options) const override;
   absl::StatusOr<std::string> Decode(int32_t prev, int32_t id) const override;
 };
 
