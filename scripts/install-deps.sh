@@ -10,11 +10,18 @@ packages=(
   libgtest-dev libgmock-dev googletest
   libopenblas-openmp-dev
   libsentencepiece-dev
+  libpcre2-dev
   libxxhash-dev
-  libucx-dev ucx-utils iproute2 curl python3
+  libucx-dev ucx-utils iproute2 curl python3 python3-jinja2
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
 )
+# The Llama 3 tokenizer tests run a reference encoder with node + npm. A node
+# installed from elsewhere (NodeSource's package bundles npm and conflicts with
+# Debian's npm) is kept; Debian 12's nodejs 18 + npm 9 run the script too.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

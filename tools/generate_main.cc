@@ -1,6 +1,7 @@
 // tandem-generate: streams a model's continuation of a prompt to stdout.
 // Only generated text goes to stdout; timings go to stderr.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,10 +19,14 @@
 #include "common/model/tokenizer.h"
 #include "tools/backend_choice.h"
 
-ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
+ABSL_FLAG(std::string, model, "",
+          "Model: a Hugging Face folder (config.json, safetensors, tokenizer.json), a llama2.c "
+          "checkpoint or a GGUF file (required)");
 ABSL_FLAG(std::string, tokenizer, "",
-          "Tokenizer: llama2.c tokenizer.bin or SentencePiece .model. Without one, the prompt "
-          "must be empty and token ids are printed instead of text");
+          "Tokenizer: a hub folder or tokenizer.json, llama2.c tokenizer.bin or SentencePiece "
+          ".model; defaults to the --model folder's. Without one, the prompt must be empty and "
+          "token ids are printed instead of text");
+ABSL_FLAG(std::string, kv_dtype, "", "KV cache type: f32, bf16 or f16; empty = the weights' type");
 ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone");
 ABSL_FLAG(int, max_tokens, 256, "Most tokens to generate");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy");
@@ -43,7 +48,12 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
 
   std::unique_ptr<Tokenizer> tokenizer;
-  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
+  std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  std::error_code ec;
+  if (tokenizer_path.empty() && std::filesystem::is_directory(model_path, ec)) {
+    tokenizer_path = model_path;
+  }
+  if (const std::string& path = tokenizer_path; !path.empty()) {
     ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(path));
     if (tokenizer->vocab_size() != weights->config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -57,7 +67,7 @@ absl::Status Run() {
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   if (tokenizer != nullptr) {
     ASSIGN_OR_RETURN(request.prompt, tokenizer->Encode(prompt, /*add_bos=*/true));
-    request.eos_id = tokenizer->eos_id();
+    request.eos_ids = tokenizer->eos_ids();
   } else {
     if (!prompt.empty()) {
       return absl::InvalidArgumentError("a text --prompt needs --tokenizer");
@@ -77,6 +87,9 @@ absl::Status Run() {
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
   options.max_logit_rows = 1;
+  if (const std::string kv = absl::GetFlag(FLAGS_kv_dtype); !kv.empty()) {
+    ASSIGN_OR_RETURN(options.kv_dtype, ParseDType(kv));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(*weights, std::move(choice.backend), options));
   weights.reset();
@@ -126,7 +139,7 @@ int main(int argc, char** argv) {
   tandem::ParseToolFlags(
       argc, argv,
       "Streams a model's continuation of a prompt to stdout.\n"
-      "Usage: tandem-generate --model FILE --tokenizer FILE --prompt TEXT --max-tokens N\n"
+      "Usage: tandem-generate --model DIR|FILE [--tokenizer FILE] --prompt TEXT --max-tokens N\n"
       "       [--temperature T --top-p P --top-k K --seed S]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::fflush(stdout);

@@ -60,7 +60,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const GenerateRequest& r
 
   const absl::Time decode_start = absl::Now();
   while (true) {
-    if (token == request.eos_id) {
+    if (std::find(request.eos_ids.begin(), request.eos_ids.end(), token) != request.eos_ids.end()) {
       result.finish = FinishReason::kEos;
       break;
     }

@@ -21,7 +21,8 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;  // at least one token (BOS for an empty text prompt)
   int max_new_tokens = 16;
   SamplingParams sampling;
-  int32_t eos_id = -1;      // generation stops (without emitting it) here; -1 = never
+  // Generation stops (without emitting the token) at any of these ids.
+  std::vector<int32_t> eos_ids;
   int prefill_chunk = 0;    // tokens per prefill step; 0 = the whole prompt at once
 };
 

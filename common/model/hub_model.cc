@@ -1,5 +1,6 @@
 #include "common/model/hub_model.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -327,6 +328,14 @@ std::vector<uint8_t> Encode(const std::vector<float>& values, DType dtype) {
   return bytes;
 }
 
+// The shortest decimal that reads back as `f` (1e-05, not the double
+// nearest to the float, 9.999999747378752e-06).
+double ShortestDecimal(float f) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), f).ptr;
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
+
 absl::Status WriteJson(const std::string& path, const Json& j) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << j.dump(2) << "\n";
@@ -378,8 +387,8 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
       {"head_dim", c.head_dim()},
       {"vocab_size", c.vocab_size},
       {"max_position_embeddings", c.seq_len},
-      {"rms_norm_eps", c.norm_eps},
-      {"rope_theta", c.rope_theta},
+      {"rms_norm_eps", ShortestDecimal(c.norm_eps)},
+      {"rope_theta", ShortestDecimal(c.rope_theta)},
       {"tie_word_embeddings", c.shared_classifier},
       {"hidden_act", "silu"},
       {"torch_dtype", options.dtype == DType::kF32    ? "float32"
@@ -389,12 +398,12 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   if (!c.attention_bias) config["attention_bias"] = false;
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScaling::Type::kLinear) {
-    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.factor}};
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", ShortestDecimal(s.factor)}};
   } else if (s.type == RopeScaling::Type::kLlama3) {
     config["rope_scaling"] = {{"rope_type", "llama3"},
-                              {"factor", s.factor},
-                              {"low_freq_factor", s.low_freq_factor},
-                              {"high_freq_factor", s.high_freq_factor},
+                              {"factor", ShortestDecimal(s.factor)},
+                              {"low_freq_factor", ShortestDecimal(s.low_freq_factor)},
+                              {"high_freq_factor", ShortestDecimal(s.high_freq_factor)},
                               {"original_max_position_embeddings", s.original_max_position}};
   }
   RETURN_IF_ERROR(WriteJson((std::filesystem::path(dir) / "config.json").string(), config));

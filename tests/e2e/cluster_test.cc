@@ -50,7 +50,7 @@ class Reference {
     CHECK_OK(prompt.status());
     request.prompt = *prompt;
     request.max_new_tokens = max_tokens;
-    request.eos_id = tokenizer_->eos_id();
+    request.eos_ids = tokenizer_->eos_ids();
     auto result = Generate(*engine_, request);
     CHECK_OK(result.status());
     return *result;

@@ -42,7 +42,7 @@ std::string GreedyText(Engine& engine, const Tokenizer& tokenizer, std::vector<i
   GenerateRequest request;
   request.prompt = std::move(prompt);
   request.max_new_tokens = max_new_tokens;
-  request.eos_id = tokenizer.eos_id();
+  request.eos_ids = tokenizer.eos_ids();
   IncrementalDetokenizer detok(tokenizer, request.prompt.back());
   std::string text;
   auto result = Generate(engine, request, [&](int32_t id) {

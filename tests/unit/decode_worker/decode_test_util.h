@@ -313,7 +313,7 @@ class DecodeHarness {
     g.prompt = r.prompt;
     g.max_new_tokens = r.max_tokens;
     g.sampling = r.sampling;
-    g.eos_id = r.stop_token_ids.empty() ? -1 : r.stop_token_ids[0];
+    g.eos_ids = r.stop_token_ids;
     absl::StatusOr<GenerateResult> result = Generate(*reference_, g);
     CHECK_OK(result.status());
     return result->tokens;

@@ -1,0 +1,125 @@
+// tandem-convert: writes a Hugging Face model folder (config.json,
+// generation_config.json, safetensors in the chosen type, tokenizer.json and
+// tokenizer_config.json) from a llama2.c checkpoint, a GGUF file, another
+// hub folder or a synthetic model of a named shape, so that tests and
+// benchmarks have hub-format fixtures of any shape.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/base/flags.h"
+#include "common/base/status_macros.h"
+#include "common/model/hf_tokenizer_writer.h"
+#include "common/model/hub_model.h"
+#include "common/model/model_weights.h"
+#include "common/model/synthetic.h"
+#include "common/model/tokenizer.h"
+
+ABSL_FLAG(std::string, model, "",
+          "Source model: a llama2.c checkpoint, a GGUF file or a hub folder (or use --synthetic)");
+ABSL_FLAG(std::string, synthetic, "",
+          "Instead of --model, random weights of a named shape: stories15M, stories110M, "
+          "llama3.2-1b");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Tokenizer to write as tokenizer.json: llama2.c tokenizer.bin or SentencePiece .model "
+          "(optional)");
+ABSL_FLAG(std::string, output, "", "Folder to write (required); created if missing");
+ABSL_FLAG(std::string, dtype, "bf16", "Type of the written tensors: f32, bf16 or f16");
+ABSL_FLAG(int64_t, max_shard_mb, 0, "Shard the weights above this many MiB; 0 = one file");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file to store as chat_template.jinja (optional)");
+
+namespace tandem {
+namespace {
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const std::string synthetic = absl::GetFlag(FLAGS_synthetic);
+  if (model.empty() == synthetic.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --model and --synthetic");
+  }
+  if (!model.empty()) return LoadModel(model);
+  ModelConfig config;
+  if (synthetic == "stories15M") {
+    config = Stories15MShape();
+  } else if (synthetic == "stories110M") {
+    config = Stories110MShape();
+  } else if (synthetic == "llama3.2-1b") {
+    config = Llama32_1BShape();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--synthetic is '", synthetic, "'; use stories15M, stories110M or llama3.2-1b"));
+  }
+  ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  return MakeSyntheticModel(config, absl::GetFlag(FLAGS_seed), dtype);
+}
+
+absl::Status Run() {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output.empty()) return absl::InvalidArgumentError("--output is required (see --help)");
+  ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  const int64_t shard_mb = absl::GetFlag(FLAGS_max_shard_mb);
+  if (shard_mb < 0) return absl::InvalidArgumentError("--max_shard_mb must be >= 0");
+
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, Source());
+  HubWriteOptions options;
+  options.dtype = dtype;
+  options.max_shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
+    ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(path));
+    if (tokenizer->vocab_size() != weights->config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tokenizer '%s' has %d tokens but the model's vocabulary has %d", path,
+          tokenizer->vocab_size(), weights->config.vocab_size));
+    }
+    if (tokenizer->bos_id() >= 0) options.bos_id = tokenizer->bos_id();
+    options.eos_ids = tokenizer->eos_ids();
+  }
+  RETURN_IF_ERROR(WriteHubModel(*weights, output, options));
+  if (tokenizer != nullptr) {
+    ASSIGN_OR_RETURN(SpmVocabulary vocab, SpmVocabularyOf(*tokenizer));
+    RETURN_IF_ERROR(WriteHfTokenizer(vocab, output));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    std::error_code ec;
+    std::filesystem::copy_file(path, std::filesystem::path(output) / "chat_template.jinja",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot copy chat template '", path, "': ", ec.message()));
+    }
+  }
+  std::printf("%s\n",
+              absl::StrFormat("wrote %s (%s%s): %s, %.1fM parameters in %.1f s", output,
+                              std::string(DTypeName(dtype)), tokenizer ? ", tokenizer" : "",
+                              weights->config.ToString(), weights->config.NumParameters() / 1e6,
+                              absl::ToDoubleSeconds(absl::Now() - start))
+                  .c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(
+      argc, argv,
+      "Writes a Hugging Face model folder.\n"
+      "Usage: tandem-convert --model FILE|DIR [--tokenizer FILE] --output DIR [--dtype bf16]\n"
+      "       tandem-convert --synthetic llama3.2-1b --output DIR [--dtype bf16]");
+  if (absl::Status s = tandem::Run(); !s.ok()) {
+    std::fprintf(stderr, "tandem-convert: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
