@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,19 @@
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
+#include "common/model/model_weights.h"
 #include "common/model/synthetic.h"
 #include "tools/backend_choice.h"
 
 ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15M", "stories110M"}),
-          "Model shapes to measure: stories15M, stories110M, llama3-8b (32 GB of fp32 weights; "
-          "for GPUs)");
+          "Model shapes to measure: stories15M, stories110M, llama3.2-1b, llama3-8b (32 GB of "
+          "fp32 weights; for GPUs)");
+ABSL_FLAG(std::vector<std::string>, dtype, std::vector<std::string>({"f32"}),
+          "Weight types to measure, each shape in each: f32, bf16, f16 (e.g. --dtype=f32,bf16)");
+ABSL_FLAG(std::string, kv_dtype, "", "KV cache type; empty = the weights' type");
+ABSL_FLAG(std::string, load, "",
+          "A hub folder whose load time to measure (warm page cache: loaded once before the "
+          "timed loads), in GB/s of weights");
 ABSL_FLAG(std::vector<std::string>, prompts, std::vector<std::string>({"128", "512"}),
           "Prompt lengths for the prefill measurement");
 ABSL_FLAG(std::vector<std::string>, batches,
@@ -128,12 +136,56 @@ Anchor AnchorFor(const std::string& shape, bool on_cpu) {
 
 struct Result {
   std::string shape;
+  std::string dtype;
   std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
   double weight_bytes = 0;                      // read by every decode step
   double classifier_params = 0;
   double kv_bytes_per_sequence = 0;  // read per sequence by a decode step, on average
 };
+
+// Loads a hub folder `repeats` + 1 times (the first fills the page cache)
+// into an engine and prints the best load rate, in weight bytes per second,
+// with the weights fingerprint's time apart.
+int MeasureLoad(const std::string& dir, const std::string& backend_name, int threads,
+                int repeats) {
+  double best_load = 1e30, best_engine = 1e30, bytes = 0, fingerprint_s = 0;
+  std::string description;
+  for (int r = 0; r < repeats + 1; ++r) {
+    const auto t0 = Clock::now();
+    auto weights = LoadModel(dir);
+    if (!weights.ok()) {
+      std::cerr << weights.status().message() << "\n";
+      return 1;
+    }
+    const auto t1 = Clock::now();
+    auto backend = ChooseBackend(backend_name, threads);
+    CHECK_OK(backend.status());
+    EngineOptions options;
+    options.num_blocks = 64;
+    auto engine = Engine::Create(**weights, std::move(backend->backend), options);
+    CHECK_OK(engine.status());
+    const auto t2 = Clock::now();
+    if (r > 0) {
+      best_load = std::min(best_load, Seconds(t1 - t0));
+      best_engine = std::min(best_engine, Seconds(t2 - t0));
+    }
+    const ModelConfig& c = (*weights)->config;
+    bytes = double(c.NumParameters()) * DTypeSize((*weights)->dtype());
+    description = absl::StrCat(c.ToString(), " ", std::string(DTypeName((*weights)->dtype())));
+    if (r == repeats) {
+      const auto f0 = Clock::now();
+      const std::string fingerprint = (*weights)->Fingerprint();
+      fingerprint_s = Seconds(Clock::now() - f0);
+    }
+  }
+  std::printf(
+      "load %s (%s, %.2f GB): map and validate %.3f s; into the engine %.3f s = %.1f GB/s; "
+      "fingerprint %.3f s\n\n",
+      dir.c_str(), description.c_str(), bytes / 1e9, best_load, best_engine,
+      bytes / best_engine / 1e9, fingerprint_s);
+  return 0;
+}
 
 double TimePrefill(Engine& engine, int n, int repeats) {
   std::vector<int32_t> tokens(n);
@@ -214,18 +266,43 @@ int Run() {
               on_cpu ? "read" : "device copy (read + write)", bandwidth / 1e9, gemm_m, gemm_n,
               gemm_k, gemm_flops / 1e9);
 
+  std::vector<DType> dtypes;
+  for (const std::string& name : absl::GetFlag(FLAGS_dtype)) {
+    auto dtype = ParseDType(name);
+    if (!dtype.ok()) {
+      std::cerr << "--dtype: " << dtype.status().message() << "\n";
+      return 2;
+    }
+    dtypes.push_back(*dtype);
+  }
+  std::optional<DType> kv_dtype;
+  if (const std::string kv = absl::GetFlag(FLAGS_kv_dtype); !kv.empty()) {
+    auto parsed = ParseDType(kv);
+    if (!parsed.ok()) {
+      std::cerr << "--kv_dtype: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    kv_dtype = *parsed;
+  }
+  if (const std::string dir = absl::GetFlag(FLAGS_load); !dir.empty()) {
+    if (int rc = MeasureLoad(dir, backend_name, threads, repeats); rc != 0) return rc;
+  }
+
   std::vector<Result> results;
   for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
+   for (const DType dtype : dtypes) {
     ModelConfig config;
     if (shape == "stories15M") {
       config = Stories15MShape();
     } else if (shape == "stories110M") {
       config = Stories110MShape();
+    } else if (shape == "llama3.2-1b") {
+      config = Llama32_1BShape();
     } else if (shape == "llama3-8b") {
       config = Llama3_8BShape();
     } else {
       std::cerr << "unknown --shapes entry '" << shape
-                << "'; use stories15M, stories110M or llama3-8b\n";
+                << "'; use stories15M, stories110M, llama3.2-1b or llama3-8b\n";
       return 2;
     }
     // The benchmark's prompts may be longer than the checkpoint's training
@@ -233,13 +310,14 @@ int Run() {
     const int longest =
         std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
     config.seq_len = std::max(config.seq_len, longest);
-    auto weights = MakeSyntheticModel(config, 1);
+    auto weights = MakeSyntheticModel(config, 1, dtype);
     CHECK_OK(weights.status());
     const int max_batch = *std::max_element(batches.begin(), batches.end());
     EngineOptions options;
     options.max_batch_tokens = std::max(longest, max_batch);
     options.max_logit_rows = max_batch;
     options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
+    options.kv_dtype = kv_dtype;
     auto backend = ChooseBackend(backend_name, threads);
     CHECK_OK(backend.status());
     auto engine = Engine::Create(**weights, std::move(backend->backend), options);
@@ -247,46 +325,53 @@ int Run() {
     weights->reset();  // the engine holds its own copy
     Result result;
     result.shape = shape;
+    result.dtype = std::string(DTypeName(dtype));
+    const double element = DTypeSize(dtype);
+    const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
     // Bytes a batch-1 decode step must read: every weight but the embedding
     // rows not looked up (the tied classifier reads the whole table).
     result.classifier_params = double(config.vocab_size) * config.dim;
     const double embedding_params = config.shared_classifier ? 0.0 : result.classifier_params;
-    result.weight_bytes = (double(config.NumParameters()) - embedding_params) * sizeof(float);
+    result.weight_bytes = (double(config.NumParameters()) - embedding_params) * element;
     // K and V of every layer for the context a decode step attends to.
-    result.kv_bytes_per_sequence = 2.0 * config.n_layers * config.kv_dim() * sizeof(float) *
+    result.kv_bytes_per_sequence = 2.0 * config.n_layers * config.kv_dim() * kv_element *
                                    (decode_prompt + decode_steps / 2);
     for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
     for (int b : batches) {
       result.decode.emplace_back(b, TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
     }
     results.push_back(result);
+   }
   }
 
   // Table.
-  std::printf("%-12s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s", "llama.cpp",
+  std::printf("%-18s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s", "llama.cpp",
               "ratio");
   for (const Result& r : results) {
-    const Anchor a = AnchorFor(r.shape, on_cpu);
+    // The llama.cpp anchors are for f32 weights.
+    const Anchor a = r.dtype == "f32" ? AnchorFor(r.shape, on_cpu) : Anchor{};
+    const std::string name = absl::StrCat(r.shape, " ", r.dtype);
     for (auto [p, tps] : r.prefill) {
       const double anchor = p == 128 ? a.prefill128 : p == 512 ? a.prefill512 : 0;
-      std::printf("%-12s %-22s %12.0f %12s %8s\n", r.shape.c_str(),
+      std::printf("%-18s %-22s %12.0f %12s %8s\n", name.c_str(),
                   absl::StrCat("prefill ", p).c_str(), tps,
                   anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
                   anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
     }
     for (auto [b, tps] : r.decode) {
       const double anchor = b == 1 ? a.decode1 : b == 16 ? a.decode16 : 0;
-      std::printf("%-12s %-22s %12.0f %12s %8s\n", r.shape.c_str(),
+      std::printf("%-18s %-22s %12.1f %12s %8s\n", name.c_str(),
                   absl::StrCat("decode batch ", b).c_str(), tps,
                   anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
                   anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
     }
     // Prefill: 2 flops per weight per token, classifier excluded (only the
     // last token's logits are computed), attention excluded.
-    const double prefill_flops = 2.0 * (r.weight_bytes / sizeof(float) - r.classifier_params);
+    const double prefill_flops =
+        2.0 * (r.weight_bytes / DTypeSize(*ParseDType(r.dtype)) - r.classifier_params);
     for (auto [p, tps] : r.prefill) {
-      std::printf("%-12s prefill %d at %.0f GFLOP/s of weight products, %.0f%% of the GEMM rate\n",
-                  r.shape.c_str(), p, tps * prefill_flops / 1e9,
+      std::printf("%-18s prefill %d at %.0f GFLOP/s of weight products, %.0f%% of the GEMM rate\n",
+                  name.c_str(), p, tps * prefill_flops / 1e9,
                   100.0 * tps * prefill_flops / gemm_flops);
     }
     // Decode reads every weight once per step, plus each sequence's KV.
@@ -294,9 +379,9 @@ int Run() {
       const double bytes = r.weight_bytes + b * r.kv_bytes_per_sequence;
       const double limit = b * bandwidth / bytes;
       std::printf(
-          "%-12s decode batch %d: bandwidth limit %.1f tok/s (%.0f MB/step at %.1f GB/s); "
+          "%-18s decode batch %d: bandwidth limit %.1f tok/s (%.0f MB/step at %.1f GB/s); "
           "at %.0f%% (%.2fx the limit's step time)\n",
-          r.shape.c_str(), b, limit, bytes / 1e6, bandwidth / 1e9, 100.0 * tps / limit,
+          name.c_str(), b, limit, bytes / 1e6, bandwidth / 1e9, 100.0 * tps / limit,
           limit / tps);
     }
     std::printf("\n");
@@ -309,7 +394,8 @@ int Run() {
     for (auto [p, t] : r.prefill) pf.push_back(absl::StrFormat("\"%d\":%.1f", p, t));
     for (auto [b, t] : r.decode) dc.push_back(absl::StrFormat("\"%d\":%.1f", b, t));
     parts.push_back(absl::StrFormat(
-        "\"%s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}", r.shape,
+        "\"%s %s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}",
+        r.shape, r.dtype,
         absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
   }
   std::printf(
@@ -326,8 +412,9 @@ int main(int argc, char** argv) {
   tandem::ParseToolFlags(
       argc, argv,
       "Measures prefill and batched decode tokens/s of the engine on synthetic models.\n"
-      "Usage: tandem-engine-bench [--backend=cpu|cuda] "
-      "[--shapes=stories15M,stories110M,llama3-8b]\n"
+      "Usage: tandem-engine-bench [--backend=cpu|cuda] [--dtype=f32,bf16] "
+      "[--shapes=stories15M,stories110M,llama3.2-1b,llama3-8b]\n"
+      "       [--load=HUB_FOLDER]\n"
       "       [--batches=1,2,4,...] [--prompts=128,512] [--decode_prompt=128]");
   return tandem::Run();
 }

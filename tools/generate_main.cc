@@ -8,12 +8,14 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
+#include "common/model/chat_template.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/model_weights.h"
 #include "common/model/tokenizer.h"
@@ -28,6 +30,10 @@ ABSL_FLAG(std::string, tokenizer, "",
           "token ids are printed instead of text");
 ABSL_FLAG(std::string, kv_dtype, "", "KV cache type: f32, bf16 or f16; empty = the weights' type");
 ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone");
+ABSL_FLAG(bool, chat, false,
+          "Send --prompt as a user message through the model folder's chat template (or the "
+          "plain default template), ending with the assistant's turn");
+ABSL_FLAG(std::string, system, "", "System message for --chat");
 ABSL_FLAG(int, max_tokens, 256, "Most tokens to generate");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy");
 ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = off");
@@ -65,8 +71,31 @@ absl::Status Run() {
 
   GenerateRequest request;
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
-  if (tokenizer != nullptr) {
+  const bool chat = absl::GetFlag(FLAGS_chat);
+  if (chat) {
+    if (tokenizer == nullptr) return absl::InvalidArgumentError("--chat needs a tokenizer");
+    ASSIGN_OR_RETURN(ChatTemplate chat_template,
+                     std::filesystem::is_directory(tokenizer_path, ec)
+                         ? ChatTemplate::FromModelDir(tokenizer_path)
+                         : ChatTemplate::FromString(kDefaultChatTemplate, std::nullopt,
+                                                    std::nullopt));
+    std::vector<ChatMessage> messages;
+    if (const std::string system = absl::GetFlag(FLAGS_system); !system.empty()) {
+      messages.push_back({"system", system});
+    }
+    messages.push_back({"user", prompt});
+    ASSIGN_OR_RETURN(const std::string text,
+                     chat_template.Render(messages, /*add_generation_prompt=*/true));
+    // The template writes the special tokens (BOS, turn markers) itself.
+    ASSIGN_OR_RETURN(request.prompt,
+                     tokenizer->Encode(text, EncodeOptions{.add_bos = false, .parse_special = true}));
+    if (request.prompt.empty()) return absl::InvalidArgumentError("the chat template rendered nothing");
+    request.eos_ids = tokenizer->eos_ids();
+  } else if (tokenizer != nullptr) {
     ASSIGN_OR_RETURN(request.prompt, tokenizer->Encode(prompt, /*add_bos=*/true));
+    if (request.prompt.empty()) {
+      return absl::InvalidArgumentError("the model has no BOS token: give a non-empty --prompt");
+    }
     request.eos_ids = tokenizer->eos_ids();
   } else {
     if (!prompt.empty()) {
@@ -88,7 +117,11 @@ absl::Status Run() {
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
   options.max_logit_rows = 1;
   if (const std::string kv = absl::GetFlag(FLAGS_kv_dtype); !kv.empty()) {
-    ASSIGN_OR_RETURN(options.kv_dtype, ParseDType(kv));
+    absl::StatusOr<DType> dtype = ParseDType(kv);
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv_dtype: ", dtype.status().message()));
+    }
+    options.kv_dtype = *dtype;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(*weights, std::move(choice.backend), options));
@@ -140,7 +173,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "Streams a model's continuation of a prompt to stdout.\n"
       "Usage: tandem-generate --model DIR|FILE [--tokenizer FILE] --prompt TEXT --max-tokens N\n"
-      "       [--temperature T --top-p P --top-k K --seed S]");
+      "       [--chat [--system TEXT]] [--temperature T --top-p P --top-k K --seed S]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::fflush(stdout);
     std::cerr << "tandem-generate: " << s.message() << "\n";

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tandem-generate as a user runs it: stdout carries only the continuation,
 # and bad input ends with a message that says what to change.
-# Usage: generate_cli_test.sh PATH/TO/tandem-generate MODELS_DIR
+# Usage: generate_cli_test.sh PATH/TO/tandem-generate MODELS_DIR PATH/TO/tandem-convert
 set -uo pipefail
 bin="$1"
 models="${TANDEM_MODELS:-$2}"
+convert="$3"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -43,4 +44,20 @@ grep -q "TTFT" "$tmp/err" || fail "no timings on stderr"
 "$bin" "${m[@]}" --max_tokens 40 --temperature 0.9 --top_p 0.9 --seed 7 >"$tmp/b" 2>/dev/null
 cmp -s "$tmp/a" "$tmp/b" || fail "same seed gave different text"
 [ -s "$tmp/a" ] || fail "sampled run printed nothing"
+
+# The same model as a Hugging Face folder written by tandem-convert: the
+# folder alone (its tokenizer.json) gives the reference text in f32.
+"$convert" --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" --dtype f32 \
+  --output "$tmp/hub" >/dev/null || fail "tandem-convert failed"
+"$bin" --model "$tmp/hub" --max-tokens 256 >"$tmp/hub_story" 2>"$tmp/err" ||
+  fail "hub folder run failed: $(cat "$tmp/err")"
+cmp -s "$tmp/hub_story" "$models/stories260K.greedy256.txt" || fail "hub folder text differs"
+expect_error "kv_dtype" --model "$tmp/hub" --kv_dtype f8
+# --chat renders the folder's chat template: the prompt grows by its markup.
+"$bin" --model "$tmp/hub" --chat --prompt "Tell me a story" --max-tokens 8 >/dev/null 2>"$tmp/err" ||
+  fail "--chat failed: $(cat "$tmp/err")"
+grep -q "prompt 1[0-9] tokens\|prompt [2-9][0-9] tokens" "$tmp/err" ||
+  fail "--chat prompt has no template markup: $(cat "$tmp/err")"
+rm "$tmp/hub/config.json"
+expect_error "config.json" --model "$tmp/hub"
 echo "PASS"
