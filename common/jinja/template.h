@@ -19,13 +19,19 @@
 // keys, values, get) and list (index, count). The filter and test names are
 // listed in builtins.cc. Anything else (include, extends, import, recursive
 // loops, *args, string % formatting) is a parse or render error naming the
-// construct and its line.
+// construct and its line. Also unsupported: recursive loops, loop.changed,
+// cycler/joiner/lipsum, and filters such as format, truncate, groupby, batch.
 //
 // Known differences from Jinja2: integers are 64-bit (overflow is an error);
 // case mapping (upper, lower, title, capitalize) and str.is* predicates are
 // ASCII-only; tuples are lists (a tuple prints as [1, 2], not (1, 2)); dict
 // keys are strings; Undefined items inside a list built by a filter become
 // None; dict.items() returns a list of [key, value] pairs.
+//
+// Robustness: a template is an input, so parsing bounds block nesting and
+// expression height, and rendering bounds output size, steps, macro call
+// depth and evaluation nesting (a render needs at most about 1 MiB of
+// stack); every failure is a status, never a crash.
 //
 // A Template is immutable after Parse and safe to render from many threads
 // at once.

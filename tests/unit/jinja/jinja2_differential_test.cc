@@ -236,7 +236,9 @@ TEST(Jinja2DifferentialTest, SnippetsRenderAsJinja2Does) {
         t.ok() ? t->Render(jobs[i].context, options) : absl::StatusOr<std::string>(t.status());
     if (want.ok) {
       EXPECT_TRUE(got.ok()) << got.status() << "\nJinja2 rendered: " << want.output;
-      if (got.ok()) EXPECT_EQ(*got, want.output);
+      if (got.ok()) {
+        EXPECT_EQ(*got, want.output);
+      }
     } else {
       EXPECT_FALSE(got.ok()) << "rendered: " << *got << "\nJinja2 failed: " << want.error;
     }
