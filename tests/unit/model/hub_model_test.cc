@@ -1,0 +1,855 @@
+// The Hugging Face folder loader (common/model/hub_model.h) on bad and edge
+// input, each error with its code and a message naming the file (or folder)
+// and the field or tensor; and WriteHubModel -> ReadHubConfig /
+// LoadHubModel round trips of synthetic models.
+#include "common/model/hub_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
+#include "common/model/safetensors.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+using ::tandem::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// A fresh folder `name` inside this test's temporary folder.
+std::string NewDir(const std::string& name) {
+  const std::string dir = ::tandem::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// A minimal valid Llama config.json.
+Json LlamaConfig() {
+  return Json{{"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 64},
+              {"intermediate_size", 96},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"vocab_size", 256},
+              {"max_position_embeddings", 128},
+              {"rms_norm_eps", 1e-5},
+              {"hidden_act", "silu"}};
+}
+
+// A folder holding only `config` as config.json.
+std::string ConfigDir(const std::string& name, const Json& config) {
+  const std::string dir = NewDir(name);
+  WriteText(dir + "/config.json", config.dump(2));
+  return dir;
+}
+
+Json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return Json::parse(text.str());
+}
+
+// ----------------------------------------------------------- ReadHubConfig
+
+TEST(ReadHubConfig, MissingConfigIsNotFound) {
+  const std::string dir = NewDir("empty");
+  EXPECT_THAT(ReadHubConfig(dir), StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.json")));
+  EXPECT_THAT(LoadHubModel(dir), StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.json")));
+}
+
+TEST(ReadHubConfig, ConfigThatIsNotJsonObjectIsRefused) {
+  for (const std::string text : {"{\"hidden_size\": 64,", "", "[1, 2]", "\"llama\""}) {
+    SCOPED_TRACE(text);
+    const std::string dir = NewDir("bad");
+    WriteText(dir + "/config.json", text);
+    EXPECT_THAT(ReadHubConfig(dir), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             AllOf(HasSubstr("config.json"), HasSubstr("JSON"))));
+  }
+}
+
+TEST(ReadHubConfig, UnknownOrMissingArchitectureIsRefused) {
+  Json config = LlamaConfig();
+  config["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_THAT(ReadHubConfig(ConfigDir("gpt2", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("architectures"),
+                             HasSubstr("GPT2LMHeadModel"))));
+  config["architectures"] = {"LlamaForCausalLM", "MistralForCausalLM"};
+  EXPECT_THAT(ReadHubConfig(ConfigDir("two", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("architectures")));
+  config.erase("architectures");
+  EXPECT_THAT(ReadHubConfig(ConfigDir("none", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("'architectures' is missing"))));
+}
+
+TEST(ReadHubConfig, AcceptsLlamaMistralAndQwen2) {
+  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}) {
+    SCOPED_TRACE(arch);
+    Json config = LlamaConfig();
+    config["architectures"] = {arch};
+    ASSERT_OK_AND_ASSIGN(ModelConfig c, ReadHubConfig(ConfigDir("ok", config)));
+    EXPECT_EQ(c.dim, 64);
+    EXPECT_EQ(c.hidden_dim, 96);
+    EXPECT_EQ(c.n_layers, 2);
+    EXPECT_EQ(c.n_heads, 4);
+    EXPECT_EQ(c.n_kv_heads, 2);
+    EXPECT_EQ(c.vocab_size, 256);
+    EXPECT_EQ(c.seq_len, 128);
+    EXPECT_EQ(c.head_dim(), 16);
+    EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+    EXPECT_EQ(c.rope_layout, RopeLayout::kHalfSplit);
+    EXPECT_FALSE(c.shared_classifier) << "tie_word_embeddings defaults to false";
+    // Qwen 2 always has q/k/v biases.
+    EXPECT_EQ(c.attention_bias, std::string(arch) == "Qwen2ForCausalLM");
+  }
+}
+
+TEST(ReadHubConfig, ActivationOtherThanSiluIsRefused) {
+  Json config = LlamaConfig();
+  config["hidden_act"] = "gelu";
+  EXPECT_THAT(
+      ReadHubConfig(ConfigDir("gelu", config)),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("config.json"), HasSubstr("hidden_act"), HasSubstr("gelu"))));
+}
+
+TEST(ReadHubConfig, MlpBiasIsRefused) {
+  Json config = LlamaConfig();
+  config["mlp_bias"] = true;
+  EXPECT_THAT(ReadHubConfig(ConfigDir("mlp_bias", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("mlp_bias"))));
+  config["mlp_bias"] = false;
+  EXPECT_OK(ReadHubConfig(ConfigDir("no_mlp_bias", config)));
+  config["mlp_bias"] = "yes";
+  EXPECT_THAT(ReadHubConfig(ConfigDir("mlp_bias_string", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mlp_bias")));
+}
+
+TEST(ReadHubConfig, MissingRequiredSizeIsRefused) {
+  for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "vocab_size", "max_position_embeddings"}) {
+    SCOPED_TRACE(field);
+    Json config = LlamaConfig();
+    config.erase(field);
+    EXPECT_THAT(ReadHubConfig(ConfigDir("missing", config)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("config.json"), HasSubstr(field), HasSubstr("missing"))));
+  }
+}
+
+TEST(ReadHubConfig, ImpossibleSizesAreRefused) {
+  const struct {
+    const char* field;
+    Json value;
+  } cases[] = {
+      {"hidden_size", -64},
+      {"hidden_size", 0},
+      {"hidden_size", int64_t{1} << 40},
+      {"hidden_size", 64.5},
+      {"hidden_size", "64"},
+      {"intermediate_size", int64_t{1} << 31},
+      {"num_hidden_layers", -1},
+      {"num_attention_heads", 0},
+      {"num_key_value_heads", -2},
+      {"vocab_size", 1'000'000'000},
+      {"max_position_embeddings", uint64_t{18446744073709551615u}},
+      {"head_dim", -16},
+      {"rms_norm_eps", -1e-5},
+      {"rope_theta", 0},
+      {"tie_word_embeddings", "true"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.field << " = " << c.value.dump());
+    Json config = LlamaConfig();
+    config[c.field] = c.value;
+    EXPECT_THAT(ReadHubConfig(ConfigDir("bad", config)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("config.json"), HasSubstr(c.field))));
+  }
+}
+
+// Sizes each in range but impossible together (ModelConfig::Validate),
+// still reported against the file.
+TEST(ReadHubConfig, InconsistentSizesAreRefusedNamingTheFile) {
+  Json config = LlamaConfig();
+  config["hidden_size"] = 66;  // not divisible by 4 heads
+  EXPECT_THAT(ReadHubConfig(ConfigDir("indivisible", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("n_heads"))));
+  config = LlamaConfig();
+  config["num_key_value_heads"] = 3;  // 4 heads in groups of 3
+  EXPECT_THAT(ReadHubConfig(ConfigDir("groups", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("n_kv_heads"))));
+  config = LlamaConfig();
+  config["head_dim"] = 15;  // RoPE rotates pairs
+  EXPECT_THAT(ReadHubConfig(ConfigDir("odd", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("odd"))));
+}
+
+TEST(ReadHubConfig, UnsupportedRopeScalingIsRefused) {
+  for (const char* key : {"rope_type", "type"}) {
+    for (const char* type : {"yarn", "dynamic", "longrope"}) {
+      SCOPED_TRACE(::testing::Message() << key << " = " << type);
+      Json config = LlamaConfig();
+      config["rope_scaling"] = {{key, type}, {"factor", 4.0}};
+      EXPECT_THAT(
+          ReadHubConfig(ConfigDir("rope", config)),
+          StatusIs(absl::StatusCode::kInvalidArgument,
+                   AllOf(HasSubstr("config.json"), HasSubstr("rope_scaling"), HasSubstr(type))));
+    }
+  }
+  Json config = LlamaConfig();
+  config["rope_scaling"] = {{"factor", 4.0}};
+  EXPECT_THAT(ReadHubConfig(ConfigDir("untyped", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rope_scaling")));
+  config["rope_scaling"] = "linear";
+  EXPECT_THAT(ReadHubConfig(ConfigDir("string", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rope_scaling")));
+}
+
+TEST(ReadHubConfig, ReadsLinearAndLlama3Scaling) {
+  Json config = LlamaConfig();
+  config["rope_scaling"] = nullptr;
+  ASSERT_OK_AND_ASSIGN(ModelConfig none, ReadHubConfig(ConfigDir("null", config)));
+  EXPECT_EQ(none.rope_scaling.type, RopeScaling::Type::kNone);
+
+  config["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  ASSERT_OK_AND_ASSIGN(ModelConfig linear, ReadHubConfig(ConfigDir("linear", config)));
+  EXPECT_EQ(linear.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(linear.rope_scaling.factor, 2.0f);
+
+  config["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 32.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
+  ASSERT_OK_AND_ASSIGN(ModelConfig llama3, ReadHubConfig(ConfigDir("llama3", config)));
+  EXPECT_EQ(llama3.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(llama3.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(llama3.rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_EQ(llama3.rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(llama3.rope_scaling.original_max_position, 8192);
+}
+
+TEST(ReadHubConfig, Llama3ScalingWithoutItsFactorsIsRefused) {
+  const Json full = {{"rope_type", "llama3"},
+                     {"factor", 32.0},
+                     {"low_freq_factor", 1.0},
+                     {"high_freq_factor", 4.0},
+                     {"original_max_position_embeddings", 8192}};
+  for (const char* field :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    SCOPED_TRACE(field);
+    Json config = LlamaConfig();
+    config["rope_scaling"] = full;
+    config["rope_scaling"].erase(field);
+    EXPECT_THAT(ReadHubConfig(ConfigDir("llama3", config)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("config.json"), HasSubstr(field))));
+  }
+  // Present but impossible: low above high.
+  Json config = LlamaConfig();
+  config["rope_scaling"] = full;
+  config["rope_scaling"]["low_freq_factor"] = 8.0;
+  EXPECT_THAT(ReadHubConfig(ConfigDir("inverted", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("low_freq_factor"))));
+}
+
+TEST(ReadHubConfig, HeadDimEqualToDimOverHeadsIsTheDefault) {
+  Json config = LlamaConfig();
+  config["head_dim"] = 16;  // 64 / 4
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, ReadHubConfig(ConfigDir("head_dim", config)));
+  EXPECT_EQ(c.head_size, 0);
+  EXPECT_EQ(c.head_dim(), 16);
+  config["head_dim"] = nullptr;  // as some configs write it
+  ASSERT_OK_AND_ASSIGN(ModelConfig null_head, ReadHubConfig(ConfigDir("null", config)));
+  EXPECT_EQ(null_head.head_dim(), 16);
+}
+
+// Mistral Nemo: head_dim 128 with hidden_size 5120 and 32 heads, so the
+// q projection is 4096 wide, not 5120.
+TEST(ReadHubConfig, HeadDimDifferentFromDimOverHeadsIsUsed) {
+  Json config = LlamaConfig();
+  config["architectures"] = {"MistralForCausalLM"};
+  config["hidden_size"] = 5120;
+  config["intermediate_size"] = 14336;
+  config["num_hidden_layers"] = 40;
+  config["num_attention_heads"] = 32;
+  config["num_key_value_heads"] = 8;
+  config["head_dim"] = 128;
+  config["vocab_size"] = 131072;
+  config["max_position_embeddings"] = 1024000;
+  config["sliding_window"] = nullptr;
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, ReadHubConfig(ConfigDir("nemo", config)));
+  EXPECT_EQ(c.head_size, 128);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.q_dim(), 4096);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_EQ(c.seq_len, 1024000) << "a null sliding_window does not cap";
+}
+
+// Mistral 7B v0.1 attends within a 4096 window: full attention is exact only
+// up to it, so the context is capped there. Qwen 2 configs carry a
+// sliding_window too but say use_sliding_window false.
+TEST(ReadHubConfig, SlidingWindowCapsContextUnlessDisabled) {
+  Json config = LlamaConfig();
+  config["architectures"] = {"MistralForCausalLM"};
+  config["max_position_embeddings"] = 32768;
+  config["sliding_window"] = 4096;
+  ASSERT_OK_AND_ASSIGN(ModelConfig mistral, ReadHubConfig(ConfigDir("mistral", config)));
+  EXPECT_EQ(mistral.seq_len, 4096);
+
+  config["sliding_window"] = 65536;  // wider than the context: no cap
+  ASSERT_OK_AND_ASSIGN(ModelConfig wide, ReadHubConfig(ConfigDir("wide", config)));
+  EXPECT_EQ(wide.seq_len, 32768);
+
+  config["sliding_window"] = 4096;
+  config["use_sliding_window"] = false;
+  ASSERT_OK_AND_ASSIGN(ModelConfig off, ReadHubConfig(ConfigDir("off", config)));
+  EXPECT_EQ(off.seq_len, 32768);
+
+  config["architectures"] = {"Qwen2ForCausalLM"};
+  config.erase("use_sliding_window");  // Qwen 2's default is off
+  ASSERT_OK_AND_ASSIGN(ModelConfig qwen, ReadHubConfig(ConfigDir("qwen", config)));
+  EXPECT_EQ(qwen.seq_len, 32768);
+
+  config["sliding_window"] = -1;
+  EXPECT_THAT(ReadHubConfig(ConfigDir("negative", config)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.json"), HasSubstr("sliding_window"))));
+}
+
+// ----------------------------------------------------------- ReadHubEosIds
+
+TEST(ReadHubEosIds, ReadsNumberListOrNothing) {
+  const std::string dir = NewDir("eos");
+  EXPECT_THAT(ReadHubEosIds(dir), ::tandem::testing::IsOkAndHolds(IsEmpty())) << "no file";
+  WriteText(dir + "/generation_config.json", R"({"bos_token_id": 1})");
+  EXPECT_THAT(ReadHubEosIds(dir), ::tandem::testing::IsOkAndHolds(IsEmpty())) << "no field";
+  WriteText(dir + "/generation_config.json", R"({"eos_token_id": null})");
+  EXPECT_THAT(ReadHubEosIds(dir), ::tandem::testing::IsOkAndHolds(IsEmpty())) << "null";
+  WriteText(dir + "/generation_config.json", R"({"eos_token_id": 2})");
+  EXPECT_THAT(ReadHubEosIds(dir), ::tandem::testing::IsOkAndHolds(ElementsAre(2)));
+  WriteText(dir + "/generation_config.json", R"({"eos_token_id": [128001, 128008, 128009]})");
+  EXPECT_THAT(ReadHubEosIds(dir),
+              ::tandem::testing::IsOkAndHolds(ElementsAre(128001, 128008, 128009)));
+}
+
+TEST(ReadHubEosIds, BadEosIsRefusedNamingFileAndField) {
+  for (const std::string text :
+       {R"({"eos_token_id": "</s>"})", R"({"eos_token_id": -1})", R"({"eos_token_id": 2.5})",
+        R"({"eos_token_id": true})", R"({"eos_token_id": [2, "x"]})", R"({"eos_token_id": [[2]]})",
+        R"({"eos_token_id": 99999999999})"}) {
+    SCOPED_TRACE(text);
+    const std::string dir = NewDir("eos");
+    WriteText(dir + "/generation_config.json", text);
+    EXPECT_THAT(ReadHubEosIds(dir),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("generation_config.json"), HasSubstr("eos_token_id"))));
+  }
+  const std::string dir = NewDir("not_json");
+  WriteText(dir + "/generation_config.json", "{eos_token_id: 2}");
+  EXPECT_THAT(ReadHubEosIds(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("generation_config.json")));
+}
+
+// ------------------------------------------------------------ LoadHubModel
+
+// A small GQA model: dim 64, 4 heads of 16, 2 KV heads.
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 256;
+  c.seq_len = 128;
+  c.rope_theta = 500000.0f;
+  c.norm_eps = 1e-5f;
+  c.shared_classifier = false;
+  c.rope_layout = RopeLayout::kHalfSplit;
+  return c;
+}
+
+// Writes a synthetic model of `config` as a hub folder.
+std::string WriteModelDir(const std::string& name, const ModelConfig& config, DType dtype,
+                          uint64_t max_shard_bytes = 0) {
+  const std::string dir = NewDir(name);
+  auto model = MakeSyntheticModel(config, 7, dtype);
+  EXPECT_OK(model.status());
+  if (!model.ok()) return dir;
+  HubWriteOptions options;
+  options.dtype = dtype;
+  options.max_shard_bytes = max_shard_bytes;
+  EXPECT_OK(WriteHubModel(**model, dir, options));
+  return dir;
+}
+
+// The tensors of `dir`/model.safetensors, to edit and write back.
+struct TensorData {
+  SafetensorsDType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+std::map<std::string, TensorData> ReadTensors(const std::string& dir) {
+  std::map<std::string, TensorData> tensors;
+  auto file = SafetensorsFile::Open(dir + "/" + kSafetensorsSingleFile);
+  EXPECT_OK(file.status());
+  if (!file.ok()) return tensors;
+  for (const TensorInfo& t : file->tensors()) {
+    tensors[t.name] = {t.dtype, t.shape, std::vector<uint8_t>(t.bytes.begin(), t.bytes.end())};
+  }
+  return tensors;
+}
+void WriteTensors(const std::string& dir, const std::map<std::string, TensorData>& tensors) {
+  SafetensorsWriter writer;
+  for (const auto& [name, t] : tensors) ASSERT_OK(writer.Add(name, t.dtype, t.shape, t.bytes));
+  ASSERT_OK(writer.WriteFile(dir + "/" + kSafetensorsSingleFile));
+}
+
+void EditConfig(const std::string& dir, const std::function<void(Json&)>& edit) {
+  Json config = ReadJsonFile(dir + "/config.json");
+  edit(config);
+  WriteText(dir + "/config.json", config.dump(2));
+}
+
+TEST(LoadHubModel, WrittenFolderLoads) {
+  const std::string dir = WriteModelDir("ok", SmallConfig(), DType::kBF16);
+  ASSERT_OK_AND_ASSIGN(auto model, LoadHubModel(dir));
+  EXPECT_EQ(model->dtype(), DType::kBF16);
+  EXPECT_EQ(model->layers.size(), 2u);
+  EXPECT_EQ(model->source, dir);
+}
+
+// hidden_size says 32 but the embedding is [256, 64]: the error names the
+// tensor and both shapes.
+TEST(LoadHubModel, ConfigContradictingTensorShapesIsRefused) {
+  const std::string dir = WriteModelDir("shape", SmallConfig(), DType::kBF16);
+  EditConfig(dir, [](Json& c) {
+    c["hidden_size"] = 32;
+    c.erase("head_dim");
+  });
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.embed_tokens.weight"),
+                             HasSubstr("[256, 64]"), HasSubstr("[256, 32]"))));
+  // Fewer KV heads than the k projection has rows.
+  EditConfig(dir, [](Json& c) {
+    c["hidden_size"] = 64;
+    c["num_key_value_heads"] = 1;
+  });
+  EXPECT_THAT(LoadHubModel(dir), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("model.layers.0.self_attn.k_proj.weight"),
+                                                HasSubstr("[32, 64]"), HasSubstr("[16, 64]"))));
+}
+
+TEST(LoadHubModel, MissingTensorIsRefused) {
+  const std::string dir = WriteModelDir("missing", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  ASSERT_EQ(tensors.erase("model.layers.1.mlp.up_proj.weight"), 1u);
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.layers.1.mlp.up_proj.weight"))));
+}
+
+// Layers the config does not count are tensors left over, not ignored.
+TEST(LoadHubModel, UnexpectedTensorIsRefused) {
+  const std::string dir = WriteModelDir("extra", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  tensors["model.layers.0.self_attn.q_norm.weight"] = {
+      SafetensorsDType::kBF16, {16}, std::vector<uint8_t>(32, 0)};
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.layers.0.self_attn.q_norm.weight"))));
+
+  const std::string fewer = WriteModelDir("fewer_layers", SmallConfig(), DType::kBF16);
+  EditConfig(fewer, [](Json& c) { c["num_hidden_layers"] = 1; });
+  EXPECT_THAT(LoadHubModel(fewer),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.layers.1.")));
+}
+
+// Older checkpoints store RoPE's inverse frequencies; the model computes
+// its own.
+TEST(LoadHubModel, RotaryInvFreqIsTolerated) {
+  const std::string dir = WriteModelDir("inv_freq", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  for (int l = 0; l < 2; ++l) {
+    tensors["model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq"] = {
+        SafetensorsDType::kF32, {8}, std::vector<uint8_t>(32, 0)};
+  }
+  WriteTensors(dir, tensors);
+  EXPECT_OK(LoadHubModel(dir));
+}
+
+TEST(LoadHubModel, TiedConfigAcceptsIdenticalLmHeadOnly) {
+  ModelConfig config = SmallConfig();
+  config.shared_classifier = true;
+  const std::string dir = WriteModelDir("tied", config, DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  ASSERT_EQ(tensors.count("lm_head.weight"), 0u);
+  ASSERT_OK_AND_ASSIGN(auto plain, LoadHubModel(dir));
+  EXPECT_EQ(plain->classifier.data, plain->token_embedding.data);
+
+  tensors["lm_head.weight"] = tensors.at("model.embed_tokens.weight");
+  WriteTensors(dir, tensors);
+  ASSERT_OK_AND_ASSIGN(auto with_copy, LoadHubModel(dir));
+  EXPECT_EQ(with_copy->classifier.data, with_copy->token_embedding.data);
+  EXPECT_EQ(with_copy->Fingerprint(), plain->Fingerprint());
+
+  tensors["lm_head.weight"].bytes[10] ^= 1;
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr(dir), HasSubstr("lm_head.weight"),
+                                                HasSubstr("tie_word_embeddings"))));
+}
+
+TEST(LoadHubModel, UntiedConfigNeedsLmHead) {
+  const std::string dir = WriteModelDir("untied", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  ASSERT_EQ(tensors.erase("lm_head.weight"), 1u);
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lm_head.weight")));
+}
+
+TEST(LoadHubModel, MixedMatrixTypesAreRefused) {
+  const std::string dir = WriteModelDir("mixed", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  TensorData& down = tensors.at("model.layers.0.mlp.down_proj.weight");
+  std::vector<uint8_t> widened(down.bytes.size() * 2);
+  for (size_t i = 0; i < down.bytes.size() / 2; ++i) {
+    const uint32_t bits = uint32_t{down.bytes[2 * i]} << 16 | uint32_t{down.bytes[2 * i + 1]} << 24;
+    std::memcpy(&widened[4 * i], &bits, 4);
+  }
+  down = {SafetensorsDType::kF32, down.shape, widened};
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.layers.0.mlp.down_proj.weight"),
+                             HasSubstr("f32"), HasSubstr("bf16"))));
+}
+
+// Norms are not matrices: an f32 norm beside bf16 matrices is fine.
+TEST(LoadHubModel, NormsMayHaveTheirOwnType) {
+  const std::string dir = WriteModelDir("norm_type", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  TensorData& norm = tensors.at("model.norm.weight");
+  std::vector<uint8_t> widened(norm.bytes.size() * 2, 0);
+  for (size_t i = 0; i < norm.bytes.size() / 2; ++i) {
+    widened[4 * i + 2] = norm.bytes[2 * i];
+    widened[4 * i + 3] = norm.bytes[2 * i + 1];
+  }
+  norm = {SafetensorsDType::kF32, norm.shape, widened};
+  WriteTensors(dir, tensors);
+  ASSERT_OK_AND_ASSIGN(auto model, LoadHubModel(dir));
+  EXPECT_EQ(model->rms_final.dtype, DType::kF32);
+  EXPECT_EQ(model->dtype(), DType::kBF16);
+}
+
+TEST(LoadHubModel, UnsupportedTensorTypeIsRefused) {
+  const std::string dir = WriteModelDir("i64", SmallConfig(), DType::kBF16);
+  auto tensors = ReadTensors(dir);
+  tensors["model.norm.weight"] = {SafetensorsDType::kI64, {64}, std::vector<uint8_t>(64 * 8, 0)};
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.norm.weight"), HasSubstr("I64"))));
+}
+
+// Other writers need not align tensors: a file written by hand with a
+// header of odd length puts every tensor at an odd address. The loader must
+// copy those (a misaligned f32 or bf16 load is undefined behaviour) and
+// give the same weights.
+TEST(LoadHubModel, MisalignedTensorsAreCopiedIntact) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::string dir = WriteModelDir("misaligned", SmallConfig(), dtype);
+    ASSERT_OK_AND_ASSIGN(auto aligned, LoadHubModel(dir));
+    const std::string fingerprint = aligned->Fingerprint();
+    aligned.reset();
+
+    Json header = Json::object();
+    std::string data;
+    for (const auto& [name, t] : ReadTensors(dir)) {
+      header[name] = {{"dtype", std::string(SafetensorsDTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+      data.append(t.bytes.begin(), t.bytes.end());
+    }
+    std::string text = header.dump();
+    if (text.size() % 2 == 0) text += ' ';  // 8 + odd: data starts at an odd offset
+    std::string file(8, '\0');
+    const uint64_t length = text.size();
+    for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(length >> (8 * i));
+    WriteText(dir + "/" + kSafetensorsSingleFile, file + text + data);
+
+    ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(loaded->token_embedding.data) % DTypeSize(dtype), 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(loaded->layers[1].w2.data) % DTypeSize(dtype), 0u);
+    EXPECT_EQ(loaded->Fingerprint(), fingerprint);
+  }
+}
+
+// Qwen 2's projections have biases whatever attention_bias says; a folder
+// without them is not a Qwen 2 model.
+TEST(LoadHubModel, Qwen2RequiresProjectionBiases) {
+  ModelConfig config = SmallConfig();
+  config.attention_bias = true;
+  const std::string dir = WriteModelDir("qwen2", config, DType::kBF16);
+  ASSERT_EQ(ReadJsonFile(dir + "/config.json")["architectures"][0], "Qwen2ForCausalLM");
+  ASSERT_OK_AND_ASSIGN(auto model, LoadHubModel(dir));
+  EXPECT_TRUE(model->config.attention_bias);
+  EXPECT_EQ(model->layers[1].bk.size(), 32u);
+
+  auto tensors = ReadTensors(dir);
+  ASSERT_EQ(tensors.erase("model.layers.1.self_attn.k_proj.bias"), 1u);
+  WriteTensors(dir, tensors);
+  EXPECT_THAT(LoadHubModel(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(dir), HasSubstr("model.layers.1.self_attn.k_proj.bias"))));
+
+  // A Llama folder relabelled Qwen 2 has no biases at all.
+  const std::string llama = WriteModelDir("llama_as_qwen2", SmallConfig(), DType::kBF16);
+  EditConfig(llama, [](Json& c) {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c.erase("attention_bias");
+  });
+  EXPECT_THAT(LoadHubModel(llama), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("model.layers.0.self_attn.q_proj.bias")));
+}
+
+// --------------------------------------------------------------- Round trips
+
+// Element i of a tensor rounded to `dtype` (ties to even), as a double.
+double RoundTo(DType dtype, float x) {
+  if (dtype == DType::kF32 || x == 0.0f) return x;
+  const int mantissa_bits = dtype == DType::kBF16 ? 7 : 10;
+  const int min_exp = dtype == DType::kBF16 ? -126 : -14;
+  int e2;
+  std::frexp(x, &e2);
+  const double quantum = std::ldexp(1.0, std::max(e2 - 1, min_exp) - mantissa_bits);
+  return std::nearbyint(x / quantum) * quantum;
+}
+
+// `got` holds `want` stored as `dtype`: the same bytes for f32, the values
+// rounded otherwise. `row_of` maps a stored row to the original row (the
+// RoPE permutation of q/k), `cols` elements a row.
+void ExpectStored(const Tensor& got, const Tensor& want, DType dtype, const std::string& name,
+                  const std::function<int64_t(int64_t)>& row_of = nullptr, int64_t cols = 1) {
+  SCOPED_TRACE(name);
+  ASSERT_EQ(got.dtype, dtype);
+  ASSERT_EQ(got.numel, want.numel);
+  int wrong = 0;
+  for (int64_t i = 0; i < got.numel; ++i) {
+    const int64_t from = row_of ? row_of(i / cols) * cols + i % cols : i;
+    if (got.At(i) != RoundTo(dtype, want.At(from)) && ++wrong <= 3) {
+      ADD_FAILURE() << "element " << i << " is " << got.At(i) << ", expected "
+                    << RoundTo(dtype, want.At(from));
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+void ExpectSameConfig(const ModelConfig& got, const ModelConfig& want) {
+  EXPECT_EQ(got.dim, want.dim);
+  EXPECT_EQ(got.hidden_dim, want.hidden_dim);
+  EXPECT_EQ(got.n_layers, want.n_layers);
+  EXPECT_EQ(got.n_heads, want.n_heads);
+  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.seq_len, want.seq_len);
+  EXPECT_EQ(got.rope_theta, want.rope_theta);
+  EXPECT_EQ(got.norm_eps, want.norm_eps);
+  EXPECT_EQ(got.shared_classifier, want.shared_classifier);
+  EXPECT_EQ(got.head_dim(), want.head_dim());
+  EXPECT_EQ(got.q_dim(), want.q_dim());
+  EXPECT_EQ(got.attention_bias, want.attention_bias);
+  EXPECT_EQ(got.rope_layout, RopeLayout::kHalfSplit);
+  EXPECT_EQ(got.rope_scaling.type, want.rope_scaling.type);
+  EXPECT_EQ(got.rope_scaling.factor, want.rope_scaling.factor);
+  if (want.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    EXPECT_EQ(got.rope_scaling.low_freq_factor, want.rope_scaling.low_freq_factor);
+    EXPECT_EQ(got.rope_scaling.high_freq_factor, want.rope_scaling.high_freq_factor);
+    EXPECT_EQ(got.rope_scaling.original_max_position, want.rope_scaling.original_max_position);
+  }
+}
+
+struct RoundTripCase {
+  const char* name;
+  ModelConfig config;
+};
+
+std::vector<RoundTripCase> RoundTripCases() {
+  std::vector<RoundTripCase> cases;
+  // Llama 3 style: GQA, tied, llama3 scaling, eps and theta that are not
+  // short decimals in binary.
+  ModelConfig llama = SmallConfig();
+  llama.shared_classifier = true;
+  llama.norm_eps = 1e-6f;
+  llama.rope_theta = 500000.0f;
+  llama.rope_scaling = {.type = RopeScaling::Type::kLlama3,
+                        .factor = 32.0f,
+                        .low_freq_factor = 1.0f,
+                        .high_freq_factor = 4.0f,
+                        .original_max_position = 8192};
+  cases.push_back({"llama3", llama});
+  // Qwen 2 style: q/k/v biases, untied, linear scaling.
+  ModelConfig qwen = SmallConfig();
+  qwen.attention_bias = true;
+  qwen.rope_theta = 1000000.0f;
+  qwen.rope_scaling = {.type = RopeScaling::Type::kLinear, .factor = 2.5f};
+  cases.push_back({"qwen2", qwen});
+  // Mistral Nemo style: head_size 24 with dim 64 and 4 heads (q_dim 96).
+  ModelConfig nemo = SmallConfig();
+  nemo.head_size = 24;
+  nemo.n_kv_heads = 1;
+  cases.push_back({"nemo", nemo});
+  return cases;
+}
+
+// WriteHubModel then LoadHubModel gives the same config and weights: bytes
+// for f32, values rounded to the type for f16 and bf16 (norms and biases,
+// f32 in the synthetic model, are written in the folder's type too).
+TEST(HubRoundTrip, ConfigAndWeightsSurvive) {
+  for (const RoundTripCase& c : RoundTripCases()) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << c.name << " " << DTypeName(dtype));
+      ASSERT_OK_AND_ASSIGN(auto original, MakeSyntheticModel(c.config, 11, DType::kF32));
+      const std::string dir = NewDir(std::string(c.name) + "_" + std::string(DTypeName(dtype)));
+      HubWriteOptions options;
+      options.dtype = dtype;
+      options.eos_ids = {2, 5};
+      ASSERT_OK(WriteHubModel(*original, dir, options));
+
+      ASSERT_OK_AND_ASSIGN(ModelConfig config, ReadHubConfig(dir));
+      ExpectSameConfig(config, c.config);
+      EXPECT_THAT(ReadHubEosIds(dir), ::tandem::testing::IsOkAndHolds(ElementsAre(2, 5)));
+
+      ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
+      ExpectSameConfig(loaded->config, c.config);
+      ExpectStored(loaded->token_embedding, original->token_embedding, dtype, "embedding");
+      ExpectStored(loaded->rms_final, original->rms_final, dtype, "rms_final");
+      if (c.config.shared_classifier) {
+        EXPECT_EQ(loaded->classifier.data, loaded->token_embedding.data);
+      } else {
+        ExpectStored(loaded->classifier, original->classifier, dtype, "classifier");
+      }
+      for (int l = 0; l < c.config.n_layers; ++l) {
+        const LayerWeights& got = loaded->layers[l];
+        const LayerWeights& want = original->layers[l];
+        const std::string at = "layer " + std::to_string(l) + " ";
+        ExpectStored(got.rms_att, want.rms_att, dtype, at + "rms_att");
+        ExpectStored(got.wq, want.wq, dtype, at + "wq");
+        ExpectStored(got.wk, want.wk, dtype, at + "wk");
+        ExpectStored(got.wv, want.wv, dtype, at + "wv");
+        ExpectStored(got.wo, want.wo, dtype, at + "wo");
+        ExpectStored(got.rms_ffn, want.rms_ffn, dtype, at + "rms_ffn");
+        ExpectStored(got.w1, want.w1, dtype, at + "w1");
+        ExpectStored(got.w2, want.w2, dtype, at + "w2");
+        ExpectStored(got.w3, want.w3, dtype, at + "w3");
+        if (c.config.attention_bias) {
+          ExpectStored(got.bq, want.bq, dtype, at + "bq");
+          ExpectStored(got.bk, want.bk, dtype, at + "bk");
+          ExpectStored(got.bv, want.bv, dtype, at + "bv");
+        } else {
+          EXPECT_TRUE(got.bq.empty() && got.bk.empty() && got.bv.empty());
+        }
+      }
+      if (dtype == DType::kF32) {
+        EXPECT_EQ(loaded->Fingerprint(), original->Fingerprint())
+            << "same config and bytes must give the same fingerprint";
+      }
+    }
+  }
+}
+
+// A model with interleaved RoPE (llama2.c, GGUF) is written with the q/k
+// rows of each head reordered for half-split RoPE, as hub checkpoints store
+// them: stored row j * head_dim/2 + i is original row 2i + j.
+TEST(HubRoundTrip, InterleavedModelIsWrittenWithPermutedQkRows) {
+  ModelConfig config = SmallConfig();
+  config.rope_layout = RopeLayout::kInterleaved;
+  config.attention_bias = true;
+  ASSERT_OK_AND_ASSIGN(auto original, MakeSyntheticModel(config, 3, DType::kF32));
+  const std::string dir = NewDir("interleaved");
+  HubWriteOptions options;
+  options.dtype = DType::kF32;
+  ASSERT_OK(WriteHubModel(*original, dir, options));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
+  EXPECT_EQ(loaded->config.rope_layout, RopeLayout::kHalfSplit);
+  const int hd = config.head_dim(), half = hd / 2;
+  const auto permuted = [hd, half](int64_t row) {
+    const int64_t head = row / hd, within = row % hd;
+    return head * hd + 2 * (within % half) + within / half;
+  };
+  for (int l = 0; l < config.n_layers; ++l) {
+    const LayerWeights& got = loaded->layers[l];
+    const LayerWeights& want = original->layers[l];
+    ExpectStored(got.wq, want.wq, DType::kF32, "wq", permuted, config.dim);
+    ExpectStored(got.wk, want.wk, DType::kF32, "wk", permuted, config.dim);
+    ExpectStored(got.bq, want.bq, DType::kF32, "bq", permuted, 1);
+    ExpectStored(got.bk, want.bk, DType::kF32, "bk", permuted, 1);
+    ExpectStored(got.wv, want.wv, DType::kF32, "wv");  // not rotated: as is
+    ExpectStored(got.bv, want.bv, DType::kF32, "bv");
+  }
+}
+
+// The fingerprint depends on the model, not on how its files are split, and
+// changes with any one weight.
+TEST(HubRoundTrip, FingerprintIgnoresShardingAndSeesOneWeight) {
+  ModelConfig config = SmallConfig();
+  const std::string single = WriteModelDir("single", config, DType::kBF16);
+  const std::string sharded = WriteModelDir("sharded", config, DType::kBF16, 8192);
+  ASSERT_TRUE(std::filesystem::exists(sharded + "/" + kSafetensorsIndexFile));
+  ASSERT_FALSE(std::filesystem::exists(sharded + "/" + kSafetensorsSingleFile));
+  ASSERT_OK_AND_ASSIGN(auto a, LoadHubModel(single));
+  ASSERT_OK_AND_ASSIGN(auto b, LoadHubModel(sharded));
+  EXPECT_EQ(a->Fingerprint(), b->Fingerprint());
+
+  auto tensors = ReadTensors(single);
+  tensors.at("model.layers.1.self_attn.v_proj.weight").bytes[100] ^= 0x01;
+  WriteTensors(single, tensors);
+  ASSERT_OK_AND_ASSIGN(auto changed, LoadHubModel(single));
+  EXPECT_NE(changed->Fingerprint(), b->Fingerprint());
+}
+
+}  // namespace
+}  // namespace tandem
