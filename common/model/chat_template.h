@@ -12,8 +12,10 @@
 // `time_zone`, formatted as Python's strftime) are defined.
 //
 // A model without a template renders with the plain default template
-// kDefaultChatTemplate: one "<role>: <content>\n" line per message, then
-// "assistant:" when add_generation_prompt is set.
+// kDefaultChatTemplate: the BOS token when the model has one (the prompt is
+// encoded without adding it, as every template writes its own), one
+// "<role>: <content>\n" line per message, then "assistant:" when
+// add_generation_prompt is set.
 //
 // A ChatTemplate is immutable and safe to use from many threads.
 #ifndef TANDEM_COMMON_MODEL_CHAT_TEMPLATE_H_
@@ -37,6 +39,7 @@ struct ChatMessage {
 };
 
 inline constexpr absl::string_view kDefaultChatTemplate =
+    "{% if bos_token is defined %}{{ bos_token }}{% endif %}"
     "{% for message in messages %}"
     "{{ message['role'] ~ ': ' ~ message['content'] ~ '\\n' }}"
     "{% endfor %}"

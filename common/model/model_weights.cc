@@ -44,8 +44,17 @@ std::vector<float> Tensor::ToFloats() const {
 std::string ModelWeights::Fingerprint() const {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
-  const std::string shape = config.ToString();
-  XXH3_64bits_update(state, shape.data(), shape.size());
+  // Every config field that changes the maths, in binary (ToString rounds).
+  const ModelConfig& c = config;
+  const RopeScaling& r = c.rope_scaling;
+  const int32_t ints[] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
+                          c.seq_len, c.head_dim(), c.shared_classifier, c.attention_bias,
+                          static_cast<int32_t>(c.rope_layout), static_cast<int32_t>(r.type),
+                          r.original_max_position};
+  const float floats[] = {c.rope_theta, c.norm_eps, r.factor, r.low_freq_factor,
+                          r.high_freq_factor};
+  XXH3_64bits_update(state, ints, sizeof(ints));
+  XXH3_64bits_update(state, floats, sizeof(floats));
   auto add = [&](const Tensor& t) {
     const uint8_t type = static_cast<uint8_t>(t.dtype);
     XXH3_64bits_update(state, &type, 1);

@@ -54,6 +54,16 @@ TEST(ChatTemplateTest, DefaultTemplateWithoutOne) {
   EXPECT_THAT(t.Render(chat, false), testing::IsOkAndHolds("system: Be brief.\nuser: Hi\n"));
 }
 
+// A base model's prompt starts with BOS, which the template must write:
+// chat prompts are encoded without adding it.
+TEST(ChatTemplateTest, DefaultTemplateStartsWithTheModelsBos) {
+  const std::string dir = NewModelDir("plain_bos");
+  WriteFile(dir + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+  ASSERT_OK_AND_ASSIGN(ChatTemplate t, ChatTemplate::FromModelDir(dir));
+  EXPECT_TRUE(t.is_default());
+  EXPECT_THAT(t.Render({{"user", "Hi"}}, true), testing::IsOkAndHolds("<s>user: Hi\nassistant:"));
+}
+
 TEST(ChatTemplateTest, ConfigTemplateStringListAndSpecialTokens) {
   const std::string dir = NewModelDir("config");
   WriteFile(dir + "/tokenizer_config.json", R"({
