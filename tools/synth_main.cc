@@ -28,7 +28,7 @@
 ABSL_FLAG(std::string, output, "", "File to write (required); replaced if it exists.");
 ABSL_FLAG(std::string, format, "llama2c", "File format: llama2c (checkpoint v0, fp32) or gguf.");
 ABSL_FLAG(std::string, gguf_type, "f32",
-          "Tensor type of --format gguf: f32 or f16 (norm vectors stay f32).");
+          "Tensor type of --format gguf: f32, f16 or bf16 (norm vectors stay f32).");
 ABSL_FLAG(std::string, shape, "stories15M",
           "Base shape: stories15M, stories110M, or custom (which needs --dim, --hidden_dim, "
           "--n_layers, --n_heads, --vocab_size and --seq_len). The size flags below override it.");
@@ -75,11 +75,11 @@ int Run(int argc, char** argv) {
     return BadFlags(absl::StrCat("--format is '", format, "'; use llama2c or gguf"));
   }
   const std::string gguf_type = absl::GetFlag(FLAGS_gguf_type);
-  if (gguf_type != "f32" && gguf_type != "f16") {
-    return BadFlags(absl::StrCat("--gguf_type is '", gguf_type, "'; use f32 or f16"));
+  if (gguf_type != "f32" && gguf_type != "f16" && gguf_type != "bf16") {
+    return BadFlags(absl::StrCat("--gguf_type is '", gguf_type, "'; use f32, f16 or bf16"));
   }
   if (gguf_type != "f32" && format != "gguf") {
-    return BadFlags("--gguf_type f16 needs --format gguf; llama2c checkpoints are fp32");
+    return BadFlags("--gguf_type f16/bf16 needs --format gguf; llama2c checkpoints are fp32");
   }
 
   const std::string shape = absl::GetFlag(FLAGS_shape);
@@ -88,9 +88,15 @@ int Run(int argc, char** argv) {
     config = Stories15MShape();
   } else if (shape == "stories110M") {
     config = Stories110MShape();
+  } else if (shape == "llama3.2-1b") {
+    // GGUF's llama architecture rotates interleaved pairs and this writer
+    // stores no RoPE scaling: the same sizes and bytes, for benchmarks.
+    config = Llama32_1BShape();
+    config.rope_layout = RopeLayout::kInterleaved;
+    config.rope_scaling = RopeScaling{};
   } else if (shape != "custom") {
-    return BadFlags(
-        absl::StrCat("--shape is '", shape, "'; use stories15M, stories110M or custom"));
+    return BadFlags(absl::StrCat("--shape is '", shape,
+                                 "'; use stories15M, stories110M, llama3.2-1b or custom"));
   }
   const SizeFlag sizes[] = {
       {"dim", absl::GetFlag(FLAGS_dim), &config.dim},
@@ -130,7 +136,9 @@ int Run(int argc, char** argv) {
   if (written.ok()) {
     written = format == "gguf"
                   ? WriteGgufModel(**weights, output,
-                                   gguf_type == "f16" ? GgufTensorType::kF16 : GgufTensorType::kF32)
+                                   gguf_type == "f16"    ? GgufTensorType::kF16
+                                   : gguf_type == "bf16" ? GgufTensorType::kBF16
+                                                         : GgufTensorType::kF32)
                   : WriteLlama2cCheckpoint(**weights, output);
   }
   const std::string tokenizer_output = absl::GetFlag(FLAGS_tokenizer_output);

@@ -225,6 +225,14 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
                                                    w.layers.size(), " layers; the config says ",
                                                    c.n_layers));
   }
+  // What this writer's metadata cannot say would silently change the model.
+  if (c.rope_layout != RopeLayout::kInterleaved || c.attention_bias || c.head_size != 0 ||
+      c.rope_scaling.type != RopeScaling::Type::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights from '", w.source, "' (", c.ToString(),
+        ") need half-split RoPE, attention biases, an explicit head_dim or RoPE scaling, which "
+        "this GGUF writer does not write; keep them as a Hugging Face folder"));
+  }
   const auto table = TensorTable(w);
   for (const auto& row : table) {
     if (static_cast<int64_t>(row.span->size()) != NumElements(row.dims)) {
@@ -250,6 +258,8 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   writer.AddFloat32("llama.rope.freq_base", c.rope_theta);
   writer.AddFloat32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
   writer.AddUint32("llama.vocab_size", c.vocab_size);
+  // Weights only: llama.cpp requires the key and accepts "no_vocab".
+  writer.AddString("tokenizer.ggml.model", "no_vocab");
   for (const auto& row : table) {
     const std::vector<float> values = row.span->ToFloats();
     // Norm vectors stay F32 in 16-bit files, as llama.cpp's converters keep them.

@@ -385,5 +385,20 @@ TEST(GgufModelTest, WriterRejectsInconsistentWeights) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 layers")));
 }
 
+// GGUF's llama metadata has no field for these: writing such a model would
+// silently give llama.cpp (and our loader) a different one.
+TEST(GgufModelTest, WriterRefusesWhatItsMetadataCannotSay) {
+  for (auto change : std::vector<std::function<void(ModelConfig&)>>{
+           [](ModelConfig& c) { c.rope_layout = RopeLayout::kHalfSplit; },
+           [](ModelConfig& c) { c.rope_scaling.type = RopeScaling::Type::kLinear; },
+           [](ModelConfig& c) { c.head_size = 16; }}) {
+    ModelConfig config = TinyShape(4, 2, true);
+    change(config);
+    ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 7));
+    EXPECT_THAT(WriteGgufModel(*model, TempPath("unsayable.gguf")),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Hugging Face folder")));
+  }
+}
+
 }  // namespace
 }  // namespace tandem
