@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   }
   EngineOptions engine_options;
   engine_options.block_size = options.block_size;
+  engine_options.kv_dtype = options.kv_dtype;
   engine_options.num_blocks = options.kv_blocks > 0
                                   ? options.kv_blocks
                                   : 8 * BlocksFor(weights.config.seq_len, options.block_size);
@@ -50,6 +51,7 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   engine_options.max_logit_rows = options.max_sequences;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(weights, std::move(backend), engine_options));
+  if (options.weights_fingerprint.empty()) options.weights_fingerprint = weights.Fingerprint();
   std::unique_ptr<DecodeLoop> loop(new DecodeLoop(std::move(engine), transport, options));
   ASSIGN_OR_RETURN(loop->kv_region_, loop->receiver_->RegisterMemory(
                                          loop->engine_->kv_cache(), loop->engine_->kv_cache_bytes(),
@@ -280,6 +282,8 @@ void DecodeLoop::Shutdown() {
 void DecodeLoop::PublishStats() {
   LoopStats s;
   s.model = options_.model_name;
+  s.weights_fingerprint = options_.weights_fingerprint;
+  s.kv_dtype = std::string(DTypeName(engine_->kv_layout().dtype));
   s.vocab_size = config_.vocab_size;
   s.max_context = config_.seq_len;
   s.block_size = engine_->kv_layout().block_size;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
+#include "common/model/dtype.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"
@@ -47,9 +49,14 @@ namespace tandem::decode {
 
 struct DecodeLoopOptions {
   // Reported in stats so that the router can check every worker serves the
-  // same model.
+  // same model: the served name and ModelWeights::Fingerprint() of the
+  // weights (empty: Create computes it).
   std::string model_name;
+  std::string weights_fingerprint;
   int block_size = 16;
+  // Element type of the KV cache; unset: the weights' type. Every worker of
+  // a pool must use the same one (KV blocks are copied byte for byte).
+  std::optional<DType> kv_dtype;
   // KV blocks in the pool; 0 sizes it for 8 full-context sequences.
   int kv_blocks = 0;
   // Most tokens one step carries (decode tokens first, then prefill chunks).

@@ -95,6 +95,8 @@ v1::WorkerStats ToProto(const LoopStats& s) {
   v1::WorkerStats w;
   w.set_role("decode");
   w.set_model(s.model);
+  w.set_weights_fingerprint(s.weights_fingerprint);
+  w.set_kv_dtype(s.kv_dtype);
   w.set_vocab_size(s.vocab_size);
   w.set_max_context(s.max_context);
   w.set_block_size(s.block_size);

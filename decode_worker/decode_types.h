@@ -72,6 +72,9 @@ using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
 // A snapshot of the worker for WorkerStats.
 struct LoopStats {
   std::string model;
+  std::string weights_fingerprint;
+  // DTypeName of the KV cache's element type.
+  std::string kv_dtype;
   int vocab_size = 0;
   int max_context = 0;
   int block_size = 0;

@@ -6,10 +6,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
@@ -17,6 +19,7 @@
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/metrics/metrics_server.h"
+#include "common/model/dtype.h"
 #include "common/model/model_weights.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
@@ -29,10 +32,17 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:8300",
           "host:port to serve gRPC on; port 0 picks a free one");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (one line) once the server is up");
-ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
-ABSL_FLAG(std::string, model_name, "",
-          "Model name reported in GetStats (the router checks that all workers agree); default: "
-          "the file name of --model");
+ABSL_FLAG(std::string, model, "",
+          "The model (required): a Hugging Face folder (config.json and *.safetensors), a GGUF "
+          "file or a llama2.c checkpoint");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model name reported in GetStats; the router serves only workers whose name, weights "
+          "fingerprint, KV type and block size agree. Default: the name of --model's folder or "
+          "file");
+ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
+          "prefill and decode worker of a cluster must use the same");
 ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
           "KV cache blocks in the pool; 0 = enough for 8 full-context sequences");
@@ -56,10 +66,58 @@ ABSL_FLAG(bool, kv_checksums, false,
 namespace tandem {
 namespace {
 
+// The name of a model folder or file: "models/Llama-3.2-1B/" gives
+// "Llama-3.2-1B", "models/stories15M.bin" gives "stories15M.bin".
+std::string NameOfModelPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return std::filesystem::path(path).filename().string();
+}
+
+// --served_model_name, or its deprecated alias --model_name, or the name of
+// --model. INVALID_ARGUMENT when both flags are given and differ.
+absl::StatusOr<std::string> ServedModelName(const std::string& model_path) {
+  const std::string served = absl::GetFlag(FLAGS_served_model_name);
+  const std::string alias = absl::GetFlag(FLAGS_model_name);
+  if (!served.empty() && !alias.empty() && served != alias) {
+    return absl::InvalidArgumentError(absl::StrCat("--served_model_name=", served,
+                                                   " and its deprecated alias --model_name=", alias,
+                                                   " disagree; pass only --served_model_name"));
+  }
+  if (!served.empty()) return served;
+  if (!alias.empty()) return alias;
+  return NameOfModelPath(model_path);
+}
+
+// --kv_dtype: unset when empty (the weights' type).
+absl::StatusOr<std::optional<DType>> KvDTypeFlag() {
+  const std::string name = absl::GetFlag(FLAGS_kv_dtype);
+  if (name.empty()) return std::optional<DType>();
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_dtype=", name,
+                     " is not a KV cache type: pass f32, bf16 or f16, or "
+                     "leave it empty for the weights' type"));
+  }
+  return std::optional<DType>(*dtype);
+}
+
+// ModelWeights::Fingerprint(), timed: it reads every weight byte once.
+std::string FingerprintOf(const ModelWeights& weights) {
+  const absl::Time start = absl::Now();
+  std::string fingerprint = weights.Fingerprint();
+  LOG(INFO) << "weights fingerprint " << fingerprint << " (" << DTypeName(weights.dtype())
+            << " weights, hashed in " << absl::Now() - start << ")";
+  return fingerprint;
+}
+
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  ASSIGN_OR_RETURN(const std::string served_model_name, ServedModelName(model_path));
+  ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, KvDTypeFlag());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+  const std::string fingerprint = FingerprintOf(*weights);
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
   const std::string backend_info = backend->Describe();
@@ -73,10 +131,9 @@ absl::Status Run() {
 
   decode::DecodeLoopOptions options;
   options.metrics = &decode_metrics;
-  options.model_name = absl::GetFlag(FLAGS_model_name);
-  if (options.model_name.empty()) {
-    options.model_name = std::filesystem::path(model_path).filename().string();
-  }
+  options.model_name = served_model_name;
+  options.weights_fingerprint = fingerprint;
+  options.kv_dtype = kv_dtype;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
@@ -98,10 +155,11 @@ absl::Status Run() {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
   const decode::LoopStats stats = loop->Stats();
-  LOG(INFO) << "tandem-decode serving " << options.model_name << " on port " << server.port << " ("
-            << config.n_layers << " layers, context " << config.seq_len << ", "
-            << stats.kv_blocks_total << " KV blocks of " << stats.block_size << " tokens, "
-            << backend_info << ", KV transport " << transport->name() << ")";
+  LOG(INFO) << "tandem-decode serving " << options.model_name << " (weights " << fingerprint
+            << ") on port " << server.port << " (" << config.n_layers << " layers, context "
+            << config.seq_len << ", " << stats.kv_blocks_total << " " << stats.kv_dtype
+            << " KV blocks of " << stats.block_size << " tokens, " << backend_info
+            << ", KV transport " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -134,7 +192,8 @@ int main(int argc, char** argv) {
       "The tandem decode worker: serves tandem.v1.DecodeWorker (Generate, Start, GetStats).\n"
       "Reserves KV blocks per request, receives the prompt's KV cache from a prefill worker\n"
       "over UCX (or prefills locally) and streams generated tokens to the router.\n"
-      "Usage: tandem-decode --model FILE [--listen HOST:PORT] [--port_file FILE]\n"
+      "Usage: tandem-decode --model DIR|FILE [--served_model_name NAME] [--kv_dtype f32|bf16|f16]\n"
+      "       [--listen HOST:PORT] [--port_file FILE]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] ...");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-decode: " << s.message() << "\n";

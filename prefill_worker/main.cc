@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -20,6 +21,7 @@
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/metrics/metrics_server.h"
+#include "common/model/dtype.h"
 #include "common/model/model_weights.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
@@ -32,10 +34,17 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:8200",
           "host:port to serve tandem.v1.PrefillWorker on; port 0 picks a free port");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (one line) once the server is up");
-ABSL_FLAG(std::string, model, "", "Model file: a llama2.c checkpoint or a GGUF file (required)");
-ABSL_FLAG(std::string, model_name, "",
-          "Model name reported in GetStats (the router checks all workers agree); default: the "
-          "file name of --model");
+ABSL_FLAG(std::string, model, "",
+          "The model (required): a Hugging Face folder (config.json and *.safetensors), a GGUF "
+          "file or a llama2.c checkpoint");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model name reported in GetStats; the router serves only workers whose name, weights "
+          "fingerprint, KV type and block size agree. Default: the name of --model's folder or "
+          "file");
+ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
+          "prefill and decode worker of a cluster must use the same");
 ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
           "KV cache blocks; 0 = room for 8 full-context sequences. Each queued prompt needs "
@@ -54,10 +63,58 @@ ABSL_FLAG(int, kv_lanes, 1,
 namespace tandem {
 namespace {
 
+// The name of a model folder or file: "models/Llama-3.2-1B/" gives
+// "Llama-3.2-1B", "models/stories15M.bin" gives "stories15M.bin".
+std::string NameOfModelPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return std::filesystem::path(path).filename().string();
+}
+
+// --served_model_name, or its deprecated alias --model_name, or the name of
+// --model. INVALID_ARGUMENT when both flags are given and differ.
+absl::StatusOr<std::string> ServedModelName(const std::string& model_path) {
+  const std::string served = absl::GetFlag(FLAGS_served_model_name);
+  const std::string alias = absl::GetFlag(FLAGS_model_name);
+  if (!served.empty() && !alias.empty() && served != alias) {
+    return absl::InvalidArgumentError(absl::StrCat("--served_model_name=", served,
+                                                   " and its deprecated alias --model_name=", alias,
+                                                   " disagree; pass only --served_model_name"));
+  }
+  if (!served.empty()) return served;
+  if (!alias.empty()) return alias;
+  return NameOfModelPath(model_path);
+}
+
+// --kv_dtype: unset when empty (the weights' type).
+absl::StatusOr<std::optional<DType>> KvDTypeFlag() {
+  const std::string name = absl::GetFlag(FLAGS_kv_dtype);
+  if (name.empty()) return std::optional<DType>();
+  absl::StatusOr<DType> dtype = ParseDType(name);
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_dtype=", name,
+                     " is not a KV cache type: pass f32, bf16 or f16, or "
+                     "leave it empty for the weights' type"));
+  }
+  return std::optional<DType>(*dtype);
+}
+
+// ModelWeights::Fingerprint(), timed: it reads every weight byte once.
+std::string FingerprintOf(const ModelWeights& weights) {
+  const absl::Time start = absl::Now();
+  std::string fingerprint = weights.Fingerprint();
+  LOG(INFO) << "weights fingerprint " << fingerprint << " (" << DTypeName(weights.dtype())
+            << " weights, hashed in " << absl::Now() - start << ")";
+  return fingerprint;
+}
+
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  ASSIGN_OR_RETURN(const std::string served_model_name, ServedModelName(model_path));
+  ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, KvDTypeFlag());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+  const std::string fingerprint = FingerprintOf(*weights);
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
@@ -70,10 +127,9 @@ absl::Status Run() {
 
   prefill::PrefillLoopOptions options;
   options.metrics = &prefill_metrics;
-  options.model_name = absl::GetFlag(FLAGS_model_name);
-  if (options.model_name.empty()) {
-    options.model_name = std::filesystem::path(model_path).filename().string();
-  }
+  options.model_name = served_model_name;
+  options.weights_fingerprint = fingerprint;
+  options.kv_dtype = kv_dtype;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
@@ -92,10 +148,10 @@ absl::Status Run() {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
   const prefill::PrefillStats stats = loop->Stats();
-  LOG(INFO) << "tandem-prefill serving " << options.model_name << " on port " << server.port << " ("
-            << stats.kv_blocks_total << " KV blocks of " << stats.block_size
-            << " tokens, max_batch_tokens " << options.max_batch_tokens << ", KV over "
-            << transport->name() << ")";
+  LOG(INFO) << "tandem-prefill serving " << options.model_name << " (weights " << fingerprint
+            << ") on port " << server.port << " (" << stats.kv_blocks_total << " " << stats.kv_dtype
+            << " KV blocks of " << stats.block_size << " tokens, max_batch_tokens "
+            << options.max_batch_tokens << ", KV over " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -123,7 +179,9 @@ int main(int argc, char** argv) {
       argc, argv,
       "The tandem prefill worker: computes prompts and streams their KV cache to decode "
       "workers.\n"
-      "Usage: tandem-prefill --model FILE [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
+      "Usage: tandem-prefill --model DIR|FILE [--served_model_name NAME] [--kv_dtype "
+      "f32|bf16|f16]\n"
+      "       [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
       "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
       "       [--drain_timeout 30s] [--kv_lanes N] [--metrics_listen HOST:PORT]\n"
       "       [--metrics_port_file FILE]");

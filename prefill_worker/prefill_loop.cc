@@ -27,13 +27,18 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
   }
   SchedulerOptions scheduler_options;
   scheduler_options.block_size = options.block_size;
+  scheduler_options.kv_dtype = options.kv_dtype;
   scheduler_options.kv_blocks = options.kv_blocks;
   scheduler_options.max_batch_tokens = options.max_batch_tokens;
   scheduler_options.kv_lanes = options.kv_lanes;
   ASSIGN_OR_RETURN(
       std::unique_ptr<PrefillScheduler> scheduler,
       PrefillScheduler::Create(weights, std::move(backend), transport, clock, scheduler_options));
-  std::unique_ptr<PrefillLoop> loop(new PrefillLoop(std::move(scheduler), clock, options));
+  PrefillLoopOptions loop_options = options;
+  if (loop_options.weights_fingerprint.empty()) {
+    loop_options.weights_fingerprint = weights.Fingerprint();
+  }
+  std::unique_ptr<PrefillLoop> loop(new PrefillLoop(std::move(scheduler), clock, loop_options));
   loop->Publish({});
   loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
@@ -48,6 +53,8 @@ PrefillLoop::PrefillLoop(std::unique_ptr<PrefillScheduler> scheduler, const Cloc
       total_blocks_(scheduler->total_blocks()),
       scheduler_(std::move(scheduler)) {
   stats_.model = options_.model_name;
+  stats_.weights_fingerprint = options_.weights_fingerprint;
+  stats_.kv_dtype = std::string(DTypeName(layout_.dtype));
   stats_.vocab_size = config_.vocab_size;
   stats_.max_context = config_.seq_len;
   stats_.block_size = layout_.block_size;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
+#include "common/model/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "prefill_worker/prefill_job.h"
@@ -45,9 +47,15 @@
 namespace tandem::prefill {
 
 struct PrefillLoopOptions {
-  // Reported in stats, so that the router can check all workers serve the same model.
+  // Reported in stats, so that the router can check all workers serve the
+  // same model: the served name and ModelWeights::Fingerprint() of the
+  // weights (empty: Create computes it).
   std::string model_name = "";
+  std::string weights_fingerprint = "";
   int block_size = 16;
+  // Element type of the KV cache; unset: the weights' type. Must be the
+  // decode workers' (KV blocks are copied byte for byte).
+  std::optional<DType> kv_dtype;
   // KV blocks; 0 = room for 8 full-context sequences.
   int kv_blocks = 0;
   int max_batch_tokens = 2048;
@@ -69,6 +77,9 @@ struct PrefillLoopOptions {
 // A snapshot for WorkerStats.
 struct PrefillStats {
   std::string model;
+  std::string weights_fingerprint;
+  // DTypeName of the KV cache's element type.
+  std::string kv_dtype;
   int vocab_size = 0;
   int max_context = 0;
   int block_size = 0;

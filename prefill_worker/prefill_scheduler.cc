@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
   }
   EngineOptions engine_options;
   engine_options.block_size = options.block_size;
+  engine_options.kv_dtype = options.kv_dtype;
   engine_options.num_blocks = options.kv_blocks > 0
                                   ? options.kv_blocks
                                   : DefaultKvBlocks(weights.config, options.block_size);
@@ -194,10 +195,8 @@ absl::Status PrefillScheduler::StartTransfer(Job& job) {
   kvtransfer::SendRequest request;
   request.descriptor = job.request.kv_descriptor;
   const KvLayout& layout = engine_->kv_layout();
-  request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers,
-                                             layout.layer_bytes(),
-                                             layout.block_bytes(),
-                                             job.table.blocks());
+  request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers, layout.layer_bytes(),
+                                             layout.block_bytes(), job.table.blocks());
   request.deadline = job.request.deadline;
   // The job outlives its transfer: it is dropped only after this ran.
   request.done = [this, j = &job](uint64_t, const absl::Status& status) {

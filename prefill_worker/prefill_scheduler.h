@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
+#include "common/model/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_sender.h"
@@ -32,6 +34,8 @@ namespace tandem::prefill {
 
 struct SchedulerOptions {
   int block_size = 16;
+  // Element type of the KV cache; unset: the weights' type.
+  std::optional<DType> kv_dtype;
   // KV blocks in the pool; 0 = room for 8 full-context sequences.
   int kv_blocks = 0;
   // Most prompt tokens one engine step carries (over all its jobs).

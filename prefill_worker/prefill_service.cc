@@ -64,6 +64,8 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto) {
   proto->set_role("prefill");
   proto->set_model(stats.model);
+  proto->set_weights_fingerprint(stats.weights_fingerprint);
+  proto->set_kv_dtype(stats.kv_dtype);
   proto->set_vocab_size(stats.vocab_size);
   proto->set_max_context(stats.max_context);
   proto->set_block_size(stats.block_size);

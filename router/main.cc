@@ -1,5 +1,6 @@
 // tandem-router: the client-facing tandem.v1.Router service in front of the
 // prefill and decode pools.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
@@ -34,9 +37,14 @@ ABSL_FLAG(std::string, prefill_workers, "",
 ABSL_FLAG(std::string, decode_workers, "",
           "Decode workers, comma-separated host:port (required); DNS names as for "
           "--prefill_workers");
+ABSL_FLAG(std::string, model, "",
+          "The served model's Hugging Face folder: the router loads only its tokenizer "
+          "(tokenizer.json or tokenizer.model) and serves it under the folder's name. Give this "
+          "or --tokenizer");
 ABSL_FLAG(std::string, tokenizer, "",
-          "Tokenizer of the served model: llama2.c tokenizer.bin or SentencePiece .model "
-          "(required)");
+          "Tokenizer of the served model: a model folder, a tokenizer.json, a llama2.c "
+          "tokenizer.bin or a SentencePiece .model. Give this or --model (with both, the "
+          "tokenizer comes from here)");
 ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
           "disaggregation); 0 = always use a prefill worker when one is healthy");
@@ -59,8 +67,10 @@ ABSL_FLAG(std::string, http_listen, "",
           "GET /health); port 0 picks a free one; empty = no HTTP API");
 ABSL_FLAG(std::string, http_port_file, "",
           "Write the bound HTTP port here (one line) once it is up; empty = don't");
-ABSL_FLAG(std::string, model_name, "",
-          "Model id of the HTTP API (/v1/models, responses); empty = the tokenizer file's name");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model id of the HTTP API (/v1/models, responses); empty = the name of --model's "
+          "folder, else of --tokenizer");
+ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
 ABSL_FLAG(int, http_threads, 0,
           "HTTP connections served at once (each open response, and each idle keep-alive "
           "connection for up to 5 s, holds one; more wait in a queue); 0 = --max_inflight + 16");
@@ -74,11 +84,77 @@ std::vector<std::string> SplitTargets(const std::string& flag) {
   return absl::StrSplit(flag, ',', absl::SkipWhitespace());
 }
 
-absl::Status Run() {
-  const std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
-  if (tokenizer_path.empty()) {
-    return absl::InvalidArgumentError("--tokenizer is required (see --help)");
+// The name of a model folder or file: "models/Llama-3.2-1B/" gives
+// "Llama-3.2-1B", "models/tok512.bin" gives "tok512.bin".
+std::string NameOfModelPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return std::filesystem::path(path).filename().string();
+}
+
+// --served_model_name, or its deprecated alias --model_name, or the name of
+// --model, else of --tokenizer.
+absl::StatusOr<std::string> ServedModelName() {
+  const std::string served = absl::GetFlag(FLAGS_served_model_name);
+  const std::string alias = absl::GetFlag(FLAGS_model_name);
+  if (!served.empty() && !alias.empty() && served != alias) {
+    return absl::InvalidArgumentError(absl::StrCat("--served_model_name=", served,
+                                                   " and its deprecated alias --model_name=", alias,
+                                                   " disagree; pass only --served_model_name"));
   }
+  if (!served.empty()) return served;
+  if (!alias.empty()) return alias;
+  if (const std::string model = absl::GetFlag(FLAGS_model); !model.empty()) {
+    return NameOfModelPath(model);
+  }
+  return NameOfModelPath(absl::GetFlag(FLAGS_tokenizer));
+}
+
+// Waits until a decode worker is routable. Gives up early when every decode
+// worker has answered and none agrees with the pool or the router's
+// tokenizer (a configuration error that waiting does not fix), naming what
+// differs.
+absl::Status WaitForDecodeWorker(const router::WorkerRegistry& registry,
+                                 absl::Duration startup_timeout) {
+  const absl::Time deadline = absl::Now() + startup_timeout;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (registry.WaitForRoutable(router::WorkerRole::kDecode, std::min(left, absl::Seconds(1)))) {
+      return absl::OkStatus();
+    }
+    std::vector<std::string> refused;
+    bool all_answered = true;
+    for (const router::WorkerSnapshot& s : registry.Snapshot(router::WorkerRole::kDecode)) {
+      if (!s.healthy || s.disagreement.empty()) {
+        all_answered = false;
+        break;
+      }
+      refused.push_back(absl::StrCat(s.address, " ", s.disagreement));
+    }
+    if (all_answered && !refused.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no decode worker agrees with the pool or this router's tokenizer: ",
+          absl::StrJoin(refused, "; "),
+          ". Start every worker with the same --model, --kv_dtype and --block_size, and the "
+          "router with that model's --model or --tokenizer"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "no decode worker of --decode_workers=", absl::GetFlag(FLAGS_decode_workers),
+          " became healthy within --startup_timeout=", absl::FormatDuration(startup_timeout),
+          "; check that they run and are reachable"));
+    }
+  }
+}
+
+absl::Status Run() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tokenizer_path.empty()) tokenizer_path = model_path;
+  if (tokenizer_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--model (a Hugging Face folder) or --tokenizer is required (see --help)");
+  }
+  ASSIGN_OR_RETURN(const std::string served_model_name, ServedModelName());
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
   if (absl::GetFlag(FLAGS_max_inflight) < 1) {
     return absl::InvalidArgumentError("--max_inflight must be at least 1");
@@ -107,17 +183,15 @@ absl::Status Run() {
   registry_options.decode_targets = SplitTargets(absl::GetFlag(FLAGS_decode_workers));
   registry_options.resolve_interval = absl::GetFlag(FLAGS_resolve_interval);
   registry_options.health_interval = absl::GetFlag(FLAGS_health_interval);
+  registry_options.tokenizer_vocab_size = tokenizer->vocab_size();
   ASSIGN_OR_RETURN(std::unique_ptr<router::WorkerRegistry> registry,
                    router::WorkerRegistry::Create(registry_options));
 
   const absl::Duration startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
-  LOG(INFO) << "waiting up to " << startup_timeout << " for a healthy decode worker";
-  if (!registry->WaitForRoutable(router::WorkerRole::kDecode, startup_timeout)) {
-    return absl::UnavailableError(absl::StrCat(
-        "no decode worker of --decode_workers=", absl::GetFlag(FLAGS_decode_workers),
-        " became healthy within --startup_timeout=", absl::FormatDuration(startup_timeout),
-        "; check that they run and are reachable"));
-  }
+  LOG(INFO) << "serving " << served_model_name << " (tokenizer " << tokenizer_path << ", "
+            << tokenizer->vocab_size() << " tokens); waiting up to " << startup_timeout
+            << " for a healthy decode worker";
+  RETURN_IF_ERROR(WaitForDecodeWorker(*registry, startup_timeout));
 
   auto registry_metrics = std::make_shared<prometheus::Registry>();
   router::RouterMetrics router_metrics(*registry_metrics);
@@ -150,10 +224,7 @@ absl::Status Run() {
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     router::OpenAiHttpOptions http_options;
     http_options.listen = listen;
-    http_options.model_name = absl::GetFlag(FLAGS_model_name);
-    if (http_options.model_name.empty()) {
-      http_options.model_name = std::filesystem::path(tokenizer_path).filename().string();
-    }
+    http_options.served_model_name = served_model_name;
     http_options.request_timeout = absl::GetFlag(FLAGS_request_timeout);
     http_options.threads = absl::GetFlag(FLAGS_http_threads);
     if (http_options.threads == 0) http_options.threads = options.max_inflight + 16;
@@ -173,7 +244,7 @@ absl::Status Run() {
       return s;
     }
     LOG(INFO) << "OpenAI-compatible HTTP API on port " << http->port() << " (model "
-              << http_options.model_name << ")";
+              << http_options.served_model_name << ")";
   }
 
   const int sig = rpc::WaitForTerminationSignal();
@@ -207,8 +278,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "The tandem router: serves tandem.v1.Router over the prefill and decode pools.\n"
       "Usage: tandem-router --decode_workers HOST:PORT[,...] [--prefill_workers HOST:PORT[,...]]\n"
-      "       --tokenizer FILE [--listen HOST:PORT --port_file FILE]\n"
-      "       [--http_listen HOST:PORT --http_port_file FILE --model_name NAME]\n"
+      "       --model DIR | --tokenizer FILE [--listen HOST:PORT --port_file FILE]\n"
+      "       [--http_listen HOST:PORT --http_port_file FILE --served_model_name NAME]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] [--request_log FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-router: " << s.message() << "\n";

@@ -280,7 +280,7 @@ void OpenAiHttpServer::RegisterHandlers() {
     openai::CompletionMeta meta{
         .id = NewCompletionId(),
         .created = UnixNow(),
-        .model = parsed->model.empty() ? options_.model_name : parsed->model};
+        .model = parsed->model.empty() ? options_.served_model_name : parsed->model};
     parsed->request.set_request_id(meta.id);
     auto call = std::make_unique<Call>(stub_.get(), std::move(parsed->request),
                                        absl::Now() + options_.request_timeout);
@@ -325,7 +325,7 @@ void OpenAiHttpServer::RegisterHandlers() {
 
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json body = {{"object", "list"},
-                       {"data", json::array({{{"id", options_.model_name},
+                       {"data", json::array({{{"id", options_.served_model_name},
                                               {"object", "model"},
                                               {"created", started_unix_},
                                               {"owned_by", "tandem"}}})}};

@@ -41,8 +41,9 @@ namespace tandem::router {
 struct OpenAiHttpOptions {
   // HOST:PORT to listen on ([v6]:PORT too); port 0 picks a free one.
   std::string listen = "127.0.0.1:0";
-  // The model id of /v1/models and of responses whose request names none.
-  std::string model_name = "tandem";
+  // The served model name: the model id of /v1/models and of responses
+  // whose request names none.
+  std::string served_model_name = "tandem";
   // Deadline of every gRPC call.
   absl::Duration request_timeout = absl::Seconds(300);
   // Worker threads of the HTTP server (connections served at once).

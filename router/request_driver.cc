@@ -128,7 +128,12 @@ absl::Status RequestDriver::Drive() {
   std::vector<std::string> unroutable;
   for (const WorkerSnapshot& s : decode) {
     if (!s.routable()) {
-      unroutable.push_back(absl::StrCat(s.address, s.draining ? " (draining)" : " (unhealthy)"));
+      const std::string why = !s.healthy   ? "unhealthy"
+                              : s.draining ? "draining"
+                              : s.disagreement.empty()
+                                  ? "not yet checked against the pool"
+                                  : absl::StrCat("out of the pool: it ", s.disagreement);
+      unroutable.push_back(absl::StrCat(s.address, " (", why, ")"));
       continue;
     }
     any_routable = true;

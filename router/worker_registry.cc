@@ -39,6 +39,14 @@ absl::StatusOr<HostPort> SplitTarget(const std::string& target) {
   return HostPort{host, target.substr(colon + 1)};
 }
 
+ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
+  return ModelIdentity{.model = stats.model(),
+                       .weights_fingerprint = stats.weights_fingerprint(),
+                       .kv_dtype = stats.kv_dtype(),
+                       .block_size = stats.block_size(),
+                       .vocab_size = stats.vocab_size()};
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target) {
@@ -121,7 +129,11 @@ WorkerSnapshot Worker::Snapshot() const {
   s.role = role_;
   s.healthy = healthy_;
   s.draining = stats_.draining();
+  s.in_pool = in_pool_;
+  if (!in_pool_) s.disagreement = disagreement_;
   s.model = stats_.model();
+  s.weights_fingerprint = stats_.weights_fingerprint();
+  s.kv_dtype = stats_.kv_dtype();
   s.vocab_size = stats_.vocab_size();
   s.max_context = stats_.max_context();
   s.block_size = stats_.block_size();
@@ -164,6 +176,9 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
   // A poll sent before a request failed does not make the worker healthy.
   healthy_ = status.ok() && poll >= first_trusted_poll_;
   if (status.ok()) {
+    // New stats of another identity, or a worker back from a failed poll,
+    // wait for the registry's check before they are routed to.
+    if (!was_healthy || IdentityOfStats(*stats) != IdentityOfStats(stats_)) in_pool_ = false;
     stats_ = *stats;
     // The stats now include every reservation confirmed before the poll.
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -172,13 +187,29 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
   }
   if (healthy_ && (!was_healthy || was_draining != stats_.draining())) {
     LOG(INFO) << WorkerRoleName(role_) << " worker " << address_ << " is "
-              << (stats_.draining() ? "draining" : "healthy") << " (model '" << stats_.model()
-              << "', " << stats_.kv_blocks_free() << "/" << stats_.kv_blocks_total()
-              << " KV blocks free, max context " << stats_.max_context() << ")";
+              << (stats_.draining() ? "draining" : "healthy") << " ("
+              << DescribeIdentity(IdentityOfStats(stats_)) << ", " << stats_.kv_blocks_free() << "/"
+              << stats_.kv_blocks_total() << " KV blocks free, max context " << stats_.max_context()
+              << ")";
   } else if (!status.ok() && (was_healthy || first)) {
     LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_
                  << " is unhealthy, not routing to it: " << status;
   }
+}
+
+void Worker::SetPoolVerdict(const ModelIdentity& checked, const std::string& disagreement) {
+  absl::MutexLock lock(&mu_);
+  if (IdentityOfStats(stats_) != checked) return;
+  in_pool_ = disagreement.empty();
+  if (disagreement == disagreement_) return;
+  if (!disagreement.empty()) {
+    LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_ << " " << disagreement
+                 << "; not routing to it until it agrees";
+  } else {
+    LOG(INFO) << WorkerRoleName(role_) << " worker " << address_
+              << " agrees with the pool now; routing to it again";
+  }
+  disagreement_ = disagreement;
 }
 
 // ---------------------------------------------------------------------------
@@ -357,8 +388,69 @@ void WorkerRegistry::PollNow() {
       round->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(2));
     }
   }
+  CheckPool();
   absl::MutexLock lock(&mu_);
   ++poll_rounds_;
+}
+
+void WorkerRegistry::CheckPool() {
+  struct Seen {
+    std::shared_ptr<Worker> worker;
+    ModelIdentity identity;
+    uint64_t order = 0;
+    // Why the router's tokenizer cannot serve its model; empty if it can.
+    std::string tokenizer_problem;
+  };
+  std::vector<Seen> healthy;
+  std::set<std::string> present;
+  for (std::shared_ptr<Worker>& worker : AllWorkers()) {
+    std::string key = absl::StrCat(WorkerRoleName(worker->role()), " ", worker->address());
+    const WorkerSnapshot s = worker->Snapshot();
+    present.insert(key);
+    if (!s.healthy) continue;
+    auto [it, inserted] = first_seen_.emplace(std::move(key), next_seen_);
+    if (inserted) ++next_seen_;
+    healthy.push_back(Seen{std::move(worker), IdentityOf(s), it->second,
+                           CheckTokenizerVocab(s.vocab_size, options_.tokenizer_vocab_size)});
+  }
+  for (auto it = first_seen_.begin(); it != first_seen_.end();) {
+    it = present.contains(it->first) ? std::next(it) : first_seen_.erase(it);
+  }
+  std::stable_sort(healthy.begin(), healthy.end(),
+                   [](const Seen& a, const Seen& b) { return a.order < b.order; });
+  std::vector<ModelIdentity> candidates;
+  for (const Seen& s : healthy) {
+    if (s.tokenizer_problem.empty()) candidates.push_back(s.identity);
+  }
+  std::optional<ModelIdentity> current;
+  {
+    absl::MutexLock lock(&mu_);
+    current = pool_;
+  }
+  const std::optional<ModelIdentity> chosen = ChoosePoolIdentity(candidates, current);
+  if (chosen != current) {
+    const auto n = std::count(candidates.begin(), candidates.end(), *chosen);
+    if (!current.has_value()) {
+      LOG(INFO) << "the pool serves " << DescribeIdentity(*chosen) << " (" << n << " of "
+                << healthy.size() << " healthy workers)";
+    } else {
+      LOG(WARNING) << "the pool now serves " << DescribeIdentity(*chosen) << ", reported by " << n
+                   << " of " << healthy.size() << " healthy workers; it served "
+                   << DescribeIdentity(*current);
+    }
+    absl::MutexLock lock(&mu_);
+    pool_ = chosen;
+  }
+  for (const Seen& s : healthy) {
+    std::string why = s.tokenizer_problem;
+    if (why.empty() && chosen.has_value()) why = DescribeDifferences(s.identity, *chosen);
+    s.worker->SetPoolVerdict(s.identity, why);
+  }
+}
+
+std::optional<ModelIdentity> WorkerRegistry::pool_identity() const {
+  absl::MutexLock lock(&mu_);
+  return pool_;
 }
 
 std::vector<WorkerSnapshot> WorkerRegistry::Snapshot(WorkerRole role) const {

@@ -8,6 +8,13 @@
 // thread; a failed poll makes it unhealthy (not routable) until a poll
 // succeeds again, and a worker that reports `draining` is not routable.
 //
+// After every poll round the registry checks that the healthy workers agree
+// on the model and the KV layout (router/pool_identity.h has the rule): a
+// worker that disagrees with the pool is not routable, is logged once with
+// what differs, and rejoins as soon as a poll shows it agrees. Its stats are
+// checked again whenever they change identity or it recovers from a failed
+// poll; until then it is not routable.
+//
 // Thread-safe. Worker objects are shared: a request keeps using its worker
 // after the worker left the registry.
 #ifndef TANDEM_ROUTER_WORKER_REGISTRY_H_
@@ -17,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "router/pool_identity.h"
 #include "router/worker_snapshot.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -90,6 +99,12 @@ class Worker {
   uint64_t BeginPoll();
   void RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& stats);
 
+  // The registry's verdict on the stats whose identity was `checked`:
+  // `disagreement` empty puts the worker in the pool, else says why not.
+  // Logs a new disagreement once, and the worker's return. Ignored when the
+  // worker's stats have changed identity since (the next round decides).
+  void SetPoolVerdict(const ModelIdentity& checked, const std::string& disagreement);
+
  private:
   struct Pending {
     int blocks = 0;
@@ -108,6 +123,11 @@ class Worker {
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;
   bool ever_polled_ ABSL_GUARDED_BY(mu_) = false;
+  // The registry found the current stats in agreement with the pool.
+  bool in_pool_ ABSL_GUARDED_BY(mu_) = false;
+  // The last disagreement found (kept across failed polls so that it is
+  // logged once); empty once the worker agrees.
+  std::string disagreement_ ABSL_GUARDED_BY(mu_);
   uint64_t next_poll_ ABSL_GUARDED_BY(mu_) = 0;
   // Polls numbered below this were sent before a request failed.
   uint64_t first_trusted_poll_ ABSL_GUARDED_BY(mu_) = 0;
@@ -125,6 +145,9 @@ struct RegistryOptions {
   absl::Duration health_timeout = absl::Seconds(1);
   // Tests resolve names their own way; default ResolveTarget.
   Resolver resolver;
+  // The router's tokenizer's vocabulary size: workers whose model has fewer
+  // ids are kept out of the pool. 0 = no tokenizer (token-id requests only).
+  int32_t tokenizer_vocab_size = 0;
 };
 
 class WorkerRegistry {
@@ -147,6 +170,10 @@ class WorkerRegistry {
   // Waits up to `timeout` until some worker of `role` is routable.
   bool WaitForRoutable(WorkerRole role, absl::Duration timeout) const;
 
+  // The model and KV layout the pool serves; nullopt until a healthy worker
+  // that may serve has answered.
+  std::optional<ModelIdentity> pool_identity() const;
+
   // Resolve and poll now, synchronously, instead of waiting for the
   // background threads (start-up, tests).
   void ResolveNow();
@@ -159,6 +186,9 @@ class WorkerRegistry {
   // Waits `d` or until Stop(); false once stopped.
   bool SleepUnlessStopped(absl::Duration d);
   std::vector<std::shared_ptr<Worker>> AllWorkers() const;
+  // After a poll round: chooses the pool's identity and gives every healthy
+  // worker its verdict. Called with poll_mu_ held.
+  void CheckPool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
 
   // Constant after construction.
   const RegistryOptions options_;
@@ -172,8 +202,13 @@ class WorkerRegistry {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped after every poll round, so that waiters re-check.
   uint64_t poll_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ModelIdentity> pool_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex poll_mu_;  // One poll round at a time.
+  // "role address" -> the order in which healthy workers were first seen
+  // (ties of the agreement rule go to the identity seen first).
+  std::map<std::string, uint64_t> first_seen_ ABSL_GUARDED_BY(poll_mu_);
+  uint64_t next_seen_ ABSL_GUARDED_BY(poll_mu_) = 0;
   std::thread resolve_thread_;
   std::thread poll_thread_;
 };

@@ -27,9 +27,18 @@ struct WorkerSnapshot {
   bool healthy = false;
   // The worker said it is draining: it finishes its work but takes no more.
   bool draining = false;
+  // The worker agrees with its pool on the model and the KV layout (see
+  // router/pool_identity.h); false until the registry has checked its
+  // latest stats. Made-up snapshots (tests, simulators) default to true.
+  bool in_pool = true;
+  // Why it is out of the pool ("has kv_dtype bf16, the pool has f32");
+  // empty when in the pool or not checked yet.
+  std::string disagreement;
 
   // From the last successful GetStats (zero before the first).
   std::string model;
+  std::string weights_fingerprint;
+  std::string kv_dtype;
   int32_t vocab_size = 0;
   int32_t max_context = 0;
   int32_t block_size = 0;
@@ -44,7 +53,7 @@ struct WorkerSnapshot {
   int32_t inflight = 0;
   int32_t reserved_blocks = 0;
 
-  bool routable() const { return healthy && !draining; }
+  bool routable() const { return healthy && !draining && in_pool; }
 };
 
 }  // namespace tandem::router

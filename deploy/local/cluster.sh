@@ -3,13 +3,19 @@
 # loopback, KV moving between them over UCX.
 #
 #   deploy/local/cluster.sh up [--prefill N] [--decode M] [--port P]
-#                              [--model PATH] [--tokenizer PATH] [--threads T]
+#                              [--model DIR | --model FILE --tokenizer FILE]
+#                              [--kv_dtype f32|bf16|f16] [--served_model_name NAME]
+#                              [--threads T]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
-# The model is stories260K from ../shared/models (or $TANDEM_MODELS); without
-# the fixtures a synthetic model of the same shape is generated (random
-# weights, byte-level vocabulary). Logs, pid and port files go under
+# --model DIR is a Hugging Face folder (config.json, safetensors,
+# tokenizer.json): the workers load its weights and the router its tokenizer.
+# A model FILE (llama2.c or GGUF) needs its --tokenizer. Without --model the
+# model is stories260K from ../shared/models (or $TANDEM_MODELS); without the
+# fixtures a synthetic model of the same shape is generated (random weights,
+# byte-level vocabulary). --kv_dtype sets every worker's KV cache type (default:
+# the weights' type). Logs, pid and port files go under
 # $TANDEM_CLUSTER_DIR (default /tmp/tandem-cluster). Binaries come from
 # $TANDEM_BIN (default build/bin); build them first (scripts/build.sh).
 # Workers use ports P+100.. (prefill) and P+200.. (decode); P is the router's
@@ -26,7 +32,7 @@ dir="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
 models="${TANDEM_MODELS:-$root/../shared/models}"
 
 usage() {
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -69,18 +75,25 @@ synthetic_model() {
 }
 
 cmd_up() {
-  local n_prefill=2 n_decode=2 port=8100 model="" tokenizer="" threads=1
+  local n_prefill=2 n_decode=2 port=8100 model="" tokenizer="" threads=1 kv_dtype="" served_name=""
   while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || usage
     case "$1" in
       --prefill) n_prefill=$2; shift 2 ;;
       --decode) n_decode=$2; shift 2 ;;
       --port) port=$2; shift 2 ;;
       --model) model=$2; shift 2 ;;
       --tokenizer) tokenizer=$2; shift 2 ;;
+      --kv_dtype) kv_dtype=$2; shift 2 ;;
+      --served_model_name) served_name=$2; shift 2 ;;
       --threads) threads=$2; shift 2 ;;
       *) usage ;;
     esac
   done
+  case "$kv_dtype" in
+    "" | f32 | bf16 | f16) ;;
+    *) die "--kv_dtype must be f32, bf16 or f16, not '$kv_dtype'" ;;
+  esac
   [ "$n_decode" -ge 1 ] || die "--decode must be at least 1"
   for b in tandem-router tandem-prefill tandem-decode tandem-synth; do
     [ -x "$bin/$b" ] || die "$bin/$b is missing: build first (scripts/build.sh)"
@@ -100,19 +113,37 @@ cmd_up() {
       read -r model tokenizer < <(synthetic_model)
     fi
   fi
-  [ -f "$model" ] || die "model $model not found"
-  [ -n "$tokenizer" ] && [ -f "$tokenizer" ] || die "tokenizer '$tokenizer' not found: pass --tokenizer"
+  # The router's model arguments: a hub folder brings its own tokenizer.
+  local router_model=()
+  if [ -d "$model" ]; then
+    [ -f "$model/config.json" ] || die "$model is not a Hugging Face model folder (no config.json)"
+    router_model=(--model "$model")
+    if [ -n "$tokenizer" ]; then
+      [ -e "$tokenizer" ] || die "tokenizer '$tokenizer' not found"
+      router_model+=(--tokenizer "$tokenizer")
+    fi
+  else
+    [ -f "$model" ] || die "model $model not found"
+    [ -n "$tokenizer" ] && [ -e "$tokenizer" ] || die "tokenizer '$tokenizer' not found: pass --tokenizer"
+    router_model=(--tokenizer "$tokenizer")
+    # Served under the model's name, as the workers report it (not the tokenizer's).
+    [ -n "$served_name" ] || served_name=$(basename "$model")
+  fi
+  [ -z "$served_name" ] || router_model+=(--served_model_name "$served_name")
+  local worker_model=(--model "$model")
+  [ -z "$kv_dtype" ] || worker_model+=(--kv_dtype "$kv_dtype")
+  [ -z "$served_name" ] || worker_model+=(--served_model_name "$served_name")
 
   local prefill_addrs=() decode_addrs=()
   for i in $(seq 0 $((n_prefill - 1))); do
     [ "$n_prefill" -gt 0 ] || break
     start "prefill-$i" "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1100 + i))" --model "$model" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1100 + i))" "${worker_model[@]}" --threads "$threads"
     prefill_addrs+=("127.0.0.1:$((port + 100 + i))")
   done
   for i in $(seq 0 $((n_decode - 1))); do
     start "decode-$i" "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1200 + i))" --model "$model" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1200 + i))" "${worker_model[@]}" --threads "$threads"
     decode_addrs+=("127.0.0.1:$((port + 200 + i))")
   done
   for f in "$dir"/prefill-*.pid "$dir"/decode-*.pid; do
@@ -121,14 +152,14 @@ cmd_up() {
     name=$(basename "$f" .pid)
     wait_for_port "$f" "$dir/$name.port" "$name"
   done
-  start router "$bin/tandem-router" --listen "127.0.0.1:$port" --tokenizer "$tokenizer" \
+  start router "$bin/tandem-router" --listen "127.0.0.1:$port" "${router_model[@]}" \
     --metrics_listen "127.0.0.1:$((port + 1000))" --request_log "$dir/requests.jsonl" \
     --http_listen "127.0.0.1:$((port + 1))" \
     --prefill_workers "$(IFS=,; echo "${prefill_addrs[*]}")" \
     --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")"
   wait_for_port "$dir/router.pid" "$dir/router.port" router
   echo "cluster: router on 127.0.0.1:$port, $n_prefill prefill and $n_decode decode workers," \
-    "model $(basename "$model"); logs in $dir" >&2
+    "model $(basename "$model")${kv_dtype:+, KV $kv_dtype}; logs in $dir" >&2
 }
 
 cmd_status() {

@@ -13,16 +13,18 @@ namespace tandem::router::testing {
 
 namespace {
 
-constexpr int kBlockSize = 16;
 constexpr int kBlocks = 64;
 
-v1::WorkerStats Stats(const char* role, int vocab_size, bool draining, int running) {
+v1::WorkerStats Stats(const char* role, const FakeModel& model, int vocab_size, bool draining,
+                      int running) {
   v1::WorkerStats s;
   s.set_role(role);
-  s.set_model("fake");
-  s.set_vocab_size(vocab_size);
+  s.set_model(model.name);
+  s.set_weights_fingerprint(model.weights_fingerprint);
+  s.set_kv_dtype(model.kv_dtype);
+  s.set_vocab_size(model.vocab_size > 0 ? model.vocab_size : vocab_size);
   s.set_max_context(kFakeMaxContext);
-  s.set_block_size(kBlockSize);
+  s.set_block_size(model.block_size);
   s.set_kv_blocks_total(kBlocks);
   s.set_kv_blocks_free(kBlocks);
   s.set_running(running);
@@ -69,6 +71,11 @@ void FakeDecodeWorker::SetBehaviour(DecodeBehaviour b) {
 void FakeDecodeWorker::SetDraining(bool draining) {
   absl::MutexLock lock(&mu_);
   draining_ = draining;
+}
+
+void FakeDecodeWorker::SetModel(FakeModel model) {
+  absl::MutexLock lock(&mu_);
+  model_ = std::move(model);
 }
 
 grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecodeWorker::Generate(
@@ -209,7 +216,7 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::GetStats(grpc::CallbackServerContext
                                                      v1::WorkerStats* response) {
   absl::MutexLock lock(&mu_);
   ++stats_polls_;
-  *response = Stats("decode", vocab_size_, draining_, open_streams_);
+  *response = Stats("decode", model_, vocab_size_, draining_, open_streams_);
   return Reply(ctx, grpc::Status::OK);
 }
 
@@ -278,6 +285,11 @@ void FakePrefillWorker::SetBehaviour(PrefillBehaviour b) {
   behaviour_ = std::move(b);
 }
 
+void FakePrefillWorker::SetModel(FakeModel model) {
+  absl::MutexLock lock(&mu_);
+  model_ = std::move(model);
+}
+
 grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext* ctx,
                                                      const v1::PrefillRequest* request,
                                                      v1::PrefillResponse* response) {
@@ -305,7 +317,8 @@ grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* FakePrefillWorker::GetStats(grpc::CallbackServerContext* ctx,
                                                       const v1::StatsRequest*,
                                                       v1::WorkerStats* response) {
-  *response = Stats("prefill", vocab_size_, false, 0);
+  absl::MutexLock lock(&mu_);
+  *response = Stats("prefill", model_, vocab_size_, false, 0);
   return Reply(ctx, grpc::Status::OK);
 }
 

@@ -151,7 +151,7 @@ class OpenAiHttpTest : public ::testing::Test {
                 OpenAiHttpOptions http_options = {}) {
     harness_ = std::make_unique<RouterHarness>(options);
     ASSERT_TRUE(harness_->Start().ok());
-    http_options.model_name = "tandem-test";
+    http_options.served_model_name = "tandem-test";
     http_options.heartbeat = absl::Milliseconds(100);
     // Connected before the first request, so that a slow start (sanitizers)
     // is no fail-fast UNAVAILABLE.

@@ -44,6 +44,11 @@ absl::Status RouterHarness::Start() {
   }
   registry_options.prefill_targets = prefill_addresses_;
   registry_options.decode_targets = decode_addresses_;
+  const Tokenizer* tokenizer =
+      options_.no_tokenizer
+          ? nullptr
+          : (options_.tokenizer != nullptr ? options_.tokenizer : &fake_tokenizer_);
+  if (tokenizer != nullptr) registry_options.tokenizer_vocab_size = tokenizer->vocab_size();
   absl::StatusOr<std::unique_ptr<WorkerRegistry>> registry =
       WorkerRegistry::Create(registry_options);
   if (!registry.ok()) return registry.status();
@@ -58,10 +63,6 @@ absl::Status RouterHarness::Start() {
       registry_->PollNow();
     }
   }
-  const Tokenizer* tokenizer =
-      options_.no_tokenizer
-          ? nullptr
-          : (options_.tokenizer != nullptr ? options_.tokenizer : &fake_tokenizer_);
   service_ = std::make_unique<RouterService>(registry_.get(), tokenizer, options_.router);
   absl::StatusOr<rpc::RunningServer> s = rpc::StartServer({}, {service_.get()});
   if (!s.ok()) return s.status();

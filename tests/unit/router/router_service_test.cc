@@ -179,6 +179,59 @@ TEST(RouterServiceTest, DecodeWorkerRefusingIsReplacedByAnother) {
   EXPECT_EQ(h->decode(1 - bad).requests().size(), 1u);
 }
 
+// Waits until `pred(registry)` holds, polling the workers.
+template <typename Pred>
+bool PollUntil(RouterHarness& h, Pred pred) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (!pred(h.registry())) {
+    if (absl::Now() > deadline) return false;
+    h.registry().PollNow();
+  }
+  return true;
+}
+
+bool Routable(WorkerRegistry& registry, WorkerRole role, const std::string& address) {
+  for (const WorkerSnapshot& s : registry.Snapshot(role)) {
+    if (s.address == address) return s.routable();
+  }
+  return false;
+}
+
+// Guards: a decode worker with another KV layout than the prefill workers
+// received their KV blocks (and decoded garbage).
+TEST(RouterServiceTest, ADecodeWorkerThatDisagreesWithThePoolGetsNoRequest) {
+  auto h = StartHarness({.prefill = 1, .decode = 3});
+  ASSERT_NE(h, nullptr);
+  // The one the policy would pick first.
+  const int bad = h->FirstDecode();
+  h->decode(bad).SetModel({.kv_dtype = "bf16"});
+  ASSERT_TRUE(PollUntil(*h, [&](WorkerRegistry& r) {
+    return !Routable(r, WorkerRole::kDecode, h->decode_address(bad));
+  }));
+  for (int i = 0; i < 6; ++i) {
+    const Result r = h->Run(TokenRequest({1, 5, 6}, 2));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_NE(r.finished.decode_worker(), h->decode_address(bad));
+  }
+  EXPECT_EQ(h->decode(bad).requests().size(), 0u);
+}
+
+TEST(RouterServiceTest, NoDecodeWorkerInThePoolIsUnavailableSayingWhatDiffers) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  // One against one: the pool keeps what it served (the prefill worker's).
+  h->decode(0).SetModel({.weights_fingerprint = "ffffffffffffffff"});
+  ASSERT_TRUE(PollUntil(*h, [&](WorkerRegistry& r) {
+    return !Routable(r, WorkerRole::kDecode, h->decode_address(0));
+  }));
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("out of the pool: it has weights fingerprint ffffffffffffffff, the pool "
+                        "has 00000000000fa4e1"));
+  EXPECT_EQ(h->decode(0).requests().size(), 0u);
+}
+
 TEST(RouterServiceTest, FullDecodeWorkerIsReplacedAndAllFullIsResourceExhausted) {
   auto h = StartHarness({.prefill = 1, .decode = 2});
   ASSERT_NE(h, nullptr);
