@@ -104,6 +104,10 @@ TEST_F(DecodeServiceTest, GenerateStreamsLocalPrefillTokens) {
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
   EXPECT_EQ(stats.role(), "decode");
   EXPECT_EQ(stats.model(), "synthetic-small");
+  // Computed from the weights when the options give none.
+  EXPECT_EQ(stats.weights_fingerprint(),
+            MakeSyntheticModel(testing::SmallShape(), 7).value()->Fingerprint());
+  EXPECT_EQ(stats.kv_dtype(), "f32");  // the weights' type
   EXPECT_EQ(stats.vocab_size(), kVocab);
   EXPECT_EQ(stats.max_context(), 128);
   EXPECT_EQ(stats.block_size(), 16);
@@ -167,6 +171,16 @@ TEST_F(DecodeServiceTest, GenerateWithRemotePrefillAndStart) {
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
   EXPECT_EQ(stats.kv_transfers(), 1u);
   EXPECT_GT(stats.kv_transfer_bytes(), 0u);
+}
+
+TEST(DecodeServiceStatsTest, ReportTheKvDtypeAndTheFingerprintGiven) {
+  DecodeLoopOptions options;
+  options.kv_dtype = DType::kBF16;
+  options.weights_fingerprint = "0123456789abcdef";
+  DecodeHarness harness(options);
+  const v1::WorkerStats stats = ToProto(harness.loop().Stats());
+  EXPECT_EQ(stats.kv_dtype(), "bf16");
+  EXPECT_EQ(stats.weights_fingerprint(), "0123456789abcdef");
 }
 
 TEST_F(DecodeServiceTest, StartOfUnknownRequestIsNotFound) {

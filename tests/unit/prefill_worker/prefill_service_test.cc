@@ -117,6 +117,8 @@ TEST_F(PrefillServiceTest, PrefillOverGrpcIsExactAndStatsShowIt) {
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
   EXPECT_EQ(stats.role(), "prefill");
   EXPECT_EQ(stats.model(), "synthetic");
+  EXPECT_EQ(stats.weights_fingerprint(), weights_->Fingerprint());
+  EXPECT_EQ(stats.kv_dtype(), "f32");  // the weights' type
   EXPECT_EQ(stats.vocab_size(), 101);
   EXPECT_EQ(stats.max_context(), 128);
   EXPECT_EQ(stats.block_size(), 16);

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -264,6 +265,8 @@ struct Mismatch {
   testing::FakeModel model;
   const char* expected;  // the log line's clause
 };
+
+void PrintTo(const Mismatch& m, std::ostream* os) { *os << m.name; }
 
 class PoolMismatchTest : public PoolAgreementTest,
                          public ::testing::WithParamInterface<Mismatch> {};
