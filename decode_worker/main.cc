@@ -21,6 +21,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/model/dtype.h"
 #include "common/model/model_weights.h"
+#include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "decode_worker/decode_loop.h"
@@ -66,58 +67,16 @@ ABSL_FLAG(bool, kv_checksums, false,
 namespace tandem {
 namespace {
 
-// The name of a model folder or file: "models/Llama-3.2-1B/" gives
-// "Llama-3.2-1B", "models/stories15M.bin" gives "stories15M.bin".
-std::string NameOfModelPath(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return std::filesystem::path(path).filename().string();
-}
-
-// --served_model_name, or its deprecated alias --model_name, or the name of
-// --model. INVALID_ARGUMENT when both flags are given and differ.
-absl::StatusOr<std::string> ServedModelName(const std::string& model_path) {
-  const std::string served = absl::GetFlag(FLAGS_served_model_name);
-  const std::string alias = absl::GetFlag(FLAGS_model_name);
-  if (!served.empty() && !alias.empty() && served != alias) {
-    return absl::InvalidArgumentError(absl::StrCat("--served_model_name=", served,
-                                                   " and its deprecated alias --model_name=", alias,
-                                                   " disagree; pass only --served_model_name"));
-  }
-  if (!served.empty()) return served;
-  if (!alias.empty()) return alias;
-  return NameOfModelPath(model_path);
-}
-
-// --kv_dtype: unset when empty (the weights' type).
-absl::StatusOr<std::optional<DType>> KvDTypeFlag() {
-  const std::string name = absl::GetFlag(FLAGS_kv_dtype);
-  if (name.empty()) return std::optional<DType>();
-  absl::StatusOr<DType> dtype = ParseDType(name);
-  if (!dtype.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv_dtype=", name,
-                     " is not a KV cache type: pass f32, bf16 or f16, or "
-                     "leave it empty for the weights' type"));
-  }
-  return std::optional<DType>(*dtype);
-}
-
-// ModelWeights::Fingerprint(), timed: it reads every weight byte once.
-std::string FingerprintOf(const ModelWeights& weights) {
-  const absl::Time start = absl::Now();
-  std::string fingerprint = weights.Fingerprint();
-  LOG(INFO) << "weights fingerprint " << fingerprint << " (" << DTypeName(weights.dtype())
-            << " weights, hashed in " << absl::Now() - start << ")";
-  return fingerprint;
-}
-
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
-  ASSIGN_OR_RETURN(const std::string served_model_name, ServedModelName(model_path));
-  ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, KvDTypeFlag());
+  ASSIGN_OR_RETURN(const std::string served_model_name,
+                   ServedModelName(absl::GetFlag(FLAGS_served_model_name),
+                                   absl::GetFlag(FLAGS_model_name), model_path));
+  ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype,
+                   ParseKvDTypeFlag(absl::GetFlag(FLAGS_kv_dtype)));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
-  const std::string fingerprint = FingerprintOf(*weights);
+  const std::string fingerprint = LoggedFingerprint(*weights);
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
   const std::string backend_info = backend->Describe();

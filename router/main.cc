@@ -20,6 +20,7 @@
 #include "common/base/port_file.h"
 #include "common/base/status_macros.h"
 #include "common/metrics/metrics_server.h"
+#include "common/model/served_model.h"
 #include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
@@ -84,29 +85,12 @@ std::vector<std::string> SplitTargets(const std::string& flag) {
   return absl::StrSplit(flag, ',', absl::SkipWhitespace());
 }
 
-// The name of a model folder or file: "models/Llama-3.2-1B/" gives
-// "Llama-3.2-1B", "models/tok512.bin" gives "tok512.bin".
-std::string NameOfModelPath(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return std::filesystem::path(path).filename().string();
-}
-
 // --served_model_name, or its deprecated alias --model_name, or the name of
 // --model, else of --tokenizer.
-absl::StatusOr<std::string> ServedModelName() {
-  const std::string served = absl::GetFlag(FLAGS_served_model_name);
-  const std::string alias = absl::GetFlag(FLAGS_model_name);
-  if (!served.empty() && !alias.empty() && served != alias) {
-    return absl::InvalidArgumentError(absl::StrCat("--served_model_name=", served,
-                                                   " and its deprecated alias --model_name=", alias,
-                                                   " disagree; pass only --served_model_name"));
-  }
-  if (!served.empty()) return served;
-  if (!alias.empty()) return alias;
-  if (const std::string model = absl::GetFlag(FLAGS_model); !model.empty()) {
-    return NameOfModelPath(model);
-  }
-  return NameOfModelPath(absl::GetFlag(FLAGS_tokenizer));
+absl::StatusOr<std::string> RouterServedModelName() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  return ServedModelName(absl::GetFlag(FLAGS_served_model_name), absl::GetFlag(FLAGS_model_name),
+                         model.empty() ? absl::GetFlag(FLAGS_tokenizer) : model);
 }
 
 // Waits until a decode worker is routable. Gives up early when every decode
@@ -154,7 +138,7 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         "--model (a Hugging Face folder) or --tokenizer is required (see --help)");
   }
-  ASSIGN_OR_RETURN(const std::string served_model_name, ServedModelName());
+  ASSIGN_OR_RETURN(const std::string served_model_name, RouterServedModelName());
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
   if (absl::GetFlag(FLAGS_max_inflight) < 1) {
     return absl::InvalidArgumentError("--max_inflight must be at least 1");

@@ -18,6 +18,7 @@
 #include "common/model/chat_template.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/model_weights.h"
+#include "common/model/served_model.h"
 #include "common/model/tokenizer.h"
 #include "tools/backend_choice.h"
 
@@ -74,11 +75,11 @@ absl::Status Run() {
   const bool chat = absl::GetFlag(FLAGS_chat);
   if (chat) {
     if (tokenizer == nullptr) return absl::InvalidArgumentError("--chat needs a tokenizer");
-    ASSIGN_OR_RETURN(ChatTemplate chat_template,
-                     std::filesystem::is_directory(tokenizer_path, ec)
-                         ? ChatTemplate::FromModelDir(tokenizer_path)
-                         : ChatTemplate::FromString(kDefaultChatTemplate, std::nullopt,
-                                                    std::nullopt));
+    ASSIGN_OR_RETURN(
+        ChatTemplate chat_template,
+        std::filesystem::is_directory(tokenizer_path, ec)
+            ? ChatTemplate::FromModelDir(tokenizer_path)
+            : ChatTemplate::FromString(kDefaultChatTemplate, std::nullopt, std::nullopt));
     std::vector<ChatMessage> messages;
     if (const std::string system = absl::GetFlag(FLAGS_system); !system.empty()) {
       messages.push_back({"system", system});
@@ -87,9 +88,10 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(const std::string text,
                      chat_template.Render(messages, /*add_generation_prompt=*/true));
     // The template writes the special tokens (BOS, turn markers) itself.
-    ASSIGN_OR_RETURN(request.prompt,
-                     tokenizer->Encode(text, EncodeOptions{.add_bos = false, .parse_special = true}));
-    if (request.prompt.empty()) return absl::InvalidArgumentError("the chat template rendered nothing");
+    ASSIGN_OR_RETURN(request.prompt, tokenizer->Encode(text, EncodeOptions{.add_bos = false,
+                                                                           .parse_special = true}));
+    if (request.prompt.empty())
+      return absl::InvalidArgumentError("the chat template rendered nothing");
     request.eos_ids = tokenizer->eos_ids();
   } else if (tokenizer != nullptr) {
     ASSIGN_OR_RETURN(request.prompt, tokenizer->Encode(prompt, /*add_bos=*/true));
@@ -116,13 +118,7 @@ absl::Status Run() {
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
   options.max_logit_rows = 1;
-  if (const std::string kv = absl::GetFlag(FLAGS_kv_dtype); !kv.empty()) {
-    absl::StatusOr<DType> dtype = ParseDType(kv);
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--kv_dtype: ", dtype.status().message()));
-    }
-    options.kv_dtype = *dtype;
-  }
+  ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(absl::GetFlag(FLAGS_kv_dtype)));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(*weights, std::move(choice.backend), options));
   weights.reset();

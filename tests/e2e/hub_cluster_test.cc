@@ -1,0 +1,104 @@
+// A cluster serving a Hugging Face folder: stories260K converted to bf16
+// safetensors and tokenizer.json, loaded by every worker and by the router
+// (its tokenizer) from the folder alone. Tokens through the cluster equal
+// the single-process engine's on the same folder, the KV cache travels as
+// bf16 (half the bytes of f32), and the workers report one identity.
+#include <memory>
+#include <string>
+
+#include "common/base/logging.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/engine.h"
+#include "common/engine/generate.h"
+#include "common/model/hf_tokenizer_writer.h"
+#include "common/model/hub_model.h"
+#include "common/model/model_weights.h"
+#include "common/model/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/cluster_harness.h"
+#include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::testing {
+namespace {
+
+// stories260K as a hub folder of `dtype`, with its tokenizer.json.
+std::string WriteFolder(const std::string& name, DType dtype) {
+  const std::string dir = TempDir() + "/" + name;
+  auto weights = LoadModel(ModelFile("stories260K.bin"));
+  CHECK_OK(weights.status());
+  auto tokenizer = LoadTokenizer(ModelFile("tok512.bin"));
+  CHECK_OK(tokenizer.status());
+  HubWriteOptions options;
+  options.dtype = dtype;
+  options.bos_id = (*tokenizer)->bos_id();
+  options.eos_ids = (*tokenizer)->eos_ids();
+  CHECK_OK(WriteHubModel(**weights, dir, options));
+  auto vocab = SpmVocabularyOf(**tokenizer);
+  CHECK_OK(vocab.status());
+  CHECK_OK(WriteHfTokenizer(*vocab, dir));
+  return dir;
+}
+
+std::vector<int32_t> LocalGreedy(const std::string& dir, const std::string& prompt,
+                                 int max_tokens) {
+  auto weights = LoadModel(dir);
+  CHECK_OK(weights.status());
+  auto backend = CpuBackend::Create(CpuBackendOptions{.num_threads = 1});
+  CHECK_OK(backend.status());
+  auto engine = Engine::Create(**weights, std::move(backend).value(), EngineOptions{});
+  CHECK_OK(engine.status());
+  auto tokenizer = LoadTokenizer(dir);
+  CHECK_OK(tokenizer.status());
+  GenerateRequest request;
+  auto ids = (*tokenizer)->Encode(prompt, /*add_bos=*/true);
+  CHECK_OK(ids.status());
+  request.prompt = *ids;
+  request.max_new_tokens = max_tokens;
+  request.eos_ids = (*tokenizer)->eos_ids();
+  auto result = Generate(**engine, request);
+  CHECK_OK(result.status());
+  return result->tokens;
+}
+
+constexpr char kLongPrompt[] =
+    "One day, a girl named Sue found a shiny red ball in the garden. She wanted to show it to "
+    "her mom, so she ran inside and";
+
+TEST(HubClusterTest, Bf16FolderServesTheSameTokensAndShipsBf16Kv) {
+  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  const std::string dir = WriteFolder("stories260K-bf16", DType::kBF16);
+  auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .tokenizer = dir});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  for (const char* prompt : {"Once upon a time", kLongPrompt}) {
+    const std::vector<int32_t> want = LocalGreedy(dir, prompt, 48);
+    const Completion got = RunGenerate((*cluster)->router(), TextRequest(prompt, 48));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << (*cluster)->Logs();
+    EXPECT_EQ(got.tokens, want) << prompt;
+  }
+
+  // The long prompt goes through the prefill worker; its KV crosses as
+  // bf16: 5 layers x blocks x (K and V of 16 slots x 32 dims x 2 bytes),
+  // half of what f32 would ship.
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats before, (*cluster)->Stats((*cluster)->prefill(0)));
+  const Completion c = RunGenerate((*cluster)->router(), TextRequest(kLongPrompt, 4));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  ASSERT_TRUE(c.finished.disaggregated()) << (*cluster)->Logs();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats prefill, (*cluster)->Stats((*cluster)->prefill(0)));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats decode, (*cluster)->Stats((*cluster)->decode(0)));
+  EXPECT_EQ(prefill.kv_dtype(), "bf16");
+  EXPECT_EQ(decode.kv_dtype(), "bf16");
+  EXPECT_EQ(prefill.model(), "stories260K-bf16");
+  EXPECT_EQ(prefill.weights_fingerprint(), decode.weights_fingerprint());
+  EXPECT_FALSE(prefill.weights_fingerprint().empty());
+  const int64_t blocks = (c.finished.usage().prompt_tokens() + 15) / 16;
+  EXPECT_EQ(static_cast<int64_t>(prefill.kv_transfer_bytes() - before.kv_transfer_bytes()),
+            5 * blocks * (2 * 16 * 32 * 2));
+  EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+}
+
+}  // namespace
+}  // namespace tandem::testing
