@@ -68,7 +68,9 @@ CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
 std::string CpuBackend::Describe() const {
   const int parallel = blas_->get_parallel();
   return absl::StrCat("OpenBLAS core ", blas_->get_corename(), " (",
-                      parallel == 2 ? "openmp" : parallel == 1 ? "pthreads" : "serial",
+                      parallel == 2   ? "openmp"
+                      : parallel == 1 ? "pthreads"
+                                      : "serial",
                       "), kernels ", cpu::KernelIsa(), dot_bf16_ ? " +avx512bf16" : "", ", ",
                       num_threads_, " threads");
 }
@@ -96,7 +98,7 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
                         bool accumulate) {
   if (weights.dtype != DType::kF32) {
     const int64_t work = int64_t{m} * n * k;
-    if (m <= cpu::kSmallMatMulMaxRows && dot_bf16_ && weights.dtype == DType::kBF16) {
+    if (dot_bf16_ && weights.dtype == DType::kBF16) {
       x_bf16_.resize(static_cast<size_t>(m) * k);
       cpu::Narrow(x, DType::kBF16, x_bf16_.data(), int64_t{m} * k, 1);
       const uint16_t* xb = x_bf16_.data();
@@ -106,7 +108,7 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
         const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
         const int begin = std::min(n, t * per), end = std::min(n, begin + per);
         if (begin < end) {
-          cpu::SmallMatMulDotBf16(xb, weights.data, out, m, n, k, accumulate, begin, end);
+          cpu::MatMulDotBf16(xb, weights.data, out, m, n, k, accumulate, begin, end);
         }
       }
       return;
@@ -175,8 +177,9 @@ void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int m, i
 void CpuBackend::Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) {
   const size_t element = DTypeSize(table.dtype);
   for (size_t r = 0; r < ids.size(); ++r) {
-    cpu::Widen(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[r]) * dim * element,
-               table.dtype, out + r * dim, dim);
+    cpu::Widen(
+        static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[r]) * dim * element,
+        table.dtype, out + r * dim, dim);
   }
 }
 
@@ -201,7 +204,8 @@ void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                       const float* cos_sin) {
   const int rows = static_cast<int>(positions.size());
   const int half = shape.head_dim / 2;
-#pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * q_stride > kParallelThreshold)
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{rows} * q_stride > \
+                                                       kParallelThreshold)
   for (int r = 0; r < rows; ++r) {
     const float* cs = cos_sin + int64_t{positions[r]} * half * 2;
     cpu::RopeRow(q + int64_t{r} * q_stride, shape.n_heads, shape.head_dim, cs,
@@ -232,8 +236,8 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
     cpu::Narrow(k + r * k_stride, layout.dtype,
                 base + layout.KeyOffset(layer, block, slot, 0) * element, layout.kv_dim,
                 layout.block_size);
-    cpu::Narrow(v + r * v_stride, layout.dtype, base + layout.ValueOffset(layer, block, slot) * element,
-                layout.kv_dim, 1);
+    cpu::Narrow(v + r * v_stride, layout.dtype,
+                base + layout.ValueOffset(layer, block, slot) * element, layout.kv_dim, 1);
   }
 }
 
@@ -292,8 +296,8 @@ void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const At
         const int64_t r = single_rows[task / shape.n_kv_heads];
         const size_t need = static_cast<size_t>(group) * (rows[r].position + 1);
         if (scratch.size() < need) scratch.resize(need);
-        cpu::AttendGroup(q + r * q_stride + head0, rows[r], kv_head, group, shape.head_dim,
-                         layer, layout, cache, scratch.data(), out + r * out_stride + head0);
+        cpu::AttendGroup(q + r * q_stride + head0, rows[r], kv_head, group, shape.head_dim, layer,
+                         layout, cache, scratch.data(), out + r * out_stride + head0);
       } else {
         const Tile& tile = tiles[(task - single_tasks) / shape.n_kv_heads];
         AttendTile(q + tile.first * q_stride + head0, q_stride, rows.subspan(tile.first, tile.n),
@@ -305,9 +309,9 @@ void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const At
 }
 
 void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows,
-                            int kv_head, int group, int head_dim, int layer,
-                            const KvLayout& layout, const void* cache,
-                            std::vector<float>& scratch, float* out, int out_stride) const {
+                            int kv_head, int group, int head_dim, int layer, const KvLayout& layout,
+                            const void* cache, std::vector<float>& scratch, float* out,
+                            int out_stride) const {
   // Keys (transposed, [head_dim][ctx]) and values ([ctx][head_dim]) of
   // positions [0, last] gathered contiguous, then for each query head:
   // S = Q K^T, causal softmax per row, O = S V.

@@ -6,6 +6,7 @@
 // the masked loads and conversions) as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -23,15 +24,74 @@ __attribute__((target("avx512f"))) inline float HorizontalSum(__m512 v) {
   return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
+// The lane sums of acc[0..15], by a tree of in-register additions instead of
+// 16 separate horizontal sums: lane b * 4 + a of the result is the sum of
+// acc[a * 4 + b]. Each sum is added in HorizontalSum's order, bit for bit.
+__attribute__((target("avx512f"), always_inline)) inline __m512 SumLanes16(const __m512* acc) {
+  // Level 1: pairs (2i, 2i+1) -> 8 vectors, each holding two sums in halves
+  // of 8 lanes (interleaving 128-bit pieces keeps lanes aligned).
+  __m512 l1[8];
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = acc[2 * i], b = acc[2 * i + 1];
+    // lo: a's 256-bit halves added; hi: b's; packed as [a_sum(8), b_sum(8)].
+    const __m512 lo = _mm512_shuffle_f32x4(a, b, 0x44);  // a0 a1 b0 b1 (128-bit lanes)
+    const __m512 hi = _mm512_shuffle_f32x4(a, b, 0xEE);  // a2 a3 b2 b3
+    l1[i] = _mm512_add_ps(lo, hi);                       // [a0+a2, a1+a3, b0+b2, b1+b3]
+  }
+  __m512 l2[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = l1[2 * i], b = l1[2 * i + 1];
+    const __m512 lo = _mm512_shuffle_f32x4(a, b, 0x88);  // a0 a2 b0 b2
+    const __m512 hi = _mm512_shuffle_f32x4(a, b, 0xDD);  // a1 a3 b1 b3
+    l2[i] = _mm512_add_ps(lo, hi);  // 128-bit lane j holds 4 partials of vector (i*4 + j)
+  }
+  // Within each 128-bit lane: 4 partials of one sum -> transpose 4x4 and add.
+  const __m512 t0 = _mm512_unpacklo_ps(l2[0], l2[1]);
+  const __m512 t1 = _mm512_unpackhi_ps(l2[0], l2[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(l2[2], l2[3]);
+  const __m512 t3 = _mm512_unpackhi_ps(l2[2], l2[3]);
+  const __m512 u0 =
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+  const __m512 u1 =
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+  const __m512 u2 =
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+  const __m512 u3 =
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+  return _mm512_add_ps(_mm512_add_ps(u0, u2), _mm512_add_ps(u1, u3));
+}
+
+// Writes the JB x IB tile of sums acc[a * IB + b] (weight row a, input row
+// b) to out, adding to it when `accumulate`.
+template <int JB, int IB>
+__attribute__((target("avx512f"), always_inline)) inline void StoreTile(const __m512* acc,
+                                                                        float* out, int n,
+                                                                        bool accumulate, int j0,
+                                                                        int i0) {
+  if constexpr (JB == 4 && IB == 4) {
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, SumLanes16(acc));
+    for (int b = 0; b < IB; ++b) {
+      float* o = out + static_cast<long>(i0 + b) * n + j0;
+      for (int a = 0; a < JB; ++a) o[a] = accumulate ? o[a] + sums[b * 4 + a] : sums[b * 4 + a];
+    }
+  } else {
+    for (int b = 0; b < IB; ++b) {
+      float* o = out + static_cast<long>(i0 + b) * n + j0;
+      for (int a = 0; a < JB; ++a) {
+        const float v = HorizontalSum(acc[a * IB + b]);
+        o[a] = accumulate ? o[a] + v : v;
+      }
+    }
+  }
+}
+
 // JB weight rows against IB input rows, all of k.
 template <int JB, int IB>
 __attribute__((target("avx512f"))) inline void Tile(const float* x, const float* w, float* out,
-                                                    int n, int k, bool accumulate, int j0,
-                                                    int i0) {
-  __m512 acc[JB][IB];
-  for (int a = 0; a < JB; ++a) {
-    for (int b = 0; b < IB; ++b) acc[a][b] = _mm512_setzero_ps();
-  }
+                                                    int n, int k, bool accumulate, int j0, int i0) {
+  __m512 acc[JB * IB];
+  for (int a = 0; a < JB * IB; ++a) acc[a] = _mm512_setzero_ps();
   const float* wr[JB];
   const float* xr[IB];
   for (int a = 0; a < JB; ++a) wr[a] = w + static_cast<long>(j0 + a) * k;
@@ -42,7 +102,7 @@ __attribute__((target("avx512f"))) inline void Tile(const float* x, const float*
     for (int a = 0; a < JB; ++a) wv[a] = _mm512_loadu_ps(wr[a] + kk);
     for (int b = 0; b < IB; ++b) {
       const __m512 xv = _mm512_loadu_ps(xr[b] + kk);
-      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+      for (int a = 0; a < JB; ++a) acc[a * IB + b] = _mm512_fmadd_ps(wv[a], xv, acc[a * IB + b]);
     }
   }
   if (full < k) {
@@ -51,16 +111,10 @@ __attribute__((target("avx512f"))) inline void Tile(const float* x, const float*
     for (int a = 0; a < JB; ++a) wv[a] = _mm512_maskz_loadu_ps(mask, wr[a] + full);
     for (int b = 0; b < IB; ++b) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, xr[b] + full);
-      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+      for (int a = 0; a < JB; ++a) acc[a * IB + b] = _mm512_fmadd_ps(wv[a], xv, acc[a * IB + b]);
     }
   }
-  for (int b = 0; b < IB; ++b) {
-    float* o = out + static_cast<long>(i0 + b) * n + j0;
-    for (int a = 0; a < JB; ++a) {
-      const float v = HorizontalSum(acc[a][b]);
-      o[a] = accumulate ? o[a] + v : v;
-    }
-  }
+  StoreTile<JB, IB>(acc, out, n, accumulate, j0, i0);
 }
 
 template <int JB>
@@ -69,10 +123,17 @@ __attribute__((target("avx512f"))) void Column(const float* x, const float* w, f
   int i0 = 0;
   for (; i0 + 4 <= m; i0 += 4) Tile<JB, 4>(x, w, out, n, k, accumulate, j0, i0);
   switch (m - i0) {
-    case 3: Tile<JB, 3>(x, w, out, n, k, accumulate, j0, i0); break;
-    case 2: Tile<JB, 2>(x, w, out, n, k, accumulate, j0, i0); break;
-    case 1: Tile<JB, 1>(x, w, out, n, k, accumulate, j0, i0); break;
-    default: break;
+    case 3:
+      Tile<JB, 3>(x, w, out, n, k, accumulate, j0, i0);
+      break;
+    case 2:
+      Tile<JB, 2>(x, w, out, n, k, accumulate, j0, i0);
+      break;
+    case 1:
+      Tile<JB, 1>(x, w, out, n, k, accumulate, j0, i0);
+      break;
+    default:
+      break;
   }
 }
 
@@ -93,31 +154,23 @@ TANDEM_AVX512_16 inline __m512 LoadWeights(const uint16_t* p, __mmask16 mask) {
 template <DType kType, int JB, int IB>
 TANDEM_AVX512_16 inline void Tile16(const float* x, const uint16_t* w, float* out, int n, int k,
                                     bool accumulate, int j0, int i0) {
-  __m512 acc[JB][IB];
-  for (int a = 0; a < JB; ++a) {
-    for (int b = 0; b < IB; ++b) acc[a][b] = _mm512_setzero_ps();
-  }
+  __m512 acc[JB * IB];
+  for (int a = 0; a < JB * IB; ++a) acc[a] = _mm512_setzero_ps();
   const uint16_t* wr[JB];
   const float* xr[IB];
   for (int a = 0; a < JB; ++a) wr[a] = w + static_cast<long>(j0 + a) * k;
   for (int b = 0; b < IB; ++b) xr[b] = x + static_cast<long>(i0 + b) * k;
   for (int kk = 0; kk < k; kk += 16) {
-    const __mmask16 mask =
-        k - kk >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - kk)) - 1);
+    const __mmask16 mask = k - kk >= 16 ? static_cast<__mmask16>(0xffff)
+                                        : static_cast<__mmask16>((1u << (k - kk)) - 1);
     __m512 wv[JB];
     for (int a = 0; a < JB; ++a) wv[a] = LoadWeights<kType>(wr[a] + kk, mask);
     for (int b = 0; b < IB; ++b) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, xr[b] + kk);
-      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+      for (int a = 0; a < JB; ++a) acc[a * IB + b] = _mm512_fmadd_ps(wv[a], xv, acc[a * IB + b]);
     }
   }
-  for (int b = 0; b < IB; ++b) {
-    float* o = out + static_cast<long>(i0 + b) * n + j0;
-    for (int a = 0; a < JB; ++a) {
-      const float v = HorizontalSum(acc[a][b]);
-      o[a] = accumulate ? o[a] + v : v;
-    }
-  }
+  StoreTile<JB, IB>(acc, out, n, accumulate, j0, i0);
 }
 
 #define TANDEM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -130,31 +183,31 @@ TANDEM_AVX512_BF16 inline __m512bh LoadPairs(const uint16_t* p, __mmask32 mask) 
 template <int JB, int IB>
 TANDEM_AVX512_BF16 inline void TileDot(const uint16_t* x, const uint16_t* w, float* out, int n,
                                        int k, bool accumulate, int j0, int i0) {
-  __m512 acc[JB][IB];
-  for (int a = 0; a < JB; ++a) {
-    for (int b = 0; b < IB; ++b) acc[a][b] = _mm512_setzero_ps();
-  }
+  __m512 acc[JB * IB];
+  for (int a = 0; a < JB * IB; ++a) acc[a] = _mm512_setzero_ps();
   const uint16_t* wr[JB];
   const uint16_t* xr[IB];
   for (int a = 0; a < JB; ++a) wr[a] = w + static_cast<long>(j0 + a) * k;
   for (int b = 0; b < IB; ++b) xr[b] = x + static_cast<long>(i0 + b) * k;
-  for (int kk = 0; kk < k; kk += 32) {
-    const __mmask32 mask = k - kk >= 32 ? static_cast<__mmask32>(0xffffffffu)
-                                        : static_cast<__mmask32>((1u << (k - kk)) - 1);
+  const int full = k & ~31;
+  for (int kk = 0; kk < full; kk += 32) {
     __m512bh wv[JB];
-    for (int a = 0; a < JB; ++a) wv[a] = LoadPairs(wr[a] + kk, mask);
+    for (int a = 0; a < JB; ++a) wv[a] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wr[a] + kk));
     for (int b = 0; b < IB; ++b) {
-      const __m512bh xv = LoadPairs(xr[b] + kk, mask);
-      for (int a = 0; a < JB; ++a) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv[a], xv);
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xr[b] + kk));
+      for (int a = 0; a < JB; ++a) acc[a * IB + b] = _mm512_dpbf16_ps(acc[a * IB + b], wv[a], xv);
     }
   }
-  for (int b = 0; b < IB; ++b) {
-    float* o = out + static_cast<long>(i0 + b) * n + j0;
-    for (int a = 0; a < JB; ++a) {
-      const float v = HorizontalSum(acc[a][b]);
-      o[a] = accumulate ? o[a] + v : v;
+  if (full < k) {
+    const __mmask32 mask = static_cast<__mmask32>((1u << (k - full)) - 1);
+    __m512bh wv[JB];
+    for (int a = 0; a < JB; ++a) wv[a] = LoadPairs(wr[a] + full, mask);
+    for (int b = 0; b < IB; ++b) {
+      const __m512bh xv = LoadPairs(xr[b] + full, mask);
+      for (int a = 0; a < JB; ++a) acc[a * IB + b] = _mm512_dpbf16_ps(acc[a * IB + b], wv[a], xv);
     }
   }
+  StoreTile<JB, IB>(acc, out, n, accumulate, j0, i0);
 }
 
 // Runs Tile(JB, IB) over output columns [n_begin, n_end) and all m rows in
@@ -166,19 +219,33 @@ inline void ForEachTile(int m, int n_begin, int n_end, TileFn tile) {
     int i0 = 0;
     for (; i0 + 4 <= m; i0 += 4) tile(jb, std::integral_constant<int, 4>{}, j0, i0);
     switch (m - i0) {
-      case 3: tile(jb, std::integral_constant<int, 3>{}, j0, i0); break;
-      case 2: tile(jb, std::integral_constant<int, 2>{}, j0, i0); break;
-      case 1: tile(jb, std::integral_constant<int, 1>{}, j0, i0); break;
-      default: break;
+      case 3:
+        tile(jb, std::integral_constant<int, 3>{}, j0, i0);
+        break;
+      case 2:
+        tile(jb, std::integral_constant<int, 2>{}, j0, i0);
+        break;
+      case 1:
+        tile(jb, std::integral_constant<int, 1>{}, j0, i0);
+        break;
+      default:
+        break;
     }
   };
   int j0 = n_begin;
   for (; j0 + 4 <= n_end; j0 += 4) column(std::integral_constant<int, 4>{}, j0);
   switch (n_end - j0) {
-    case 3: column(std::integral_constant<int, 3>{}, j0); break;
-    case 2: column(std::integral_constant<int, 2>{}, j0); break;
-    case 1: column(std::integral_constant<int, 1>{}, j0); break;
-    default: break;
+    case 3:
+      column(std::integral_constant<int, 3>{}, j0);
+      break;
+    case 2:
+      column(std::integral_constant<int, 2>{}, j0);
+      break;
+    case 1:
+      column(std::integral_constant<int, 1>{}, j0);
+      break;
+    default:
+      break;
   }
 }
 
@@ -213,13 +280,19 @@ bool DotBf16Supported() {
   return SmallMatMul16Supported() && __builtin_cpu_supports("avx512bf16");
 }
 
-TANDEM_AVX512_BF16 void SmallMatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out,
-                                           int m, int n, int k, bool accumulate, int n_begin,
-                                           int n_end) {
+TANDEM_AVX512_BF16 void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m,
+                                      int n, int k, bool accumulate, int n_begin, int n_end) {
   const uint16_t* w16 = static_cast<const uint16_t*>(w);
-  ForEachTile(m, n_begin, n_end, [&](auto jb, auto ib, int j0, int i0) {
-    TileDot<decltype(jb)::value, decltype(ib)::value>(x_bf16, w16, out, n, k, accumulate, j0, i0);
-  });
+  // About 256 KiB of inputs per block, in whole 4-row tiles.
+  const int block = std::max(4, (128 << 10) / std::max(k, 1) / 4 * 4);
+  for (int r0 = 0; r0 < m; r0 += block) {
+    const int rows = std::min(block, m - r0);
+    const uint16_t* xb = x_bf16 + static_cast<long>(r0) * k;
+    float* ob = out + static_cast<long>(r0) * n;
+    ForEachTile(rows, n_begin, n_end, [&](auto jb, auto ib, int j0, int i0) {
+      TileDot<decltype(jb)::value, decltype(ib)::value>(xb, w16, ob, n, k, accumulate, j0, i0);
+    });
+  }
 }
 
 bool SmallMatMulSupported() {
@@ -232,10 +305,17 @@ void SmallMatMul(const float* x, const float* w, float* out, int m, int n, int k
   int j0 = n_begin;
   for (; j0 + 4 <= n_end; j0 += 4) Column<4>(x, w, out, m, n, k, accumulate, j0);
   switch (n_end - j0) {
-    case 3: Column<3>(x, w, out, m, n, k, accumulate, j0); break;
-    case 2: Column<2>(x, w, out, m, n, k, accumulate, j0); break;
-    case 1: Column<1>(x, w, out, m, n, k, accumulate, j0); break;
-    default: break;
+    case 3:
+      Column<3>(x, w, out, m, n, k, accumulate, j0);
+      break;
+    case 2:
+      Column<2>(x, w, out, m, n, k, accumulate, j0);
+      break;
+    case 1:
+      Column<1>(x, w, out, m, n, k, accumulate, j0);
+      break;
+    default:
+      break;
   }
 }
 

@@ -33,10 +33,13 @@ void SmallMatMul16(const float* x, const void* w, DType w_type, float* out, int 
 
 // bf16 weights against inputs already rounded to bf16 (x_bf16[m, k]), with
 // the AVX512-BF16 dot-product instruction: twice the multiply-adds per
-// instruction of the f32 path. Requires DotBf16Supported().
+// instruction of the f32 path. Any m: rows are taken in blocks whose inputs
+// stay in the L2 cache while the weights stream by, so prefill-sized
+// products run at the instruction's rate too, and a row's result still
+// does not depend on the other rows. Requires DotBf16Supported().
 bool DotBf16Supported();
-void SmallMatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m, int n, int k,
-                        bool accumulate, int n_begin, int n_end);
+void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m, int n, int k,
+                   bool accumulate, int n_begin, int n_end);
 
 }  // namespace tandem::cpu
 

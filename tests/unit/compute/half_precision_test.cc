@@ -183,16 +183,17 @@ MatMulErrors CheckMatMul16(CpuBackend& backend, DType dtype, int m, int n, int k
   return {exact_error.value, rounded_error.value};
 }
 
-// m covers the three paths: m <= 32 the register kernels (AVX512-BF16 for
-// bf16 where the CPU has it, weights widened in registers otherwise), m > 32
-// panels widened to f32 for sgemm; n and k have tails of the 4-wide tiles
-// and the 16 / 32-element masked loads.
+// m covers the three paths: bf16 on AVX512-BF16 CPUs the dot-product
+// kernel for every m (k = 2100 makes m = 100 span two of its row blocks);
+// otherwise m <= 32 weights widened in registers, m > 32 panels widened to
+// f32 for sgemm. n and k have tails of the 4-wide tiles and the 16 /
+// 32-element masked loads.
 TEST_P(HalfPrecisionTest, MatMulMatchesWidenedReference) {
   const bool dot_bf16 = cpu::DotBf16Supported();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (int m : {1, 2, 3, 4, 5, 16, 31, 32, 33, 100}) {
       for (int n : {1, 3, 5, 67}) {
-        for (int k : {1, 15, 16, 17, 31, 33, 64, 200}) {
+        for (int k : {1, 15, 16, 17, 31, 33, 64, 200, 2100}) {
           for (bool accumulate : {false, true}) {
             const int offset = (m + n + k) % 2;
             SCOPED_TRACE(::testing::Message()
@@ -200,7 +201,7 @@ TEST_P(HalfPrecisionTest, MatMulMatchesWidenedReference) {
                          << " accumulate=" << accumulate << " offset=" << offset);
             const MatMulErrors e =
                 CheckMatMul16(*backend_, dtype, m, n, k, accumulate, offset, rng_);
-            if (dtype == DType::kBF16 && dot_bf16 && m <= cpu::kSmallMatMulMaxRows) {
+            if (dtype == DType::kBF16 && dot_bf16) {
               EXPECT_LE(e.exact, std::ldexp(1.0, -8) + 1e-5);
               EXPECT_LE(e.rounded_input, 1e-5);
             } else {
