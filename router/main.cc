@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "common/base/port_file.h"
 #include "common/base/status_macros.h"
 #include "common/metrics/metrics_server.h"
+#include "common/model/chat_template.h"
 #include "common/model/served_model.h"
 #include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
@@ -40,8 +42,9 @@ ABSL_FLAG(std::string, decode_workers, "",
           "--prefill_workers");
 ABSL_FLAG(std::string, model, "",
           "The served model's Hugging Face folder: the router loads only its tokenizer "
-          "(tokenizer.json or tokenizer.model) and serves it under the folder's name. Give this "
-          "or --tokenizer");
+          "(tokenizer.json or tokenizer.model) and chat template (chat_template.jinja or "
+          "tokenizer_config.json) and serves it under the folder's name. Give this or "
+          "--tokenizer");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer of the served model: a model folder, a tokenizer.json, a llama2.c "
           "tokenizer.bin or a SentencePiece .model. Give this or --model (with both, the "
@@ -64,7 +67,8 @@ ABSL_FLAG(std::string, request_log, "",
           "Append one JSON line per finished request (id, status, tokens, timeline, workers, "
           "routing reason) to this file; empty = write it to the INFO log (stderr)");
 ABSL_FLAG(std::string, http_listen, "",
-          "host:port of the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, "
+          "host:port of the OpenAI-compatible HTTP API (POST /v1/completions, POST "
+          "/v1/chat/completions, GET /v1/models, "
           "GET /health); port 0 picks a free one; empty = no HTTP API");
 ABSL_FLAG(std::string, http_port_file, "",
           "Write the bound HTTP port here (one line) once it is up; empty = don't");
@@ -130,6 +134,18 @@ absl::Status WaitForDecodeWorker(const router::WorkerRegistry& registry,
   }
 }
 
+// The template of chat prompts: that of --model's folder (or of --tokenizer
+// when it is a folder); with only a tokenizer file, the plain default
+// template without special tokens, whose prompts the tokenizer gives its BOS
+// (request_validation.h).
+absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& model_path,
+                                              const std::string& tokenizer_path) {
+  std::error_code ec;
+  const std::string dir = !model_path.empty() ? model_path : tokenizer_path;
+  if (std::filesystem::is_directory(dir, ec)) return ChatTemplate::FromModelDir(dir);
+  return ChatTemplate::FromString(kDefaultChatTemplate, std::nullopt, std::nullopt);
+}
+
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
@@ -140,6 +156,7 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(const std::string served_model_name, RouterServedModelName());
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
+  ASSIGN_OR_RETURN(const ChatTemplate chat_template, LoadChatTemplate(model_path, tokenizer_path));
   if (absl::GetFlag(FLAGS_max_inflight) < 1) {
     return absl::InvalidArgumentError("--max_inflight must be at least 1");
   }
@@ -173,7 +190,9 @@ absl::Status Run() {
 
   const absl::Duration startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
   LOG(INFO) << "serving " << served_model_name << " (tokenizer " << tokenizer_path << ", "
-            << tokenizer->vocab_size() << " tokens); waiting up to " << startup_timeout
+            << tokenizer->vocab_size() << " tokens, "
+            << (chat_template.is_default() ? "default" : "the model's")
+            << " chat template); waiting up to " << startup_timeout
             << " for a healthy decode worker";
   RETURN_IF_ERROR(WaitForDecodeWorker(*registry, startup_timeout));
 
@@ -191,6 +210,7 @@ absl::Status Run() {
   options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  options.driver.chat_template = &chat_template;
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   auto service = std::make_unique<router::RouterService>(registry.get(), tokenizer.get(), options);
   ASSIGN_OR_RETURN(rpc::RunningServer server,

@@ -35,9 +35,10 @@ void WriteError(httplib::Response& res, const absl::Status& status) {
   res.set_content(Dump(e.body), "application/json");
 }
 
-std::string NewCompletionId() {
+std::string NewCompletionId(bool chat) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrFormat("cmpl-%016x%08x", rng(), static_cast<uint32_t>(rng()));
+  return absl::StrFormat("%s-%016x%08x", chat ? "chatcmpl" : "cmpl", rng(),
+                         static_cast<uint32_t>(rng()));
 }
 
 // One Generate call; a thread of its own reads the stream into a queue so
@@ -119,6 +120,8 @@ struct StreamState {
   std::unique_ptr<Call> call;
   openai::CompletionMeta meta;
   bool finished = false;
+  // Written before the first message (the role chunk of a chat stream).
+  std::string preamble;
 };
 
 // Writes `data`; on failure (the client went away) cancels the call.
@@ -136,7 +139,8 @@ bool StreamStep(StreamState& state, httplib::DataSink& sink, absl::Duration hear
     case Call::Event::kIdle:
       return WriteOrCancel(state, sink, ": keep-alive\n\n");
     case Call::Event::kMessage: {
-      std::string out;
+      std::string out = std::move(state.preamble);
+      state.preamble.clear();
       if (!m.text().empty()) {
         out += openai::SseEvent(Dump(openai::CompletionChunk(state.meta, m.text())));
       }
@@ -256,6 +260,60 @@ std::shared_ptr<void> OpenAiHttpServer::BeginRequest() {
   });
 }
 
+void OpenAiHttpServer::ServeCompletion(absl::StatusOr<openai::CompletionRequest> parsed,
+                                       std::shared_ptr<void> active, httplib::Response& res) {
+  if (!parsed.ok()) {
+    WriteError(res, parsed.status());
+    return;
+  }
+  openai::CompletionMeta meta{
+      .id = NewCompletionId(parsed->chat),
+      .created = UnixNow(),
+      .model = parsed->model.empty() ? options_.served_model_name : parsed->model,
+      .chat = parsed->chat};
+  parsed->request.set_request_id(meta.id);
+  auto call = std::make_unique<Call>(stub_.get(), std::move(parsed->request),
+                                     absl::Now() + options_.request_timeout);
+  if (call->EndedEmpty()) {
+    const grpc::Status status = call->status();
+    WriteError(res, status.ok() ? absl::InternalError("the router sent no response")
+                                : rpc::FromGrpc(status));
+    return;
+  }
+  if (!parsed->stream) {
+    std::string text;
+    v1::Finished finished;
+    v1::GenerateResponse m;
+    while (call->Next(absl::InfiniteDuration(), &m) == Call::Event::kMessage) {
+      text += m.text();
+      if (m.has_finished()) finished = m.finished();
+    }
+    const grpc::Status status = call->status();
+    if (!status.ok()) {
+      WriteError(res, rpc::FromGrpc(status));
+      return;
+    }
+    res.set_content(Dump(openai::CompletionResponse(meta, text, finished)), "application/json");
+    return;
+  }
+  auto state = std::make_shared<StreamState>();
+  state->call = std::move(call);
+  if (meta.chat) state->preamble = openai::SseEvent(Dump(openai::RoleChunk(meta)));
+  state->meta = std::move(meta);
+  state->active = std::move(active);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const absl::Duration heartbeat = options_.heartbeat;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state, heartbeat](size_t /*offset*/, httplib::DataSink& sink) {
+        return StreamStep(*state, sink, heartbeat);
+      },
+      [state](bool success) {
+        if (!success) state->call->Cancel();
+      });
+}
+
 void OpenAiHttpServer::RegisterHandlers() {
   httplib::Server& server = *server_;
   const size_t threads = static_cast<size_t>(options_.threads);
@@ -272,55 +330,13 @@ void OpenAiHttpServer::RegisterHandlers() {
 
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<void> active = BeginRequest();
-    absl::StatusOr<openai::CompletionRequest> parsed = openai::ParseCompletionRequest(req.body);
-    if (!parsed.ok()) {
-      WriteError(res, parsed.status());
-      return;
-    }
-    openai::CompletionMeta meta{
-        .id = NewCompletionId(),
-        .created = UnixNow(),
-        .model = parsed->model.empty() ? options_.served_model_name : parsed->model};
-    parsed->request.set_request_id(meta.id);
-    auto call = std::make_unique<Call>(stub_.get(), std::move(parsed->request),
-                                       absl::Now() + options_.request_timeout);
-    if (call->EndedEmpty()) {
-      const grpc::Status status = call->status();
-      WriteError(res, status.ok() ? absl::InternalError("the router sent no response")
-                                  : rpc::FromGrpc(status));
-      return;
-    }
-    if (!parsed->stream) {
-      std::string text;
-      v1::Finished finished;
-      v1::GenerateResponse m;
-      while (call->Next(absl::InfiniteDuration(), &m) == Call::Event::kMessage) {
-        text += m.text();
-        if (m.has_finished()) finished = m.finished();
-      }
-      const grpc::Status status = call->status();
-      if (!status.ok()) {
-        WriteError(res, rpc::FromGrpc(status));
-        return;
-      }
-      res.set_content(Dump(openai::CompletionResponse(meta, text, finished)), "application/json");
-      return;
-    }
-    auto state = std::make_shared<StreamState>();
-    state->call = std::move(call);
-    state->meta = std::move(meta);
-    state->active = std::move(active);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    const absl::Duration heartbeat = options_.heartbeat;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [state, heartbeat](size_t /*offset*/, httplib::DataSink& sink) {
-          return StreamStep(*state, sink, heartbeat);
-        },
-        [state](bool success) {
-          if (!success) state->call->Cancel();
-        });
+    ServeCompletion(openai::ParseCompletionRequest(req.body), std::move(active), res);
+  });
+  // Chat runs as a completion whose prompt is the messages: the router
+  // renders them with the model's chat template and tokenizes the result.
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<void> active = BeginRequest();
+    ServeCompletion(openai::ParseChatCompletionRequest(req.body), std::move(active), res);
   });
 
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -346,9 +362,10 @@ void OpenAiHttpServer::RegisterHandlers() {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         absl::Status status = absl::UnknownError(absl::StrCat("HTTP ", res.status));
         if (res.status == 404) {
-          status = absl::NotFoundError(
-              absl::StrCat("no route ", req.method, " ", req.path,
-                           "; served: POST /v1/completions, GET /v1/models, GET /health"));
+          status = absl::NotFoundError(absl::StrCat(
+              "no route ", req.method, " ", req.path,
+              "; served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET "
+              "/health"));
         } else if (res.status == 413) {
           status = absl::InvalidArgumentError("the request body is too large");
         } else if (res.status < 500) {

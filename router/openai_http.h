@@ -6,6 +6,12 @@
 //   POST /v1/completions  non-streaming JSON, or SSE with "stream": true
 //                         (one chunk per router message with text, a last
 //                         chunk with finish_reason and usage, "data: [DONE]")
+//   POST /v1/chat/completions
+//                         the same for chat messages (chat.completion, or
+//                         chat.completion.chunk deltas: the role first,
+//                         then content, then finish_reason and usage);
+//                         the router renders the messages with the
+//                         model's chat template
 //   GET  /v1/models       the one served model
 //   GET  /health          200 "ok" while serving, 503 once draining
 //
@@ -30,11 +36,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "router/openai_json.h"
 #include "tandem/v1/generate.grpc.pb.h"
 
 namespace httplib {
 class Server;
-}
+struct Response;
+}  // namespace httplib
 
 namespace tandem::router {
 
@@ -82,6 +90,10 @@ class OpenAiHttpServer {
  private:
   OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel, OpenAiHttpOptions options);
   void RegisterHandlers();
+  // Answers a parsed /v1/completions or /v1/chat/completions request;
+  // `active` counts it until the response is over.
+  void ServeCompletion(absl::StatusOr<openai::CompletionRequest> parsed,
+                       std::shared_ptr<void> active, httplib::Response& res);
   // Counts a request as active until the returned token is destroyed.
   std::shared_ptr<void> BeginRequest();
 

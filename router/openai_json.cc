@@ -78,10 +78,9 @@ absl::Status ParsePrompt(const json& prompt, v1::GenerateRequest& out) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) {
-  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+// The body as a JSON object.
+absl::StatusOr<json> ParseBody(std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::InvalidArgumentError("the request body is not valid JSON");
   }
@@ -89,19 +88,19 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
     return absl::InvalidArgumentError(
         absl::StrCat("the request body must be a JSON object, not ", j.type_name()));
   }
-  CompletionRequest out;
+  return j;
+}
+
+// The fields /v1/completions and /v1/chat/completions share: model,
+// max_tokens, sampling, stop, stream, and the refusals of what is not
+// served.
+absl::Status ParseCommonFields(const json& j, int default_max_tokens, CompletionRequest& out) {
   v1::GenerateRequest& r = out.request;
   if (const json* v = Field(j, "model")) {
     if (!v->is_string()) return WrongType("model", "a string", *v);
     out.model = v->get<std::string>();
   }
-  const json* prompt = Field(j, "prompt");
-  if (prompt == nullptr) {
-    return absl::InvalidArgumentError("`prompt` is required: a string or an array of token ids");
-  }
-  if (absl::Status s = ParsePrompt(*prompt, r); !s.ok()) return s;
-
-  r.set_max_tokens(kDefaultMaxTokens);
+  r.set_max_tokens(default_max_tokens);
   if (const json* v = Field(j, "max_tokens")) {
     absl::StatusOr<int64_t> n = IntField("max_tokens", *v, std::numeric_limits<int32_t>::min(),
                                          std::numeric_limits<int32_t>::max());
@@ -157,12 +156,127 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   if (const json* v = Field(j, "echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return absl::InvalidArgumentError("`echo` is not supported; leave it out or false");
   }
-  if (const json* v = Field(j, "logprobs");
-      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
+  // An integer count for /v1/completions, a bool for chat: 0 and false
+  // ask for nothing.
+  if (const json* v = Field(j, "logprobs"); v != nullptr &&
+                                            !(v->is_number_integer() && v->get<int64_t>() == 0) &&
+                                            !(v->is_boolean() && !v->get<bool>())) {
     return absl::InvalidArgumentError("`logprobs` is not supported; leave it out");
   }
   if (const json* v = Field(j, "suffix"); v != nullptr && !(v->is_string() && v->empty())) {
     return absl::InvalidArgumentError("`suffix` is not supported; leave it out");
+  }
+  return absl::OkStatus();
+}
+
+// One message's content: a string, or an array of {"type": "text", "text"}
+// parts, concatenated.
+absl::StatusOr<std::string> MessageContent(size_t index, const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("`messages[", index,
+                     "].content` must be a string or an array of text parts, "
+                     "not ",
+                     content.type_name()));
+  }
+  std::string text;
+  for (size_t p = 0; p < content.size(); ++p) {
+    const json& part = content[p];
+    const json* type = part.is_object() ? Field(part, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("`messages[", index, "].content[", p,
+                                                     "]` must be an object with a string `type`"));
+    }
+    if (type->get<std::string>() != "text") {
+      return absl::InvalidArgumentError(absl::StrCat("`messages[", index, "].content[", p,
+                                                     "]` has type '", type->get<std::string>(),
+                                                     "'; only \"text\" parts are served"));
+    }
+    const json* t = Field(part, "text");
+    if (t == nullptr || !t->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`messages[", index, "].content[", p, "].text` must be a string"));
+    }
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) {
+  absl::StatusOr<json> j = ParseBody(body);
+  if (!j.ok()) return j.status();
+  CompletionRequest out;
+  const json* prompt = Field(*j, "prompt");
+  if (prompt == nullptr) {
+    return absl::InvalidArgumentError("`prompt` is required: a string or an array of token ids");
+  }
+  if (absl::Status s = ParsePrompt(*prompt, out.request); !s.ok()) return s;
+  if (absl::Status s = ParseCommonFields(*j, kDefaultMaxTokens, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view body) {
+  absl::StatusOr<json> j = ParseBody(body);
+  if (!j.ok()) return j.status();
+  CompletionRequest out;
+  out.chat = true;
+  const json* messages = Field(*j, "messages");
+  if (messages == nullptr || !messages->is_array()) {
+    return absl::InvalidArgumentError(
+        "`messages` is required: an array of {\"role\", \"content\"} objects");
+  }
+  v1::ChatMessages* chat = out.request.mutable_messages();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    if (!m.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`messages[", i, "]` must be an object, not ", m.type_name()));
+    }
+    const json* role = Field(m, "role");
+    if (role == nullptr || !role->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`messages[", i, "].role` is required: a string"));
+    }
+    for (const char* field : {"tool_calls", "function_call"}) {
+      if (const json* v = Field(m, field); v != nullptr && !(v->is_array() && v->empty())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("`messages[", i, "].", field, "` is not supported; leave it out"));
+      }
+    }
+    v1::ChatMessage* out_message = chat->add_messages();
+    out_message->set_role(role->get<std::string>());
+    if (const json* content = Field(m, "content")) {
+      absl::StatusOr<std::string> text = MessageContent(i, *content);
+      if (!text.ok()) return text.status();
+      out_message->set_content(*std::move(text));
+    }
+  }
+  if (absl::Status s = ParseCommonFields(*j, kDefaultChatMaxTokens, out); !s.ok()) return s;
+  // The newer name of max_tokens; it wins when both are given.
+  if (const json* v = Field(*j, "max_completion_tokens")) {
+    absl::StatusOr<int64_t> n =
+        IntField("max_completion_tokens", *v, std::numeric_limits<int32_t>::min(),
+                 std::numeric_limits<int32_t>::max());
+    if (!n.ok()) return n.status();
+    out.request.set_max_tokens(static_cast<int32_t>(*n));
+  }
+  if (const json* v = Field(*j, "top_logprobs");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
+    return absl::InvalidArgumentError("`top_logprobs` is not supported; leave it out");
+  }
+  for (const char* field : {"tools", "functions"}) {
+    if (const json* v = Field(*j, field); v != nullptr && !(v->is_array() && v->empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", field, "` is not supported: tool calls are not served"));
+    }
+  }
+  if (const json* v = Field(*j, "response_format");
+      v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
+    return absl::InvalidArgumentError(
+        "`response_format` is not supported; leave it out or {\"type\": \"text\"}");
   }
   return out;
 }
@@ -185,36 +299,67 @@ nlohmann::json UsageJson(const v1::Usage& usage) {
 
 namespace {
 
-json Envelope(const CompletionMeta& meta, json choice) {
+json Envelope(const CompletionMeta& meta, const char* object, json choice) {
   return {{"id", meta.id},
-          {"object", "text_completion"},
+          {"object", object},
           {"created", meta.created},
           {"model", meta.model},
           {"choices", json::array({std::move(choice)})}};
+}
+
+const char* ChunkObject(const CompletionMeta& meta) {
+  return meta.chat ? "chat.completion.chunk" : "text_completion";
 }
 
 }  // namespace
 
 nlohmann::json CompletionResponse(const CompletionMeta& meta, const std::string& text,
                                   const v1::Finished& finished) {
-  json r = Envelope(meta, {{"index", 0},
-                           {"text", text},
-                           {"logprobs", nullptr},
-                           {"finish_reason", FinishReasonName(finished.reason())}});
+  json r = meta.chat ? Envelope(meta, "chat.completion",
+                                {{"index", 0},
+                                 {"message", {{"role", "assistant"}, {"content", text}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", FinishReasonName(finished.reason())}})
+                     : Envelope(meta, "text_completion",
+                                {{"index", 0},
+                                 {"text", text},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", FinishReasonName(finished.reason())}});
   r["usage"] = UsageJson(finished.usage());
   return r;
 }
 
+nlohmann::json RoleChunk(const CompletionMeta& meta) {
+  return Envelope(meta, ChunkObject(meta),
+                  {{"index", 0},
+                   {"delta", {{"role", "assistant"}}},
+                   {"logprobs", nullptr},
+                   {"finish_reason", nullptr}});
+}
+
 nlohmann::json CompletionChunk(const CompletionMeta& meta, const std::string& text) {
+  if (meta.chat) {
+    return Envelope(meta, ChunkObject(meta),
+                    {{"index", 0},
+                     {"delta", {{"content", text}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}});
+  }
   return Envelope(
-      meta, {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+      meta, ChunkObject(meta),
+      {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
 }
 
 nlohmann::json FinalChunk(const CompletionMeta& meta, const v1::Finished& finished) {
-  json r = Envelope(meta, {{"index", 0},
-                           {"text", ""},
-                           {"logprobs", nullptr},
-                           {"finish_reason", FinishReasonName(finished.reason())}});
+  json choice = {{"index", 0}};
+  if (meta.chat) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReasonName(finished.reason());
+  json r = Envelope(meta, ChunkObject(meta), std::move(choice));
   r["usage"] = UsageJson(finished.usage());
   return r;
 }

@@ -115,7 +115,7 @@ std::optional<absl::Status> RequestDriver::OwnFault() const {
 }
 
 absl::Status RequestDriver::Drive() {
-  ASSIGN_OR_RETURN(req_, ValidateRequest(request_, tokenizer_));
+  ASSIGN_OR_RETURN(req_, ValidateRequest(request_, tokenizer_, options_.chat_template));
   const absl::Duration timeout = request_.timeout_ms() > 0
                                      ? absl::Milliseconds(request_.timeout_ms())
                                      : options_.request_timeout;

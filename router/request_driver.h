@@ -58,6 +58,9 @@ struct DriverOptions {
   RouterMetrics* metrics = nullptr;
   // Where the request's JSON trace line goes; null = the INFO log.
   RequestLog* request_log = nullptr;
+  // Renders chat prompts (GenerateRequest.messages); null = chat prompts
+  // are refused. Must outlive the driver.
+  const ChatTemplate* chat_template = nullptr;
 };
 
 class RequestDriver {

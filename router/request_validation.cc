@@ -6,8 +6,61 @@
 
 namespace tandem::router {
 
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& messages,
+                                                   const Tokenizer& tokenizer,
+                                                   const ChatTemplate& chat_template) {
+  if (messages.messages().empty()) {
+    return absl::InvalidArgumentError("messages is empty; send at least one message");
+  }
+  if (messages.messages_size() > kMaxChatMessages) {
+    return absl::InvalidArgumentError(absl::StrCat("the chat has ", messages.messages_size(),
+                                                   " messages; at most ", kMaxChatMessages,
+                                                   " are served"));
+  }
+  std::vector<ChatMessage> chat;
+  chat.reserve(messages.messages_size());
+  size_t bytes = 0;
+  for (int i = 0; i < messages.messages_size(); ++i) {
+    const v1::ChatMessage& m = messages.messages(i);
+    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant" &&
+        m.role() != "tool") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", i, " has role '", m.role(),
+                       "'; the role must be system, user, assistant or tool"));
+    }
+    bytes += m.role().size() + m.content().size();
+    if (bytes > kMaxChatBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the chat's roles and contents exceed ", kMaxChatBytes, " bytes; shorten the messages"));
+    }
+    chat.push_back({m.role(), m.content()});
+  }
+  absl::StatusOr<std::string> text = chat_template.Render(chat, /*add_generation_prompt=*/true);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the chat template refused the messages: ", text.status().message()));
+  }
+  // Only the plain default template may lack a BOS: every other template
+  // writes the special tokens its model wants.
+  const bool add_bos =
+      (chat_template.is_default() || chat_template.source() == kDefaultChatTemplate) &&
+      !chat_template.special_tokens().contains("bos_token");
+  absl::StatusOr<std::vector<int32_t>> ids =
+      tokenizer.Encode(*text, EncodeOptions{.add_bos = add_bos, .parse_special = true});
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot tokenize the rendered chat: ", ids.status().message()));
+  }
+  if (ids->empty()) {
+    return absl::InvalidArgumentError(
+        "the chat template rendered an empty prompt; send messages with content");
+  }
+  return ids;
+}
+
 absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
-                                             const Tokenizer* tokenizer) {
+                                             const Tokenizer* tokenizer,
+                                             const ChatTemplate* chat_template) {
   ValidRequest out;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
@@ -32,8 +85,20 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
       }
       out.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
       break;
+    case v1::GenerateRequest::kMessages: {
+      if (tokenizer == nullptr || chat_template == nullptr) {
+        return absl::InvalidArgumentError(
+            "this router has no tokenizer or chat template for chat messages; send the prompt "
+            "as token_ids");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids =
+          ChatPromptIds(request.messages(), *tokenizer, *chat_template);
+      if (!ids.ok()) return ids.status();
+      out.prompt = *std::move(ids);
+      break;
+    }
     default:
-      return absl::InvalidArgumentError("no prompt; set either text or token_ids");
+      return absl::InvalidArgumentError("no prompt; set text, token_ids or messages");
   }
   if (request.max_tokens() < 1) {
     return absl::InvalidArgumentError(

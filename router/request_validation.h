@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/chat_template.h"
 #include "common/model/tokenizer.h"
 #include "tandem/v1/generate.pb.h"
 
@@ -22,13 +23,34 @@ struct ValidRequest {
   std::vector<int32_t> stop_token_ids;
 };
 
+// Bounds on a chat prompt (GenerateRequest.messages): how many messages,
+// and the bytes of their roles and contents together.
+inline constexpr int kMaxChatMessages = 1024;
+inline constexpr size_t kMaxChatBytes = size_t{2} << 20;
+
 // INVALID_ARGUMENT, saying what to change, for: no prompt, empty prompt
-// text or token ids, text without a tokenizer, max_tokens < 1, temperature
-// < 0 (or not finite), top_k < 0, top_p outside (0, 1], an empty stop
-// string, timeout_ms < 0. Text is tokenized with BOS first; token ids are
-// used as given. `tokenizer` may be null (token-id prompts only).
+// text or token ids, text or messages without a tokenizer, messages without
+// a chat template, max_tokens < 1, temperature < 0 (or not finite), top_k <
+// 0, top_p outside (0, 1], an empty stop string, timeout_ms < 0, and what
+// ChatPromptIds refuses. Text is tokenized with BOS first; token ids are
+// used as given; messages become token ids through ChatPromptIds.
+// `tokenizer` may be null (token-id prompts only), `chat_template` too (no
+// chat prompts).
 absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
-                                             const Tokenizer* tokenizer);
+                                             const Tokenizer* tokenizer,
+                                             const ChatTemplate* chat_template = nullptr);
+
+// The prompt of a chat: `messages` rendered by `chat_template` with
+// add_generation_prompt, encoded with the special tokens recognized and no
+// BOS added (the template writes its own). Only the plain default template
+// without a bos_token (a router given a bare tokenizer file) leaves BOS to
+// the tokenizer, which then adds it as for text prompts. INVALID_ARGUMENT
+// for no messages, more than kMaxChatMessages or kMaxChatBytes, a role
+// other than system, user, assistant or tool, a conversation the template
+// rejects (with the template's message), and an empty rendered prompt.
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& messages,
+                                                   const Tokenizer& tokenizer,
+                                                   const ChatTemplate& chat_template);
 
 // INVALID_ARGUMENT when a prompt token is outside [0, vocab_size) or the
 // prompt does not leave room for one generated token in `max_context`.

@@ -27,6 +27,9 @@ ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = no cut");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same tokens");
 ABSL_FLAG(std::string, stop, "", "Stop generating when the text contains this; empty = none");
 ABSL_FLAG(int64_t, timeout_ms, 0, "Whole-request time limit in ms; 0 = the router's default");
+ABSL_FLAG(bool, chat, false,
+          "Send --prompt as one user message, rendered by the served model's chat template");
+ABSL_FLAG(std::string, system, "", "With --chat: a system message before the user message");
 ABSL_FLAG(std::string, request_id, "", "Request id for the logs; empty = the router makes one");
 
 namespace tandem {
@@ -35,13 +38,29 @@ namespace {
 constexpr char kUsage[] =
     "A client of the tandem router.\n"
     "Usage: tandem-cli generate --router HOST:PORT --prompt TEXT --max-tokens N\n"
+    "       [--chat [--system TEXT]]\n"
     "       [--temperature T --top-k K --top-p P --seed S --stop STR --timeout_ms MS]\n"
     "Streams the continuation to stdout and a summary to stderr.";
 
 int Generate() {
   v1::GenerateRequest request;
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
-  request.set_text(absl::GetFlag(FLAGS_prompt));
+  if (absl::GetFlag(FLAGS_chat)) {
+    v1::ChatMessages* messages = request.mutable_messages();
+    if (const std::string system = absl::GetFlag(FLAGS_system); !system.empty()) {
+      v1::ChatMessage* m = messages->add_messages();
+      m->set_role("system");
+      m->set_content(system);
+    }
+    v1::ChatMessage* m = messages->add_messages();
+    m->set_role("user");
+    m->set_content(absl::GetFlag(FLAGS_prompt));
+  } else if (!absl::GetFlag(FLAGS_system).empty()) {
+    std::cerr << "tandem-cli: --system needs --chat\n";
+    return 2;
+  } else {
+    request.set_text(absl::GetFlag(FLAGS_prompt));
+  }
   request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   request.mutable_sampling()->set_temperature(absl::GetFlag(FLAGS_temperature));
   request.mutable_sampling()->set_top_k(absl::GetFlag(FLAGS_top_k));

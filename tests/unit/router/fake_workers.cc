@@ -345,8 +345,12 @@ absl::StatusOr<std::vector<int32_t>> FakeTokenizer::Encode(std::string_view text
                                                            const EncodeOptions& options) const {
   std::vector<int32_t> ids;
   if (options.add_bos) ids.push_back(kFakeBos);
-  for (absl::string_view word :
-       absl::StrSplit(absl::string_view(text.data(), text.size()), ' ', absl::SkipEmpty())) {
+  for (absl::string_view word : absl::StrSplit(absl::string_view(text.data(), text.size()),
+                                               absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    if (options.parse_special && (word == "<s>" || word == "</s>")) {
+      ids.push_back(word == "<s>" ? kFakeBos : kFakeEos);
+      continue;
+    }
     int id = 0;
     if (word.size() < 2 || word[0] != 'w' || !absl::SimpleAtoi(word.substr(1), &id) || id < 3 ||
         id >= kFakeVocab) {

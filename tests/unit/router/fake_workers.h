@@ -140,7 +140,19 @@ class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {
 
 // Words for tokens, so that text tests need no model files: token id N >= 3
 // is the piece " wN" ("wN" right after BOS); 0..2 are <unk>, BOS and EOS and
-// have no text. Encode splits on spaces and maps "wN" back to N.
+// have no text. Encode splits on spaces and newlines and maps "wN" back to
+// N; with parse_special, "<s>" and "</s>" are BOS and EOS.
+// A chat template for the FakeTokenizer, rendered with bos_token "<s>" and
+// eos_token "</s>": "<s> " then "<content> </s> " per message, then "w9" as
+// the generation prompt; two messages of one role in a row are refused
+// with "roles must alternate".
+inline constexpr char kFakeChatTemplate[] =
+    "{{ bos_token }} {% for m in messages %}"
+    "{% if not loop.first and m['role'] == messages[loop.index0 - 1]['role'] %}"
+    "{{ raise_exception('roles must alternate') }}{% endif %}"
+    "{{ m['content'] }} {{ eos_token }} {% endfor %}"
+    "{% if add_generation_prompt %}w9{% endif %}";
+
 class FakeTokenizer final : public Tokenizer {
  public:
   int vocab_size() const override { return kFakeVocab; }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/model/chat_template.h"
 #include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -100,6 +102,62 @@ TEST(OpenAiJsonTest, BadInputNamesTheField) {
   }
 }
 
+TEST(OpenAiJsonTest, ChatMessagesAndTheirTextParts) {
+  absl::StatusOr<openai::CompletionRequest> r = openai::ParseChatCompletionRequest(
+      R"({"model": "m", "messages": [{"role": "system", "content": "be brief"},
+          {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text",
+          "text": "b"}]}, {"role": "assistant", "content": null}], "temperature": 0,
+          "logprobs": false, "stream": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->chat);
+  EXPECT_TRUE(r->stream);
+  EXPECT_EQ(r->model, "m");
+  ASSERT_TRUE(r->request.has_messages());
+  ASSERT_EQ(r->request.messages().messages_size(), 3);
+  EXPECT_EQ(r->request.messages().messages(0).role(), "system");
+  EXPECT_EQ(r->request.messages().messages(0).content(), "be brief");
+  EXPECT_EQ(r->request.messages().messages(1).content(), "ab");
+  EXPECT_EQ(r->request.messages().messages(2).content(), "");
+  EXPECT_EQ(r->request.max_tokens(), openai::kDefaultChatMaxTokens);
+  EXPECT_FLOAT_EQ(r->request.sampling().temperature(), 0.0f);
+  r = openai::ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+          "max_completion_tokens": 5})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.max_tokens(), 5);
+}
+
+TEST(OpenAiJsonTest, ChatBadInputNamesTheField) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "x"})", "messages"},
+      {R"({"messages": "x"})", "messages"},
+      {R"({"messages": [3]})", "messages[0]"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": {"url": "x"}}]}]})",
+       "'image_url'"},
+      {R"({"messages": [{"role": "user", "content": [{"text": "x"}]}]})", "type"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]})", "tool_calls"},
+      {absl::StrCat("{", user, R"(, "n": 2})"), "n"},
+      {absl::StrCat("{", user, R"(, "echo": true})"), "echo"},
+      {absl::StrCat("{", user, R"(, "logprobs": true})"), "logprobs"},
+      {absl::StrCat("{", user, R"(, "top_logprobs": 2})"), "top_logprobs"},
+      {absl::StrCat("{", user, R"(, "max_tokens": "ten"})"), "max_tokens"},
+      {absl::StrCat("{", user, R"(, "max_completion_tokens": 1.5})"), "max_completion_tokens"},
+      {absl::StrCat("{", user, R"(, "tools": [{"type": "function"}]})"), "tools"},
+      {absl::StrCat("{", user, R"(, "response_format": {"type": "json_object"}})"),
+       "response_format"},
+  };
+  for (const auto& [body, field] : cases) {
+    absl::StatusOr<openai::CompletionRequest> r = openai::ParseChatCompletionRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(r.status().message(), HasSubstr(field)) << body;
+  }
+}
+
 TEST(OpenAiJsonTest, FinishReasonsAndErrorStatuses) {
   EXPECT_EQ(openai::FinishReasonName(v1::FINISH_REASON_EOS), "stop");
   EXPECT_EQ(openai::FinishReasonName(v1::FINISH_REASON_STOP), "stop");
@@ -177,8 +235,8 @@ class OpenAiHttpTest : public ::testing::Test {
   }
 
   // POSTs `body`; the status and the parsed JSON body.
-  std::pair<int, json> Post(const std::string& body) {
-    httplib::Result r = Client()->Post("/v1/completions", body, "application/json");
+  std::pair<int, json> Post(const std::string& body, const std::string& path = "/v1/completions") {
+    httplib::Result r = Client()->Post(path, body, "application/json");
     if (!r) {
       ADD_FAILURE() << "no response: " << httplib::to_string(r.error());
       return {0, json()};
@@ -189,10 +247,10 @@ class OpenAiHttpTest : public ::testing::Test {
     return {r->status, j};
   }
 
-  SseResult PostStream(const std::string& body) {
+  SseResult PostStream(const std::string& body, const std::string& path = "/v1/completions") {
     httplib::Request req;
     req.method = "POST";
-    req.path = "/v1/completions";
+    req.path = path;
     req.body = body;
     req.set_header("Content-Type", "application/json");
     std::string raw;
@@ -209,6 +267,18 @@ class OpenAiHttpTest : public ::testing::Test {
     return sse;
   }
 
+  // A router whose chat template is kFakeChatTemplate.
+  void StartChat() {
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::FromString(kFakeChatTemplate, "<s>", "</s>");
+    ASSERT_TRUE(t.ok()) << t.status();
+    chat_template_.emplace(*std::move(t));
+    HarnessOptions options{.prefill = 1, .decode = 1};
+    options.router.driver.chat_template = &*chat_template_;
+    StartAll(options);
+  }
+
+  // Outlives the router.
+  std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<RouterHarness> harness_;
   std::unique_ptr<OpenAiHttpServer> http_;
 };
@@ -506,6 +576,101 @@ TEST_F(OpenAiHttpTest, TextPromptWithTheRealTokenizerMatchesGrpc) {
   std::string text;
   for (const json& e : r.events) text += e["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(text, grpc.text);
+}
+
+// Chat: the router renders "<s> w7 w8 </s> w9" with kFakeChatTemplate, so
+// the prompt is [BOS, 7, 8, EOS, 9] (5 tokens).
+constexpr char kChatBody[] = R"("messages": [{"role": "user", "content": "w7 w8"}])";
+
+TEST_F(OpenAiHttpTest, NonStreamingChatCompletion) {
+  StartChat();
+  const auto [status, j] =
+      Post(absl::StrCat("{", kChatBody, R"(, "max_tokens": 3})"), "/v1/chat/completions");
+  ASSERT_EQ(status, 200) << j.dump();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_THAT(j["id"].get<std::string>(), ::testing::StartsWith("chatcmpl-"));
+  EXPECT_EQ(j["model"], "tandem-test");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], " w40 w20 w21");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 8);
+}
+
+TEST_F(OpenAiHttpTest, StreamingChatSendsRoleThenContentThenFinish) {
+  StartChat();
+  const SseResult r = PostStream(absl::StrCat("{", kChatBody, R"(, "max_tokens": 3, "stream": true,
+                              "model": "asked"})"),
+                                 "/v1/chat/completions");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_THAT(r.content_type, HasSubstr("text/event-stream"));
+  EXPECT_TRUE(r.done) << r.raw;
+  ASSERT_GE(r.events.size(), 3u) << r.raw;
+  EXPECT_EQ(r.events[0]["choices"][0]["delta"], json({{"role", "assistant"}})) << r.raw;
+  std::string text;
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    const json& e = r.events[i];
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_EQ(e["id"], r.events[0]["id"]);
+    EXPECT_EQ(e["model"], "asked");
+    if (i == 0 || i + 1 == r.events.size()) continue;
+    EXPECT_TRUE(e["choices"][0]["finish_reason"].is_null()) << e.dump();
+    EXPECT_FALSE(e["choices"][0]["delta"].contains("role")) << e.dump();
+    text += e["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, " w40 w20 w21");
+  const json& last = r.events.back();
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  EXPECT_EQ(last["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(last["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(OpenAiHttpTest, ChatContentPartsAreConcatenated) {
+  StartChat();
+  const auto [status, j] = Post(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "w7"},
+          {"type": "text", "text": " w8"}]}], "max_tokens": 1})",
+      "/v1/chat/completions");
+  ASSERT_EQ(status, 200) << j.dump();
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], " w40");
+}
+
+TEST_F(OpenAiHttpTest, ChatErrorsAre400WithTheReason) {
+  StartChat();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // The template's own message.
+      {R"({"messages": [{"role": "user", "content": "w7"}, {"role": "user", "content": "w8"}]})",
+       "roles must alternate"},
+      {R"({"messages": [{"role": "robot", "content": "w7"}]})", "role 'robot'"},
+      {R"({"messages": []})", "messages is empty"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})",
+       "'input_audio'"},
+      {absl::StrCat("{", kChatBody, R"(, "max_tokens": 0})"), "max_tokens"},
+      {absl::StrCat("{", kChatBody, R"(, "n": 3})"), "`n`"},
+  };
+  for (const auto& [body, reason] : cases) {
+    const auto [status, j] = Post(body, "/v1/chat/completions");
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error") << body;
+    EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr(reason)) << body;
+  }
+  // The same for a stream: refused before any event.
+  const auto [stream_status, stream_error] =
+      Post(R"({"messages": [{"role": "robot", "content": "w7"}], "stream": true})",
+           "/v1/chat/completions");
+  EXPECT_EQ(stream_status, 400) << stream_error.dump();
+  EXPECT_THAT(stream_error["error"]["message"].get<std::string>(), HasSubstr("role 'robot'"));
+  // A chat longer than the model's context.
+  std::string long_chat;
+  for (int i = 0; i < kFakeMaxContext; ++i) long_chat += " w5";
+  const auto [status, j] =
+      Post(absl::StrCat(R"({"messages": [{"role": "user", "content": ")", long_chat, R"("}]})"),
+           "/v1/chat/completions");
+  EXPECT_EQ(status, 400) << j.dump();
+  EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr("context"));
 }
 
 }  // namespace
