@@ -38,7 +38,7 @@
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"

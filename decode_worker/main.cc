@@ -19,7 +19,7 @@
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/metrics/metrics_server.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"

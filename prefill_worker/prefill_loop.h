@@ -37,7 +37,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "prefill_worker/prefill_job.h"

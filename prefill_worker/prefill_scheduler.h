@@ -24,7 +24,7 @@
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_sender.h"

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kvcache/kv_layout.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tandem {
 

@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tandem {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
 

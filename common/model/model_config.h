@@ -45,7 +45,7 @@ struct ModelConfig {
   int head_size = 0;
   bool attention_bias = false;  // q, k and v projections have biases (Qwen 2)
   RopeLayout rope_layout = RopeLayout::kInterleaved;
-  RopeScaling rope_scaling;
+  RopeScaling rope_scaling = RopeScaling{};
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   int q_dim() const { return head_dim() * n_heads; }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_config.h"
 
 namespace tandem {

@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tandem {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 
 namespace tandem {

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "common/model/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tandem::cpu {
 

@@ -1,7 +1,7 @@
 // Element types of weights and KV cache buffers. Header-only so that any
 // target can name a type without depending on the model library.
-#ifndef TANDEM_COMMON_MODEL_DTYPE_H_
-#define TANDEM_COMMON_MODEL_DTYPE_H_
+#ifndef TANDEM_COMMON_BASE_DTYPE_H_
+#define TANDEM_COMMON_BASE_DTYPE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -53,4 +53,4 @@ inline absl::StatusOr<DType> ParseDType(std::string_view name) {
 
 }  // namespace tandem
 
-#endif  // TANDEM_COMMON_MODEL_DTYPE_H_
+#endif  // TANDEM_COMMON_BASE_DTYPE_H_
