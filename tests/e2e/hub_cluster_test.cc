@@ -5,61 +5,28 @@
 // bf16 (half the bytes of f32), and the workers report one identity.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/base/logging.h"
-#include "common/compute/cpu/cpu_backend.h"
-#include "common/engine/engine.h"
-#include "common/engine/generate.h"
-#include "common/model/hf_tokenizer_writer.h"
-#include "common/model/hub_model.h"
-#include "common/model/model_weights.h"
 #include "common/model/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
+#include "tests/e2e/hub_folder.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::testing {
 namespace {
 
-// stories260K as a hub folder of `dtype`, with its tokenizer.json.
-std::string WriteFolder(const std::string& name, DType dtype) {
-  const std::string dir = TempDir() + "/" + name;
-  auto weights = LoadModel(ModelFile("stories260K.bin"));
-  CHECK_OK(weights.status());
-  auto tokenizer = LoadTokenizer(ModelFile("tok512.bin"));
-  CHECK_OK(tokenizer.status());
-  HubWriteOptions options;
-  options.dtype = dtype;
-  options.bos_id = (*tokenizer)->bos_id();
-  options.eos_ids = (*tokenizer)->eos_ids();
-  CHECK_OK(WriteHubModel(**weights, dir, options));
-  auto vocab = SpmVocabularyOf(**tokenizer);
-  CHECK_OK(vocab.status());
-  CHECK_OK(WriteHfTokenizer(*vocab, dir));
-  return dir;
-}
-
+// The engine's greedy tokens for text `prompt`, BOS first.
 std::vector<int32_t> LocalGreedy(const std::string& dir, const std::string& prompt,
                                  int max_tokens) {
-  auto weights = LoadModel(dir);
-  CHECK_OK(weights.status());
-  auto backend = CpuBackend::Create(CpuBackendOptions{.num_threads = 1});
-  CHECK_OK(backend.status());
-  auto engine = Engine::Create(**weights, std::move(backend).value(), EngineOptions{});
-  CHECK_OK(engine.status());
   auto tokenizer = LoadTokenizer(dir);
   CHECK_OK(tokenizer.status());
-  GenerateRequest request;
   auto ids = (*tokenizer)->Encode(prompt, /*add_bos=*/true);
   CHECK_OK(ids.status());
-  request.prompt = *ids;
-  request.max_new_tokens = max_tokens;
-  request.eos_ids = (*tokenizer)->eos_ids();
-  auto result = Generate(**engine, request);
-  CHECK_OK(result.status());
-  return result->tokens;
+  return LocalGreedyTokens(dir, *ids, max_tokens);
 }
 
 constexpr char kLongPrompt[] =
@@ -69,7 +36,7 @@ constexpr char kLongPrompt[] =
 TEST(HubClusterTest, Bf16FolderServesTheSameTokensAndShipsBf16Kv) {
   TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");
   TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
-  const std::string dir = WriteFolder("stories260K-bf16", DType::kBF16);
+  const std::string dir = WriteStoriesHubFolder("stories260K-bf16", DType::kBF16);
   auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .tokenizer = dir});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 

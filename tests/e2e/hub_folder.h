@@ -1,0 +1,28 @@
+// Fixtures of the end-to-end tests that serve a Hugging Face folder:
+// stories260K converted into one, and the single-process engine's greedy
+// tokens on it (what a cluster must reproduce).
+#ifndef TANDEM_TESTS_E2E_HUB_FOLDER_H_
+#define TANDEM_TESTS_E2E_HUB_FOLDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model/hub_model.h"
+
+namespace tandem::testing {
+
+// stories260K (with tok512.bin) as a hub folder of `dtype` named `name`
+// under TempDir(): weights, config, generation config, tokenizer.json and
+// tokenizer_config.json. Returns the folder. Dies when the fixtures are
+// missing (check with TANDEM_MODEL_FILE_OR_SKIP first).
+std::string WriteStoriesHubFolder(const std::string& name, DType dtype);
+
+// The single-process engine's greedy continuation of `prompt` (token ids,
+// used as given) on the folder `dir`, ending at its EOS ids.
+std::vector<int32_t> LocalGreedyTokens(const std::string& dir, const std::vector<int32_t>& prompt,
+                                       int max_tokens);
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_E2E_HUB_FOLDER_H_
