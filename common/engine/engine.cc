@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -43,8 +44,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
     for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
       if (t->dtype != wtype) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "weights from '", weights.source, "' mix matrix types (", std::string(DTypeName(wtype)), " and ",
-            std::string(DTypeName(t->dtype)), "); convert them to one type"));
+            "weights from '", weights.source, "' mix matrix types (", std::string(DTypeName(wtype)),
+            " and ", std::string(DTypeName(t->dtype)), "); convert them to one type"));
       }
     }
   }
@@ -60,10 +61,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
       }
     }
   }
-  if (!opts.kv_dtype.has_value()) opts.kv_dtype = wtype;
-  RETURN_IF_ERROR(backend->Supports(wtype, *opts.kv_dtype));
+  // A backend that computes in f32 only (CUDA, for now) gets 16-bit weights
+  // widened as they are uploaded, rather than refusing a model it can run.
+  DType compute = wtype;
+  if (wtype != DType::kF32 && !backend->Supports(wtype, opts.kv_dtype.value_or(wtype)).ok() &&
+      backend->Supports(DType::kF32, opts.kv_dtype.value_or(DType::kF32)).ok()) {
+    compute = DType::kF32;
+    LOG(INFO) << "the " << backend->name() << " backend computes in f32: widening "
+              << DTypeName(wtype) << " weights from '" << weights.source << "' as they load";
+  }
+  if (!opts.kv_dtype.has_value()) opts.kv_dtype = compute;
+  RETURN_IF_ERROR(backend->Supports(compute, *opts.kv_dtype));
   std::unique_ptr<Engine> engine(new Engine(weights.config, std::move(backend), opts));
-  engine->weights_dtype_ = wtype;
+  engine->weights_dtype_ = compute;
   RETURN_IF_ERROR(engine->Init(weights));
   return engine;
 }
@@ -83,17 +93,24 @@ absl::Status Engine::Init(const ModelWeights& w) {
     return static_cast<float*>(p);
   };
   // Copies tensors of one type into one backend buffer, back to back, in
-  // their own type.
+  // their own type, or widened to f32 when the engine computes in f32.
   auto upload = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<MatrixRef> {
+    const DType type = weights_dtype_ == DType::kF32 ? DType::kF32 : parts.begin()->dtype;
     size_t total = 0;
-    for (const Tensor& t : parts) total += t.size_bytes();
+    for (const Tensor& t : parts) total += t.size() * DTypeSize(type);
     ASSIGN_OR_RETURN(void* dst, alloc_bytes(total));
     size_t at = 0;
     for (const Tensor& t : parts) {
-      backend_->CopyToDevice(t.data, static_cast<uint8_t*>(dst) + at, t.size_bytes());
-      at += t.size_bytes();
+      if (t.dtype == type) {
+        backend_->CopyToDevice(t.data, static_cast<uint8_t*>(dst) + at, t.size_bytes());
+      } else {
+        const std::vector<float> wide = t.ToFloats();
+        backend_->CopyToDevice(wide.data(), static_cast<uint8_t*>(dst) + at,
+                               wide.size() * sizeof(float));
+      }
+      at += t.size() * DTypeSize(type);
     }
-    return MatrixRef{dst, parts.begin()->dtype};
+    return MatrixRef{dst, type};
   };
   // Vectors (norms, biases) are small and used as f32 whatever their type.
   auto upload_f32 = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<float*> {
@@ -182,9 +199,9 @@ absl::Status Engine::Validate(std::span<const BatchItem> items) const {
     }
     const int64_t end = int64_t{item.table->num_tokens()} + item.tokens.size();
     if (end > config_.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sequence would reach ", end, " tokens, past the model's context of ", config_.seq_len,
-          "; shorten the prompt or lower max tokens"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence would reach ", end, " tokens, past the model's context of ",
+                       config_.seq_len, "; shorten the prompt or lower max tokens"));
     }
     const int64_t blocks_needed = (end + layout_.block_size - 1) / layout_.block_size;
     new_blocks += std::max<int64_t>(0, blocks_needed - int64_t(item.table->blocks().size()));
@@ -237,8 +254,7 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
   return logits;
 }
 
-void Engine::Forward(int rows, int logit_rows,
-                     const std::function<void(int layer)>& kv_written) {
+void Engine::Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written) {
   const ModelConfig& c = config_;
   const int d = c.dim, qd = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   const int qkv_stride = qd + 2 * kv;
@@ -267,8 +283,7 @@ void Engine::Forward(int rows, int logit_rows,
   }
   if (logit_rows == 0) return;
   for (int i = 0; i < logit_rows; ++i) {
-    b.RmsNorm(x_ + int64_t{logit_rows_[i]} * d, rms_final_, xb_ + int64_t{i} * d, 1, d,
-              c.norm_eps);
+    b.RmsNorm(x_ + int64_t{logit_rows_[i]} * d, rms_final_, xb_ + int64_t{i} * d, 1, d, c.norm_eps);
   }
   b.MatMul(xb_, classifier_, logits_, logit_rows, c.vocab_size, d, /*accumulate=*/false);
 }

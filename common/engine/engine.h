@@ -49,9 +49,10 @@ struct BatchItem {
 class Engine {
  public:
   // Copies (and packs) the weights into backend memory in their own element
-  // type; `weights` may be dropped afterwards. INVALID_ARGUMENT for
-  // impossible options or matrices of mixed types, UNIMPLEMENTED when the
-  // backend cannot compute with the weights' or the KV cache's type.
+  // type (widened to f32 for a backend that computes in f32 only); `weights`
+  // may be dropped afterwards. INVALID_ARGUMENT for impossible options or
+  // matrices of mixed types, UNIMPLEMENTED when the backend cannot compute
+  // with the weights' or the KV cache's type.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ModelWeights& weights,
                                                         std::unique_ptr<Backend> backend,
                                                         const EngineOptions& options);
@@ -67,7 +68,7 @@ class Engine {
   // and out.
   void* kv_cache() { return cache_; }
   size_t kv_cache_bytes() const { return layout_.total_bytes(); }
-  // Element type of the weight matrices.
+  // Element type of the weight matrices in backend memory.
   DType weights_dtype() const { return weights_dtype_; }
 
   // A table for a new, empty sequence.

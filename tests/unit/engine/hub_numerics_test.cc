@@ -61,7 +61,8 @@ double WorstError(const std::vector<std::vector<float>>& engine,
   return worst;
 }
 
-double WorstError(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+double WorstError(const std::vector<std::vector<float>>& a,
+                  const std::vector<std::vector<float>>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const std::vector<double> wide(b[i].begin(), b[i].end());
@@ -86,20 +87,36 @@ ModelConfig Llama3Scaled() {
   // head_dim 8: wavelengths 6.3, 63, 628 and 6283 positions against
   // original_max_position 128 (high band < 32, low band > 128): one pair is
   // kept, one blended and two slowed by the factor.
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 8, .n_kv_heads = 2,
-                     .vocab_size = 101, .seq_len = 160, .rope_theta = 10000.0f,
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 2,
+                     .n_heads = 8,
+                     .n_kv_heads = 2,
+                     .vocab_size = 101,
+                     .seq_len = 160,
+                     .rope_theta = 10000.0f,
                      .rope_layout = RopeLayout::kInterleaved,
-                     .rope_scaling = {.type = RopeScaling::Type::kLlama3, .factor = 8.0f,
-                                      .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                     .rope_scaling = {.type = RopeScaling::Type::kLlama3,
+                                      .factor = 8.0f,
+                                      .low_freq_factor = 1.0f,
+                                      .high_freq_factor = 4.0f,
                                       .original_max_position = 128}};
 }
 
 ModelConfig Qwen2Like() {
   // Biases on q, k and v; a head width (16) that is not dim / n_heads (12),
   // so the attention width (64) differs from the residual width (48).
-  return ModelConfig{.dim = 48, .hidden_dim = 80, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                     .vocab_size = 97, .seq_len = 96, .rope_theta = 1000000.0f,
-                     .shared_classifier = false, .head_size = 16, .attention_bias = true,
+  return ModelConfig{.dim = 48,
+                     .hidden_dim = 80,
+                     .n_layers = 2,
+                     .n_heads = 4,
+                     .n_kv_heads = 2,
+                     .vocab_size = 97,
+                     .seq_len = 96,
+                     .rope_theta = 1000000.0f,
+                     .shared_classifier = false,
+                     .head_size = 16,
+                     .attention_bias = true,
                      .rope_scaling = {.type = RopeScaling::Type::kLinear, .factor = 2.0f}};
 }
 
@@ -172,6 +189,83 @@ TEST(HubNumericsBf16, HalfPrecisionKvCacheStaysWithinTolerance) {
   const auto reference = ReferenceLogits(*f32, tokens);
   EXPECT_LT(WorstError(EngineLogits(*f32, tokens, DType::kF16), reference), 2e-3);
   EXPECT_LT(WorstError(EngineLogits(*f32, tokens, DType::kBF16), reference), 1e-2);
+}
+
+// A backend that computes in f32 only, as the CUDA backend does for now: the
+// CPU backend behind a Supports() that refuses 16-bit types.
+class F32OnlyBackend final : public Backend {
+ public:
+  explicit F32OnlyBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "f32-only"; }
+  absl::Status Supports(DType weights, DType kv) const override {
+    if (weights != DType::kF32 || kv != DType::kF32) return absl::UnimplementedError("f32 only");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+    return inner_->Allocate(bytes);
+  }
+  void CopyToDevice(const void* h, void* d, size_t n) override { inner_->CopyToDevice(h, d, n); }
+  void CopyToHost(const void* d, void* h, size_t n) override { inner_->CopyToHost(d, h, n); }
+  void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k, bool acc) override {
+    CHECK(w.dtype == DType::kF32) << "a 16-bit matrix reached an f32-only backend";
+    inner_->MatMul(x, w, out, m, n, k, acc);
+  }
+  void Embed(MatrixRef t, std::span<const int32_t> ids, int dim, float* out) override {
+    CHECK(t.dtype == DType::kF32) << "a 16-bit table reached an f32-only backend";
+    inner_->Embed(t, ids, dim, out);
+  }
+  void AddBias(float* x, int stride, const float* bias, int rows, int n) override {
+    inner_->AddBias(x, stride, bias, rows, n);
+  }
+  void RmsNorm(const float* x, const float* w, float* out, int rows, int dim, float eps) override {
+    inner_->RmsNorm(x, w, out, rows, dim, eps);
+  }
+  void Rope(float* q, int qs, float* k, int ks, std::span<const int32_t> positions,
+            const AttentionShape& shape, const float* cos_sin) override {
+    inner_->Rope(q, qs, k, ks, positions, shape, cos_sin);
+  }
+  void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override {
+    inner_->SwiGlu(gate_up, out, rows, hidden);
+  }
+  void WriteKv(const float* k, int ks, const float* v, int vs, std::span<const AttentionRow> rows,
+               int layer, const KvLayout& layout, void* cache) override {
+    inner_->WriteKv(k, ks, v, vs, rows, layer, layout, cache);
+  }
+  void PagedAttention(const float* q, int qs, std::span<const AttentionRow> rows, int layer,
+                      const KvLayout& layout, const void* cache, const AttentionShape& shape,
+                      float* out) override {
+    inner_->PagedAttention(q, qs, rows, layer, layout, cache, shape, out);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+// bf16 weights on a backend that computes in f32 only are widened as they
+// load (so an F16/BF16 GGUF keeps running on the CUDA backend) and compute
+// exactly what the f32 engine computes on the widened weights; asking such
+// a backend for a bf16 KV cache is refused.
+TEST(HubNumericsBf16, F32OnlyBackendGetsWidenedWeights) {
+  const ModelConfig config = Llama3Scaled();
+  ASSERT_OK_AND_ASSIGN(auto bf16, MakeSyntheticModel(config, 5, DType::kBF16));
+  ASSERT_OK_AND_ASSIGN(auto cpu, CpuBackend::Create());
+  ASSERT_OK_AND_ASSIGN(auto engine,
+                       Engine::Create(*bf16, std::make_unique<F32OnlyBackend>(std::move(cpu)), {}));
+  EXPECT_EQ(engine->weights_dtype(), DType::kF32);
+  EXPECT_EQ(engine->kv_layout().dtype, DType::kF32);
+  const std::vector<int32_t> tokens = Tokens(config.vocab_size);
+  BlockTable table = engine->NewSequence();
+  const BatchItem item{&table, tokens, true};
+  ASSERT_OK_AND_ASSIGN(std::vector<float> logits, engine->Step({&item, 1}));
+  const auto reference = ReferenceLogits(*bf16, tokens);
+  EXPECT_LT(MaxRelativeError(logits, reference.back()), 1e-4);
+  engine->Release(table);
+
+  EngineOptions bf16_kv;
+  bf16_kv.kv_dtype = DType::kBF16;
+  ASSERT_OK_AND_ASSIGN(auto cpu2, CpuBackend::Create());
+  EXPECT_THAT(Engine::Create(*bf16, std::make_unique<F32OnlyBackend>(std::move(cpu2)), bf16_kv),
+              ::tandem::testing::StatusIs(absl::StatusCode::kUnimplemented));
 }
 
 }  // namespace
