@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
   const auto table = TensorTable(*weights);
 
   std::set<std::string_view> expected;
-  int64_t converted_elements = 0;
+  int64_t copied_words = 0;
   for (const auto& row : table) {
     expected.insert(row.name);
     const GgufTensorInfo* t = file.FindTensor(row.name);
@@ -185,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
                      absl::StrCat("has tensor '", row.name, "' of type ", GgmlTypeName(t->type),
                                   "; only F32, F16 and BF16 are supported"));
     }
-    if (!UsableInPlace(*t)) converted_elements += (t->data.size() + 7) / 8;
+    if (!UsableInPlace(*t)) copied_words += (t->data.size() + 7) / 8;
   }
   // Tensors we do not know (rope_freqs, biases, ...) would change the model's
   // output if ignored, so they are refused rather than skipped.
@@ -198,7 +198,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
 
   auto storage = std::make_shared<GgufModelStorage>();
   // 16-bit tensors stay 16-bit: the backend multiplies them as they are.
-  storage->copied.resize(static_cast<size_t>(converted_elements));
+  storage->copied.resize(static_cast<size_t>(copied_words));
   uint64_t* next = storage->copied.data();
   for (const auto& row : table) {
     const GgufTensorInfo& t = *file.FindTensor(row.name);

@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/model/byte_level.h"
 
 namespace tandem {
 namespace {
@@ -22,34 +23,6 @@ constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";   // U+FFFD
 constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";       // U+2581
 constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " U+2047 "
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
-
-// Length of the well-formed UTF-8 character that starts `s` (non-empty), or 0
-// when it is malformed: a stray continuation byte, a cut-off sequence, an
-// overlong form, a surrogate or a code point above U+10FFFF. The rules are
-// SentencePiece's, so that both tokenizers see the same characters.
-int Utf8CharLength(std::string_view s) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const auto trail = [&](size_t i) { return i < s.size() && (byte(i) & 0xC0) == 0x80; };
-  const uint8_t c = byte(0);
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) {
-    if (!trail(1)) return 0;
-    const uint32_t cp = (uint32_t{c} & 0x1F) << 6 | (byte(1) & 0x3F);
-    return cp >= 0x80 ? 2 : 0;
-  }
-  if ((c & 0xF0) == 0xE0) {
-    if (!trail(1) || !trail(2)) return 0;
-    const uint32_t cp = (uint32_t{c} & 0x0F) << 12 | (byte(1) & 0x3F) << 6 | (byte(2) & 0x3F);
-    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? 3 : 0;
-  }
-  if ((c & 0xF8) == 0xF0) {
-    if (!trail(1) || !trail(2) || !trail(3)) return 0;
-    const uint32_t cp = (uint32_t{c} & 0x07) << 18 | (byte(1) & 0x3F) << 12 |
-                        (byte(2) & 0x3F) << 6 | (byte(3) & 0x3F);
-    return cp >= 0x10000 && cp <= 0x10FFFF ? 4 : 0;
-  }
-  return 0;
-}
 
 // A run of the normalized text that is currently one token candidate; the
 // symbols form a doubly linked list in text order.

@@ -107,8 +107,12 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
     const int64_t work = int64_t{m} * n * k;
     if (dot_bf16_ && weights.dtype == DType::kBF16) {
       x_bf16_.resize(static_cast<size_t>(m) * k);
-      cpu::Narrow(x, DType::kBF16, x_bf16_.data(), int64_t{m} * k, 1);
-      const uint16_t* xb = x_bf16_.data();
+      uint16_t* xb = x_bf16_.data();
+      // Rows rounded in parallel: a prefill's inputs are megabytes.
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{m} * k > kParallelThreshold * 16)
+      for (int r = 0; r < m; ++r) {
+        cpu::Narrow(x + int64_t{r} * k, DType::kBF16, xb + int64_t{r} * k, k, 1);
+      }
 #pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
       {
         const int threads = omp_get_num_threads(), t = omp_get_thread_num();

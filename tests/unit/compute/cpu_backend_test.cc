@@ -4,6 +4,8 @@
 // writes twice, shows up.
 #include "common/compute/cpu/cpu_backend.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,33 +16,17 @@
 #include <thread>
 #include <vector>
 
-#include <omp.h>
-
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/compute/compute_testing.h"
 
 namespace tandem {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-// Written past the end of outputs (and into row-stride gaps); must survive.
-constexpr float kGuard = -12345.0f;
-
-std::vector<float> RandomFloats(size_t n, float lo, float hi, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Records the largest error seen; a NaN error counts as the largest, which
-// std::max would silently drop.
-struct WorstError {
-  double value = 0.0;
-  void Add(double e) {
-    if (!(e <= value)) value = e;
-  }
-};
+using ::tandem::testing::kGuard;
+using ::tandem::testing::kNaN;
+using ::tandem::testing::RandomFloats;
+using ::tandem::testing::WorstError;
 
 // Parameter: the backend's thread count; 0 is every core, 3 and 7 split the
 // work unevenly (and oversubscribe small machines, which is harmless here).
@@ -289,8 +275,8 @@ TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
     const int pos = rows[r].position;
     const size_t block = rows[r].blocks[pos / layout.block_size];
     const size_t slot = pos % layout.block_size;
-    const size_t block_start = (layer * layout.num_blocks + block) * 2 * layout.block_size *
-                               layout.kv_dim;
+    const size_t block_start =
+        (layer * layout.num_blocks + block) * 2 * layout.block_size * layout.kv_dim;
     const float* key = qkv.data() + r * stride + q_dim;
     for (int d = 0; d < layout.kv_dim; ++d) {
       EXPECT_EQ(cache[block_start + d * layout.block_size + slot], key[d])
@@ -298,9 +284,8 @@ TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
     }
     const size_t value_at =
         block_start + (layout.block_size + slot) * static_cast<size_t>(layout.kv_dim);
-    EXPECT_EQ(std::memcmp(cache.data() + value_at, key + layout.kv_dim,
-                          layout.kv_dim * sizeof(float)),
-              0)
+    EXPECT_EQ(
+        std::memcmp(cache.data() + value_at, key + layout.kv_dim, layout.kv_dim * sizeof(float)), 0)
         << "row " << r << " value";
   }
 }

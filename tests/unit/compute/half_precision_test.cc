@@ -40,12 +40,15 @@
 #include "common/compute/cpu/small_matmul.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/compute/compute_testing.h"
 
 namespace tandem {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kGuard = -12345.0f;
+using ::tandem::testing::kGuard;
+using ::tandem::testing::kNaN;
+using ::tandem::testing::RandomFloats;
+using ::tandem::testing::WorstError;
 
 // --- Reference conversions, independent of common/compute/cpu/half.h. ---
 
@@ -113,21 +116,6 @@ HalfValues RandomHalf(DType dtype, size_t n, double lo, double hi, std::mt19937_
   }
   return h;
 }
-
-std::vector<float> RandomFloats(size_t n, float lo, float hi, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// The largest error seen; NaN counts as the largest.
-struct WorstError {
-  double value = 0.0;
-  void Add(double e) {
-    if (!(e <= value)) value = e;
-  }
-};
 
 class HalfPrecisionTest : public ::testing::TestWithParam<int> {
  protected:

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/model/tokenizer_corpus.h"
 
 namespace tandem {
 namespace {
@@ -77,33 +78,6 @@ std::vector<std::pair<float, std::string>> LlamaSpecialTokens() {
   return tokens;
 }
 
-struct VocabTest {
-  std::string input;
-  std::vector<int32_t> ids;
-};
-
-// llama.cpp's test-tokenizer-0 vectors: each input is the text before a
-// "__ggml_vocab_test__" line, less the newline that ends it; line i of the
-// .out file holds the ids of input i (no BOS).
-std::vector<VocabTest> ReadVocabTests(const std::string& inp_path, const std::string& out_path) {
-  const std::string inp = ReadFile(inp_path);
-  const std::string separator = "\n__ggml_vocab_test__\n";
-  std::vector<VocabTest> tests;
-  for (size_t pos = 0, next; (next = inp.find(separator, pos)) != std::string::npos;
-       pos = next + separator.size()) {
-    tests.push_back({inp.substr(pos, next - pos), {}});
-  }
-  std::vector<std::string> lines = Split(ReadFile(out_path), '\n');
-  if (!lines.empty() && lines.back().empty()) lines.pop_back();
-  EXPECT_EQ(lines.size(), tests.size()) << "the .inp and .out files disagree on the count";
-  for (size_t i = 0; i < tests.size() && i < lines.size(); ++i) {
-    for (const std::string& id : Split(lines[i], ' ')) {
-      if (!id.empty()) tests[i].ids.push_back(std::stoi(id));
-    }
-  }
-  return tests;
-}
-
 // Seeded word soup with punctuation, digits, newlines and runs of spaces.
 std::string EnglishText(size_t min_chars) {
   const std::vector<std::string> words = Split(
@@ -132,13 +106,16 @@ class LlamaVocabTest : public ::testing::Test {
     }
     ASSERT_OK_AND_ASSIGN(sp_, LoadTokenizer(::tandem::testing::ModelFile("tokenizer.model")));
     ASSERT_OK_AND_ASSIGN(bin_, LoadTokenizer(::tandem::testing::ModelFile("tokenizer.bin")));
-    tests_ = ReadVocabTests(::tandem::testing::ModelFile("ggml-vocab-llama-spm.gguf.inp"),
-                            ::tandem::testing::ModelFile("ggml-vocab-llama-spm.gguf.out"));
+    tests_ = ::tandem::testing::ReadVocabTests(
+        ::tandem::testing::ModelFile("ggml-vocab-llama-spm.gguf.inp"),
+        ::tandem::testing::ModelFile("ggml-vocab-llama-spm.gguf.out"));
+    ASSERT_GT(tests_.size(), 30u)
+        << "the .inp and .out files are unreadable or disagree on the count";
   }
 
   std::unique_ptr<Tokenizer> sp_;
   std::unique_ptr<Tokenizer> bin_;
-  std::vector<VocabTest> tests_;
+  std::vector<::tandem::testing::VocabTest> tests_;
 };
 
 TEST_F(LlamaVocabTest, LoadsEachFormatByContents) {
@@ -153,7 +130,7 @@ TEST_F(LlamaVocabTest, LoadsEachFormatByContents) {
 
 TEST_F(LlamaVocabTest, SentencePieceMatchesLlamaCppVectors) {
   ASSERT_EQ(tests_.size(), 46u);
-  for (const VocabTest& t : tests_) {
+  for (const ::tandem::testing::VocabTest& t : tests_) {
     EXPECT_THAT(sp_->Encode(t.input, /*add_bos=*/false), IsOkAndHolds(ElementsAreArray(t.ids)))
         << "input: \"" << absl::CHexEscape(t.input) << "\"";
   }
@@ -163,7 +140,7 @@ TEST_F(LlamaVocabTest, SentencePieceMatchesLlamaCppVectors) {
 // handling of characters outside the vocabulary), so there are no known
 // differences on these inputs.
 TEST_F(LlamaVocabTest, Llama2cMatchesLlamaCppVectorsAndSentencePiece) {
-  for (const VocabTest& t : tests_) {
+  for (const ::tandem::testing::VocabTest& t : tests_) {
     ASSERT_OK_AND_ASSIGN(std::vector<int32_t> ids, bin_->Encode(t.input, /*add_bos=*/false));
     EXPECT_THAT(ids, ElementsAreArray(t.ids)) << "input: \"" << absl::CHexEscape(t.input) << "\"";
     EXPECT_THAT(sp_->Encode(t.input, false), IsOkAndHolds(ElementsAreArray(ids)));

@@ -26,27 +26,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/compute/compute_testing.h"
 
 namespace tandem {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using ::tandem::testing::kNaN;
+using ::tandem::testing::RandomFloats;
+using ::tandem::testing::WorstError;
+
 constexpr double kTolerance = 1e-4;
-
-std::vector<float> RandomFloats(size_t n, float lo, float hi, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Largest error seen; a NaN counts as the largest.
-struct WorstError {
-  double value = 0.0;
-  void Add(double e) {
-    if (!(e <= value)) value = e;
-  }
-};
 
 // max_i |actual_i - expected_i| / max_i |expected_i|.
 double ScaledError(std::span<const float> actual, std::span<const float> expected) {
