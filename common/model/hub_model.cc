@@ -46,8 +46,8 @@ absl::StatusOr<int> IntField(const Json& j, const std::string& file, const char*
   }
   const Json& v = j[key];
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be an integer in [",
-                                      lo, ", ", hi, "]"));
+    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(),
+                                      "; it must be an integer in [", lo, ", ", hi, "]"));
   }
   return static_cast<int>(v.get<int64_t>());
 }
@@ -57,7 +57,8 @@ absl::StatusOr<float> FloatField(const Json& j, const std::string& file, const c
   if (!j.contains(key) || j[key].is_null()) return fallback;
   const Json& v = j[key];
   if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
-    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be a positive number"));
+    return Invalid(
+        file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be a positive number"));
   }
   return static_cast<float>(v.get<double>());
 }
@@ -66,7 +67,8 @@ absl::StatusOr<bool> BoolField(const Json& j, const std::string& file, const cha
                                bool fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_boolean()) {
-    return Invalid(file, absl::StrCat("field '", key, "' is ", j[key].dump(), "; it must be true or false"));
+    return Invalid(
+        file, absl::StrCat("field '", key, "' is ", j[key].dump(), "; it must be true or false"));
   }
   return j[key].get<bool>();
 }
@@ -170,10 +172,11 @@ absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
   }
   const bool qwen2 = arch == "Qwen2ForCausalLM";
   if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && !qwen2) {
-    return Invalid(file, absl::StrCat("field 'architectures' is ",
-                                      j.contains("architectures") ? j["architectures"].dump() : "missing",
-                                      "; supported: [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"], "
-                                      "[\"Qwen2ForCausalLM\"]"));
+    return Invalid(file,
+                   absl::StrCat("field 'architectures' is ",
+                                j.contains("architectures") ? j["architectures"].dump() : "missing",
+                                "; supported: [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"], "
+                                "[\"Qwen2ForCausalLM\"]"));
   }
   if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
     return Invalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
@@ -203,30 +206,12 @@ absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
 
   // Full attention equals sliding-window attention up to the window.
   ASSIGN_OR_RETURN(bool sliding, BoolField(j, file, "use_sliding_window", !qwen2));
-  ASSIGN_OR_RETURN(int window, IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
+  ASSIGN_OR_RETURN(int window,
+                   IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
   if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
 
   if (absl::Status s = c.Validate(); !s.ok()) return Invalid(file, std::string(s.message()));
   return c;
-}
-
-absl::StatusOr<std::vector<int32_t>> ReadHubEosIds(const std::string& dir) {
-  const std::string file = (std::filesystem::path(dir) / "generation_config.json").string();
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) return std::vector<int32_t>{};
-  ASSIGN_OR_RETURN(Json j, ReadJson(file));
-  std::vector<int32_t> ids;
-  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return ids;
-  const Json& e = j["eos_token_id"];
-  const Json list = e.is_array() ? e : Json::array({e});
-  for (const Json& id : list) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 22)) {
-      return Invalid(file, absl::StrCat("field 'eos_token_id' holds ", id.dump(),
-                                        "; it must be a token id or a list of them"));
-    }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return ids;
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& dir) {
@@ -255,14 +240,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
     }
     const std::optional<DType> dtype = ToDType(t->dtype);
     if (!dtype.has_value()) {
-      return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ", std::string(SafetensorsDTypeName(t->dtype)),
+      return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ",
+                                       std::string(SafetensorsDTypeName(t->dtype)),
                                        "; only F32, F16 and BF16 are supported"));
     }
     if (row.shape.size() == 2) {
       if (matrix_type.has_value() && *matrix_type != *dtype) {
-        return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ", std::string(DTypeName(*dtype)),
-                                         " but earlier matrices are ", std::string(DTypeName(*matrix_type)),
-                                         "; convert the folder to one type with tandem-convert"));
+        return Invalid(
+            dir, absl::StrCat("tensor '", row.name, "' is ", std::string(DTypeName(*dtype)),
+                              " but earlier matrices are ", std::string(DTypeName(*matrix_type)),
+                              "; convert the folder to one type with tandem-convert"));
       }
       matrix_type = dtype;
     }
@@ -284,8 +271,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
           std::memcmp(lm->bytes.data(), emb->bytes.data(), lm->bytes.size()) == 0) {
         continue;
       }
-      return Invalid(dir, "has an 'lm_head.weight' that differs from the embedding, but config.json "
-                          "says tie_word_embeddings; fix the config");
+      return Invalid(dir,
+                     "has an 'lm_head.weight' that differs from the embedding, but config.json "
+                     "says tie_word_embeddings; fix the config");
     }
     return Invalid(dir, absl::StrCat("has tensor '", name, "', which a ", config.ToString(),
                                      " model does not use (a different architecture or config?)"));
@@ -357,7 +345,8 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
 
   const bool permute = c.rope_layout == RopeLayout::kInterleaved && options.permute_qk;
   SafetensorsWriter writer;
@@ -365,8 +354,8 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
     int64_t n = 1;
     for (int64_t s : row.shape) n *= s;
     if (static_cast<int64_t>(row.tensor->size()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat("weights from '", w.source, "' give ", row.name,
-                                                     " ", row.tensor->size(),
+      return absl::InvalidArgumentError(absl::StrCat("weights from '", w.source, "' give ",
+                                                     row.name, " ", row.tensor->size(),
                                                      " values; the config needs ", n));
     }
     std::vector<float> values = row.tensor->ToFloats();

@@ -30,10 +30,6 @@ namespace tandem {
 // is exact.
 absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir);
 
-// End-of-sequence ids of `dir`/generation_config.json ("eos_token_id", a
-// number or a list); empty when the file or the field is absent.
-absl::StatusOr<std::vector<int32_t>> ReadHubEosIds(const std::string& dir);
-
 // Loads config.json and the safetensors weights of `dir`, checking that
 // every tensor the config implies is present with its shape, that none is
 // left over, and that the matrices share one type. Errors name the file,

@@ -149,6 +149,16 @@ TEST(HfTokenizerTest, EosIdsFromConfigAndGenerationConfig) {
   EXPECT_THAT(tok->eos_ids(), ElementsAre(kTool, kEndOfText));
 }
 
+TEST(HfTokenizerTest, BadGenerationConfigEosIsRefusedNamingFileAndField) {
+  for (const Json& eos : {Json("</s>"), Json(-1), Json(2.5), Json(true), Json::array({2, "x"}),
+                          Json::array({Json::array({2})}), Json(1 << 30)}) {
+    SCOPED_TRACE(eos.dump());
+    EXPECT_THAT(Load(TinyByteLevel(), nullptr, {{"eos_token_id", eos}}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("generation_config.json"), HasSubstr("eos_token_id"))));
+  }
+}
+
 TEST(HfTokenizerTest, LoadTokenizerReadsFolderWithConfig) {
   const std::string dir = ::tandem::testing::TempDir();
   std::ofstream(dir + "/tokenizer.json") << TinyByteLevel().dump();
