@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/chat_template.h"
 #include "common/model/tokenizer.h"
+#include "router/request_core.h"
 #include "tandem/v1/generate.pb.h"
 
 namespace tandem::router {
@@ -22,11 +23,6 @@ struct ValidRequest {
   // The tokenizer's EOS (empty without a tokenizer).
   std::vector<int32_t> stop_token_ids;
 };
-
-// Bounds on a chat prompt (GenerateRequest.messages): how many messages,
-// and the bytes of their roles and contents together.
-inline constexpr int kMaxChatMessages = 1024;
-inline constexpr size_t kMaxChatBytes = size_t{2} << 20;
 
 // INVALID_ARGUMENT, saying what to change, for: no prompt, empty prompt
 // text or token ids, text or messages without a tokenizer, messages without

@@ -15,6 +15,7 @@ packages=(
   libucx-dev ucx-utils iproute2 curl python3 python3-jinja2
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
+  libboost1.81-dev libssl-dev openssl
 )
 # The Llama 3 tokenizer tests run a reference encoder with node + npm. A node
 # installed from elsewhere (NodeSource's package bundles npm and conflicts with
