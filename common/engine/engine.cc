@@ -206,7 +206,7 @@ absl::Status Engine::Validate(std::span<const BatchItem> items) const {
     const int64_t blocks_needed = (end + layout_.block_size - 1) / layout_.block_size;
     new_blocks += std::max<int64_t>(0, blocks_needed - int64_t(item.table->blocks().size()));
     tokens += item.tokens.size();
-    logit_rows += item.want_logits ? 1 : 0;
+    logit_rows += item.logit_rows();
   }
   if (tokens > options_.max_batch_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("step carries ", tokens,
@@ -242,7 +242,12 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
       positions_.push_back(start + static_cast<int32_t>(j));
       rows_.push_back(AttentionRow{start + static_cast<int32_t>(j), item.table->blocks()});
     }
-    if (item.want_logits) logit_rows_.push_back(static_cast<int32_t>(ids_.size()) - 1);
+    const int first_row = static_cast<int>(ids_.size() - item.tokens.size());
+    if (item.all_logits) {
+      for (size_t j = 0; j < item.tokens.size(); ++j) logit_rows_.push_back(first_row + j);
+    } else if (item.want_logits) {
+      logit_rows_.push_back(static_cast<int32_t>(ids_.size()) - 1);
+    }
   }
   Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()), kv_written);
   for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
@@ -252,6 +257,32 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
     backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
   }
   return logits;
+}
+
+absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable& dst) {
+  if (tokens < 0 || tokens > src.num_tokens() || dst.num_tokens() != 0 ||
+      src.block_size() != dst.block_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot copy ", tokens, " tokens of a sequence of ", src.num_tokens(),
+        " into one holding ", dst.num_tokens(), " (it must be empty, with the same block size)"));
+  }
+  RETURN_IF_ERROR(dst.Reserve(tokens, pool_));  // No-op when already reserved.
+  const int blocks = (tokens + layout_.block_size - 1) / layout_.block_size;
+  const size_t bytes = layout_.block_bytes();
+  copy_staging_.resize(bytes);
+  uint8_t* cache = static_cast<uint8_t*>(cache_);
+  for (int layer = 0; layer < layout_.n_layers; ++layer) {
+    for (int b = 0; b < blocks; ++b) {
+      // A block holds every K and V of its positions in one layer; the
+      // slots past `tokens` in the last one are copied too and stay unused.
+      const size_t from = layout_.BlockOffset(layer, src.blocks()[b]) * layout_.element_bytes();
+      const size_t to = layout_.BlockOffset(layer, dst.blocks()[b]) * layout_.element_bytes();
+      backend_->CopyToHost(cache + from, copy_staging_.data(), bytes);
+      backend_->CopyToDevice(copy_staging_.data(), cache + to, bytes);
+    }
+  }
+  dst.Advance(tokens);
+  return absl::OkStatus();
 }
 
 void Engine::Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written) {

@@ -44,6 +44,11 @@ struct BatchItem {
   BlockTable* table;
   std::span<const int32_t> tokens;
   bool want_logits = true;  // logits of the entry's last token
+  // Logits of every token of the entry, in order (one row each; overrides
+  // want_logits), e.g. for the log-probabilities of a prompt.
+  bool all_logits = false;
+
+  int logit_rows() const { return all_logits ? static_cast<int>(tokens.size()) : want_logits; }
 };
 
 class Engine {
@@ -76,7 +81,8 @@ class Engine {
 
   // Runs one forward pass over `items`, appending each item's tokens to its
   // sequence, and returns the logits of the items that want them,
-  // [rows][vocab_size] in item order. Nothing changes on error:
+  // [rows][vocab_size] in item order (BatchItem::logit_rows() each; at most
+  // max_logit_rows in all). Nothing changes on error:
   // INVALID_ARGUMENT for bad input (empty item, token id out of range,
   // sequence past the context, batch over the configured limits) and
   // RESOURCE_EXHAUSTED when the KV pool cannot hold the new tokens.
@@ -86,6 +92,14 @@ class Engine {
   // that a sender can ship layer l while layers l+1... are computed.
   absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
                                           const std::function<void(int layer)>& kv_written = nullptr);
+
+  // Makes `dst` (empty, or holding blocks reserved and not yet written) a
+  // copy of the first `tokens` positions of `src`: it reserves what is
+  // missing and copies the K/V of those positions, block by block, through
+  // host memory. RESOURCE_EXHAUSTED when the pool cannot hold them (nothing
+  // changes then), INVALID_ARGUMENT when `src` holds fewer tokens or `dst`
+  // already holds some.
+  absl::Status CopySequence(const BlockTable& src, int tokens, BlockTable& dst);
 
   // Frees a sequence's blocks.
   void Release(BlockTable& table) { table.Release(pool_); }
@@ -127,6 +141,7 @@ class Engine {
   // Per-step host scratch.
   std::vector<int32_t> ids_, positions_, logit_rows_;
   std::vector<AttentionRow> rows_;
+  std::vector<uint8_t> copy_staging_;
 };
 
 }  // namespace tandem

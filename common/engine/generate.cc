@@ -37,11 +37,11 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const GenerateRequest& r
   if (request.prefill_chunk < 0) {
     return absl::InvalidArgumentError("prefill_chunk must be >= 0 (0 = whole prompt)");
   }
-  RETURN_IF_ERROR(request.sampling.Validate());
+  RETURN_IF_ERROR(request.sampling.ValidateForVocab(config.vocab_size));
 
   BlockTable table = engine.NewSequence();
   absl::Cleanup release = [&] { engine.Release(table); };
-  Sampler sampler(request.sampling);
+  Sampler sampler(request.sampling, request.prompt, request.eos_ids);
   GenerateResult result;
   const absl::Time start = absl::Now();
 
@@ -65,6 +65,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const GenerateRequest& r
       break;
     }
     result.tokens.push_back(token);
+    sampler.Accept(token);
     if (sink && !sink(token)) {
       result.finish = FinishReason::kStopped;
       break;

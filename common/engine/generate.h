@@ -21,7 +21,8 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;  // at least one token (BOS for an empty text prompt)
   int max_new_tokens = 16;
   SamplingParams sampling;
-  // Generation stops (without emitting the token) at any of these ids.
+  // Generation stops (without emitting the token) at any of these ids; the
+  // sampler masks them until sampling.min_tokens tokens were generated.
   std::vector<int32_t> eos_ids;
   int prefill_chunk = 0;    // tokens per prefill step; 0 = the whole prompt at once
 };

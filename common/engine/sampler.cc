@@ -2,10 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
+namespace {
+
+absl::Status CheckPenalty(const char* name, float value) {
+  if (!(value >= -2.0f && value <= 2.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " ", value, " must be in [-2, 2] (0 = off)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
@@ -18,17 +30,130 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p ", top_p, " must be in (0, 1]"));
   }
+  if (absl::Status s = CheckPenalty("presence_penalty", presence_penalty); !s.ok()) return s;
+  if (absl::Status s = CheckPenalty("frequency_penalty", frequency_penalty); !s.ok()) return s;
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty ", repetition_penalty, " must be a finite number > 0 (1 = off)"));
+  }
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", logit_bias.size(),
+                                                   " entries; at most ", kMaxLogitBias,
+                                                   " are allowed"));
+  }
+  absl::flat_hash_set<int32_t> ids;
+  for (const auto& [id, bias] : logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias of token ", id, " is ", bias, "; it must be in [-100, 100]"));
+    }
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias names token id ", id, "; ids are >= 0"));
+    }
+    if (!ids.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias names token id ", id, " twice; give each id once"));
+    }
+  }
+  if (min_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_tokens ", min_tokens, " must be >= 0 (0 = off)"));
+  }
   return absl::OkStatus();
+}
+
+absl::Status SamplingParams::ValidateForVocab(int vocab_size) const {
+  if (absl::Status s = Validate(); !s.ok()) return s;
+  for (const auto& [id, bias] : logit_bias) {
+    if (id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias names token id ", id,
+                                                     ", outside the vocabulary of ", vocab_size,
+                                                     " ids (0 to ", vocab_size - 1, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SamplingParams::HasLogitProcessors() const {
+  return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
+         !logit_bias.empty() || min_tokens > 0;
+}
+
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  // SplitMix64's finalizer over the seed offset by the index times the
+  // golden-ratio increment: consecutive indexes land far apart.
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
 }
 
 int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params) : Sampler(params, {}, {}) {}
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.temperature == 0.0f || params_.top_k == 1) return Argmax(logits);
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt,
+                 std::span<const int32_t> stop_ids)
+    : params_(params),
+      rng_(params.seed),
+      processors_(params.HasLogitProcessors()),
+      count_output_(params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f ||
+                    params.repetition_penalty != 1.0f) {
+  if (params_.min_tokens > 0) stop_ids_.assign(stop_ids.begin(), stop_ids.end());
+  if (params_.repetition_penalty != 1.0f) prompt_seen_.insert(prompt.begin(), prompt.end());
+}
+
+void Sampler::Accept(int32_t token) {
+  ++generated_;
+  if (count_output_) ++output_counts_[token];
+}
+
+void Sampler::SkipDraw() {
+  if (!greedy()) (void)rng_();
+}
+
+std::span<const float> Sampler::Processed(std::span<const float> logits) {
+  if (!processors_) return logits;
+  processed_.assign(logits.begin(), logits.end());
+  const int64_t vocab = static_cast<int64_t>(processed_.size());
+  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (in_vocab(id)) processed_[id] += bias;
+  }
+  if (generated_ < params_.min_tokens) {
+    for (int32_t id : stop_ids_) {
+      if (in_vocab(id)) processed_[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  const float rep = params_.repetition_penalty;
+  if (rep != 1.0f) {
+    auto penalize = [&](int32_t id) {
+      float& x = processed_[id];
+      x = x > 0.0f ? x / rep : x * rep;
+    };
+    for (int32_t id : prompt_seen_) {
+      if (in_vocab(id)) penalize(id);
+    }
+    for (const auto& [id, count] : output_counts_) {
+      if (in_vocab(id) && !prompt_seen_.contains(id)) penalize(id);
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [id, count] : output_counts_) {
+      if (!in_vocab(id)) continue;
+      processed_[id] -= params_.presence_penalty + params_.frequency_penalty * count;
+    }
+  }
+  return processed_;
+}
+
+int32_t Sampler::Sample(std::span<const float> raw) {
+  const std::span<const float> logits = Processed(raw);
+  if (greedy()) return Argmax(logits);
 
   const int vocab = static_cast<int>(logits.size());
   const int k = params_.top_k > 0 ? std::min(params_.top_k, vocab) : vocab;
@@ -40,21 +165,27 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   };
   std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), better);
   candidates_.resize(k);
+  // 53 random bits -> uniform in [0, 1): the same on every platform, unlike
+  // std::uniform_real_distribution. Drawn before any early return so that
+  // every non-greedy Sample advances the stream exactly once.
+  const double uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  const double max = candidates_[0].first;
+  // Every token masked (only possible when all are stop ids): the best one.
+  if (std::isinf(max) && max < 0) return candidates_[0].second;
 
   // Softmax over the survivors at the temperature, in double for stability.
-  const double max = candidates_[0].first;
-  std::vector<double> probs(k);
+  probs_.resize(k);
   double sum = 0.0;
   for (int i = 0; i < k; ++i) {
-    probs[i] = std::exp((candidates_[i].first - max) / params_.temperature);
-    sum += probs[i];
+    probs_[i] = std::exp((candidates_[i].first - max) / params_.temperature);
+    sum += probs_[i];
   }
   // Nucleus: the smallest prefix whose mass reaches top_p.
   int keep = k;
   if (params_.top_p < 1.0f) {
     double mass = 0.0;
     for (int i = 0; i < k; ++i) {
-      mass += probs[i] / sum;
+      mass += probs_[i] / sum;
       if (mass >= params_.top_p) {
         keep = i + 1;
         break;
@@ -62,13 +193,11 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     }
   }
   double kept_sum = 0.0;
-  for (int i = 0; i < keep; ++i) kept_sum += probs[i];
-  // 53 random bits -> uniform in [0, 1): the same on every platform, unlike
-  // std::uniform_real_distribution.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * kept_sum;
+  for (int i = 0; i < keep; ++i) kept_sum += probs_[i];
+  const double u = uniform * kept_sum;
   double acc = 0.0;
   for (int i = 0; i < keep; ++i) {
-    acc += probs[i];
+    acc += probs_[i];
     if (u < acc) return candidates_[i].second;
   }
   return candidates_[keep - 1].second;

@@ -1,38 +1,115 @@
 // Token sampling from logits: greedy, temperature, top-k, top-p, with a
-// per-request seed so that the same seed gives the same tokens.
+// per-request seed so that the same seed gives the same tokens, and the
+// logit processors of the OpenAI API: logit bias, min_tokens, repetition,
+// presence and frequency penalties.
 #ifndef TANDEM_COMMON_ENGINE_SAMPLER_H_
 #define TANDEM_COMMON_ENGINE_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 
 namespace tandem {
+
+// Most logit_bias entries one request may carry.
+inline constexpr int kMaxLogitBias = 1024;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
   int top_k = 0;             // 0 = no limit
   float top_p = 1.0f;        // 1 = no nucleus cut
   uint64_t seed = 0;
+  // OpenAI: logit -= presence * (count > 0) + frequency * count, where count
+  // is how often the token was generated (the prompt does not count).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Hugging Face / vLLM: the logit of every token seen in the prompt or the
+  // output is divided by it when positive, multiplied when not; 1 = off.
+  float repetition_penalty = 1.0f;
+  // Added to the logit of the token; ids unique and inside the vocabulary.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // The stop ids cannot be sampled while fewer tokens were generated.
+  int min_tokens = 0;
 
-  // INVALID_ARGUMENT saying which parameter to change.
+  // INVALID_ARGUMENT saying which parameter to change. Does not know the
+  // vocabulary: ValidateForVocab checks the ids.
   absl::Status Validate() const;
+  // Validate(), and every logit_bias id in [0, vocab_size).
+  absl::Status ValidateForVocab(int vocab_size) const;
+
+  // True when some processor may change logits (bias, penalties, min_tokens).
+  bool HasLogitProcessors() const;
 };
 
-// One request's sampler. Not thread-safe; cheap to create.
+// The seed of choice `index` of n sampled from one request: index 0 gets
+// `seed` itself (so n = 1 samples as a request without choices), the others
+// a 64-bit mix of both, far apart from each other and from `seed`.
+uint64_t ChoiceSeed(uint64_t seed, int index);
+
+// One sequence's sampler. Sample() picks the next token from a row of raw
+// logits after applying, in order: logit bias, the min_tokens mask on the
+// stop ids (-inf), the repetition penalty, the presence and frequency
+// penalties; then temperature, top-k and top-p. Accept() records the token
+// that was actually appended, which the penalties and min_tokens count.
+//
+// Costs: with no processor set Sample reads the row in place; otherwise it
+// copies the row once and touches only the biased, stop and seen tokens
+// (seen tokens are kept in small hash maps).
+//
+// Not thread-safe; cheap to create.
 class Sampler {
  public:
+  // A sampler without prompt or stop ids (penalties see only Accept()ed
+  // tokens, min_tokens masks nothing).
   explicit Sampler(const SamplingParams& params);
+  // `prompt` feeds the repetition penalty; `stop_ids` are masked until
+  // min_tokens tokens were accepted. Both are copied only when needed.
+  Sampler(const SamplingParams& params, std::span<const int32_t> prompt,
+          std::span<const int32_t> stop_ids);
 
+  // The next token for `logits` (one row, the vocabulary). Does not record
+  // it: call Accept. Ids of the processors outside the row are ignored
+  // (ValidateForVocab refuses them up front). Draws exactly one number from
+  // the random stream unless greedy.
   int32_t Sample(std::span<const float> logits);
 
+  // Records a token appended to the sequence (sampled here or elsewhere).
+  void Accept(int32_t token);
+
+  // Advances the random stream as one Sample would, for a token another
+  // sampler of the same parameters and seed drew (Accept it as well).
+  void SkipDraw();
+
+  // The row Sample draws from: `logits` after the processors (the row
+  // itself when none is set; else valid until the next call).
+  std::span<const float> Processed(std::span<const float> logits);
+
+  // Tokens accepted so far.
+  int generated() const { return generated_; }
+  const SamplingParams& params() const { return params_; }
+
  private:
+  bool greedy() const { return params_.temperature == 0.0f || params_.top_k == 1; }
+
   SamplingParams params_;
   std::mt19937_64 rng_;  // fully specified by the standard: same stream everywhere
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> probs_;
+
+  // Logit processors' state.
+  const bool processors_;
+  const bool count_output_;  // presence / frequency penalties set
+  std::vector<int32_t> stop_ids_;
+  absl::flat_hash_set<int32_t> prompt_seen_;  // repetition penalty only
+  absl::flat_hash_map<int32_t, int> output_counts_;
+  int generated_ = 0;
+  std::vector<float> processed_;
 };
 
 // Index of the largest logit (the lowest index among equals).

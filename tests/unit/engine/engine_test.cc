@@ -304,5 +304,79 @@ TEST(Engine, KvCopiedLayerByLayerContinuesTheSequence) {
   EXPECT_EQ(got, want);
 }
 
+TEST(Engine, AllLogitsGivesEveryPositionsRow) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(8, 2), 3));
+  auto engine = MakeEngine(*weights, EngineOptions{.max_logit_rows = 16});
+  const int vocab = weights->config.vocab_size;
+  const std::vector<int32_t> tokens = RandomTokens(12, vocab, 8);
+  const std::vector<std::vector<float>> one_by_one = ChunkedLogits(*engine, tokens, 1);
+
+  // Two chunks, the second batched with another sequence's last row.
+  BlockTable table = engine->NewSequence(), other = engine->NewSequence();
+  const std::span<const int32_t> all(tokens);
+  BatchItem first{&table, all.subspan(0, 5)};
+  first.all_logits = true;
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rows, engine->Step({&first, 1}));
+  ASSERT_EQ(rows.size(), 5u * vocab);
+  std::vector<BatchItem> items = {BatchItem{&other, all.subspan(0, 3), true},
+                                  BatchItem{&table, all.subspan(5, 7)}};
+  items[1].all_logits = true;
+  ASSERT_OK_AND_ASSIGN(std::vector<float> more, engine->Step(items));
+  ASSERT_EQ(more.size(), 8u * vocab);
+  rows.insert(rows.end(), more.begin() + vocab, more.end());
+  for (int p = 0; p < 12; ++p) {
+    for (int v = 0; v < vocab; ++v) {
+      ASSERT_NEAR(rows[p * vocab + v], one_by_one[p][v], 1e-4) << "position " << p;
+    }
+  }
+  // Over max_logit_rows: refused, nothing changes.
+  BlockTable big = engine->NewSequence();
+  const std::vector<int32_t> many = RandomTokens(17, vocab, 9);
+  BatchItem over{&big, many};
+  over.all_logits = true;
+  EXPECT_THAT(engine->Step({&over, 1}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_logit_rows")));
+  EXPECT_EQ(big.num_tokens(), 0);
+  engine->Release(table);
+  engine->Release(other);
+}
+
+TEST(Engine, CopiedSequenceContinuesLikeTheOriginal) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 5));
+  auto engine = MakeEngine(*weights, EngineOptions{.block_size = 8, .num_blocks = 20});
+  const std::vector<int32_t> prompt = RandomTokens(21, weights->config.vocab_size, 6);
+  BlockTable source = engine->NewSequence();
+  const BatchItem item{&source, prompt, true};
+  ASSERT_OK_AND_ASSIGN(std::vector<float> logits, engine->Step({&item, 1}));
+
+  // One destination with its blocks reserved up front, one empty.
+  BlockTable reserved = engine->NewSequence(), empty = engine->NewSequence();
+  ASSERT_OK(reserved.Reserve(40, engine->block_pool()));
+  ASSERT_OK(engine->CopySequence(source, 21, reserved));
+  ASSERT_OK(engine->CopySequence(source, 21, empty));
+  EXPECT_EQ(reserved.blocks().size(), 5u);
+  EXPECT_EQ(empty.blocks().size(), 3u);
+  EXPECT_EQ(empty.num_tokens(), 21);
+
+  const int32_t next = Argmax(logits);
+  std::vector<float> want;
+  for (BlockTable* t : {&source, &reserved, &empty}) {
+    const BatchItem step{t, {&next, 1}, true};
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->Step({&step, 1}));
+    if (want.empty()) {
+      want = got;
+    } else {
+      EXPECT_EQ(got, want);
+    }
+  }
+  BlockTable nonempty = engine->NewSequence();
+  EXPECT_THAT(engine->CopySequence(source, 21, reserved),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(engine->CopySequence(source, 30, nonempty),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (BlockTable* t : {&source, &reserved, &empty}) engine->Release(*t);
+  EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
+}
+
 }  // namespace
 }  // namespace tandem

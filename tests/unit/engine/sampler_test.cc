@@ -66,6 +66,199 @@ TEST(SamplingParams, ErrorsNameTheParameter) {
   }
 }
 
+TEST(SamplingParams, PenaltyBiasAndMinTokensBounds) {
+  SamplingParams p;
+  p.presence_penalty = 2.0f;
+  p.frequency_penalty = -2.0f;
+  p.repetition_penalty = 0.5f;
+  p.logit_bias = {{0, 100.0f}, {7, -100.0f}};
+  p.min_tokens = 3;
+  EXPECT_OK(p.Validate());
+  EXPECT_OK(p.ValidateForVocab(8));
+  EXPECT_THAT(p.ValidateForVocab(7),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside the vocabulary")));
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float v : {2.01f, -2.01f, nan}) {
+    SamplingParams q;
+    q.presence_penalty = v;
+    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("presence_penalty")));
+    q = SamplingParams{};
+    q.frequency_penalty = v;
+    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("frequency_penalty")));
+  }
+  for (float v : {0.0f, -1.0f, nan, std::numeric_limits<float>::infinity()}) {
+    SamplingParams q;
+    q.repetition_penalty = v;
+    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("repetition_penalty")));
+  }
+  SamplingParams q;
+  q.logit_bias = {{3, 100.5f}};
+  EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[-100, 100]")));
+  q.logit_bias = {{-1, 1.0f}};
+  EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logit_bias")));
+  q.logit_bias = {{2, 1.0f}, {2, 3.0f}};
+  EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
+  q.logit_bias.assign(kMaxLogitBias + 1, {0, 0.0f});
+  for (int i = 0; i <= kMaxLogitBias; ++i) q.logit_bias[i].first = i;
+  EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most")));
+  q = SamplingParams{};
+  q.min_tokens = -1;
+  EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min_tokens")));
+}
+
+TEST(ChoiceSeed, IndexZeroIsTheSeedOthersDiffer) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{42}, ~uint64_t{0}}) {
+    EXPECT_EQ(ChoiceSeed(seed, 0), seed);
+    std::set<uint64_t> seeds = {seed};
+    for (int i = 1; i < 16; ++i) seeds.insert(ChoiceSeed(seed, i));
+    EXPECT_EQ(seeds.size(), 16u) << "seed " << seed;
+  }
+  // Deterministic, and neighbouring seeds do not share choice seeds.
+  EXPECT_EQ(ChoiceSeed(7, 3), ChoiceSeed(7, 3));
+  EXPECT_NE(ChoiceSeed(7, 1), ChoiceSeed(8, 1));
+  EXPECT_NE(ChoiceSeed(7, 1), 8u);
+  // A well mixed output: about half the bits flip between neighbours.
+  const int flipped = __builtin_popcountll(ChoiceSeed(100, 1) ^ ChoiceSeed(100, 2));
+  EXPECT_GT(flipped, 12);
+  EXPECT_LT(flipped, 52);
+}
+
+TEST(Sampler, NoProcessorsSampleTheRowItself) {
+  const std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  Sampler sampler(Params(1.0f));
+  EXPECT_EQ(sampler.Processed(logits).data(), logits.data());  // not copied
+}
+
+TEST(Sampler, PenaltiesAndBiasMatchHandComputedLogits) {
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{4, 1.5f}, {0, -3.0f}};
+  const std::vector<int32_t> prompt = {2, 3, 3};
+  Sampler sampler(p, prompt, {});
+  sampler.Accept(1);
+  sampler.Accept(1);
+  sampler.Accept(3);
+  const std::vector<float> logits = {1.0f, 2.0f, -1.0f, 4.0f, 0.5f, 0.25f};
+  const std::span<const float> out = sampler.Processed(logits);
+  ASSERT_EQ(out.size(), logits.size());
+  // 0: bias only: 1 - 3 = -2.
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+  // 1: generated twice: repetition 2 / 2 = 1, then 1 - 0.5 - 0.25 * 2 = 0.
+  EXPECT_FLOAT_EQ(out[1], 0.0f);
+  // 2: prompt only, negative: -1 * 2 = -2; no presence/frequency (prompt).
+  EXPECT_FLOAT_EQ(out[2], -2.0f);
+  // 3: prompt and generated once: 4 / 2 = 2 (once), then 2 - 0.5 - 0.25 = 1.25.
+  EXPECT_FLOAT_EQ(out[3], 1.25f);
+  // 4: bias 1.5 -> 2; never seen.
+  EXPECT_FLOAT_EQ(out[4], 2.0f);
+  // 5: untouched.
+  EXPECT_FLOAT_EQ(out[5], 0.25f);
+  // Greedy picks the processed argmax (token 4), not the raw one (3).
+  EXPECT_EQ(sampler.Sample(logits), 4);
+  EXPECT_EQ(Argmax(logits), 3);
+}
+
+TEST(Sampler, NegativePenaltiesEncourageRepeats) {
+  SamplingParams p;
+  p.presence_penalty = -1.0f;
+  p.frequency_penalty = -0.5f;
+  Sampler sampler(p, {}, {});
+  sampler.Accept(0);
+  const std::vector<float> logits = {1.0f, 2.0f};
+  EXPECT_FLOAT_EQ(sampler.Processed(logits)[0], 2.5f);
+  EXPECT_EQ(sampler.Sample(logits), 0);
+}
+
+TEST(Sampler, MinTokensMasksStopIdsUntilEnoughWereAccepted) {
+  SamplingParams p;
+  p.min_tokens = 2;
+  const std::vector<int32_t> stops = {1, 3};
+  Sampler sampler(p, {}, stops);
+  const std::vector<float> logits = {0.0f, 9.0f, 1.0f, 8.0f};
+  EXPECT_EQ(sampler.Processed(logits)[1], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sampler.Processed(logits)[3], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sampler.Sample(logits), 2);
+  sampler.Accept(2);
+  EXPECT_EQ(sampler.Sample(logits), 2);
+  sampler.Accept(2);
+  EXPECT_EQ(sampler.generated(), 2);
+  EXPECT_EQ(sampler.Sample(logits), 1);  // unmasked now
+
+  // At a temperature too, a masked stop id is never drawn.
+  SamplingParams hot = Params(5.0f, 0, 1.0f, 3);
+  hot.min_tokens = 1;
+  Sampler s2(hot, {}, stops);
+  for (int i = 0; i < 500; ++i) {
+    const int32_t t = s2.Sample(logits);
+    ASSERT_NE(t, 1);
+    ASSERT_NE(t, 3);
+  }
+}
+
+TEST(Sampler, EveryTokenMaskedStillReturnsAToken) {
+  SamplingParams p = Params(1.0f);
+  p.min_tokens = 1;
+  const std::vector<int32_t> stops = {0, 1};
+  Sampler sampler(p, {}, stops);
+  const int32_t t = sampler.Sample(std::vector<float>{1.0f, 2.0f});
+  EXPECT_TRUE(t == 0 || t == 1);
+}
+
+TEST(Sampler, OutOfRangeProcessorIdsAreIgnored) {
+  SamplingParams p;
+  p.logit_bias = {{10, 5.0f}};
+  p.min_tokens = 1;
+  const std::vector<int32_t> stops = {-1, 99};
+  Sampler sampler(p, {}, stops);
+  sampler.Accept(50);
+  const std::vector<float> logits = {1.0f, 2.0f};
+  const std::span<const float> out = sampler.Processed(logits);
+  EXPECT_EQ(std::vector<float>(out.begin(), out.end()), logits);
+}
+
+// The decode worker skips the draw the prefill worker made for the first
+// token: a sampler that skips then samples gives what one that sampled
+// twice gives on its second draw.
+TEST(Sampler, SkipDrawAdvancesTheStreamLikeOneSample) {
+  std::mt19937_64 rng(12);
+  const std::vector<float> first = RandomLogits(40, rng);
+  std::vector<std::vector<float>> rest;
+  for (int i = 0; i < 30; ++i) rest.push_back(RandomLogits(40, rng));
+  SamplingParams p = Params(1.0f, 0, 1.0f, 77);
+  p.frequency_penalty = 0.7f;
+  Sampler a(p, {}, {}), b(p, {}, {});
+  const int32_t t = a.Sample(first);
+  a.Accept(t);
+  b.SkipDraw();
+  b.Accept(t);
+  for (const auto& logits : rest) {
+    const int32_t x = a.Sample(logits), y = b.Sample(logits);
+    ASSERT_EQ(x, y);
+    a.Accept(x);
+    b.Accept(y);
+  }
+}
+
+TEST(Sampler, DifferentChoiceSeedsGiveDifferentStreams) {
+  std::mt19937_64 rng(13);
+  std::vector<std::vector<float>> steps;
+  for (int i = 0; i < 50; ++i) steps.push_back(RandomLogits(64, rng));
+  auto run = [&](uint64_t seed) {
+    Sampler sampler(Params(1.0f, 0, 1.0f, seed));
+    std::vector<int32_t> tokens;
+    for (const auto& logits : steps) tokens.push_back(sampler.Sample(logits));
+    return tokens;
+  };
+  EXPECT_NE(run(ChoiceSeed(5, 0)), run(ChoiceSeed(5, 1)));
+  EXPECT_EQ(run(ChoiceSeed(5, 0)), run(5));
+}
+
 TEST(Sampler, ArgmaxTakesLowestIndexOnTies) {
   EXPECT_EQ(Argmax(std::vector<float>{1, 5, 5, 2}), 1);
   EXPECT_EQ(Argmax(std::vector<float>{-3, -1, -2, -1}), 1);
