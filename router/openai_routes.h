@@ -1,0 +1,74 @@
+// The OpenAI-compatible HTTP API over a RequestCore: the HttpServer's
+// handler.
+//
+//   POST /v1/completions, /v1/chat/completions   JSON, or SSE when "stream"
+//   GET  /v1/models, /v1/models/{id}             the served model (404 else)
+//   POST /tokenize, /detokenize                   vLLM's shapes
+//   GET  /version                                 {"version": ...}
+//   GET  /health                                  200 while core->Serving(),
+//                                                 else 503; needs no key
+//   OPTIONS *                                     CORS preflight
+//
+// With API keys configured every route but /health (and preflights) needs
+// "Authorization: Bearer <key>" (401 otherwise). Errors are OpenAI-style
+// {"error": {message, type, param, code}} with the status of
+// openai_api::ErrorFor. A streamed response's headers wait for the request's
+// first event, so a refusal still gets its own status; once streaming, a
+// failure is an SSE error event before [DONE].
+//
+// A client that goes away (closes the connection, or stops reading)
+// cancels its request at once, streamed or not.
+//
+// Thread-safe; never blocks (requests go to RequestCore::Submit).
+#ifndef TANDEM_ROUTER_OPENAI_ROUTES_H_
+#define TANDEM_ROUTER_OPENAI_ROUTES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "router/api_keys.h"
+#include "router/http_server.h"
+#include "router/request_core.h"
+
+namespace tandem::router {
+
+struct OpenAiRoutesOptions {
+  // CORS: the origins a browser may call from ("*" = any). Empty = no CORS
+  // headers at all.
+  std::vector<std::string> allowed_origins;
+  // What GET /version answers.
+  std::string version = "unknown";
+  // GenerateParams::timeout of every request (zero = the core's default).
+  absl::Duration request_timeout = absl::ZeroDuration();
+};
+
+class OpenAiRoutes {
+ public:
+  // `core` must outlive this object and every request it submitted.
+  OpenAiRoutes(RequestCore* core, ApiKeys keys, OpenAiRoutesOptions options);
+
+  void Handle(std::shared_ptr<HttpExchange> exchange) const;
+  // Handle, as the HttpServer takes it (this object must outlive the server).
+  HttpHandler Handler() const;
+
+ private:
+  // CORS headers for the request's Origin, when it is allowed.
+  std::vector<HttpHeader> CorsHeaders(const HttpExchange& ex) const;
+  void Preflight(HttpExchange& ex, std::vector<HttpHeader> cors) const;
+  void Generate(std::shared_ptr<HttpExchange> ex, bool chat, std::vector<HttpHeader> cors) const;
+  void Tokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
+  void Detokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
+  void Models(HttpExchange& ex, absl::string_view id, std::vector<HttpHeader> cors) const;
+  // NOT_FOUND unless `model` is "" or the served model.
+  absl::Status CheckModel(const std::string& model) const;
+
+  RequestCore* const core_;
+  const ApiKeys keys_;
+  const OpenAiRoutesOptions options_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_OPENAI_ROUTES_H_
