@@ -4,6 +4,7 @@
 #define TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_table.h"
 #include "kvtransfer/wire_format.h"
@@ -29,10 +31,30 @@ struct PrefillJob {
   std::string kv_descriptor;
   // Bounds queueing, compute and the KV transfer.
   absl::Time deadline = absl::InfiniteFuture();
+  // First tokens to sample, one per choice (1 to kMaxChoices); choice i
+  // samples with seed ChoiceSeed(sampling.seed, i).
+  int n = 1;
+  // Set: each first token's logprob with this many alternatives (0 to
+  // kMaxTopLogprobs); also the alternatives of prompt_logprobs.
+  std::optional<int> logprobs;
+  // Compute the prompt's logprobs (PrefillResult::prompt_logprobs).
+  bool prompt_logprobs = false;
+  // Masked until sampling.min_tokens tokens were generated, which for the
+  // first token means whenever min_tokens > 0.
+  std::vector<int32_t> stop_token_ids;
 };
 
+// Most choices one request may ask for.
+inline constexpr int kMaxChoices = 16;
+
 struct PrefillResult {
+  // Choice 0's first token, and the other choices' in order.
   int32_t first_token = -1;
+  std::vector<int32_t> extra_first_tokens;
+  // With `logprobs`: one per choice, in order (raw model distribution).
+  std::vector<TokenLogprob> first_logprobs;
+  // With `prompt_logprobs`: one per prompt token after the first.
+  std::vector<TokenLogprob> prompt_logprobs;
   // Arrival until the job's first step.
   int64_t queue_us = 0;
   // First step until the first token was sampled.
@@ -69,7 +91,9 @@ struct Job {
   absl::Time started = absl::InfinitePast();  // First step.
   absl::Time computed;                        // First token sampled.
   absl::Time last_layer;                      // Last layer's KV written in the final step.
-  int32_t first_token = -1;
+  std::vector<int32_t> first_tokens;  // One per choice.
+  std::vector<TokenLogprob> first_logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // Filled chunk by chunk.
 
   // The sender holds the job's blocks between Start and its done callback:
   // they may not be released (or reused) in between.

@@ -91,8 +91,24 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
                                                      config_.vocab_size - 1));
     }
   }
-  if (absl::Status s = job.sampling.Validate(); !s.ok()) {
+  if (absl::Status s = job.sampling.ValidateForVocab(config_.vocab_size); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
+  }
+  if (job.n < 1 || job.n > kMaxChoices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": n is ", job.n, "; ask for 1 to ", kMaxChoices, " choices"));
+  }
+  if (job.logprobs.has_value() && (*job.logprobs < 0 || *job.logprobs > kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": logprobs is ", *job.logprobs,
+                                                   "; ask for 0 to ", kMaxTopLogprobs,
+                                                   " alternatives"));
+  }
+  for (int32_t id : job.stop_token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": stop token id ", id,
+                                                     " is out of range; ids must be in [0, ",
+                                                     config_.vocab_size, ")"));
+    }
   }
   absl::StatusOr<kvtransfer::TransferLease> parsed =
       kvtransfer::TransferLease::Parse(job.kv_descriptor);

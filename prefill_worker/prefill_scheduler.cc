@@ -7,13 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "kvtransfer/slices.h"
 
 namespace tandem::prefill {
 namespace {
 
-// Most jobs one step carries: each final chunk wants a row of logits.
+// Most rows of logits one step returns: one per final chunk, one per token
+// of a chunk whose prompt logprobs are wanted.
 constexpr int kMaxLogitRows = 256;
 
 int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Microseconds(d)); }
@@ -64,7 +66,7 @@ PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
     : engine_(std::move(engine)),
       clock_(clock),
       options_(options),
-      max_items_per_step_(std::min(options.max_batch_tokens, kMaxLogitRows)),
+      max_logit_rows_(std::min(options.max_batch_tokens, kMaxLogitRows)),
       sender_(std::make_unique<kvtransfer::TransferSender>(
           transport, clock, kvtransfer::SenderOptions{.lanes = options.kv_lanes})) {}
 
@@ -131,11 +133,16 @@ void PrefillScheduler::Step() {
   std::vector<Job*> jobs;    // Item order.
   std::vector<Job*> finals;  // Jobs whose last chunk is in this step.
   int budget = options_.max_batch_tokens;
+  // Rows of logits: one per final chunk, one per token of a chunk whose
+  // prompt logprobs are wanted (so those prompts go in chunks of at most
+  // the engine's max_logit_rows, bounding the logits held at once).
+  int row_budget = max_logit_rows_;
   for (auto& owned : active_) {
     Job& job = *owned;
     if (job.finished || job.state != Job::State::kComputing) continue;
-    if (budget == 0 || static_cast<int>(items.size()) == max_items_per_step_) break;
-    const int n = std::min(job.remaining(), budget);
+    if (budget == 0 || row_budget == 0) break;
+    const bool all_rows = job.request.prompt_logprobs;
+    const int n = std::min({job.remaining(), budget, all_rows ? row_budget : budget});
     const bool final = n == job.remaining();
     if (final && !job.transfer_started) {
       // Started before the step so that each layer can ship as soon as it
@@ -146,13 +153,19 @@ void PrefillScheduler::Step() {
       }
     }
     if (job.started == absl::InfinitePast()) job.started = now;
-    items.push_back(BatchItem{
+    BatchItem item{
         &job.table, std::span<const int32_t>(job.request.tokens).subspan(job.table.num_tokens(), n),
-        final});
+        final};
+    item.all_logits = all_rows;
+    items.push_back(item);
     jobs.push_back(&job);
     if (final) finals.push_back(&job);
     budget -= n;
+    row_budget -= item.logit_rows();
   }
+  // Where each item's chunk starts in its prompt (Step advances the tables).
+  std::vector<int> starts;
+  for (const BatchItem& item : items) starts.push_back(item.table->num_tokens());
   if (items.empty()) return;
 
   const int last_layer = engine_->config().n_layers - 1;
@@ -182,12 +195,45 @@ void PrefillScheduler::Step() {
   const absl::Time computed = clock_->Now();
   const size_t vocab = static_cast<size_t>(engine_->config().vocab_size);
   size_t row = 0;
-  for (Job* job : finals) {
-    Sampler sampler(job->request.sampling);
-    job->first_token = sampler.Sample(std::span<const float>(*logits).subspan(row * vocab, vocab));
-    ++row;
-    job->computed = computed;
-    job->state = Job::State::kTransferring;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Job& job = *jobs[i];
+    const int rows = items[i].logit_rows();
+    const std::span<const float> chunk =
+        std::span<const float>(*logits).subspan(row * vocab, rows * vocab);
+    row += rows;
+    if (job.request.prompt_logprobs) AddPromptLogprobs(job, starts[i], chunk);
+    if (items[i].want_logits && job.remaining() == 0) {
+      SampleFirstTokens(job, chunk.subspan(chunk.size() - vocab));
+      job.computed = computed;
+      job.state = Job::State::kTransferring;
+    }
+  }
+}
+
+void PrefillScheduler::AddPromptLogprobs(Job& job, int start, std::span<const float> rows) {
+  const size_t vocab = static_cast<size_t>(engine_->config().vocab_size);
+  const std::vector<int32_t>& tokens = job.request.tokens;
+  const int top = job.request.logprobs.value_or(0);
+  for (size_t r = 0; r * vocab < rows.size(); ++r) {
+    // Row r predicts the token after position start + r.
+    const size_t next = start + r + 1;
+    if (next >= tokens.size()) break;
+    job.prompt_logprobs.push_back(
+        ComputeLogprob(rows.subspan(r * vocab, vocab), tokens[next], top));
+  }
+}
+
+void PrefillScheduler::SampleFirstTokens(Job& job, std::span<const float> last_row) {
+  const PrefillJob& request = job.request;
+  for (int i = 0; i < request.n; ++i) {
+    SamplingParams params = request.sampling;
+    params.seed = ChoiceSeed(request.sampling.seed, i);
+    Sampler sampler(params, request.tokens, request.stop_token_ids);
+    const int32_t token = sampler.Sample(last_row);
+    job.first_tokens.push_back(token);
+    if (request.logprobs.has_value()) {
+      job.first_logprobs.push_back(ComputeLogprob(last_row, token, *request.logprobs));
+    }
   }
 }
 
@@ -234,7 +280,10 @@ void PrefillScheduler::HandleTransferEnds() {
                        JobName(*job), ": KV transfer confirmed before the prompt was computed")));
     } else {
       PrefillResult result;
-      result.first_token = job->first_token;
+      result.first_token = job->first_tokens.front();
+      result.extra_first_tokens.assign(job->first_tokens.begin() + 1, job->first_tokens.end());
+      result.first_logprobs = std::move(job->first_logprobs);
+      result.prompt_logprobs = std::move(job->prompt_logprobs);
       result.queue_us = Micros(job->started - job->arrived);
       result.prefill_us = Micros(job->computed - job->started);
       result.kv_transfer_us = Micros(clock_->Now() - job->last_layer);

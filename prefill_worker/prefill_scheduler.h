@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,11 @@ class PrefillScheduler {
                    const Clock* clock, const SchedulerOptions& options);
 
   void Step();
+  // Appends the logprobs of the prompt tokens that `rows` (one per token of
+  // the chunk starting at `start`) predict.
+  void AddPromptLogprobs(internal::Job& job, int start, std::span<const float> rows);
+  // Samples one first token per choice from the prompt's last row.
+  void SampleFirstTokens(internal::Job& job, std::span<const float> last_row);
   absl::Status StartTransfer(Job& job);
   void HandleTransferEnds();
   void ExpireDeadlines();
@@ -124,7 +130,7 @@ class PrefillScheduler {
   const std::unique_ptr<Engine> engine_;
   const Clock* const clock_;
   const SchedulerOptions options_;
-  const int max_items_per_step_;
+  const int max_logit_rows_;
 
   std::unique_ptr<kvtransfer::TransferSender> sender_;
   kvtransfer::RegionId region_ = 0;

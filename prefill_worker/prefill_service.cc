@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/engine/engine_proto.h"
 #include "common/rpc/grpc_status.h"
 
 namespace tandem::prefill {
@@ -27,6 +28,14 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
         return;
       }
       response_->set_first_token(result->first_token);
+      response_->mutable_extra_first_tokens()->Assign(result->extra_first_tokens.begin(),
+                                                     result->extra_first_tokens.end());
+      for (const TokenLogprob& lp : result->first_logprobs) {
+        LogprobToProto(lp, response_->add_first_logprobs());
+      }
+      for (const TokenLogprob& lp : result->prompt_logprobs) {
+        LogprobToProto(lp, response_->add_prompt_logprobs());
+      }
       response_->set_queue_us(result->queue_us);
       response_->set_prefill_us(result->prefill_us);
       response_->set_kv_transfer_us(result->kv_transfer_us);
@@ -45,15 +54,6 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
 };
 
 }  // namespace
-
-SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& proto) {
-  SamplingParams params;
-  params.temperature = proto.temperature();
-  params.top_k = proto.top_k();
-  params.top_p = proto.has_top_p() ? proto.top_p() : 1.0f;
-  params.seed = proto.seed();
-  return params;
-}
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   const std::chrono::system_clock::time_point deadline = context.deadline();
@@ -89,6 +89,10 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
   job.tokens.assign(request->tokens().begin(), request->tokens().end());
   job.sampling = SamplingFromProto(request->sampling());
   job.kv_descriptor = request->kv_descriptor();
+  job.n = request->n() == 0 ? 1 : request->n();
+  if (request->has_logprobs()) job.logprobs = request->logprobs();
+  job.prompt_logprobs = request->prompt_logprobs();
+  job.stop_token_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
   job.deadline = DeadlineOf(*context);
   auto* reactor = new PrefillReactor(loop_, response);
   reactor->Start(std::move(job));

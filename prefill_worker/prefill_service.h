@@ -31,9 +31,6 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
   PrefillLoop* const loop_;
 };
 
-// Proto to engine sampling parameters (unset top_p means 1).
-SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& proto);
-
 // The RPC's deadline as an absl::Time (InfiniteFuture when it has none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/model/synthetic.h"
 #include "gmock/gmock.h"
@@ -257,6 +258,149 @@ TEST_F(PrefillLoopTest, BadPromptOrSamplingIsInvalidArgument) {
     Outcome out;
     EXPECT_EQ(loop_->Submit(job, out.Callback()), 0u);
     EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+  ExpectEveryBlockFree();
+}
+
+// Logits of every prompt position from the reference engine, one pass.
+std::vector<std::vector<float>> AllRows(Engine& engine, const std::vector<int32_t>& prompt) {
+  BlockTable table = engine.NewSequence();
+  BatchItem item{&table, prompt};
+  item.all_logits = true;
+  auto logits = engine.Step({&item, 1});
+  CHECK_OK(logits.status());
+  engine.Release(table);
+  const size_t vocab = engine.config().vocab_size;
+  std::vector<std::vector<float>> rows;
+  for (size_t r = 0; r < prompt.size(); ++r) {
+    rows.emplace_back(logits->begin() + r * vocab, logits->begin() + (r + 1) * vocab);
+  }
+  return rows;
+}
+
+TEST_F(PrefillLoopTest, EveryChoiceSamplesWithItsOwnSeedAndLogprobs) {
+  StartLoop();
+  const std::vector<int32_t> prompt = RandomTokens(21, vocab_, 2);
+  DecodeSide::Lease* lease = decode_->Expect(21);
+  PrefillJob job = Job(prompt, *lease);
+  job.sampling = SamplingParams{.temperature = 2.0f, .seed = 9};
+  job.sampling.presence_penalty = 0.5f;
+  job.sampling.repetition_penalty = 1.3f;
+  job.n = 4;
+  job.logprobs = 3;
+  Outcome out;
+  loop_->Submit(job, out.Callback());
+  ASSERT_TRUE(decode_->PumpUntil([&] { return out.done(); }));
+  ASSERT_OK_AND_ASSIGN(PrefillResult result, out.result());
+
+  const std::vector<float> last = AllRows(*reference_, prompt).back();
+  std::vector<int32_t> want;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p = job.sampling;
+    p.seed = ChoiceSeed(9, i);
+    Sampler sampler(p, prompt, {});
+    want.push_back(sampler.Sample(last));
+  }
+  EXPECT_EQ(result.first_token, want[0]);
+  EXPECT_EQ(result.extra_first_tokens, std::vector<int32_t>(want.begin() + 1, want.end()));
+  ASSERT_EQ(result.first_logprobs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const TokenLogprob expected = ComputeLogprob(last, want[i], 3);
+    EXPECT_EQ(result.first_logprobs[i].token_id, want[i]);
+    EXPECT_NEAR(result.first_logprobs[i].logprob, expected.logprob, 1e-4);
+    ASSERT_EQ(result.first_logprobs[i].top.size(), 3u);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(result.first_logprobs[i].top[k].token_id, expected.top[k].token_id);
+    }
+  }
+  EXPECT_TRUE(result.prompt_logprobs.empty());
+  ExpectEveryBlockFree();
+}
+
+TEST_F(PrefillLoopTest, NOfOneWithoutLogprobsIsAsBefore) {
+  StartLoop();
+  const std::vector<int32_t> prompt = RandomTokens(9, vocab_, 4);
+  DecodeSide::Lease* lease = decode_->Expect(9);
+  Outcome out;
+  loop_->Submit(Job(prompt, *lease), out.Callback());
+  ASSERT_TRUE(decode_->PumpUntil([&] { return out.done(); }));
+  ASSERT_OK_AND_ASSIGN(PrefillResult result, out.result());
+  EXPECT_TRUE(result.extra_first_tokens.empty());
+  EXPECT_TRUE(result.first_logprobs.empty());
+  EXPECT_TRUE(result.prompt_logprobs.empty());
+}
+
+// max_batch_tokens 16 caps the rows of logits of a step at 16 too, so the
+// prompt's logprobs come from seven chunks batched with another job.
+TEST_F(PrefillLoopTest, PromptLogprobsMatchTheReferenceAcrossChunks) {
+  StartLoop({.max_batch_tokens = 16});
+  const std::vector<int32_t> prompt = RandomTokens(100, vocab_, 3);
+  const std::vector<int32_t> other = RandomTokens(30, vocab_, 4);
+  DecodeSide::Lease* lease = decode_->Expect(100);
+  DecodeSide::Lease* other_lease = decode_->Expect(30);
+  PrefillJob job = Job(prompt, *lease);
+  job.prompt_logprobs = true;
+  job.logprobs = 2;
+  Outcome out, other_out;
+  loop_->Submit(job, out.Callback());
+  loop_->Submit(Job(other, *other_lease), other_out.Callback());
+  ASSERT_TRUE(decode_->PumpUntil([&] { return out.done() && other_out.done(); }));
+  ASSERT_OK_AND_ASSIGN(PrefillResult result, out.result());
+  ASSERT_OK(other_out.result().status());
+
+  const std::vector<std::vector<float>> rows = AllRows(*reference_, prompt);
+  ASSERT_EQ(result.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t t = 0; t + 1 < prompt.size(); ++t) {
+    const TokenLogprob want = ComputeLogprob(rows[t], prompt[t + 1], 2);
+    const TokenLogprob& got = result.prompt_logprobs[t];
+    EXPECT_EQ(got.token_id, prompt[t + 1]);
+    EXPECT_NEAR(got.logprob, want.logprob, 1e-4) << "position " << t;
+    ASSERT_EQ(got.top.size(), 2u);
+    EXPECT_EQ(got.top[0].token_id, want.top[0].token_id) << "position " << t;
+  }
+  EXPECT_EQ(result.first_token, Argmax(rows.back()));
+  ExpectExact(prompt, *lease, result, 6);
+  decode_->Release(*other_lease);
+  ExpectEveryBlockFree();
+}
+
+TEST_F(PrefillLoopTest, MinTokensKeepsStopIdsFromBeingTheFirstToken) {
+  StartLoop();
+  const std::vector<int32_t> prompt = RandomTokens(13, vocab_, 6);
+  const std::vector<float> last = AllRows(*reference_, prompt).back();
+  const int32_t best = Argmax(last);
+  DecodeSide::Lease* lease = decode_->Expect(13);
+  PrefillJob job = Job(prompt, *lease);
+  job.stop_token_ids = {best};
+  job.sampling.min_tokens = 1;
+  Outcome out;
+  loop_->Submit(job, out.Callback());
+  ASSERT_TRUE(decode_->PumpUntil([&] { return out.done(); }));
+  ASSERT_OK_AND_ASSIGN(PrefillResult result, out.result());
+  std::vector<float> masked = last;
+  masked[best] = -1e30f;
+  EXPECT_EQ(result.first_token, Argmax(masked));
+}
+
+TEST_F(PrefillLoopTest, ChoicesLogprobsAndBiasOutOfBoundsAreInvalidArgument) {
+  StartLoop();
+  DecodeSide::Lease* lease = decode_->Expect(5);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  std::vector<std::pair<std::function<void(PrefillJob&)>, std::string>> cases = {
+      {[](PrefillJob& j) { j.n = 0; }, "n is 0"},
+      {[](PrefillJob& j) { j.n = kMaxChoices + 1; }, "choices"},
+      {[](PrefillJob& j) { j.logprobs = -1; }, "logprobs"},
+      {[](PrefillJob& j) { j.logprobs = kMaxTopLogprobs + 1; }, "logprobs"},
+      {[&](PrefillJob& j) { j.sampling.logit_bias = {{vocab_, 1.0f}}; }, "vocabulary"},
+      {[](PrefillJob& j) { j.sampling.frequency_penalty = 3.0f; }, "frequency_penalty"},
+      {[&](PrefillJob& j) { j.stop_token_ids = {vocab_}; }, "stop token"},
+  };
+  for (auto& [mutate, message] : cases) {
+    PrefillJob job = Job(prompt, *lease);
+    mutate(job);
+    Outcome out;
+    EXPECT_EQ(loop_->Submit(job, out.Callback()), 0u);
+    EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)));
   }
   ExpectEveryBlockFree();
 }

@@ -133,6 +133,35 @@ TEST_F(PrefillServiceTest, PrefillOverGrpcIsExactAndStatsShowIt) {
   EXPECT_EQ(stats.kv_transfer_bytes(), static_cast<uint64_t>(response.kv_bytes()));
 }
 
+TEST_F(PrefillServiceTest, ChoicesAndLogprobsComeBackOverGrpc) {
+  const std::vector<int32_t> prompt = RandomTokens(20, weights_->config.vocab_size, 2);
+  DecodeSide::Lease* lease = decode_->Expect(20);
+  v1::PrefillRequest request = Request(prompt, *lease);
+  request.set_n(3);
+  request.set_logprobs(2);
+  request.set_prompt_logprobs(true);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_sampling()->set_seed(4);
+  (*request.mutable_sampling()->mutable_logit_bias())[5] = -100.0f;
+  ASSERT_OK_AND_ASSIGN(v1::PrefillResponse response, Prefill(request, absl::Seconds(60)));
+  EXPECT_EQ(response.extra_first_tokens_size(), 2);
+  ASSERT_EQ(response.first_logprobs_size(), 3);
+  EXPECT_EQ(response.first_logprobs(0).token_id(), response.first_token());
+  EXPECT_EQ(response.first_logprobs(2).token_id(), response.extra_first_tokens(1));
+  EXPECT_EQ(response.first_logprobs(1).top_size(), 2);
+  ASSERT_EQ(response.prompt_logprobs_size(), 19);
+  EXPECT_EQ(response.prompt_logprobs(0).token_id(), prompt[1]);
+  EXPECT_EQ(response.prompt_logprobs(18).token_id(), prompt[19]);
+  EXPECT_LE(response.prompt_logprobs(3).logprob(), 0.0f);
+  decode_->Release(*lease);
+
+  DecodeSide::Lease* second = decode_->Expect(20);
+  v1::PrefillRequest bad = Request(prompt, *second);
+  bad.set_n(17);
+  EXPECT_THAT(Prefill(bad, absl::Seconds(60)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("choices")));
+}
+
 TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgumentOverGrpc) {
   DecodeSide::Lease* lease = decode_->Expect(10);
   v1::PrefillRequest request = Request(RandomTokens(10, 101, 2), *lease);
