@@ -7,11 +7,52 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
+#include <grpcpp/impl/server_initializer.h>
+
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::rpc {
+namespace {
+
+// Copies the names of the services a server was built with (gRPC offers
+// them only to builder plugins) into `names`, leaving out gRPC's own
+// (health, reflection).
+class ServiceNamesPlugin final : public grpc::ServerBuilderPlugin {
+ public:
+  explicit ServiceNamesPlugin(std::vector<std::string>* names) : names_(names) {}
+  std::string name() override { return "tandem_service_names"; }
+  void InitServer(grpc::ServerInitializer*) override {}
+  void Finish(grpc::ServerInitializer* si) override {
+    for (const std::string& service : *si->GetServiceList()) {
+      if (!absl::StartsWith(service, "grpc.")) names_->push_back(service);
+    }
+  }
+  void ChangeArguments(const std::string&, void*) override {}
+
+ private:
+  std::vector<std::string>* names_;
+};
+
+class ServiceNamesOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ServiceNamesOption(std::vector<std::string>* names) : names_(names) {}
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->push_back(std::make_unique<ServiceNamesPlugin>(names_));
+  }
+
+ private:
+  std::vector<std::string>* names_;
+};
+
+}  // namespace
 
 void RunningServer::SetServing(bool serving) {
   if (server == nullptr) return;
@@ -19,13 +60,22 @@ void RunningServer::SetServing(bool serving) {
   if (health != nullptr) health->SetServingStatus(serving);
 }
 
+void RunningServer::SetServing(const std::string& service, bool serving) {
+  if (server == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(service, serving);
+}
+
 absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
                                           const std::vector<grpc::Service*>& services) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(options.tls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   RunningServer running;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &running.port);
+  builder.AddListeningPort(options.address, std::move(credentials), &running.port);
+  builder.SetOption(std::make_unique<ServiceNamesOption>(&running.services));
   // gRPC sets SO_REUSEPORT by default: a second server on a taken port would
   // silently share it. A taken port must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -39,10 +89,16 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
         ": the address is malformed or in use; pass another --listen address or port"));
   }
   running.SetServing(true);
+  for (const std::string& service : running.services) running.SetServing(service, true);
   return running;
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  return MakeChannel(target, ChannelSecurity{});
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const ChannelSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
@@ -54,7 +110,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!security.target_name_override.empty()) {
+    args.SetSslTargetNameOverride(security.target_name_override);
+  }
+  return grpc::CreateCustomChannel(
+      target,
+      security.credentials != nullptr ? security.credentials : grpc::InsecureChannelCredentials(),
+      args);
 }
 
 namespace {
