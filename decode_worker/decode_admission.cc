@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/sequence.h"
@@ -44,7 +45,19 @@ absl::Status DecodeLoop::Validate(const Request& r) const {
     return absl::InvalidArgumentError(
         "request_id is empty; a request without local_prefill needs one (Start names it)");
   }
-  return r.sampling.Validate();
+  if (r.n < 1 || r.n > kMaxChoices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n is ", r.n, "; ask for 1 to ", kMaxChoices, " choices"));
+  }
+  if (r.logprobs.has_value() && (*r.logprobs < 0 || *r.logprobs > kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logprobs is ", *r.logprobs, "; ask for 0 to ", kMaxTopLogprobs, " alternatives"));
+  }
+  if (r.prompt_logprobs && !r.local_prefill) {
+    return absl::InvalidArgumentError(
+        "prompt_logprobs needs local_prefill; with a prefill worker, ask it for them");
+  }
+  return r.sampling.ValidateForVocab(config_.vocab_size);
 }
 
 void DecodeLoop::Admit(SubmitCmd cmd) {
@@ -52,31 +65,39 @@ void DecodeLoop::Admit(SubmitCmd cmd) {
     cmd.sink->OnFailed(status);
     ++failed_;
     absl::MutexLock lock(&mu_);
-    --held_;
+    held_ -= cmd.request.n;
   };
   if (by_request_id_.contains(cmd.request.request_id)) {
     return fail_now(absl::AlreadyExistsError(absl::StrCat(
         "request_id '", cmd.request.request_id, "' is already in use on this decode worker")));
   }
-  // Room for every token the request may hold: its KV never runs out.
+  // Room for every token each choice may hold: its KV never runs out.
   const int tokens = static_cast<int>(std::min<int64_t>(
       static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.max_tokens, config_.seq_len));
   BlockPool& pool = engine_->block_pool();
-  const int needed = BlocksFor(tokens, engine_->kv_layout().block_size);
+  const int n = cmd.request.n;
+  const int needed = n * BlocksFor(tokens, engine_->kv_layout().block_size);
   if (needed > pool.num_blocks()) {
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
-        "request needs ", needed, " KV blocks (", tokens, " tokens) but this worker's pool has ",
-        pool.num_blocks(), " in all; lower max_tokens or shorten the prompt")));
+        "request needs ", needed, " KV blocks (", n, " choices of ", tokens,
+        " tokens) but this worker's pool has ", pool.num_blocks(),
+        " in all; lower max_tokens or n, or shorten the prompt")));
   }
-  BlockTable table = engine_->NewSequence();
-  if (absl::Status s = table.Reserve(tokens, pool); !s.ok()) {
+  if (needed > pool.num_free()) {
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: request needs ", needed, " blocks (", tokens, " tokens), ", pool.num_free(),
-        " of ", pool.num_blocks(), " are free; retry later or on another worker")));
+        "KV cache full: request needs ", needed, " blocks (", n, " choices of ", tokens,
+        " tokens), ", pool.num_free(), " of ", pool.num_blocks(),
+        " are free; retry later or on another worker")));
   }
-  auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink),
-                                          std::move(table));
+  auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink));
   Sequence& seq = *owned;
+  seq.choices.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    BlockTable table = engine_->NewSequence();
+    // Cannot fail: the free blocks were counted above.
+    CHECK_OK(table.Reserve(tokens, pool));
+    seq.choices.emplace_back(i, seq.request, std::move(table));
+  }
   seq.admitted = cmd.admitted;
   sequences_[seq.ticket] = std::move(owned);
   by_request_id_[seq.request.request_id] = seq.ticket;
@@ -95,7 +116,7 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
   const int prompt_blocks = BlocksFor(seq.prompt_len(), layout.block_size);
   std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
       kv_region_, layout.n_layers, layout.layer_bytes(),
-      layout.block_bytes(), seq.table.blocks().first(prompt_blocks));
+      layout.block_bytes(), seq.choices[0].table.blocks().first(prompt_blocks));
   const Ticket ticket = seq.ticket;
   seq.reserved = clock_->Now();
   seq.lease_deadline = seq.reserved + options_.kv_timeout;
@@ -133,18 +154,27 @@ void DecodeLoop::HandleStart(StartCmd cmd) {
                      " but its reservation has generation ", seq.generation, " (stale lease)")));
     return;
   }
-  if (seq.first_token.has_value()) {
+  if (seq.first_tokens.has_value()) {
     cmd.done(absl::FailedPreconditionError(
         absl::StrCat("request '", cmd.request_id, "' was already started")));
     return;
   }
-  if (cmd.first_token < 0 || cmd.first_token >= config_.vocab_size) {
-    cmd.done(absl::InvalidArgumentError(absl::StrCat("first_token ", cmd.first_token,
-                                                     " is out of range; ids must be in [0, ",
-                                                     config_.vocab_size, ")")));
+  if (static_cast<int>(cmd.first_tokens.size()) != seq.n()) {
+    cmd.done(absl::InvalidArgumentError(absl::StrCat(
+        "Start for request '", cmd.request_id, "' carries ", cmd.first_tokens.size(),
+        " first tokens but the request has ", seq.n(),
+        " choices; send first_token and one extra_first_tokens entry per other choice")));
     return;
   }
-  seq.first_token = cmd.first_token;
+  for (int32_t token : cmd.first_tokens) {
+    if (token < 0 || token >= config_.vocab_size) {
+      cmd.done(absl::InvalidArgumentError(absl::StrCat("first token ", token,
+                                                       " is out of range; ids must be in [0, ",
+                                                       config_.vocab_size, ")")));
+      return;
+    }
+  }
+  seq.first_tokens = std::move(cmd.first_tokens);
   seq.started = cmd.received;
   seq.start_done = std::move(cmd.done);
   // Otherwise it waits for the lease: OnLeaseDone commits or fails it.
@@ -173,25 +203,52 @@ void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
   }
   seq.kv_complete = true;
   seq.kv_wait = clock_->Now() - seq.reserved;
-  if (seq.first_token.has_value()) Commit(seq);
+  if (seq.first_tokens.has_value()) Commit(seq);
 }
 
 void DecodeLoop::Commit(Sequence& seq) {
-  seq.table.Advance(seq.prompt_len());
+  seq.choices[0].table.Advance(seq.prompt_len());
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(absl::OkStatus());
+  if (!ForkChoices(seq)) return;
   seq.state = Sequence::State::kRunning;
-  // The prefill worker sampled the first token with a Sampler of the same
-  // parameters and seed, which drew once from its random stream (unless
-  // greedy). Skip that draw so that the tokens that follow are exactly those
-  // a local run of the request gives.
-  const float one_logit = 0.0f;
-  (void)seq.sampler.Sample(std::span<const float>(&one_logit, 1));
-  // The first token counts, but the client already has it: not emitted again.
-  const int32_t first = *seq.first_token;
-  if (seq.IsStop(first)) return Finish(seq, FinishReason::kEos);
-  seq.generated = 1;
-  if (seq.request.max_tokens <= 1) return Finish(seq, FinishReason::kLength);
-  seq.next_input = first;
+  const std::vector<int32_t> first = *seq.first_tokens;
+  for (int i = 0; i < seq.n(); ++i) {
+    Choice& choice = seq.choices[i];
+    // The prefill worker sampled this first token with a Sampler of the same
+    // parameters and seed, which drew once from its random stream (unless
+    // greedy). Skip that draw so that the tokens that follow are exactly
+    // those a local run of the request gives.
+    choice.sampler.SkipDraw();
+    // The first token counts, but the client already has it: not emitted.
+    const int32_t token = first[i];
+    bool ended = false;
+    if (seq.IsStop(token, 0)) {
+      ended = Finish(seq, choice, FinishReason::kEos);
+    } else {
+      choice.sampler.Accept(token);
+      choice.generated = 1;
+      if (seq.request.max_tokens <= 1) {
+        ended = Finish(seq, choice, FinishReason::kLength);
+      } else {
+        choice.next_input = token;
+        choice.running = true;
+      }
+    }
+    if (ended) return;  // `seq` is gone.
+  }
+}
+
+bool DecodeLoop::ForkChoices(Sequence& seq) {
+  const Choice& source = seq.choices[0];
+  for (int i = 1; i < seq.n(); ++i) {
+    if (absl::Status s = engine_->CopySequence(source.table, seq.prompt_len(), seq.choices[i].table);
+        !s.ok()) {
+      Fail(seq, absl::InternalError(
+                    absl::StrCat("copying the prompt's KV cache to choice ", i, ": ", s.message())));
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace tandem::decode

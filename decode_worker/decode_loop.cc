@@ -94,10 +94,11 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
     refusal =
         absl::UnavailableError(stop_ ? "decode worker is shutting down" : "worker is draining");
   }
-  if (refusal.ok() && held_ >= options_.max_sequences) {
-    refusal = absl::ResourceExhaustedError(
-        absl::StrCat("decode worker holds its maximum of ", options_.max_sequences,
-                     " sequences; retry later or on another worker"));
+  if (refusal.ok() && held_ + request.n > options_.max_sequences) {
+    refusal = absl::ResourceExhaustedError(absl::StrCat(
+        "decode worker holds ", held_, " sequences; the request's ", request.n,
+        " choices would exceed its maximum of ", options_.max_sequences,
+        "; retry later or on another worker"));
   }
   if (!refusal.ok()) {
     ++refused_;
@@ -107,7 +108,7 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
   if (options_.metrics != nullptr) sink = options_.metrics->Wrap(std::move(sink));
   const Ticket ticket = next_ticket_++;
   if (request.request_id.empty()) request.request_id = absl::StrCat("local-", ticket);
-  ++held_;
+  held_ += request.n;
   inbox_.submits.push_back(SubmitCmd{ticket, std::move(request), std::move(sink), clock_->Now()});
   return ticket;
 }
@@ -119,12 +120,14 @@ DecodeLoop::Ticket DecodeLoop::RandomTicketBase() {
 }
 
 void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t first_token,
-                       StartDoneFn done) {
+                       std::vector<int32_t> extra_first_tokens, StartDoneFn done) {
+  std::vector<int32_t> first_tokens = {first_token};
+  first_tokens.insert(first_tokens.end(), extra_first_tokens.begin(), extra_first_tokens.end());
   {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
-      inbox_.starts.push_back(
-          StartCmd{std::move(request_id), generation, first_token, std::move(done), clock_->Now()});
+      inbox_.starts.push_back(StartCmd{std::move(request_id), generation, std::move(first_tokens),
+                                       std::move(done), clock_->Now()});
       return;
     }
   }
@@ -203,7 +206,7 @@ void DecodeLoop::ExpireDeadlines() {
     // A pending lease expires in the receiver (which tells the sender);
     // a complete one still needs its Start by the lease deadline.
     const bool reservation_expired = seq->state == Sequence::State::kAwaitingKv &&
-                                     seq->kv_complete && !seq->first_token.has_value() &&
+                                     seq->kv_complete && !seq->first_tokens.has_value() &&
                                      now >= seq->lease_deadline;
     if (reservation_expired || now >= seq->request.deadline) expired.push_back(seq.get());
   }
@@ -235,24 +238,38 @@ void DecodeLoop::Fail(Sequence& seq, const absl::Status& status) {
   Remove(seq);
 }
 
-void DecodeLoop::Finish(Sequence& seq, FinishReason reason) {
-  seq.ended = true;
-  by_request_id_.erase(seq.request.request_id);
+bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
+  choice.finished = true;
+  choice.running = false;
+  const bool last = seq.unfinished() == 0;
+  if (last) {
+    seq.ended = true;
+    by_request_id_.erase(seq.request.request_id);
+  }
   Finished f;
+  f.index = choice.index;
+  f.last = last;
   f.reason = reason;
-  f.completion_tokens = seq.generated;
+  f.completion_tokens = choice.generated;
   f.decode_queue = seq.decode_queue;
   f.prefill = seq.prefill;
   f.kv_wait = seq.kv_wait;
   seq.sink->OnFinished(f);
-  Remove(seq);
+  if (last) {
+    Remove(seq);
+  } else if (!seq.lease_pending) {
+    // Its blocks are no longer read or written; the other choices run on.
+    engine_->Release(choice.table);
+  }
+  return last;
 }
 
 void DecodeLoop::Remove(Sequence& seq) {
-  engine_->Release(seq.table);
+  for (Choice& choice : seq.choices) engine_->Release(choice.table);
+  const int n = seq.request.n;
   sequences_.erase(seq.ticket);  // Destroys `seq`.
   absl::MutexLock lock(&mu_);
-  --held_;
+  held_ -= n;
 }
 
 void DecodeLoop::Shutdown() {
@@ -265,7 +282,7 @@ void DecodeLoop::Shutdown() {
   for (SubmitCmd& s : unhandled.submits) {
     s.sink->OnFailed(down);
     absl::MutexLock lock(&mu_);
-    --held_;
+    held_ -= s.request.n;
   }
   for (StartCmd& s : unhandled.starts) s.done(down);
   std::vector<Sequence*> live;
@@ -291,10 +308,12 @@ void DecodeLoop::PublishStats() {
   s.kv_blocks_free = engine_->block_pool().num_free();
   for (const auto& [ticket, seq] : sequences_) {
     if (seq->ended) continue;
-    if (seq->state == Sequence::State::kRunning) {
-      ++s.running;
-    } else {
-      ++s.waiting;
+    for (const Choice& choice : seq->choices) {
+      if (choice.running) {
+        ++s.running;
+      } else if (!choice.finished) {
+        ++s.waiting;
+      }
     }
   }
   const kvtransfer::ReceiverStats& rx = receiver_->stats();
@@ -304,7 +323,7 @@ void DecodeLoop::PublishStats() {
   s.requests_failed = failed_;  // Stats() adds the refusals.
   absl::MutexLock lock(&mu_);
   // Queued, not yet admitted by the loop, counts as waiting.
-  s.waiting += static_cast<int>(inbox_.submits.size());
+  for (const SubmitCmd& cmd : inbox_.submits) s.waiting += cmd.request.n;
   if (options_.metrics != nullptr) options_.metrics->Publish(s);
   stats_ = std::move(s);
 }

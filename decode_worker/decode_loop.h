@@ -7,13 +7,19 @@
 // end requests whose deadline passed; run one Engine::Step over every
 // running sequence (one decode token each) plus chunks of local prefills
 // within max_batch_tokens (decode tokens first); sample each sequence's
-// next token with its own Sampler; emit tokens and finish sequences. With
+// next token with its own Sampler; emit tokens and finish sequences.
+//
+// A request of n choices holds n sequences: the prompt is received (or
+// prefilled) once into choice 0's, then copied into the others' blocks;
+// each choice samples with its own seed and ends on its own. Sequences,
+// not requests, count against max_sequences. With
 // nothing to step it waits, always with a deadline: on the transport while
 // leases are pending, else on its inbox.
 //
 // Every request holds, from admission to its end, the KV blocks of
-// min(prompt + max_tokens, context) tokens, so a running sequence never runs
-// out of blocks. After any end every block is back in the pool; a
+// min(prompt + max_tokens, context) tokens per choice, so a running sequence
+// never runs out of blocks (a finished choice gives its blocks back at
+// once). After any end every block is back in the pool; a
 // destination the receiver may still write into is freed only after the
 // receiver's done callback ran.
 //
@@ -25,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +54,8 @@
 
 namespace tandem::decode {
 
+struct Choice;
+
 struct DecodeLoopOptions {
   // Reported in stats so that the router can check every worker serves the
   // same model: the served name and ModelWeights::Fingerprint() of the
@@ -61,7 +70,8 @@ struct DecodeLoopOptions {
   int kv_blocks = 0;
   // Most tokens one step carries (decode tokens first, then prefill chunks).
   int max_batch_tokens = 2048;
-  // Most requests held at once (running, waiting and being admitted).
+  // Most sequences held at once (running, waiting and being admitted): a
+  // request counts once per choice.
   int max_sequences = 64;
   // How long a reservation waits for its KV cache and its Start.
   absl::Duration kv_timeout = absl::Seconds(30);
@@ -95,18 +105,26 @@ class DecodeLoop {
 
   // Admits `request`; its events go to `sink`. Fails at once (and `sink`
   // hears nothing) with INVALID_ARGUMENT for bad input, UNAVAILABLE when
-  // draining, RESOURCE_EXHAUSTED when max_sequences are held. Failures found
+  // draining, RESOURCE_EXHAUSTED when its choices would take the sequences
+  // held past max_sequences. Failures found
   // by the loop (KV pool too small: RESOURCE_EXHAUSTED; request id in use:
   // ALREADY_EXISTS) end the request through `sink`.
   absl::StatusOr<Ticket> Submit(Request request, std::shared_ptr<EventSink> sink);
 
-  // The prefill of a reserved request is done and produced `first_token`.
-  // `done` runs (on the loop thread) once the sequence is committed, or with
-  // NOT_FOUND (no reservation), FAILED_PRECONDITION (stale generation,
-  // already started, local prefill), INVALID_ARGUMENT (token out of range) or
-  // the KV transfer's error. A Start that arrives before the KV cache has
-  // waits for it (until the lease deadline) without holding up the loop.
-  void Start(std::string request_id, uint64_t generation, int32_t first_token, StartDoneFn done);
+  // The prefill of a reserved request is done and produced `first_token`
+  // (choice 0's) and `extra_first_tokens` (the other choices', in order).
+  // `done` runs (on the loop thread) once the sequences are committed, or
+  // with NOT_FOUND (no reservation), FAILED_PRECONDITION (stale generation,
+  // already started, local prefill), INVALID_ARGUMENT (token out of range,
+  // not one first token per choice) or the KV transfer's error. A Start that
+  // arrives before the KV cache has waits for it (until the lease deadline)
+  // without holding up the loop.
+  void Start(std::string request_id, uint64_t generation, int32_t first_token,
+             std::vector<int32_t> extra_first_tokens, StartDoneFn done);
+  // A request of one choice.
+  void Start(std::string request_id, uint64_t generation, int32_t first_token, StartDoneFn done) {
+    Start(std::move(request_id), generation, first_token, {}, std::move(done));
+  }
 
   // Ends the request with CANCELLED (the client went away), at any stage.
   // Unknown or ended tickets are ignored.
@@ -137,7 +155,7 @@ class DecodeLoop {
   struct StartCmd {
     std::string request_id;
     uint64_t generation;
-    int32_t first_token;
+    std::vector<int32_t> first_tokens;
     StartDoneFn done;
     absl::Time received;
   };
@@ -163,7 +181,9 @@ class DecodeLoop {
   // Ends `seq` with `status` (an error): tells the sink and any waiting
   // Start, cancels a pending lease, frees the blocks when it is safe.
   void Fail(Sequence& seq, const absl::Status& status);
-  void Finish(Sequence& seq, FinishReason reason);
+  // Ends one choice well; the request ends with its last choice, and then
+  // `seq` is destroyed: true.
+  bool Finish(Sequence& seq, Choice& choice, FinishReason reason);
   // Frees the sequence's blocks and forgets it.
   void Remove(Sequence& seq);
   void Shutdown();
@@ -178,12 +198,19 @@ class DecodeLoop {
   void OnLeaseDone(Ticket ticket, const absl::Status& status);
   // Moves a started sequence whose KV cache is complete into the batch.
   void Commit(Sequence& seq);
+  // Copies choice 0's prompt KV into the other choices' blocks; false (the
+  // request failed) on error.
+  bool ForkChoices(Sequence& seq);
 
   // Loop thread only. Batching (decode_step.cc): one engine step; false if
   // there was nothing to step.
   bool StepOnce();
-  // A sampled token of a running sequence: emit it or finish.
-  void HandleToken(Sequence& seq, int32_t token);
+  // Samples the choice's next token from `row` and emits it or finishes
+  // the choice; true when that ended the request (`seq` is destroyed).
+  bool SampleNext(Sequence& seq, Choice& choice, std::span<const float> row);
+  // Computes and emits the prompt logprobs `rows` (a chunk of the prompt
+  // starting at `start`) give.
+  void EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows);
 
   // Constant after construction.
   const DecodeLoopOptions options_;

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace tandem::decode {
 
 using metrics::AddCounter;
@@ -21,20 +23,27 @@ class DecodeMetrics::CountingSink final : public EventSink {
   void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
     inner_->OnReserved(kv_descriptor, generation);
   }
-  void OnTokens(std::span<const int32_t> ids) override {
-    streamed_ += static_cast<int>(ids.size());
+  void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
+    inner_->OnPromptLogprobs(logprobs);
+  }
+  void OnTokens(int index, std::span<const int32_t> ids,
+                std::span<const TokenLogprob> logprobs) override {
+    streamed_[index] += static_cast<int>(ids.size());
     metrics_->generated_tokens_.Increment(static_cast<double>(ids.size()));
-    inner_->OnTokens(ids);
+    inner_->OnTokens(index, ids, logprobs);
   }
   void OnFinished(const Finished& finished) override {
     // The first token of a remote prefill counts although it is not streamed.
-    if (finished.completion_tokens > streamed_) {
-      metrics_->generated_tokens_.Increment(finished.completion_tokens - streamed_);
+    const int streamed = streamed_[finished.index];
+    if (finished.completion_tokens > streamed) {
+      metrics_->generated_tokens_.Increment(finished.completion_tokens - streamed);
     }
-    if (finished.kv_wait > absl::ZeroDuration()) {
-      metrics_->kv_wait_.Observe(metrics::Seconds(finished.kv_wait));
+    if (finished.last) {
+      if (finished.kv_wait > absl::ZeroDuration()) {
+        metrics_->kv_wait_.Observe(metrics::Seconds(finished.kv_wait));
+      }
+      metrics_->requests_.Count(absl::StatusCode::kOk);
     }
-    metrics_->requests_.Count(absl::StatusCode::kOk);
     inner_->OnFinished(finished);
   }
   void OnFailed(const absl::Status& status) override {
@@ -45,7 +54,8 @@ class DecodeMetrics::CountingSink final : public EventSink {
  private:
   DecodeMetrics* const metrics_;
   const std::shared_ptr<EventSink> inner_;
-  int streamed_ = 0;
+  // Tokens streamed per choice.
+  absl::flat_hash_map<int, int> streamed_;
 };
 
 DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)

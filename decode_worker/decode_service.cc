@@ -4,8 +4,10 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
+#include "common/engine/engine_proto.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
 
@@ -39,16 +41,27 @@ class StreamSink final : public EventSink {
     event.mutable_reserved()->set_generation(generation);
     writer_->Write(std::move(event));
   }
-  void OnTokens(std::span<const int32_t> ids) override {
+  void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
     v1::DecodeEvent event;
-    event.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    for (const TokenLogprob& lp : logprobs) {
+      LogprobToProto(lp, event.mutable_prompt_logprobs()->add_logprobs());
+    }
+    writer_->Write(std::move(event));
+  }
+  void OnTokens(int index, std::span<const int32_t> ids,
+                std::span<const TokenLogprob> logprobs) override {
+    v1::DecodeEvent event;
+    v1::DecodeTokens* tokens = event.mutable_tokens();
+    tokens->set_index(index);
+    tokens->mutable_ids()->Add(ids.begin(), ids.end());
+    for (const TokenLogprob& lp : logprobs) LogprobToProto(lp, tokens->add_logprobs());
     writer_->Write(std::move(event));
   }
   void OnFinished(const Finished& finished) override {
     v1::DecodeEvent event;
     *event.mutable_finished() = ToProto(finished);
     writer_->Write(std::move(event));
-    writer_->Finish(grpc::Status::OK);
+    if (finished.last) writer_->Finish(grpc::Status::OK);
   }
   void OnFailed(const absl::Status& status) override { writer_->Finish(rpc::ToGrpc(status)); }
 
@@ -71,13 +84,13 @@ Request FromProto(const v1::DecodeRequest& request) {
   Request r;
   r.request_id = request.request_id();
   r.prompt.assign(request.prompt().begin(), request.prompt().end());
-  r.sampling.temperature = request.sampling().temperature();
-  r.sampling.top_k = request.sampling().top_k();
-  r.sampling.top_p = request.sampling().has_top_p() ? request.sampling().top_p() : 1.0f;
-  r.sampling.seed = request.sampling().seed();
+  r.sampling = SamplingFromProto(request.sampling());
   r.max_tokens = request.max_tokens();
   r.local_prefill = request.local_prefill();
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  r.n = request.n() == 0 ? 1 : request.n();
+  if (request.has_logprobs()) r.logprobs = request.logprobs();
+  r.prompt_logprobs = request.prompt_logprobs();
   return r;
 }
 
@@ -88,6 +101,7 @@ v1::DecodeFinished ToProto(const Finished& finished) {
   f.set_decode_queue_us(absl::ToInt64Microseconds(finished.decode_queue));
   f.set_prefill_us(absl::ToInt64Microseconds(finished.prefill));
   f.set_kv_wait_us(absl::ToInt64Microseconds(finished.kv_wait));
+  f.set_index(finished.index);
   return f;
 }
 
@@ -134,6 +148,8 @@ grpc::ServerUnaryReactor* DecodeService::Start(grpc::CallbackServerContext* ctx,
                                                v1::StartResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   loop_->Start(request->request_id(), request->generation(), request->first_token(),
+               std::vector<int32_t>(request->extra_first_tokens().begin(),
+                                    request->extra_first_tokens().end()),
                [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpc(status)); });
   return reactor;
 }

@@ -1,12 +1,13 @@
 // One scheduling step of the decode loop: build the batch (decode tokens
-// first, then local prefill chunks within the token budget), run the
-// engine, sample and emit.
+// first, then local prefill chunks within the token and logit-row budgets),
+// run the engine, sample and emit.
 #include <algorithm>
 #include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/engine/logprobs.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/sequence.h"
 
@@ -17,8 +18,10 @@ namespace {
 // What one batch item does for its sequence.
 struct Planned {
   DecodeLoop::Ticket ticket;
+  int choice;          // Decode: the choice stepped. Prefill: 0.
   int prefill_tokens;  // 0: a decode token
-  bool wants_logits;
+  int prefill_start;   // Prompt position of the chunk's first token.
+  int logit_rows;
 };
 
 }  // namespace
@@ -27,25 +30,34 @@ bool DecodeLoop::StepOnce() {
   std::vector<BatchItem> items;
   std::vector<Planned> plan;
   int budget = options_.max_batch_tokens;
-  // Every running sequence decodes one token; max_sequences <=
-  // max_batch_tokens guarantees they all fit.
+  // The engine returns at most max_sequences rows; running choices take one
+  // each and never more than max_sequences are held, so they all fit.
+  int rows = options_.max_sequences;
   for (auto& [ticket, seq] : sequences_) {
     if (seq->ended || seq->state != Sequence::State::kRunning) continue;
-    items.push_back(BatchItem{&seq->table, std::span<const int32_t>(&seq->next_input, 1), true});
-    plan.push_back(Planned{ticket, 0, true});
-    --budget;
+    for (Choice& choice : seq->choices) {
+      if (!choice.running) continue;
+      items.push_back(BatchItem{&choice.table, std::span<const int32_t>(&choice.next_input, 1)});
+      plan.push_back(Planned{ticket, choice.index, 0, 0, 1});
+      --budget;
+      --rows;
+    }
   }
-  // Then local prefills, oldest first, chunked to what is left.
+  // Then local prefills, oldest first, chunked to what is left. A prompt
+  // whose logprobs are wanted takes one row per token.
   for (auto& [ticket, seq] : sequences_) {
-    if (budget <= 0) break;
+    if (budget <= 0 || rows <= 0) break;
     if (seq->ended || seq->state != Sequence::State::kPrefilling) continue;
-    const int n = std::min(budget, seq->prompt_len() - seq->prefilled);
+    const bool all_rows = seq->request.prompt_logprobs;
+    const int n = std::min({budget, seq->prompt_len() - seq->prefilled, all_rows ? rows : budget});
     const bool last = seq->prefilled + n == seq->prompt_len();
-    items.push_back(
-        BatchItem{&seq->table,
-                  std::span<const int32_t>(seq->request.prompt).subspan(seq->prefilled, n), last});
-    plan.push_back(Planned{ticket, n, last});
+    BatchItem item{&seq->choices[0].table,
+                   std::span<const int32_t>(seq->request.prompt).subspan(seq->prefilled, n), last};
+    item.all_logits = all_rows;
+    items.push_back(item);
+    plan.push_back(Planned{ticket, 0, n, seq->prefilled, item.logit_rows()});
     budget -= n;
+    rows -= item.logit_rows();
   }
   if (items.empty()) return false;
 
@@ -64,40 +76,81 @@ bool DecodeLoop::StepOnce() {
     LOG(ERROR) << "decode step of " << items.size() << " sequences failed: " << logits.status();
     const absl::Status error =
         absl::InternalError(absl::StrCat("decode step failed: ", logits.status().message()));
-    for (const Planned& p : plan) Fail(*sequences_.at(p.ticket), error);
+    for (const Planned& p : plan) {
+      auto it = sequences_.find(p.ticket);
+      if (it != sequences_.end()) Fail(*it->second, error);
+    }
     return true;
   }
   const absl::Time end = clock_->Now();
   if (options_.metrics != nullptr) options_.metrics->ObserveStep(end - start);
-  const int vocab = config_.vocab_size;
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
   size_t row = 0;
   for (const Planned& p : plan) {
+    const std::span<const float> chunk =
+        std::span<const float>(*logits).subspan(row * vocab, p.logit_rows * vocab);
+    row += p.logit_rows;
     Sequence& seq = *sequences_.at(p.ticket);
-    std::span<const float> row_logits;
-    if (p.wants_logits) {
-      row_logits = std::span<const float>(*logits).subspan(row * vocab, vocab);
-      ++row;
+    if (p.prefill_tokens == 0) {
+      SampleNext(seq, seq.choices[p.choice], chunk);
+      continue;
     }
-    if (p.prefill_tokens > 0) {
-      seq.prefilled += p.prefill_tokens;
-      if (!p.wants_logits) continue;  // More prompt chunks to go.
-      seq.prefill = end - seq.prefill_start;
-      seq.state = Sequence::State::kRunning;
+    seq.prefilled += p.prefill_tokens;
+    if (seq.request.prompt_logprobs) EmitPromptLogprobs(seq, p.prefill_start, chunk);
+    if (seq.prefilled < seq.prompt_len()) continue;  // More prompt chunks to go.
+    seq.prefill = end - seq.prefill_start;
+    if (!ForkChoices(seq)) continue;
+    seq.state = Sequence::State::kRunning;
+    const std::span<const float> last_row = chunk.subspan(chunk.size() - vocab);
+    const int n = seq.n();
+    for (int i = 0; i < n; ++i) {
+      if (SampleNext(seq, seq.choices[i], last_row)) break;  // `seq` is gone.
     }
-    HandleToken(seq, seq.sampler.Sample(row_logits));
   }
   return true;
 }
 
-void DecodeLoop::HandleToken(Sequence& seq, int32_t token) {
-  if (seq.IsStop(token)) return Finish(seq, FinishReason::kEos);
-  ++seq.generated;
-  seq.sink->OnTokens(std::span<const int32_t>(&token, 1));
-  if (seq.generated >= seq.request.max_tokens) return Finish(seq, FinishReason::kLength);
+void DecodeLoop::EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  const std::vector<int32_t>& prompt = seq.request.prompt;
+  const int top = seq.request.logprobs.value_or(0);
+  std::vector<TokenLogprob> logprobs;
+  for (size_t r = 0; r * vocab < rows.size(); ++r) {
+    // Row r predicts the token after position start + r.
+    const size_t next = start + r + 1;
+    if (next >= prompt.size()) break;
+    logprobs.push_back(ComputeLogprob(rows.subspan(r * vocab, vocab), prompt[next], top));
+  }
+  seq.prompt_logprobs.insert(seq.prompt_logprobs.end(), logprobs.begin(), logprobs.end());
+  // One event with the whole prompt, once its last chunk is computed.
+  if (start + static_cast<int>(rows.size() / vocab) == seq.prompt_len()) {
+    seq.sink->OnPromptLogprobs(seq.prompt_logprobs);
+    seq.prompt_logprobs.clear();
+    seq.prompt_logprobs.shrink_to_fit();
+  }
+}
+
+bool DecodeLoop::SampleNext(Sequence& seq, Choice& choice, std::span<const float> row) {
+  const int32_t token = choice.sampler.Sample(row);
+  if (seq.IsStop(token, choice.generated)) return Finish(seq, choice, FinishReason::kEos);
+  choice.sampler.Accept(token);
+  ++choice.generated;
+  std::vector<TokenLogprob> logprob;
+  if (seq.request.logprobs.has_value()) {
+    logprob.push_back(ComputeLogprob(row, token, *seq.request.logprobs));
+  }
+  seq.sink->OnTokens(choice.index, std::span<const int32_t>(&token, 1), logprob);
+  if (choice.generated >= seq.request.max_tokens) {
+    return Finish(seq, choice, FinishReason::kLength);
+  }
   // The token just sampled sits at position num_tokens(); with the context
   // full there is no room to step it.
-  if (seq.table.num_tokens() >= config_.seq_len) return Finish(seq, FinishReason::kContext);
-  seq.next_input = token;
+  if (choice.table.num_tokens() >= config_.seq_len) {
+    return Finish(seq, choice, FinishReason::kContext);
+  }
+  choice.next_input = token;
+  choice.running = true;
+  return false;
 }
 
 }  // namespace tandem::decode

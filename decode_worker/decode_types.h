@@ -5,6 +5,7 @@
 #define TANDEM_DECODE_WORKER_DECODE_TYPES_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/engine/generate.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 
 namespace tandem::decode {
@@ -29,16 +31,32 @@ struct Request {
   // Prefill the prompt here instead of receiving its KV cache.
   bool local_prefill = false;
   // Generation ends (EOS) when one of these is sampled; it is not emitted.
+  // The sampler keeps them out until sampling.min_tokens were generated.
   std::vector<int32_t> stop_token_ids;
+  // Completions to generate from the prompt (1 to kMaxChoices), each its own
+  // sequence; choice i samples with seed ChoiceSeed(sampling.seed, i).
+  int n = 1;
+  // Set: every token comes with its logprob and this many alternatives (0
+  // to kMaxTopLogprobs).
+  std::optional<int> logprobs;
+  // Local prefill only: send the prompt's logprobs before any token.
+  bool prompt_logprobs = false;
   // The caller's deadline (the RPC's): the request ends DEADLINE_EXCEEDED
   // when it passes.
   absl::Time deadline = absl::InfiniteFuture();
 };
 
-// How a request ended well (worker.proto DecodeFinished).
+// Most choices one request may ask for.
+inline constexpr int kMaxChoices = 16;
+
+// How a choice ended well (worker.proto DecodeFinished).
 struct Finished {
+  // The choice, and whether it was the request's last to finish (nothing
+  // follows it).
+  int index = 0;
+  bool last = true;
   FinishReason reason = FinishReason::kLength;
-  // Tokens the request produced, the first one included, a sampled stop
+  // Tokens the choice produced, the first one included, a sampled stop
   // token excluded (it is never returned).
   int completion_tokens = 0;
   // Start received (local: admission) until the sequence was first stepped.
@@ -50,16 +68,22 @@ struct Finished {
 };
 
 // Receives one request's events, in order: at most one OnReserved (remote
-// prefill only), any number of OnTokens, then exactly one of OnFinished and
-// OnFailed. Called on the decode loop's thread: must not block.
+// prefill only), at most one OnPromptLogprobs (before any token), any number
+// of OnTokens, then either one OnFinished per choice (the last one with
+// `last` set) or one OnFailed, which may also follow some OnFinished.
+// Called on the decode loop's thread: must not block.
 class EventSink {
  public:
   virtual ~EventSink() = default;
   // The KV destination is reserved; `kv_descriptor` (the transfer lease) goes
   // to the prefill worker, `generation` comes back in Start.
   virtual void OnReserved(const std::string& kv_descriptor, uint64_t generation) = 0;
-  // Tokens sampled since the previous event.
-  virtual void OnTokens(std::span<const int32_t> ids) = 0;
+  // The prompt's logprobs, one per prompt token after the first.
+  virtual void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) = 0;
+  // Tokens of choice `index` sampled since its previous event; with
+  // Request::logprobs, one logprob per id (else empty).
+  virtual void OnTokens(int index, std::span<const int32_t> ids,
+                        std::span<const TokenLogprob> logprobs) = 0;
   virtual void OnFinished(const Finished& finished) = 0;
   // The request ended with an error; every one of its KV blocks is free (or
   // is freed as soon as the transport lets go of it).
@@ -80,8 +104,8 @@ struct LoopStats {
   int block_size = 0;
   int kv_blocks_total = 0;
   int kv_blocks_free = 0;
-  // In the running batch; admitted but not yet in it (waiting for the KV
-  // cache or Start, or prefilling locally).
+  // Choices in the running batch; choices admitted but not yet in it
+  // (waiting for the KV cache or Start, or prefilling locally).
   int running = 0;
   int waiting = 0;
   bool draining = false;

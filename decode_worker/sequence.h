@@ -1,5 +1,5 @@
-// The decode loop's state of one request. Private to decode_loop.cc and
-// decode_step.cc; touched only by the loop thread.
+// The decode loop's state of one request and its choices. Private to the
+// decode loop's files; touched only by the loop thread.
 #ifndef TANDEM_DECODE_WORKER_SEQUENCE_H_
 #define TANDEM_DECODE_WORKER_SEQUENCE_H_
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_table.h"
 #include "decode_worker/decode_loop.h"
@@ -19,31 +20,57 @@ namespace tandem::decode {
 
 inline int BlocksFor(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
+// One of a request's n completions: its own KV cache (choice 0's receives
+// or computes the prompt; the others start from a copy of it) and sampler.
+struct Choice {
+  Choice(int index, const Request& request, BlockTable table)
+      : index(index), sampler(ChoiceSampling(request, index), request.prompt,
+                              request.stop_token_ids),
+        table(std::move(table)) {}
+
+  static SamplingParams ChoiceSampling(const Request& request, int index) {
+    SamplingParams params = request.sampling;
+    params.seed = ChoiceSeed(request.sampling.seed, index);
+    return params;
+  }
+
+  const int index;
+  Sampler sampler;
+  BlockTable table;
+  bool running = false;  // In the batch: one decode token per step.
+  bool finished = false;
+  int32_t next_input = -1;
+  int generated = 0;  // Tokens produced so far, the first one included.
+};
+
 struct DecodeLoop::Sequence {
   enum class State {
     kAwaitingKv,  // Remote prefill: the KV cache or the Start is not in yet.
-    kPrefilling,  // Local prefill: prompt chunks still to step.
-    kRunning,     // In the batch: one decode token per step.
+    kPrefilling,  // Local prefill: prompt chunks still to step (on choice 0).
+    kRunning,     // Its unfinished choices are in the batch.
   };
 
-  Sequence(Ticket ticket, Request request, std::shared_ptr<EventSink> sink, BlockTable table)
-      : ticket(ticket),
-        request(std::move(request)),
-        sink(std::move(sink)),
-        sampler(this->request.sampling),
-        table(std::move(table)) {}
+  Sequence(Ticket ticket, Request request, std::shared_ptr<EventSink> sink)
+      : ticket(ticket), request(std::move(request)), sink(std::move(sink)) {}
 
-  bool IsStop(int32_t token) const {
-    return std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) !=
-           request.stop_token_ids.end();
+  // Whether `token` ends a choice that has generated `generated` tokens:
+  // a stop id, once min_tokens are out.
+  bool IsStop(int32_t token, int generated) const {
+    return generated >= request.sampling.min_tokens &&
+           std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) !=
+               request.stop_token_ids.end();
   }
   int prompt_len() const { return static_cast<int>(request.prompt.size()); }
+  int n() const { return static_cast<int>(choices.size()); }
+  int unfinished() const {
+    return static_cast<int>(
+        std::count_if(choices.begin(), choices.end(), [](const Choice& c) { return !c.finished; }));
+  }
 
   const Ticket ticket;
   const Request request;
   const std::shared_ptr<EventSink> sink;
-  Sampler sampler;
-  BlockTable table;
+  std::vector<Choice> choices;
   State state = State::kAwaitingKv;
   // Set once the sink has heard the end; the sequence lingers only until
   // its lease's done callback lets the blocks go.
@@ -52,17 +79,17 @@ struct DecodeLoop::Sequence {
   // Remote prefill.
   uint64_t generation = 0;
   absl::Time lease_deadline = absl::InfiniteFuture();
-  bool lease_pending = false;          // Expect()ed and its done callback not run yet.
-  bool kv_complete = false;            // Every KV byte of the prompt has landed.
-  std::optional<int32_t> first_token;  // From Start.
-  StartDoneFn start_done;              // Start waiting for the KV cache.
+  bool lease_pending = false;  // Expect()ed and its done callback not run yet.
+  bool kv_complete = false;    // Every KV byte of the prompt has landed.
+  // From Start: every choice's first token, choice 0's first.
+  std::optional<std::vector<int32_t>> first_tokens;
+  StartDoneFn start_done;  // Start waiting for the KV cache.
 
-  // Local prefill: prompt tokens already stepped.
+  // Local prefill: prompt tokens already stepped, and the logprobs of the
+  // prompt so far when asked for (sent once the prompt is computed).
   int prefilled = 0;
+  std::vector<TokenLogprob> prompt_logprobs;
 
-  // Decoding.
-  int32_t next_input = -1;
-  int generated = 0;  // Tokens produced so far, the first one included.
   bool stepped = false;
 
   // Timings.

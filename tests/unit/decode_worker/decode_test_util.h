@@ -6,6 +6,7 @@
 #define TANDEM_TESTS_UNIT_DECODE_WORKER_DECODE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -26,6 +27,7 @@
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
+#include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/model/synthetic.h"
 #include "decode_worker/decode_loop.h"
@@ -81,7 +83,7 @@ bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
   return true;
 }
 
-// Records one request's events. Thread-safe.
+// Records one request's events, per choice. Thread-safe.
 class RecordingSink final : public EventSink {
  public:
   void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
@@ -90,19 +92,29 @@ class RecordingSink final : public EventSink {
     descriptor_ = kv_descriptor;
     generation_ = generation;
   }
-  void OnTokens(std::span<const int32_t> ids) override {
+  void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
     absl::MutexLock lock(&mu_);
-    if (ended()) ++events_after_end_;
-    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    if (ended() || !tokens_.empty()) ++events_out_of_order_;
+    prompt_logprobs_.emplace(logprobs.begin(), logprobs.end());
+  }
+  void OnTokens(int index, std::span<const int32_t> ids,
+                std::span<const TokenLogprob> logprobs) override {
+    absl::MutexLock lock(&mu_);
+    if (ended() || finished_.contains(index)) ++events_out_of_order_;
+    std::vector<int32_t>& t = tokens_[index];
+    t.insert(t.end(), ids.begin(), ids.end());
+    std::vector<TokenLogprob>& l = logprobs_[index];
+    l.insert(l.end(), logprobs.begin(), logprobs.end());
   }
   void OnFinished(const Finished& finished) override {
     absl::MutexLock lock(&mu_);
-    if (ended()) ++events_after_end_;
-    finished_ = finished;
+    if (ended() || finished_.contains(finished.index)) ++events_out_of_order_;
+    finished_[finished.index] = finished;
+    if (finished.last) last_finished_ = true;
   }
   void OnFailed(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
-    if (ended()) ++events_after_end_;
+    if (ended()) ++events_out_of_order_;
     failed_ = status;
   }
 
@@ -116,11 +128,13 @@ class RecordingSink final : public EventSink {
     auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return ended(); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
   }
+  // Choice 0's tokens.
   bool WaitTokens(size_t n, absl::Duration timeout = kWait) {
     absl::MutexLock lock(&mu_);
-    auto cond = [this, n]()
-                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return tokens_.size() >= n || ended(); };
-    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && tokens_.size() >= n;
+    auto cond = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return tokens_[0].size() >= n || ended();
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && tokens_[0].size() >= n;
   }
 
   std::string descriptor() const {
@@ -135,37 +149,58 @@ class RecordingSink final : public EventSink {
     absl::MutexLock lock(&mu_);
     return reserved_count_;
   }
-  std::vector<int32_t> tokens() const {
+  std::vector<int32_t> tokens(int index = 0) const {
     absl::MutexLock lock(&mu_);
-    return tokens_;
+    auto it = tokens_.find(index);
+    return it == tokens_.end() ? std::vector<int32_t>() : it->second;
   }
-  std::optional<Finished> finished() const {
+  std::vector<TokenLogprob> logprobs(int index = 0) const {
     absl::MutexLock lock(&mu_);
-    return finished_;
+    auto it = logprobs_.find(index);
+    return it == logprobs_.end() ? std::vector<TokenLogprob>() : it->second;
   }
-  // OK while running or after OnFinished.
+  std::optional<std::vector<TokenLogprob>> prompt_logprobs() const {
+    absl::MutexLock lock(&mu_);
+    return prompt_logprobs_;
+  }
+  std::optional<Finished> finished(int index = 0) const {
+    absl::MutexLock lock(&mu_);
+    auto it = finished_.find(index);
+    if (it == finished_.end()) return std::nullopt;
+    return it->second;
+  }
+  int finished_count() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(finished_.size());
+  }
+  // OK while running or after the last OnFinished.
   absl::Status status() const {
     absl::MutexLock lock(&mu_);
     return failed_.value_or(absl::OkStatus());
   }
+  // Events after the end, tokens of a finished choice, prompt logprobs
+  // after a token: none may happen.
   int events_after_end() const {
     absl::MutexLock lock(&mu_);
-    return events_after_end_;
+    return events_out_of_order_;
   }
 
  private:
   bool ended() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return finished_.has_value() || failed_.has_value();
+    return last_finished_ || failed_.has_value();
   }
 
   mutable absl::Mutex mu_;
   int reserved_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::string descriptor_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
-  std::optional<Finished> finished_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<int32_t>> tokens_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<TokenLogprob>> logprobs_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<TokenLogprob>> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
+  std::map<int, Finished> finished_ ABSL_GUARDED_BY(mu_);
+  bool last_finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
-  int events_after_end_ ABSL_GUARDED_BY(mu_) = 0;
+  int events_out_of_order_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Collects the answer to a DecodeLoop::Start. The callback shares its
@@ -244,6 +279,19 @@ class FakePrefill {
   // layer.
   absl::StatusOr<int32_t> Prefill(const std::vector<int32_t>& prompt, const std::string& descriptor,
                                   int abort_after_layer = -1, const SamplingParams& sampling = {}) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> first,
+                     PrefillChoices(prompt, descriptor, abort_after_layer, sampling, 1, {}));
+    return first[0];
+  }
+
+  // Prefill, sampling one first token per choice as the prefill worker
+  // does: choice i with seed ChoiceSeed(seed, i), fed the prompt and the
+  // stop ids.
+  absl::StatusOr<std::vector<int32_t>> PrefillChoices(const std::vector<int32_t>& prompt,
+                                                      const std::string& descriptor,
+                                                      int abort_after_layer,
+                                                      const SamplingParams& sampling, int n,
+                                                      const std::vector<int32_t>& stop_ids) {
     BlockTable table = engine_->NewSequence();
     absl::Cleanup release = [&] { engine_->Release(table); };
     RETURN_IF_ERROR(table.Reserve(static_cast<int>(prompt.size()), engine_->block_pool()));
@@ -269,8 +317,14 @@ class FakePrefill {
     if (!done.has_value()) return absl::DeadlineExceededError("test prefill: transfer hung");
     RETURN_IF_ERROR(*done);
     RETURN_IF_ERROR(logits.status());
-    Sampler sampler(sampling);
-    return sampler.Sample(*logits);
+    std::vector<int32_t> first;
+    for (int i = 0; i < n; ++i) {
+      SamplingParams params = sampling;
+      params.seed = ChoiceSeed(sampling.seed, i);
+      Sampler sampler(params, prompt, stop_ids);
+      first.push_back(sampler.Sample(*logits));
+    }
+    return first;
   }
 
  private:
@@ -329,22 +383,48 @@ class DecodeHarness {
   }
 
   // Runs a remote-prefill request to its end: reserve, prefill, Start.
-  // Returns the first token followed by the streamed ones.
+  // Returns choice 0's first token followed by its streamed ones.
   absl::StatusOr<std::vector<int32_t>> RunRemote(const Request& r,
                                                  const std::shared_ptr<RecordingSink>& sink) {
+    ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> all, RunRemoteChoices(r, sink));
+    return all[0];
+  }
+
+  // The same for every choice: each one's first token and streamed ones
+  // (a first token that is a stop id is left out, as it ends the choice).
+  absl::StatusOr<std::vector<std::vector<int32_t>>> RunRemoteChoices(
+      const Request& r, const std::shared_ptr<RecordingSink>& sink) {
     RETURN_IF_ERROR(loop_->Submit(r, sink).status());
     if (!sink->WaitReserved()) {
       return absl::InternalError(absl::StrCat("no reservation: ", sink->status().ToString()));
     }
-    ASSIGN_OR_RETURN(int32_t first,
-                     prefill_->Prefill(r.prompt, sink->descriptor(), -1, r.sampling));
+    ASSIGN_OR_RETURN(std::vector<int32_t> first,
+                     prefill_->PrefillChoices(r.prompt, sink->descriptor(), -1, r.sampling, r.n,
+                                              r.stop_token_ids));
     StartResult start;
-    loop_->Start(r.request_id, sink->generation(), first, start.Callback());
+    loop_->Start(r.request_id, sink->generation(), first[0],
+                 std::vector<int32_t>(first.begin() + 1, first.end()), start.Callback());
     RETURN_IF_ERROR(start.Wait());
     if (!sink->WaitEnded()) return absl::DeadlineExceededError("test: stream did not end");
     RETURN_IF_ERROR(sink->status());
-    std::vector<int32_t> all = {first};
-    for (int32_t t : sink->tokens()) all.push_back(t);
+    std::vector<std::vector<int32_t>> all;
+    for (int i = 0; i < r.n; ++i) {
+      std::vector<int32_t> tokens;
+      if (sink->finished(i)->completion_tokens > 0) tokens.push_back(first[i]);
+      for (int32_t t : sink->tokens(i)) tokens.push_back(t);
+      all.push_back(std::move(tokens));
+    }
+    return all;
+  }
+
+  // Runs a local-prefill request to its end; every choice's tokens.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> RunLocalChoices(
+      const Request& r, const std::shared_ptr<RecordingSink>& sink) {
+    RETURN_IF_ERROR(loop_->Submit(r, sink).status());
+    if (!sink->WaitEnded()) return absl::DeadlineExceededError("test: stream did not end");
+    RETURN_IF_ERROR(sink->status());
+    std::vector<std::vector<int32_t>> all;
+    for (int i = 0; i < r.n; ++i) all.push_back(sink->tokens(i));
     return all;
   }
 
