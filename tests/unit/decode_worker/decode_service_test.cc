@@ -173,6 +173,57 @@ TEST_F(DecodeServiceTest, GenerateWithRemotePrefillAndStart) {
   EXPECT_GT(stats.kv_transfer_bytes(), 0u);
 }
 
+TEST_F(DecodeServiceTest, ChoicesStreamWithTheirIndexAndEndAfterTheLast) {
+  Request r = LocalRequest("svc-n", RandomTokens(20, kVocab, 22), 6);
+  v1::DecodeRequest wire = ToWire(r);
+  wire.set_n(2);
+  wire.set_logprobs(1);
+  wire.set_prompt_logprobs(true);
+  wire.mutable_sampling()->set_temperature(1.0f);
+  wire.mutable_sampling()->set_seed(3);
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, wire);
+  std::vector<std::vector<int32_t>> tokens(2);
+  std::vector<int> logprobs(2, 0);
+  std::vector<int> finished;
+  int prompt_logprobs = -1;
+  v1::DecodeEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_prompt_logprobs()) {
+      EXPECT_TRUE(tokens[0].empty() && tokens[1].empty()) << "prompt logprobs after a token";
+      prompt_logprobs = event.prompt_logprobs().logprobs_size();
+    }
+    if (event.has_tokens()) {
+      const int i = event.tokens().index();
+      ASSERT_TRUE(i == 0 || i == 1);
+      tokens[i].insert(tokens[i].end(), event.tokens().ids().begin(), event.tokens().ids().end());
+      logprobs[i] += event.tokens().logprobs_size();
+      EXPECT_EQ(event.tokens().logprobs_size(), event.tokens().ids_size());
+    }
+    if (event.has_finished()) finished.push_back(event.finished().index());
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(prompt_logprobs, 19);
+  EXPECT_THAT(finished, ::testing::UnorderedElementsAre(0, 1));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(tokens[i].size(), 6u);
+    EXPECT_EQ(logprobs[i], 6);
+  }
+  EXPECT_TRUE(harness_->AllBlocksFree());
+}
+
+TEST_F(DecodeServiceTest, TooManyChoicesIsInvalidArgument) {
+  v1::DecodeRequest wire = ToWire(LocalRequest("svc-17", {1, 2, 3}, 4));
+  wire.set_n(17);
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, wire);
+  v1::DecodeEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST(DecodeServiceStatsTest, ReportTheKvDtypeAndTheFingerprintGiven) {
   DecodeLoopOptions options;
   options.kv_dtype = DType::kBF16;

@@ -360,6 +360,7 @@ class DecodeHarness {
   DecodeLoop& loop() { return *loop_; }
   FakePrefill& prefill() { return *prefill_; }
   const ModelConfig& config() const { return weights_->config; }
+  const ModelWeights& weights() const { return *weights_; }
 
   // Tokens the single-stream engine path generates for the same request.
   std::vector<int32_t> Expected(const Request& r) {
