@@ -6,10 +6,10 @@
 #include <random>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "absl/status/status.h"
 
 namespace tandem::router_bench {
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -105,8 +104,8 @@ absl::StatusOr<Phases> ParsePhases(const std::string& flag) {
     } else if (p == "ttft") {
       phases.ttft = true;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--phases: unknown phase '", p, "'; use throughput, memory and/or ttft"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--phases: unknown phase '", p, "'; use throughput, memory and/or ttft"));
     }
   }
   return phases;
@@ -132,8 +131,8 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         "--hold_max_tokens must be at least 2 (a held stream outlives its first token)");
   }
-  if (absl::GetFlag(FLAGS_prompt_tokens) + std::max(absl::GetFlag(FLAGS_max_tokens),
-                                                    absl::GetFlag(FLAGS_hold_max_tokens)) >
+  if (absl::GetFlag(FLAGS_prompt_tokens) +
+          std::max(absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_hold_max_tokens)) >
       InstantModel().max_context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prompt_tokens plus --max_tokens (or --hold_max_tokens) must fit the fake model's "
@@ -166,13 +165,14 @@ absl::Status CheckFlags() {
 
 // A few calls' worth of load so that connections are up before a window.
 void Warm(StreamTarget& target) {
-  RunClosedLoop(target,
-                {.concurrency = 4,
-                 .max_tokens = absl::GetFlag(FLAGS_max_tokens),
-                 .warmup = absl::ZeroDuration(),
-                 .duration = std::min(absl::GetFlag(FLAGS_warmup), absl::Milliseconds(500)),
-                 .drain_timeout = absl::GetFlag(FLAGS_call_timeout)},
-                [] {}, [] {});
+  RunClosedLoop(
+      target,
+      {.concurrency = 4,
+       .max_tokens = absl::GetFlag(FLAGS_max_tokens),
+       .warmup = absl::ZeroDuration(),
+       .duration = std::min(absl::GetFlag(FLAGS_warmup), absl::Milliseconds(500)),
+       .drain_timeout = absl::GetFlag(FLAGS_call_timeout)},
+      [] {}, [] {});
 }
 
 ThroughputFigures MeasureThroughput(StreamTarget& router_target, const RouterProcess& router) {

@@ -34,8 +34,7 @@ std::string Describe(const RunInfo& info) {
       info.router_cpu >= 0 ? absl::StrCat("pinned to CPU ", info.router_cpu)
                            : std::string("not pinned"),
       "; log ", info.router_log, ")\n", "workers: instant fakes in this process, ",
-      info.disaggregated ? "disaggregated (Generate, Prefill, Start)"
-                         : "colocated (local prefill)",
+      info.disaggregated ? "disaggregated (Generate, Prefill, Start)" : "colocated (local prefill)",
       "\nrequests: ", info.prompt_tokens, " prompt token ids, max_tokens 1..", info.max_tokens,
       "; open-file limit ", info.file_limit, "\n");
 }
@@ -45,10 +44,10 @@ std::string Table(const Figures& figures) {
   out += Row("metric", "measured", "target", "verdict");
   if (figures.throughput.has_value()) {
     const ThroughputFigures& t = *figures.throughput;
-    out += Row("new streams/s per core (per CPU-s)",
-               absl::StrFormat("%.0f /s", t.streams_per_cpu_s()),
-               absl::StrFormat(">= %.0f", kTargetStreamsPerCore),
-               Verdict(t.streams_per_cpu_s() >= kTargetStreamsPerCore, t.errors, t.drained));
+    out +=
+        Row("new streams/s per core (per CPU-s)", absl::StrFormat("%.0f /s", t.streams_per_cpu_s()),
+            absl::StrFormat(">= %.0f", kTargetStreamsPerCore),
+            Verdict(t.streams_per_cpu_s() >= kTargetStreamsPerCore, t.errors, t.drained));
     out += absl::StrFormat(
         "  closed loop of %d streams for %.1f s: %d streams ended OK = %.0f /s; router CPU %.2f "
         "s (%.0f%% of one core); errors: %s%s\n",
@@ -79,11 +78,11 @@ std::string Table(const Figures& figures) {
                                Ms(t.routed.p50 - t.direct.p50)),
                "", "");
     const absl::Duration added_p99 = t.routed.p99 - t.direct.p99;
-    out += Row(absl::StrFormat("TTFT p99 direct / routed / added"),
-               absl::StrFormat("%.3f / %.3f / %.3f ms", Ms(t.direct.p99), Ms(t.routed.p99),
-                               Ms(added_p99)),
-               absl::StrFormat("<= %.0f ms", kTargetAddedTtftP99Ms),
-               Verdict(Ms(added_p99) <= kTargetAddedTtftP99Ms, errors, drained));
+    out += Row(
+        absl::StrFormat("TTFT p99 direct / routed / added"),
+        absl::StrFormat("%.3f / %.3f / %.3f ms", Ms(t.direct.p99), Ms(t.routed.p99), Ms(added_p99)),
+        absl::StrFormat("<= %.0f ms", kTargetAddedTtftP99Ms),
+        Verdict(Ms(added_p99) <= kTargetAddedTtftP99Ms, errors, drained));
     out += absl::StrFormat(
         "  open loop at %.0f req/s: direct %d sent (%.0f/s), routed %d sent (%.0f/s); errors: "
         "direct %s, routed %s%s\n",
@@ -102,14 +101,11 @@ std::string JsonLine(const RunInfo& info, const Figures& figures) {
   j["max_tokens"] = info.max_tokens;
   if (figures.throughput.has_value()) {
     const ThroughputFigures& t = *figures.throughput;
-    j["throughput"] = {{"concurrency", t.concurrency},
-                       {"window_s", t.window_s},
-                       {"completed", t.completed},
-                       {"errors", t.errors},
-                       {"drained", t.drained},
-                       {"streams_per_s", t.streams_per_s()},
-                       {"router_cpu_s", t.cpu_s},
-                       {"streams_per_cpu_s", t.streams_per_cpu_s()}};
+    j["throughput"] = {
+        {"concurrency", t.concurrency}, {"window_s", t.window_s},
+        {"completed", t.completed},     {"errors", t.errors},
+        {"drained", t.drained},         {"streams_per_s", t.streams_per_s()},
+        {"router_cpu_s", t.cpu_s},      {"streams_per_cpu_s", t.streams_per_cpu_s()}};
   }
   if (figures.memory.has_value()) {
     const MemoryFigures& m = *figures.memory;
@@ -127,9 +123,9 @@ std::string JsonLine(const RunInfo& info, const Figures& figures) {
   if (figures.ttft.has_value()) {
     const TtftFigures& t = *figures.ttft;
     auto side = [](const TtftFigures::Side& s) {
-      return nlohmann::json{{"sent", s.sent},         {"errors", s.errors},
-                            {"samples", s.samples},   {"achieved_rate", s.achieved_rate},
-                            {"p50_us", Us(s.p50)},    {"p99_us", Us(s.p99)},
+      return nlohmann::json{{"sent", s.sent},       {"errors", s.errors},
+                            {"samples", s.samples}, {"achieved_rate", s.achieved_rate},
+                            {"p50_us", Us(s.p50)},  {"p99_us", Us(s.p99)},
                             {"drained", s.drained}};
     };
     j["ttft"] = {{"rate", t.rate},

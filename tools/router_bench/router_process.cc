@@ -153,7 +153,8 @@ absl::StatusOr<ProcessSample> RouterProcess::Sample() const {
       !absl::SimpleAtoi(fields[12], &stime)) {
     return absl::UnavailableError(absl::StrCat("unexpected /proc/", pid_, "/stat"));
   }
-  sample.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  sample.cpu_seconds =
+      static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
   for (absl::string_view line :
        absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid_, "/status")), '\n')) {
     int64_t* field = nullptr;
@@ -188,8 +189,8 @@ absl::Status RouterProcess::Stop(absl::Duration grace) {
                                                     " of SIGTERM and was killed"));
   }
   if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("the router ", DescribeExit(wait_status),
-                                          " on SIGTERM; its log: ", log_path_));
+  return absl::InternalError(
+      absl::StrCat("the router ", DescribeExit(wait_status), " on SIGTERM; its log: ", log_path_));
 }
 
 int64_t RaiseFileLimit() {

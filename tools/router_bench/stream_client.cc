@@ -26,7 +26,9 @@ template <typename Request, typename Response>
 class StreamCall final : public grpc::ClientReadReactor<Response> {
  public:
   StreamCall(Request request, StreamTarget::OnFirst on_first, StreamTarget::OnDone on_done)
-      : request_(std::move(request)), on_first_(std::move(on_first)), on_done_(std::move(on_done)) {}
+      : request_(std::move(request)),
+        on_first_(std::move(on_first)),
+        on_done_(std::move(on_done)) {}
 
   template <typename Stub>
   void Start(Stub* stub, absl::Duration timeout) {

@@ -5,12 +5,12 @@
 #ifndef TANDEM_TOOLS_ROUTER_BENCH_STREAM_CLIENT_H_
 #define TANDEM_TOOLS_ROUTER_BENCH_STREAM_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
 
