@@ -24,6 +24,7 @@
 #include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "common/rpc/tls_flags.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_service.h"
@@ -64,6 +65,12 @@ ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
 ABSL_FLAG(bool, kv_checksums, false,
           "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
 
+ABSL_FLAG(std::string, kv_net_devices, "lo",
+          "Network devices the KV data plane (UCX) listens on and sends over, as "
+          "UCX_NET_DEVICES lists them (overrides it): e.g. eth1, mlx5_0:1, or all. The default, "
+          "lo, keeps KV off the network (workers on one host also use shared memory); a "
+          "multi-host cluster names its private cluster interface");
+
 namespace tandem {
 namespace {
 
@@ -81,7 +88,8 @@ absl::Status Run() {
                    CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
   const std::string backend_info = backend->Describe();
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
-                   kvtransfer::UcxTransport::Create());
+                   kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
+                       .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
 
   auto metrics_registry = std::make_shared<prometheus::Registry>();
   decode::DecodeMetrics decode_metrics(*metrics_registry);
@@ -107,9 +115,10 @@ absl::Status Run() {
   const ModelConfig& config = loop->config();
 
   decode::DecodeService service(loop.get());
-  ASSIGN_OR_RETURN(
-      rpc::RunningServer server,
-      rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen)}, {&service}));
+  ASSIGN_OR_RETURN(rpc::RunningServer server,
+                   rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen),
+                                                       .tls = rpc::ServerTlsFromFlags()},
+                                    {&service}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
@@ -152,7 +161,8 @@ int main(int argc, char** argv) {
       "Reserves KV blocks per request, receives the prompt's KV cache from a prefill worker\n"
       "over UCX (or prefills locally) and streams generated tokens to the router.\n"
       "Usage: tandem-decode --model DIR|FILE [--served_model_name NAME] [--kv_dtype f32|bf16|f16]\n"
-      "       [--listen HOST:PORT] [--port_file FILE]\n"
+      "       [--listen HOST:PORT] [--port_file FILE] [--kv_net_devices DEVICES]\n"
+      "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] ...");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-decode: " << s.message() << "\n";

@@ -26,6 +26,7 @@
 #include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "common/rpc/tls_flags.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "prefill_worker/prefill_loop.h"
 #include "prefill_worker/prefill_metrics.h"
@@ -61,6 +62,12 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(int, kv_lanes, 1,
           "Connections each KV transfer is striped over (helps long, high-latency links)");
 
+ABSL_FLAG(std::string, kv_net_devices, "lo",
+          "Network devices the KV data plane (UCX) listens on and sends over, as "
+          "UCX_NET_DEVICES lists them (overrides it): e.g. eth1, mlx5_0:1, or all. The default, "
+          "lo, keeps KV off the network (workers on one host also use shared memory); a "
+          "multi-host cluster names its private cluster interface");
+
 namespace tandem {
 namespace {
 
@@ -77,7 +84,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
                    CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
-                   kvtransfer::UcxTransport::Create());
+                   kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
+                       .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
 
   auto metrics_registry = std::make_shared<prometheus::Registry>();
   prefill::PrefillMetrics prefill_metrics(*metrics_registry);
@@ -102,6 +110,7 @@ absl::Status Run() {
   prefill::PrefillService service(loop.get());
   rpc::ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
+  server_options.tls = rpc::ServerTlsFromFlags();
   ASSIGN_OR_RETURN(rpc::RunningServer server, rpc::StartServer(server_options, {&service}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
@@ -142,8 +151,9 @@ int main(int argc, char** argv) {
       "f32|bf16|f16]\n"
       "       [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
       "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
-      "       [--drain_timeout 30s] [--kv_lanes N] [--metrics_listen HOST:PORT]\n"
-      "       [--metrics_port_file FILE]");
+      "       [--drain_timeout 30s] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
+      "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
+      "       [--metrics_listen HOST:PORT] [--metrics_port_file FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::cerr << "tandem-prefill: " << s << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -47,6 +47,16 @@ ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
                        .vocab_size = stats.vocab_size()};
 }
 
+// Over TLS, the name the worker's certificate must carry: the host of the
+// target it was resolved from, unless one is configured.
+rpc::ChannelSecurity NamedAfterTarget(rpc::ChannelSecurity security, const std::string& target) {
+  if (!security.tls || !security.target_name_override.empty()) return security;
+  if (absl::StatusOr<HostPort> hp = SplitTarget(target); hp.ok()) {
+    security.target_name_override = hp->host;
+  }
+  return security;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target) {
@@ -85,11 +95,12 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
 // ---------------------------------------------------------------------------
 // Worker
 
-Worker::Worker(std::string address, std::string target, WorkerRole role)
+Worker::Worker(std::string address, std::string target, WorkerRole role,
+               const rpc::ChannelSecurity& security)
     : address_(std::move(address)),
       target_(std::move(target)),
       role_(role),
-      channel_(rpc::MakeChannel(address_)) {
+      channel_(rpc::MakeChannel(address_, NamedAfterTarget(security, target_))) {
   if (role_ == WorkerRole::kPrefill) {
     prefill_stub_ = v1::PrefillWorker::NewStub(channel_);
   } else {
@@ -226,14 +237,18 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
     }
   }
   if (!options.resolver) options.resolver = ResolveTarget;
-  std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(std::move(options)));
+  absl::StatusOr<rpc::ChannelSecurity> security = rpc::MakeChannelSecurity(options.worker_tls);
+  if (!security.ok()) return security.status();
+  std::unique_ptr<WorkerRegistry> registry(
+      new WorkerRegistry(std::move(options), *std::move(security)));
   registry->ResolveNow();
   registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
   registry->poll_thread_ = std::thread([r = registry.get()] { r->PollLoop(); });
   return registry;
 }
 
-WorkerRegistry::WorkerRegistry(RegistryOptions options) : options_(std::move(options)) {}
+WorkerRegistry::WorkerRegistry(RegistryOptions options, rpc::ChannelSecurity channel_security)
+    : options_(std::move(options)), channel_security_(std::move(channel_security)) {}
 
 WorkerRegistry::~WorkerRegistry() { Stop(); }
 
@@ -315,7 +330,7 @@ void WorkerRegistry::ResolveNow() {
       if (workers.contains(address)) continue;
       LOG(INFO) << WorkerRoleName(role) << " worker " << address << " joined the pool (from "
                 << target << ")";
-      workers.emplace(address, std::make_shared<Worker>(address, target, role));
+      workers.emplace(address, std::make_shared<Worker>(address, target, role, channel_security_));
     }
   }
 }

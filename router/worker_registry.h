@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rpc/tls.h"
 #include "router/pool_identity.h"
 #include "router/worker_snapshot.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -51,7 +52,12 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
 // router has put on it. Thread-safe.
 class Worker {
  public:
-  Worker(std::string address, std::string target, WorkerRole role);
+  // The channel is plain gRPC unless `security` says otherwise. Over TLS
+  // the worker's certificate must name the host of `target` (the name the
+  // router was given, e.g. a headless Service's DNS name, not the resolved
+  // pod IP) unless `security` overrides the name.
+  Worker(std::string address, std::string target, WorkerRole role,
+         const rpc::ChannelSecurity& security = {});
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -148,13 +154,18 @@ struct RegistryOptions {
   // The router's tokenizer's vocabulary size: workers whose model has fewer
   // ids are kept out of the pool. 0 = no tokenizer (token-id requests only).
   int32_t tokenizer_vocab_size = 0;
+  // TLS for the channels to the workers (the router's --worker_tls_ca,
+  // --worker_tls_cert, --worker_tls_key; flags = rpc::WorkerClientTlsFlags()):
+  // plain gRPC when it names no file.
+  rpc::TlsConfig worker_tls;
 };
 
 class WorkerRegistry {
  public:
   // Checks the targets, resolves them once (a name that does not resolve yet
   // is retried later, with a warning) and starts the background threads.
-  // INVALID_ARGUMENT for a malformed target or no decode target.
+  // INVALID_ARGUMENT for a malformed target or no decode target; the errors
+  // of rpc::MakeChannelSecurity for worker_tls.
   static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(RegistryOptions options);
 
   ~WorkerRegistry();  // Stop()s.
@@ -180,7 +191,7 @@ class WorkerRegistry {
   void PollNow();
 
  private:
-  explicit WorkerRegistry(RegistryOptions options);
+  WorkerRegistry(RegistryOptions options, rpc::ChannelSecurity channel_security);
   void ResolveLoop();
   void PollLoop();
   // Waits `d` or until Stop(); false once stopped.
@@ -192,6 +203,7 @@ class WorkerRegistry {
 
   // Constant after construction.
   const RegistryOptions options_;
+  const rpc::ChannelSecurity channel_security_;
 
   mutable absl::Mutex mu_;
   // Per role, address -> worker.

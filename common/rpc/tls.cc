@@ -206,6 +206,7 @@ absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsConfig& config) {
     options.pem_cert_chain = std::move(pair->cert_pem);
   }
   security.credentials = grpc::SslCredentials(options);
+  security.tls = true;
   security.target_name_override = config.target_name_override;
   return security;
 }

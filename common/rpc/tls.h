@@ -65,6 +65,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 struct ChannelSecurity {
   // Null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Whether `credentials` are TLS.
+  bool tls = false;
   std::string target_name_override;
 };
 

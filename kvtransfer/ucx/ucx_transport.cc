@@ -99,6 +99,11 @@ absl::Status UcxTransport::Impl::Init() {
     status = UcxError(ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()),
                       "setting the UCX keepalive interval");
   }
+  if (status.ok() && !options_.net_devices.empty()) {
+    status = UcxError(ucp_config_modify(config, "NET_DEVICES", options_.net_devices.c_str()),
+                      absl::StrCat("setting the UCX network devices to '", options_.net_devices,
+                                   "'"));
+  }
   if (status.ok()) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;

@@ -62,6 +62,12 @@ struct UcxTransportOptions {
   // How long the destructor waits for endpoints to flush before tearing the
   // worker down regardless.
   absl::Duration close_timeout = absl::Seconds(2);
+  // The network devices UCX may use, as UCX_NET_DEVICES lists them ("lo",
+  // "eth1", "mlx5_0:1", "all"); its TCP transport listens on each device's
+  // own address only. Overrides UCX_NET_DEVICES; empty = UCX_NET_DEVICES,
+  // else every device. Shared-memory transports (one host) are not network
+  // devices and stay available.
+  std::string net_devices;
 };
 
 class UcxTransport final : public KvTransport {
