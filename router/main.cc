@@ -28,6 +28,7 @@
 #include "common/rpc/server.h"
 #include "router/openai_http.h"
 #include "router/router_metrics.h"
+#include "router/router_core.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"
 
@@ -205,14 +206,16 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(request_log, router::RequestLog::Open(path));
   }
 
-  router::RouterOptions options;
+  router::RouterCoreOptions options;
   options.driver.metrics = &router_metrics;
   options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
-  options.driver.chat_template = &chat_template;
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
-  auto service = std::make_unique<router::RouterService>(registry.get(), tokenizer.get(), options);
+  options.served_model_name = served_model_name;
+  auto core = std::make_unique<router::RouterCore>(registry.get(), tokenizer.get(), &chat_template,
+                                                   options);
+  auto service = std::make_unique<router::RouterService>(core.get());
   ASSIGN_OR_RETURN(rpc::RunningServer server,
                    rpc::StartServer({.address = absl::GetFlag(FLAGS_listen)}, {service.get()}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
@@ -256,18 +259,19 @@ absl::Status Run() {
   LOG(INFO) << "signal " << sig << ": draining (up to " << drain_timeout << ")";
   server.SetServing(false);
   if (http != nullptr) http->SetServing(false);
-  service->StartDraining();
-  if (!service->WaitForIdle(drain_timeout)) {
-    LOG(WARNING) << service->inflight() << " requests still running after --drain_timeout; "
+  core->StartDraining();
+  if (!core->WaitForIdle(drain_timeout)) {
+    LOG(WARNING) << core->inflight() << " requests still running after --drain_timeout; "
                  << "cancelling them";
-    service->CancelAll();
-    service->WaitForIdle(absl::Seconds(5));
+    core->CancelAll();
+    core->WaitForIdle(absl::Seconds(5));
   }
   // Every HTTP call went through the drained service: stopping the HTTP
   // server now cuts no response.
   if (http != nullptr) http->Stop();
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   service.reset();
+  core.reset();
   registry->Stop();
   LOG(INFO) << "tandem-router stopped";
   return absl::OkStatus();

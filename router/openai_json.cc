@@ -102,8 +102,7 @@ absl::Status ParseCommonFields(const json& j, int default_max_tokens, Completion
   }
   r.set_max_tokens(default_max_tokens);
   if (const json* v = Field(j, "max_tokens")) {
-    absl::StatusOr<int64_t> n = IntField("max_tokens", *v, std::numeric_limits<int32_t>::min(),
-                                         std::numeric_limits<int32_t>::max());
+    absl::StatusOr<int64_t> n = IntField("max_tokens", *v, 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
     r.set_max_tokens(static_cast<int32_t>(*n));
   }
@@ -254,12 +253,11 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
       out_message->set_content(*std::move(text));
     }
   }
-  if (absl::Status s = ParseCommonFields(*j, kDefaultChatMaxTokens, out); !s.ok()) return s;
+  if (absl::Status s = ParseCommonFields(*j, 0, out); !s.ok()) return s;
   // The newer name of max_tokens; it wins when both are given.
   if (const json* v = Field(*j, "max_completion_tokens")) {
     absl::StatusOr<int64_t> n =
-        IntField("max_completion_tokens", *v, std::numeric_limits<int32_t>::min(),
-                 std::numeric_limits<int32_t>::max());
+        IntField("max_completion_tokens", *v, 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
     out.request.set_max_tokens(static_cast<int32_t>(*n));
   }

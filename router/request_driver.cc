@@ -7,47 +7,10 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-#include "common/rpc/grpc_status.h"
 #include "router/routing_policy.h"
 
 namespace tandem::router {
-
-// A ClientContext bounded by the request's deadline that Cancel() reaches
-// for as long as it exists. Declare it before the reader that uses it, so
-// that the reader goes first.
-class RequestDriver::Call {
- public:
-  explicit Call(RequestDriver* driver) : driver_(driver) {
-    ctx_.set_deadline(rpc::ToChrono(driver->deadline_));
-    absl::MutexLock lock(&driver_->mu_);
-    driver_->calls_.insert(&ctx_);
-    // Applied when the call starts if it has not yet.
-    if (driver_->cancelled_) ctx_.TryCancel();
-  }
-  ~Call() {
-    absl::MutexLock lock(&driver_->mu_);
-    driver_->calls_.erase(&ctx_);
-  }
-  Call(const Call&) = delete;
-  Call& operator=(const Call&) = delete;
-
-  grpc::ClientContext* get() { return &ctx_; }
-  void Cancel() { ctx_.TryCancel(); }
-
- private:
-  RequestDriver* const driver_;
-  grpc::ClientContext ctx_;
-};
-
 namespace {
-
-// Reads a cancelled or finishing stream to its end and returns its status.
-grpc::Status DrainAndFinish(grpc::ClientReader<v1::DecodeEvent>& reader) {
-  v1::DecodeEvent ignored;
-  while (reader.Read(&ignored)) {
-  }
-  return reader.Finish();
-}
 
 // What the client sees when every prefill attempt failed: overload and
 // deadlines keep their meaning; anything else means no prefill worker could
@@ -62,47 +25,77 @@ absl::StatusCode PrefillFailureCode(absl::StatusCode worker_code) {
   }
 }
 
+FinishReason FromProto(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return FinishReason::kLength;
+    case v1::FINISH_REASON_EOS:
+      return FinishReason::kEos;
+    case v1::FINISH_REASON_STOP:
+      return FinishReason::kStop;
+    case v1::FINISH_REASON_CONTEXT:
+      return FinishReason::kContext;
+    default:
+      return FinishReason::kUnspecified;
+  }
+}
+
 }  // namespace
 
-RequestDriver::RequestDriver(WorkerRegistry* registry, const Tokenizer* tokenizer,
-                             const Clock& clock, DriverOptions options, v1::GenerateRequest request,
-                             std::string request_id, std::string worker_request_id,
-                             absl::Time arrival, absl::Time grpc_deadline,
-                             std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer)
-    : registry_(registry),
-      tokenizer_(tokenizer),
-      clock_(clock),
-      options_(options),
-      request_(std::move(request)),
+RequestDriver::RequestDriver(const DriverEnv& env, GenerateParams params, std::string request_id,
+                             std::string worker_request_id, uint64_t fresh_seed,
+                             absl::Time arrival, std::shared_ptr<ResponseSink> sink,
+                             std::function<void()> on_end)
+    : env_(env),
+      params_(std::move(params)),
       request_id_(std::move(request_id)),
       worker_request_id_(std::move(worker_request_id)),
+      fresh_seed_(fresh_seed),
       arrival_(arrival),
-      grpc_deadline_(grpc_deadline),
-      writer_(std::move(writer)) {}
+      sink_(std::move(sink)),
+      on_end_(std::move(on_end)) {}
 
-void RequestDriver::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  for (grpc::ClientContext* ctx : calls_) ctx->TryCancel();
+void RequestDriver::Post(std::function<void()> step) {
+  {
+    absl::MutexLock lock(&strand_mu_);
+    strand_.push_back(std::move(step));
+    if (strand_running_) return;  // The running thread will get to it.
+    strand_running_ = true;
+  }
+  while (true) {
+    std::function<void()> next;
+    {
+      absl::MutexLock lock(&strand_mu_);
+      if (strand_.empty()) {
+        strand_running_ = false;
+        return;
+      }
+      next = std::move(strand_.front());
+      strand_.pop_front();
+    }
+    next();
+  }
 }
 
 void RequestDriver::Run() {
-  const absl::Status status = Drive();
-  // Counted before the client learns the status, so that a client that
-  // scrapes the metrics after its request ended sees it counted.
-  Log(status);
-  writer_->Finish(rpc::ToGrpc(status));
+  Post([self = shared_from_this()] { self->Begin(); });
+}
+
+void RequestDriver::Cancel() {
+  if (cancelled_.exchange(true)) return;
+  Post([self = shared_from_this()] {
+    if (self->phase_ != Phase::kDone) {
+      self->Finish(absl::CancelledError("the request was cancelled by the client"));
+    }
+  });
 }
 
 int64_t RequestDriver::SinceArrivalUs() const {
-  return std::max<int64_t>(1, absl::ToInt64Microseconds(clock_.Now() - arrival_));
+  return std::max<int64_t>(1, absl::ToInt64Microseconds(env_.clock->Now() - arrival_));
 }
 
 std::optional<absl::Status> RequestDriver::OwnFault() const {
-  {
-    absl::MutexLock lock(&mu_);
-    if (cancelled_) return absl::CancelledError("the request was cancelled by the client");
-  }
+  if (cancelled_) return absl::CancelledError("the request was cancelled by the client");
   if (client_gone_) return absl::CancelledError("the client went away");
   // gRPC ends calls at the deadline; the margin absorbs clock rounding.
   if (absl::Now() >= deadline_ - absl::Milliseconds(5)) {
@@ -114,19 +107,39 @@ std::optional<absl::Status> RequestDriver::OwnFault() const {
   return std::nullopt;
 }
 
-absl::Status RequestDriver::Drive() {
-  ASSIGN_OR_RETURN(req_, ValidateRequest(request_, tokenizer_, options_.chat_template));
-  const absl::Duration timeout = request_.timeout_ms() > 0
-                                     ? absl::Milliseconds(request_.timeout_ms())
-                                     : options_.request_timeout;
-  deadline_ = std::min(grpc_deadline_, absl::Now() + timeout);
+void RequestDriver::Begin() {
+  if (phase_ != Phase::kNew) return;  // Cancelled before it began.
+  if (absl::Status s = Prepare(); !s.ok()) {
+    Finish(s);
+    return;
+  }
+  phase_ = Phase::kOpening;
+  const PrefillDecision decision =
+      DecidePrefill(env_.registry->Snapshot(WorkerRole::kPrefill),
+                    static_cast<int>(req_.prompt.size()), env_.options.local_prefill_tokens);
+  why_ = decision.reason;
+  if (decision.local) {
+    RunLocal();
+  } else {
+    StartPrefill();
+  }
+}
 
-  const std::vector<WorkerSnapshot> decode = registry_->Snapshot(WorkerRole::kDecode);
-  int vocab_size = tokenizer_ != nullptr ? tokenizer_->vocab_size() : 0;
+absl::Status RequestDriver::Prepare() {
+  ASSIGN_OR_RETURN(req_,
+                   ValidateRequest(params_, {.tokenizer = env_.tokenizer,
+                                             .chat_template = env_.chat_template,
+                                             .served_model_name = env_.served_model_name,
+                                             .fresh_seed = fresh_seed_}));
+  const absl::Duration timeout =
+      params_.timeout > absl::ZeroDuration() ? params_.timeout : env_.options.request_timeout;
+  deadline_ = std::min(params_.deadline, absl::Now() + timeout);
+
+  int vocab_size = env_.tokenizer != nullptr ? env_.tokenizer->vocab_size() : 0;
   int max_context = 0;
   bool any_routable = false;
   std::vector<std::string> unroutable;
-  for (const WorkerSnapshot& s : decode) {
+  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
     if (!s.routable()) {
       const std::string why = !s.healthy   ? "unhealthy"
                               : s.draining ? "draining"
@@ -148,15 +161,15 @@ absl::Status RequestDriver::Drive() {
         unroutable.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unroutable, ", "), ")"),
         "; retry later"));
   }
-  RETURN_IF_ERROR(CheckModelLimits(req_.prompt, vocab_size, max_context));
-  if (tokenizer_ != nullptr) detok_.emplace(*tokenizer_, req_.prompt.back());
-  stop_.emplace(req_.stop);
-
-  const PrefillDecision decision =
-      DecidePrefill(registry_->Snapshot(WorkerRole::kPrefill), static_cast<int>(req_.prompt.size()),
-                    options_.local_prefill_tokens);
-  why_ = decision.reason;
-  return decision.local ? RunLocal() : RunDisaggregated();
+  RETURN_IF_ERROR(
+      ResolveMaxTokens(req_, vocab_size, max_context, env_.options.default_max_tokens));
+  choices_.resize(req_.n);
+  for (Choice& c : choices_) {
+    if (env_.tokenizer != nullptr) c.detok.emplace(*env_.tokenizer, req_.prompt.back());
+    c.stop.emplace(req_.stop);
+    c.prev = req_.prompt.back();
+  }
+  return absl::OkStatus();
 }
 
 v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
@@ -164,314 +177,504 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   r.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_++));
   r.mutable_prompt()->Assign(req_.prompt.begin(), req_.prompt.end());
   *r.mutable_sampling() = req_.sampling;
-  r.set_max_tokens(req_.max_tokens);
+  r.set_max_tokens(*req_.max_tokens);
   r.set_local_prefill(local);
   r.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(), req_.stop_token_ids.end());
+  r.set_n(req_.n);
+  if (req_.logprobs.has_value()) r.set_logprobs(*req_.logprobs);
+  r.set_prompt_logprobs(local && req_.echo && req_.logprobs.has_value());
   return r;
 }
 
-absl::StatusOr<RequestDriver::DecodeStream> RequestDriver::OpenDecode(bool local) {
-  absl::flat_hash_set<std::string> tried;
-  std::vector<std::string> refusals;
-  bool all_full = true;  // Every refusal so far was RESOURCE_EXHAUSTED.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<Pick> pick =
-        PickDecodeWorker(registry_->Snapshot(WorkerRole::kDecode),
-                         static_cast<int>(req_.prompt.size()), req_.max_tokens, tried);
+void RequestDriver::RunLocal() {
+  local_ = true;
+  decode_tried_.clear();
+  decode_refusals_.clear();
+  decode_all_full_ = true;
+  OpenDecode();
+}
+
+void RequestDriver::OpenDecode() {
+  std::optional<Pick> pick;
+  std::shared_ptr<Worker> worker;
+  while (decode_tried_.size() < 2) {
+    pick = PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
+                            static_cast<int>(req_.prompt.size()), *req_.max_tokens, decode_tried_);
     if (!pick.has_value()) break;
-    DecodeStream stream;
-    stream.worker = registry_->Find(WorkerRole::kDecode, pick->address);
-    if (stream.worker == nullptr) {
-      tried.insert(pick->address);
-      refusals.push_back(absl::StrCat(pick->address, " left the pool"));
-      continue;
-    }
-    absl::StrAppend(&why_, "; ", pick->reason);
-    decode_address_ = stream.worker->address();
-    stream.load = stream.worker->StartRequest();
-    stream.load->ReserveBlocks(BlocksFor(static_cast<int>(req_.prompt.size()) + req_.max_tokens,
-                                         stream.worker->Snapshot().block_size));
-    stream.call = std::make_unique<Call>(this);
-    if (timeline_.router_queue_us() == 0) timeline_.set_router_queue_us(SinceArrivalUs());
-    stream.reader =
-        stream.worker->decode_stub()->Generate(stream.call->get(), MakeDecodeRequest(local));
-    if (stream.reader->Read(&stream.first)) {
-      // The worker admitted the request and holds its blocks.
-      stream.load->ConfirmReservation();
-      return stream;
-    }
-    const absl::Status status = rpc::FromGrpc(stream.reader->Finish());
-    if (std::optional<absl::Status> own = OwnFault()) return *own;
-    const std::string message =
-        absl::StrCat("decode worker ", stream.worker->address(), " did not admit the request: ",
-                     status.ok() ? "its stream ended at once" : status.ToString());
-    if (status.code() != absl::StatusCode::kUnavailable &&
-        status.code() != absl::StatusCode::kResourceExhausted) {
-      return absl::Status(status.ok() ? absl::StatusCode::kInternal : status.code(), message);
-    }
-    // Gone, draining or full (its stats lag behind the router's other
-    // requests): another decode worker can take the request.
-    if (status.code() == absl::StatusCode::kUnavailable) {
-      stream.worker->MarkUnavailable(status);
-      all_full = false;
-    }
-    tried.insert(stream.worker->address());
-    refusals.push_back(message);
-    LOG(WARNING) << "request " << request_id_ << ": " << message
-                 << (attempt == 0 ? "; trying another decode worker" : "");
+    worker = env_.registry->Find(WorkerRole::kDecode, pick->address);
+    if (worker != nullptr) break;
+    decode_tried_.insert(pick->address);
+    decode_refusals_.push_back(absl::StrCat(pick->address, " left the pool"));
+    pick.reset();
   }
-  if (refusals.empty()) {
-    return absl::UnavailableError("no healthy decode worker to serve the request; retry later");
+  if (!pick.has_value()) {
+    if (decode_refusals_.empty()) {
+      Finish(absl::UnavailableError("no healthy decode worker to serve the request; retry later"));
+    } else {
+      Finish(absl::Status(decode_all_full_ ? absl::StatusCode::kResourceExhausted
+                                           : absl::StatusCode::kUnavailable,
+                          absl::StrJoin(decode_refusals_, "; ")));
+    }
+    return;
   }
-  if (all_full) return absl::ResourceExhaustedError(absl::StrJoin(refusals, "; "));
-  return absl::UnavailableError(absl::StrJoin(refusals, "; "));
+  absl::StrAppend(&why_, "; ", pick->reason);
+  decode_worker_ = std::move(worker);
+  decode_address_ = decode_worker_->address();
+  decode_load_ = decode_worker_->StartRequest();
+  const int64_t tokens = static_cast<int64_t>(req_.prompt.size()) + *req_.max_tokens;
+  decode_load_->ReserveBlocks(
+      req_.n * BlocksFor(static_cast<int>(std::min<int64_t>(tokens, INT32_MAX / kMaxChoices)),
+                         decode_worker_->Snapshot().block_size));
+  if (timeline_.router_queue_us == 0) timeline_.router_queue_us = SinceArrivalUs();
+  const int stream = ++stream_;
+  awaiting_first_ = true;
+  worker_finished_ = 0;
+  auto self = shared_from_this();
+  decode_call_ = DecodeStreamCall::Start(
+      decode_worker_->decode_stub(), MakeDecodeRequest(local_), deadline_,
+      [self, stream](v1::DecodeEvent event) {
+        self->Post([self, stream, event = std::move(event)]() mutable {
+          self->OnDecodeEvent(stream, std::move(event));
+        });
+      },
+      [self, stream](absl::Status status) {
+        self->Post([self, stream, status = std::move(status)] {
+          self->OnDecodeDone(stream, status);
+        });
+      });
 }
 
-absl::Status RequestDriver::RunLocal() {
-  ASSIGN_OR_RETURN(DecodeStream stream, OpenDecode(/*local=*/true));
-  disaggregated_ = false;
-  return ForwardDecodeStream(stream, &stream.first);
-}
-
-absl::Status RequestDriver::RunDisaggregated() {
-  absl::flat_hash_set<std::string> tried;
-  absl::StatusCode last_code = absl::StatusCode::kUnavailable;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    if (attempt > 0 && options_.metrics != nullptr) options_.metrics->prefill_retries.Increment();
-    std::optional<Pick> pick = PickPrefillWorker(registry_->Snapshot(WorkerRole::kPrefill), tried);
+void RequestDriver::StartPrefill() {
+  while (true) {
+    std::optional<Pick> pick =
+        PickPrefillWorker(env_.registry->Snapshot(WorkerRole::kPrefill), prefill_tried_);
     if (!pick.has_value()) {
-      if (attempt == 0) {
-        // The pool emptied since the decision: the decode worker can still serve.
+      if (prefill_attempt_ == 0) {
+        // The pool emptied since the decision: the decode worker can serve.
         absl::StrAppend(&why_, "; no prefill worker left, local prefill");
-        return RunLocal();
+        RunLocal();
+        return;
       }
+      Finish(absl::Status(
+          PrefillFailureCode(last_prefill_code_),
+          absl::StrCat("prefill failed on ", absl::StrJoin(prefill_errors_, "; and on "),
+                       " (no other healthy prefill worker to retry on)")));
+      return;
+    }
+    prefill_worker_ = env_.registry->Find(WorkerRole::kPrefill, pick->address);
+    if (prefill_worker_ != nullptr) {
+      absl::StrAppend(&why_, "; ", pick->reason);
       break;
     }
-    absl::StrAppend(&why_, "; ", pick->reason);
-    bool prefill_failed = false;
-    absl::Status status = TryDisaggregated(pick->address, &prefill_failed);
-    if (!prefill_failed) return status;
-    tried.insert(pick->address);
-    last_code = status.code();
-    if (std::optional<absl::Status> own = OwnFault()) return *own;
+    prefill_tried_.insert(pick->address);
   }
-  return absl::Status(
-      PrefillFailureCode(last_code),
-      absl::StrCat("prefill failed on ", absl::StrJoin(prefill_errors_, "; and on "),
-                   tried.size() < 2 ? " (no other healthy prefill worker to retry on)" : ""));
+  local_ = false;
+  decode_tried_.clear();
+  decode_refusals_.clear();
+  decode_all_full_ = true;
+  // 1. Reserve KV blocks on a decode worker; its `reserved` sends the prefill.
+  OpenDecode();
 }
 
-absl::Status RequestDriver::TryDisaggregated(const std::string& prefill_address,
-                                             bool* prefill_failed) {
-  std::shared_ptr<Worker> prefill = registry_->Find(WorkerRole::kPrefill, prefill_address);
-  if (prefill == nullptr) {
-    *prefill_failed = true;
-    prefill_errors_.push_back(
-        absl::StrCat("prefill worker ", prefill_address, " (it left the pool)"));
-    return absl::UnavailableError("prefill worker left the pool");
+void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
+  if (phase_ == Phase::kDone || stream != stream_) return;
+  if (awaiting_first_) {
+    // The worker admitted the request and holds its blocks.
+    awaiting_first_ = false;
+    decode_load_->ConfirmReservation();
+    if (!local_) {
+      if (!event.has_reserved()) {
+        Finish(absl::InternalError(absl::StrCat(
+            "decode worker ", decode_address_, " sent event ", event.event_case(),
+            " before `reserved`; is it a tandem decode worker of this version?")));
+        return;
+      }
+      reserved_ = event.reserved();
+      // 2. Prefill, shipping the KV cache to the reservation.
+      phase_ = Phase::kPrefilling;
+      v1::PrefillRequest request;
+      request.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1));
+      request.mutable_tokens()->Assign(req_.prompt.begin(), req_.prompt.end());
+      *request.mutable_sampling() = req_.sampling;
+      request.set_kv_descriptor(reserved_.kv_descriptor());
+      request.set_n(req_.n);
+      if (req_.logprobs.has_value()) request.set_logprobs(*req_.logprobs);
+      request.set_prompt_logprobs(req_.echo && req_.logprobs.has_value());
+      request.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(),
+                                               req_.stop_token_ids.end());
+      prefill_load_ = prefill_worker_->StartRequest();
+      auto self = shared_from_this();
+      const int attempt = prefill_attempt_;
+      v1::PrefillWorker::Stub* stub = prefill_worker_->prefill_stub();
+      prefill_call_ = PrefillCall::Start(
+          [stub](grpc::ClientContext* c, const v1::PrefillRequest* q, v1::PrefillResponse* r,
+                 std::function<void(grpc::Status)> done) {
+            stub->async()->Prefill(c, q, r, std::move(done));
+          },
+          std::move(request), deadline_,
+          [self, attempt](absl::StatusOr<v1::PrefillResponse> response) {
+            self->Post([self, attempt, response = std::move(response)]() mutable {
+              self->OnPrefillDone(attempt, std::move(response));
+            });
+          });
+      return;
+    }
+    phase_ = Phase::kStreaming;
   }
-  // 1. Reserve KV blocks on a decode worker.
-  ASSIGN_OR_RETURN(DecodeStream decode, OpenDecode(/*local=*/false));
-  if (!decode.first.has_reserved()) {
-    decode.call->Cancel();
-    DrainAndFinish(*decode.reader);
-    return absl::InternalError(absl::StrCat(
-        "decode worker ", decode.worker->address(), " sent event ", decode.first.event_case(),
-        " before `reserved`; is it a tandem decode worker of this version?"));
-  }
-  const v1::Reserved reserved = decode.first.reserved();
-  const std::string worker_request_id =
-      absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1);
-
-  // 2. Prefill, shipping the KV cache to the reservation.
-  v1::PrefillRequest prefill_request;
-  prefill_request.set_request_id(worker_request_id);
-  prefill_request.mutable_tokens()->Assign(req_.prompt.begin(), req_.prompt.end());
-  *prefill_request.mutable_sampling() = req_.sampling;
-  prefill_request.set_kv_descriptor(reserved.kv_descriptor());
-  v1::PrefillResponse prefill_response;
-  grpc::Status prefill_status;
-  {
-    std::unique_ptr<Worker::Load> prefill_load = prefill->StartRequest();
-    Call prefill_call(this);
-    prefill_status =
-        prefill->prefill_stub()->Prefill(prefill_call.get(), prefill_request, &prefill_response);
-  }
-  if (!prefill_status.ok()) {
-    // Cancelling the decode stream frees the reservation.
-    decode.call->Cancel();
-    DrainAndFinish(*decode.reader);
-    if (std::optional<absl::Status> own = OwnFault()) return *own;
-    *prefill_failed = true;
-    const absl::Status status = rpc::FromGrpc(prefill_status);
-    if (status.code() == absl::StatusCode::kUnavailable) prefill->MarkUnavailable(status);
-    prefill_errors_.push_back(
-        absl::StrCat("prefill worker ", prefill_address, ": ", status.ToString()));
-    LOG(WARNING) << "request " << request_id_ << ": prefill on " << prefill_address
-                 << " failed: " << status
-                 << (prefill_errors_.size() == 1 ? "; retrying on another prefill worker" : "");
-    return status;
-  }
-  disaggregated_ = true;
-  prefill_address_ = prefill_address;
-  timeline_.set_prefill_queue_us(prefill_response.queue_us());
-  timeline_.set_prefill_us(prefill_response.prefill_us());
-  timeline_.set_kv_transfer_us(prefill_response.kv_transfer_us());
-
-  // 3. The first token goes to the client at once; then decoding starts.
-  if (!Emit({prefill_response.first_token()}, /*from_prefill=*/true)) {
-    decode.call->Cancel();
-    DrainAndFinish(*decode.reader);
-    if (std::optional<absl::Status> own = OwnFault()) return *own;
-    return SendFinal();
-  }
-  grpc::Status start_status;
-  {
-    Call start_call(this);
-    v1::StartRequest start;
-    start.set_request_id(worker_request_id);
-    start.set_generation(reserved.generation());
-    start.set_first_token(prefill_response.first_token());
-    v1::StartResponse ignored;
-    start_status = decode.worker->decode_stub()->Start(start_call.get(), start, &ignored);
-  }
-  if (!start_status.ok()) {
-    decode.call->Cancel();
-    DrainAndFinish(*decode.reader);
-    if (std::optional<absl::Status> own = OwnFault()) return *own;
-    const absl::Status status = rpc::FromGrpc(start_status);
-    if (status.code() == absl::StatusCode::kUnavailable) decode.worker->MarkUnavailable(status);
-    return absl::UnavailableError(absl::StrCat("decode worker ", decode.worker->address(),
-                                               " was lost mid-stream after ", completion_tokens_,
-                                               " tokens: Start failed: ", status.ToString()));
-  }
-  return ForwardDecodeStream(decode, nullptr);
+  HandleStreamEvent(event);
 }
 
-bool RequestDriver::HandleDecodeEvent(const v1::DecodeEvent& event, bool* worker_finished,
-                                      bool* protocol_error) {
+void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
+  if (event.has_prompt_logprobs()) {
+    if (!echo_sent_ && req_.echo) EmitEcho(&event.prompt_logprobs().logprobs());
+    return;
+  }
   if (event.has_tokens()) {
-    const std::vector<int32_t> ids(event.tokens().ids().begin(), event.tokens().ids().end());
-    return Emit(ids, /*from_prefill=*/false);
+    const v1::DecodeTokens& t = event.tokens();
+    if (t.index() < 0 || t.index() >= req_.n ||
+        (t.logprobs_size() > 0 && t.logprobs_size() != t.ids_size())) {
+      Finish(absl::InternalError(absl::StrCat("decode worker ", decode_address_,
+                                              " sent a malformed tokens event")));
+      return;
+    }
+    const std::vector<int32_t> ids(t.ids().begin(), t.ids().end());
+    Emit(t.index(), ids, t.logprobs_size() > 0 ? &t.logprobs() : nullptr, false);
+    return;
   }
   if (event.has_finished()) {
-    *worker_finished = true;
     const v1::DecodeFinished& f = event.finished();
-    if (!finish_.has_value()) finish_ = f.reason();
-    timeline_.set_decode_queue_us(f.decode_queue_us());
-    if (!disaggregated_) timeline_.set_prefill_us(f.prefill_us());
-    // The stream ends next; read on to its status.
-    return true;
+    if (f.index() < 0 || f.index() >= req_.n) {
+      Finish(absl::InternalError(absl::StrCat("decode worker ", decode_address_,
+                                              " finished an unknown choice ", f.index())));
+      return;
+    }
+    ++worker_finished_;
+    timeline_.decode_queue_us = f.decode_queue_us();
+    if (!disaggregated_) timeline_.prefill_us = f.prefill_us();
+    Choice& c = choices_[f.index()];
+    if (!c.finish.has_value()) c.finish = FromProto(f.reason());
+    if (!c.ended) EndChoice(f.index());
+    MaybeComplete();
+    return;
   }
-  *protocol_error = true;
-  return false;
+  Finish(absl::InternalError(
+      absl::StrCat("decode worker ", decode_address_, " sent an unexpected event mid-stream")));
 }
 
-absl::Status RequestDriver::ForwardDecodeStream(DecodeStream& stream,
-                                                const v1::DecodeEvent* first) {
-  bool worker_finished = false;
-  bool protocol_error = false;
-  bool reading = first == nullptr || HandleDecodeEvent(*first, &worker_finished, &protocol_error);
-  v1::DecodeEvent event;
-  while (reading && stream.reader->Read(&event)) {
-    reading = HandleDecodeEvent(event, &worker_finished, &protocol_error);
+void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
+  if (phase_ == Phase::kDone || stream != stream_) return;
+  decode_call_.reset();
+  decode_load_.reset();
+  if (awaiting_first_) {
+    OnDecodeRefused(status);
+    return;
   }
-  // Stopped early by the router (stop string, client gone, bad event):
-  // cancelling frees the worker's blocks.
-  if (!reading) stream.call->Cancel();
-  const absl::Status status = rpc::FromGrpc(DrainAndFinish(*stream.reader));
-  const std::string& address = stream.worker->address();
-  if (client_gone_) return absl::CancelledError("the client went away");
-  if (protocol_error) {
-    return absl::InternalError(
-        absl::StrCat("decode worker ", address, " sent an unexpected event mid-stream"));
+  if (std::optional<absl::Status> own = OwnFault()) {
+    Finish(*own);
+    return;
   }
-  // Ended by the worker's `finished`, or by the router (stop string, EOS).
-  if (worker_finished || finish_.has_value()) return SendFinal();
-  if (std::optional<absl::Status> own = OwnFault()) return *own;
+  if (status.ok() && ended_choices_ == req_.n) {
+    MaybeComplete();
+    return;
+  }
   const absl::Status cause =
       status.ok() ? absl::InternalError("the stream ended without a finished event") : status;
-  if (cause.code() == absl::StatusCode::kUnavailable) stream.worker->MarkUnavailable(cause);
-  if (completion_tokens_ > 0) {
-    return absl::UnavailableError(absl::StrCat("decode worker ", address,
-                                               " was lost mid-stream after ", completion_tokens_,
-                                               " tokens: ", cause.ToString()));
+  if (cause.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(cause);
+  int tokens = 0;
+  for (const Choice& c : choices_) tokens += c.tokens;
+  if (tokens > 0 || phase_ == Phase::kPrefilling) {
+    Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
+                                               " was lost mid-stream after ", tokens,
+                                               " tokens: ", cause.ToString())));
+    return;
   }
-  return absl::Status(cause.code(), absl::StrCat("decode worker ", address,
-                                                 " failed the request: ", cause.message()));
+  Finish(absl::Status(cause.code(), absl::StrCat("decode worker ", decode_address_,
+                                                 " failed the request: ", cause.message())));
 }
 
-bool RequestDriver::Emit(const std::vector<int32_t>& ids, bool from_prefill) {
-  v1::GenerateResponse message;
-  std::string text;
-  for (int32_t id : ids) {
-    if (finish_.has_value()) break;
+void RequestDriver::OnDecodeRefused(absl::Status status) {
+  if (std::optional<absl::Status> own = OwnFault()) {
+    Finish(*own);
+    return;
+  }
+  const std::string message =
+      absl::StrCat("decode worker ", decode_address_, " did not admit the request: ",
+                   status.ok() ? "its stream ended at once" : status.ToString());
+  if (status.code() != absl::StatusCode::kUnavailable &&
+      status.code() != absl::StatusCode::kResourceExhausted) {
+    Finish(absl::Status(status.ok() ? absl::StatusCode::kInternal : status.code(), message));
+    return;
+  }
+  // Gone, draining or full (its stats lag behind the router's other
+  // requests): another decode worker can take the request.
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    decode_worker_->MarkUnavailable(status);
+    decode_all_full_ = false;
+  }
+  decode_tried_.insert(decode_address_);
+  decode_refusals_.push_back(message);
+  LOG(WARNING) << "request " << request_id_ << ": " << message
+               << (decode_tried_.size() < 2 ? "; trying another decode worker" : "");
+  OpenDecode();
+}
+
+void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillResponse> response) {
+  if (phase_ == Phase::kDone || attempt != prefill_attempt_) return;
+  prefill_call_.reset();
+  prefill_load_.reset();
+  if (!response.ok()) {
+    OnPrefillFailed(response.status());
+    return;
+  }
+  const v1::PrefillResponse& r = *response;
+  if (r.extra_first_tokens_size() != req_.n - 1 ||
+      (req_.logprobs.has_value() && r.first_logprobs_size() != req_.n)) {
+    Finish(absl::InternalError(absl::StrCat(
+        "prefill worker ", prefill_worker_->address(), " answered with ",
+        r.extra_first_tokens_size() + 1, " first tokens for ", req_.n,
+        " choices; is it a tandem prefill worker of this version?")));
+    return;
+  }
+  disaggregated_ = true;
+  prefill_address_ = prefill_worker_->address();
+  timeline_.prefill_queue_us = r.queue_us();
+  timeline_.prefill_us = r.prefill_us();
+  timeline_.kv_transfer_us = r.kv_transfer_us();
+  phase_ = Phase::kStreaming;
+  if (req_.echo) EmitEcho(req_.logprobs.has_value() ? &r.prompt_logprobs() : nullptr);
+  // 3. The first tokens go to the client at once; then decoding starts.
+  for (int i = 0; i < req_.n && phase_ != Phase::kDone; ++i) {
+    const int32_t token = i == 0 ? r.first_token() : r.extra_first_tokens(i - 1);
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> one;
+    if (req_.logprobs.has_value()) *one.Add() = r.first_logprobs(i);
+    Emit(i, {token}, req_.logprobs.has_value() ? &one : nullptr, /*from_prefill=*/true);
+  }
+  if (phase_ == Phase::kDone) return;
+  if (ended_choices_ == req_.n) {
+    // Every choice ended on its first token: the decode reservation goes.
+    MaybeComplete();
+    return;
+  }
+  v1::StartRequest start;
+  start.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1));
+  start.set_generation(reserved_.generation());
+  start.set_first_token(r.first_token());
+  start.mutable_extra_first_tokens()->CopyFrom(r.extra_first_tokens());
+  auto self = shared_from_this();
+  const int stream = stream_;
+  v1::DecodeWorker::Stub* stub = decode_worker_->decode_stub();
+  start_call_ = StartCall::Start(
+      [stub](grpc::ClientContext* c, const v1::StartRequest* q, v1::StartResponse* s,
+             std::function<void(grpc::Status)> done) {
+        stub->async()->Start(c, q, s, std::move(done));
+      },
+      std::move(start), deadline_, [self, stream](absl::StatusOr<v1::StartResponse> response) {
+        self->Post([self, stream, status = response.status()] { self->OnStartDone(stream, status); });
+      });
+}
+
+void RequestDriver::OnStartDone(int stream, absl::Status status) {
+  if (phase_ == Phase::kDone || stream != stream_) return;
+  start_call_.reset();
+  if (status.ok()) return;
+  if (std::optional<absl::Status> own = OwnFault()) {
+    Finish(*own);
+    return;
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(status);
+  int tokens = 0;
+  for (const Choice& c : choices_) tokens += c.tokens;
+  Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
+                                             " was lost mid-stream after ", tokens,
+                                             " tokens: Start failed: ", status.ToString())));
+}
+
+void RequestDriver::OnPrefillFailed(const absl::Status& status) {
+  // Cancelling the decode stream frees the reservation; its end is stale.
+  if (decode_call_ != nullptr) decode_call_->Cancel();
+  decode_call_.reset();
+  decode_load_.reset();
+  ++stream_;
+  if (std::optional<absl::Status> own = OwnFault()) {
+    Finish(*own);
+    return;
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) prefill_worker_->MarkUnavailable(status);
+  prefill_errors_.push_back(
+      absl::StrCat("prefill worker ", prefill_worker_->address(), ": ", status.ToString()));
+  LOG(WARNING) << "request " << request_id_ << ": prefill on " << prefill_worker_->address()
+               << " failed: " << status
+               << (prefill_attempt_ == 0 ? "; retrying on another prefill worker" : "");
+  last_prefill_code_ = status.code();
+  prefill_tried_.insert(prefill_worker_->address());
+  if (++prefill_attempt_ >= 2) {
+    Finish(absl::Status(PrefillFailureCode(last_prefill_code_),
+                        absl::StrCat("prefill failed on ",
+                                     absl::StrJoin(prefill_errors_, "; and on "))));
+    return;
+  }
+  if (env_.options.metrics != nullptr) env_.options.metrics->prefill_retries.Increment();
+  phase_ = Phase::kOpening;
+  StartPrefill();
+}
+
+std::vector<TokenLogprob> RequestDriver::Texts(
+    const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& in, int32_t prev) const {
+  std::vector<TokenLogprob> out;
+  out.reserve(in.size());
+  auto text = [&](int32_t id) {
+    absl::StatusOr<std::string> piece = env_.tokenizer->Decode(prev, id);
+    return piece.ok() ? *std::move(piece) : std::string();
+  };
+  for (const v1::TokenLogprob& l : in) {
+    TokenLogprob t{.token_id = l.token_id(), .logprob = l.logprob(), .token = text(l.token_id())};
+    for (const v1::TopLogprob& a : l.top()) {
+      t.top.push_back({.token_id = a.token_id(), .logprob = a.logprob(), .token = text(a.token_id())});
+    }
+    prev = l.token_id();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void RequestDriver::EmitEcho(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* logprobs) {
+  if (echo_sent_) return;
+  echo_sent_ = true;
+  GenerateEvent event;
+  event.kind = GenerateEvent::Kind::kEcho;
+  event.token_ids = req_.prompt;
+  if (req_.prompt_text.has_value()) {
+    event.text = *req_.prompt_text;
+  } else if (env_.tokenizer != nullptr) {
+    IncrementalDetokenizer detok(*env_.tokenizer, -1);
+    for (size_t i = 0; i < req_.prompt.size(); ++i) {
+      // The BOS a text prompt starts with is not text.
+      if (i == 0 && req_.prompt[0] == env_.tokenizer->bos_id()) continue;
+      if (absl::StatusOr<std::string> piece = detok.Push(req_.prompt[i]); piece.ok()) {
+        event.text += *piece;
+      }
+    }
+    event.text += detok.Flush();
+  }
+  if (logprobs != nullptr) event.logprobs = Texts(*logprobs, req_.prompt[0]);
+  Send(std::move(event));
+}
+
+void RequestDriver::Emit(int index, const std::vector<int32_t>& ids,
+                         const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* logprobs,
+                         bool from_prefill) {
+  Choice& c = choices_[index];
+  if (c.ended) return;  // Ended by the router; the worker goes on until told.
+  if (req_.echo && !echo_sent_) EmitEcho(nullptr);
+  GenerateEvent event;
+  event.kind = GenerateEvent::Kind::kTokens;
+  event.index = index;
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> kept;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids[k];
+    if (c.finish.has_value()) break;
     // Workers never return more than max_tokens; a faulty one is cut here.
-    if (completion_tokens_ >= req_.max_tokens) break;
+    if (c.tokens >= *req_.max_tokens) break;
     if (std::find(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), id) !=
         req_.stop_token_ids.end()) {
       // The prefill worker's first token can be EOS; it is not returned.
-      finish_ = v1::FINISH_REASON_EOS;
+      c.finish = FinishReason::kEos;
       break;
     }
-    message.add_token_ids(id);
-    ++completion_tokens_;
-    if (detok_.has_value()) {
-      absl::StatusOr<std::string> piece = detok_->Push(id);
+    event.token_ids.push_back(id);
+    if (logprobs != nullptr) *kept.Add() = (*logprobs)[static_cast<int>(k)];
+    ++c.tokens;
+    if (c.detok.has_value()) {
+      absl::StatusOr<std::string> piece = c.detok->Push(id);
       if (!piece.ok()) {
         LOG(WARNING) << "request " << request_id_ << ": " << piece.status();
       } else {
-        text += stop_->Push(*piece);
-        if (stop_->stopped()) finish_ = v1::FINISH_REASON_STOP;
+        event.text += c.stop->Push(*piece);
+        if (c.stop->stopped()) c.finish = FinishReason::kStop;
       }
     }
-    if (from_prefill && !finish_.has_value() && completion_tokens_ >= req_.max_tokens) {
-      finish_ = v1::FINISH_REASON_LENGTH;
+    if (from_prefill && !c.finish.has_value() && c.tokens >= *req_.max_tokens) {
+      c.finish = FinishReason::kLength;
     }
   }
-  if (message.token_ids_size() > 0 || !text.empty()) {
-    message.set_text(std::move(text));
-    if (timeline_.first_token_us() == 0) timeline_.set_first_token_us(SinceArrivalUs());
-    if (options_.metrics != nullptr) {
-      const absl::Time now = clock_.Now();
+  if (logprobs != nullptr && env_.tokenizer != nullptr) event.logprobs = Texts(kept, c.prev);
+  if (!event.token_ids.empty()) c.prev = event.token_ids.back();
+  if (!event.token_ids.empty() || !event.text.empty()) {
+    if (timeline_.first_token_us == 0) timeline_.first_token_us = SinceArrivalUs();
+    if (RouterMetrics* m = env_.options.metrics; m != nullptr && index == 0) {
+      const absl::Time now = env_.clock->Now();
       if (last_token_sent_ == absl::Time()) {
-        options_.metrics->time_to_first_token.Observe(metrics::Seconds(now - arrival_));
+        m->time_to_first_token.Observe(metrics::Seconds(now - arrival_));
       } else {
-        options_.metrics->inter_token_latency.Observe(metrics::Seconds(now - last_token_sent_));
+        m->inter_token_latency.Observe(metrics::Seconds(now - last_token_sent_));
       }
       last_token_sent_ = now;
     }
-    if (!writer_->Write(std::move(message))) {
-      client_gone_ = true;
-      return false;
-    }
+    if (!Send(std::move(event))) return;
   }
-  return !finish_.has_value();
+  if (c.finish.has_value()) {
+    EndChoice(index);
+    MaybeComplete();
+  }
 }
 
-absl::Status RequestDriver::SendFinal() {
-  v1::GenerateResponse message;
-  if (detok_.has_value() && !stop_->stopped()) {
-    std::string tail = stop_->Push(detok_->Flush());
+void RequestDriver::EndChoice(int index) {
+  Choice& c = choices_[index];
+  if (c.ended) return;
+  c.ended = true;
+  ++ended_choices_;
+  GenerateEvent event;
+  event.kind = GenerateEvent::Kind::kFinished;
+  event.index = index;
+  if (c.detok.has_value() && !c.stop->stopped()) {
+    event.text = c.stop->Push(c.detok->Flush());
     // A stop string can no longer complete: what was held back is text.
-    if (!stop_->stopped()) tail += stop_->Flush();
-    message.set_text(std::move(tail));
+    if (!c.stop->stopped()) event.text += c.stop->Flush();
   }
-  if (stop_->stopped()) finish_ = v1::FINISH_REASON_STOP;
-  v1::Finished* f = message.mutable_finished();
-  f->set_reason(finish_.value_or(v1::FINISH_REASON_UNSPECIFIED));
-  f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(req_.prompt.size()));
-  f->mutable_usage()->set_completion_tokens(completion_tokens_);
-  timeline_.set_end_us(SinceArrivalUs());
-  *f->mutable_timeline() = timeline_;
-  f->set_prefill_worker(prefill_address_);
-  f->set_decode_worker(decode_address_);
-  f->set_disaggregated(disaggregated_);
-  if (!writer_->Write(std::move(message))) {
+  if (c.stop->stopped()) c.finish = FinishReason::kStop;
+  event.finish_reason = c.finish.value_or(FinishReason::kUnspecified);
+  event.prompt_tokens = static_cast<int>(req_.prompt.size());
+  event.completion_tokens = c.tokens;
+  timeline_.end_us = SinceArrivalUs();
+  event.timeline = timeline_;
+  event.prefill_worker = prefill_address_;
+  event.decode_worker = decode_address_;
+  event.disaggregated = disaggregated_;
+  Send(std::move(event));
+}
+
+void RequestDriver::MaybeComplete() {
+  if (phase_ == Phase::kDone || ended_choices_ < req_.n) return;
+  // Choices the router ended (stop strings, EOS from prefill) may still run
+  // on the worker: Finish cancels the stream, which frees its blocks.
+  Finish(absl::OkStatus());
+}
+
+bool RequestDriver::Send(GenerateEvent event) {
+  if (client_gone_) return false;
+  if (!sink_->OnEvent(std::move(event))) {
     client_gone_ = true;
-    return absl::CancelledError("the client went away");
+    Finish(absl::CancelledError("the client went away"));
+    return false;
   }
-  return absl::OkStatus();
+  return true;
+}
+
+void RequestDriver::Finish(absl::Status status) {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  // A stream whose every choice the worker finished ends by itself.
+  if (decode_call_ != nullptr && !(status.ok() && worker_finished_ == req_.n)) {
+    decode_call_->Cancel();
+  }
+  if (prefill_call_ != nullptr) prefill_call_->Cancel();
+  if (start_call_ != nullptr) start_call_->Cancel();
+  if (timeline_.end_us == 0) timeline_.end_us = SinceArrivalUs();
+  // Counted before the client learns the status, so that a client that
+  // scrapes the metrics after its request ended sees it counted.
+  Log(status);
+  sink_->OnDone(std::move(status));
+  if (on_end_) on_end_();
 }
 
 }  // namespace tandem::router

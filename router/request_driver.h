@@ -1,31 +1,39 @@
-// RequestDriver: runs one client Generate request against the workers.
+// RequestDriver: one client request, as a state machine driven by the
+// callbacks of its worker calls (router/worker_calls.h). No thread waits
+// for it: every step runs on whichever thread delivered the event, one step
+// at a time per request (a strand: events that arrive while a step runs
+// are queued and run by that thread after it), and nothing blocks.
 //
-// It runs on a thread of its own and uses the synchronous gRPC client API,
-// every call bounded by the request's deadline:
 //   disaggregated: DecodeWorker.Generate -> `reserved` -> PrefillWorker.Prefill
-//     -> first token to the client -> DecodeWorker.Start -> tokens -> finished;
+//     -> first tokens to the client -> DecodeWorker.Start -> tokens ->
+//     a `finished` per choice -> end;
 //     a prefill failure before the first token is retried once on another
 //     prefill worker with a fresh decode reservation;
 //   local: DecodeWorker.Generate(local_prefill) -> tokens -> finished.
-// A decode worker that refuses with UNAVAILABLE before its first event (dead,
-// draining) is marked unavailable and replaced once. Each decode stream gets
-// its own worker-side request id, "<client id>/<router sequence>.<stream>".
-// Tokens are detokenized incrementally and checked for stop strings on the
-// way to the client.
+// A decode worker that refuses with UNAVAILABLE or RESOURCE_EXHAUSTED
+// before its first event (dead, draining, full) is replaced once. Each
+// decode stream gets its own worker-side request id,
+// "<client id>/<router sequence>.<stream>". Tokens are detokenized
+// incrementally, per choice, and checked for stop strings on the way to the
+// client.
 //
 // When it ends, the request is counted in RouterMetrics and leaves one JSON
 // trace line (request_trace.cc) in the RequestLog, or the INFO log:
 //   {"request_id", "status" (ok, invalid_argument, ...), "error" (if not ok),
-//    "finish_reason", "prompt_tokens", "completion_tokens", "timeline_us":
-//    {"router_queue", "prefill_queue", "prefill", "kv_transfer", "decode_queue",
-//    "first_token", "end"}, "prefill_worker", "decode_worker", "disaggregated",
-//    "routing" (why: the policy's reasons), "prefill_errors" (if any)}
+//    "finish_reason" (of choice 0), "prompt_tokens", "completion_tokens"
+//    (all choices), "n", "timeline_us": {"router_queue", "prefill_queue",
+//    "prefill", "kv_transfer", "decode_queue", "first_token", "end"},
+//    "prefill_worker", "decode_worker", "disaggregated", "routing" (why: the
+//    policy's reasons), "prefill_errors" (if any)}
 //
-// Thread-safe: Run() on one thread, Cancel() from any.
+// Thread-safe.
 #ifndef TANDEM_ROUTER_REQUEST_DRIVER_H_
 #define TANDEM_ROUTER_REQUEST_DRIVER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,128 +45,168 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/model/chat_template.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/tokenizer.h"
-#include "common/rpc/stream_writer.h"
+#include "router/request_core.h"
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
 #include "router/stop_matcher.h"
+#include "router/worker_calls.h"
 #include "router/worker_registry.h"
-#include "tandem/v1/generate.pb.h"
-#include "tandem/v1/worker.grpc.pb.h"
+#include "tandem/v1/worker.pb.h"
 
 namespace tandem::router {
 
 struct DriverOptions {
   // Prompts of at most this many tokens are prefilled on the decode worker.
   int local_prefill_tokens = 0;
-  // Whole-request limit when the client gives no timeout_ms.
+  // Whole-request limit when the client gives no timeout.
   absl::Duration request_timeout = absl::Seconds(300);
+  // max_tokens when the request sets none and the context is unknown.
+  int default_max_tokens = 16;
   // Where to count the request; null = nowhere. Must outlive the driver.
   RouterMetrics* metrics = nullptr;
   // Where the request's JSON trace line goes; null = the INFO log.
   RequestLog* request_log = nullptr;
-  // Renders chat prompts (GenerateRequest.messages); null = chat prompts
-  // are refused. Must outlive the driver.
-  const ChatTemplate* chat_template = nullptr;
 };
 
-class RequestDriver {
+// What every driver of a router shares; must outlive the drivers.
+struct DriverEnv {
+  WorkerRegistry* registry = nullptr;
+  const Tokenizer* tokenizer = nullptr;         // null: token-id prompts only
+  const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
+  const Clock* clock = &Clock::Real();
+  std::string served_model_name;
+  DriverOptions options;
+};
+
+// The name of a finish reason in the trace line: the proto enum's
+// ("FINISH_REASON_EOS").
+std::string FinishReasonLabel(FinishReason reason);
+
+class RequestDriver final : public RequestHandle,
+                            public std::enable_shared_from_this<RequestDriver> {
  public:
-  // `registry`, `tokenizer` (may be null) and `clock` must outlive the
-  // driver. `worker_request_id` is the request id sent to the workers,
-  // unique per router (an attempt number is appended to it).
-  RequestDriver(WorkerRegistry* registry, const Tokenizer* tokenizer, const Clock& clock,
-                DriverOptions options, v1::GenerateRequest request, std::string request_id,
-                std::string worker_request_id, absl::Time arrival, absl::Time grpc_deadline,
-                std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer);
+  // `on_end` runs once, after the sink's OnDone.
+  RequestDriver(const DriverEnv& env, GenerateParams params, std::string request_id,
+                std::string worker_request_id, uint64_t fresh_seed, absl::Time arrival,
+                std::shared_ptr<ResponseSink> sink, std::function<void()> on_end);
   RequestDriver(const RequestDriver&) = delete;
   RequestDriver& operator=(const RequestDriver&) = delete;
 
-  // Serves the request to its end and finishes the client stream. Blocks.
+  // Validates the request (tokenizing its prompt) and sends it to the
+  // workers; the outcome reaches the sink. Call once, off the thread that
+  // must not see the sink (the core runs it on its own executor).
   void Run();
-
-  // The client went away (or the router shuts down): cancels every worker
-  // call of the request, which frees its KV blocks there. Non-blocking.
-  void Cancel();
+  void Cancel() override;
 
  private:
-  class Call;  // A ClientContext that Cancel() reaches.
-  using DecodeReader = grpc::ClientReader<v1::DecodeEvent>;
-
-  // A decode worker's Generate stream, opened and its first event read.
-  // Members go in reverse: reader, then call, then load.
-  struct DecodeStream {
-    std::shared_ptr<Worker> worker;
-    std::unique_ptr<Worker::Load> load;
-    std::unique_ptr<Call> call;
-    std::unique_ptr<DecodeReader> reader;
-    v1::DecodeEvent first;
+  enum class Phase { kNew, kOpening, kPrefilling, kStreaming, kDone };
+  struct Choice {
+    std::optional<IncrementalDetokenizer> detok;
+    std::optional<StopMatcher> stop;
+    std::optional<FinishReason> finish;  // Decided by the router or the worker.
+    int tokens = 0;
+    int32_t prev = -1;   // The last token, for logprob texts.
+    bool ended = false;  // Its kFinished was sent.
   };
 
-  absl::Status Drive();
-  absl::Status RunLocal();
-  absl::Status RunDisaggregated();
-  // One disaggregated attempt. Sets *prefill_failed when the prefill worker
-  // failed before any token was sent (the caller may retry).
-  absl::Status TryDisaggregated(const std::string& prefill_address, bool* prefill_failed);
-  // Picks a decode worker, opens its Generate stream and reads the first
-  // event. A worker that refuses with UNAVAILABLE before that (dead,
-  // draining) is marked so and another one is tried, once.
-  absl::StatusOr<DecodeStream> OpenDecode(bool local);
-  // Reads the decode stream to its end, forwarding tokens. `first`: an
-  // event already read, or null.
-  absl::Status ForwardDecodeStream(DecodeStream& stream, const v1::DecodeEvent* first);
-  // Handles one event of the decode stream; false to stop reading.
-  bool HandleDecodeEvent(const v1::DecodeEvent& event, bool* worker_finished, bool* protocol_error);
-  v1::DecodeRequest MakeDecodeRequest(bool local);
-
-  // Sends `ids` to the client (text included), checking stop tokens, stop
-  // strings and max_tokens. `from_prefill`: the first token of a
-  // disaggregated request, which the router must check for EOS and length
-  // itself. Returns false once the request is done on the router's side
-  // (finish_ set) or the client is gone.
-  bool Emit(const std::vector<int32_t>& ids, bool from_prefill);
-  absl::Status SendFinal();
-  // The status for a worker call that failed because of us (client cancel,
-  // deadline), or nullopt when the worker is to blame.
+  // Runs `step` on the strand.
+  void Post(std::function<void()> step);
+  void Begin();
+  absl::Status Prepare();
+  // Opens a decode stream; refusals before its first event try another
+  // worker once.
+  void OpenDecode();
+  void StartPrefill();
+  void OnDecodeEvent(int stream, v1::DecodeEvent event);
+  void OnDecodeDone(int stream, absl::Status status);
+  void OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillResponse> response);
+  void OnStartDone(int stream, absl::Status status);
+  // A refusal of the decode stream before its first event.
+  void OnDecodeRefused(absl::Status status);
+  // The prefill attempt failed before any token: retry or give up.
+  void OnPrefillFailed(const absl::Status& status);
+  void RunLocal();
+  void HandleStreamEvent(const v1::DecodeEvent& event);
+  // Sends `ids` of `choice` to the client, checking stop tokens, stop
+  // strings and max_tokens. `from_prefill`: a first token of a
+  // disaggregated request, which the router checks for EOS and length
+  // itself.
+  void Emit(int choice, const std::vector<int32_t>& ids,
+            const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* logprobs,
+            bool from_prefill);
+  void EmitEcho(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* logprobs);
+  // The choice is over (its finish decided): flushes its text and sends kFinished.
+  void EndChoice(int choice);
+  // All choices ended: the request is done.
+  void MaybeComplete();
+  bool Send(GenerateEvent event);
+  // Ends the request: cancels what is in flight, logs, tells the sink.
+  void Finish(absl::Status status);
   std::optional<absl::Status> OwnFault() const;
-  // Counts the finished request and writes its JSON trace line.
+  v1::DecodeRequest MakeDecodeRequest(bool local);
+  std::vector<TokenLogprob> Texts(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& in,
+                                  int32_t prev) const;
   void Log(const absl::Status& status) const;
   int64_t SinceArrivalUs() const;
 
   // Constant after construction.
-  WorkerRegistry* const registry_;
-  const Tokenizer* const tokenizer_;
-  const Clock& clock_;
-  const DriverOptions options_;
-  const v1::GenerateRequest request_;
+  const DriverEnv& env_;
+  const GenerateParams params_;
   const std::string request_id_;
   const std::string worker_request_id_;
+  const uint64_t fresh_seed_;
   const absl::Time arrival_;
-  const absl::Time grpc_deadline_;
-  const std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer_;
+  const std::shared_ptr<ResponseSink> sink_;
+  const std::function<void()> on_end_;
 
-  // Only the Run() thread touches these.
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex strand_mu_;
+  std::deque<std::function<void()>> strand_ ABSL_GUARDED_BY(strand_mu_);
+  bool strand_running_ ABSL_GUARDED_BY(strand_mu_) = false;
+
+  // Only strand steps touch these.
+  Phase phase_ = Phase::kNew;
   ValidRequest req_;
   absl::Time deadline_ = absl::InfiniteFuture();
-  std::optional<IncrementalDetokenizer> detok_;
-  std::optional<StopMatcher> stop_;
-  std::optional<v1::FinishReason> finish_;  // Decided by the router or the worker.
+  std::vector<Choice> choices_;
+  int ended_choices_ = 0;
+  bool echo_sent_ = false;
   bool client_gone_ = false;
-  int completion_tokens_ = 0;
-  v1::Timeline timeline_;
+  bool local_ = false;
+  // The open decode stream: its number (callbacks of older ones are
+  // stale), worker, load and call.
+  int stream_ = -1;
+  bool awaiting_first_ = false;
+  int worker_finished_ = 0;  // `finished` events of the current stream
+  std::shared_ptr<Worker> decode_worker_;
+  std::unique_ptr<Worker::Load> decode_load_;
+  std::shared_ptr<DecodeStreamCall> decode_call_;
+  absl::flat_hash_set<std::string> decode_tried_;
+  std::vector<std::string> decode_refusals_;
+  bool decode_all_full_ = true;
+  v1::Reserved reserved_;
+  // The prefill attempt.
+  int prefill_attempt_ = 0;
+  absl::flat_hash_set<std::string> prefill_tried_;
+  std::shared_ptr<Worker> prefill_worker_;
+  std::unique_ptr<Worker::Load> prefill_load_;
+  std::shared_ptr<PrefillCall> prefill_call_;
+  std::shared_ptr<StartCall> start_call_;
+  absl::StatusCode last_prefill_code_ = absl::StatusCode::kUnavailable;
+  // For the log line and the client's kFinished.
+  Timeline timeline_;
   std::string prefill_address_;
   std::string decode_address_;
   bool disaggregated_ = false;
-  std::string why_;  // Routing reasons, for the log line.
+  std::string why_;
   std::vector<std::string> prefill_errors_;
-  int decode_streams_opened_ = 0;  // Numbers the worker-side request ids.
-  absl::Time last_token_sent_;     // For the inter-token latency.
-
-  mutable absl::Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  int decode_streams_opened_ = 0;
+  absl::Time last_token_sent_;
+  std::optional<absl::Status> final_status_;
 };
 
 }  // namespace tandem::router

@@ -10,24 +10,41 @@
 
 namespace tandem::router {
 
+std::string FinishReasonLabel(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "FINISH_REASON_LENGTH";
+    case FinishReason::kEos:
+      return "FINISH_REASON_EOS";
+    case FinishReason::kStop:
+      return "FINISH_REASON_STOP";
+    case FinishReason::kContext:
+      return "FINISH_REASON_CONTEXT";
+    case FinishReason::kUnspecified:
+      break;
+  }
+  return "FINISH_REASON_UNSPECIFIED";
+}
+
 void RequestDriver::Log(const absl::Status& status) const {
   // As the client's Finished.timeline says when it got one.
-  const int64_t end_us = timeline_.end_us() > 0
-                             ? timeline_.end_us()
-                             : absl::ToInt64Microseconds(clock_.Now() - arrival_);
+  const int64_t end_us = timeline_.end_us;
   const bool routed = !decode_address_.empty();
-  if (RouterMetrics* m = options_.metrics; m != nullptr) {
+  int completion_tokens = 0;
+  for (const Choice& c : choices_) completion_tokens += c.tokens;
+  const int tokens0 = choices_.empty() ? 0 : choices_[0].tokens;
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) {
     m->requests.Count(status);
-    m->generation_tokens.Increment(completion_tokens_);
+    m->generation_tokens.Increment(completion_tokens);
     if (routed) {
       m->prompt_tokens.Increment(static_cast<double>(req_.prompt.size()));
       (disaggregated_ ? m->disaggregated_requests : m->local_prefill_requests).Increment();
     }
     if (status.ok()) {
       m->e2e_request_latency.Observe(static_cast<double>(end_us) / 1e6);
-      if (completion_tokens_ > 1) {
-        m->time_per_output_token.Observe(static_cast<double>(end_us - timeline_.first_token_us()) /
-                                         1e6 / (completion_tokens_ - 1));
+      if (tokens0 > 1) {
+        m->time_per_output_token.Observe(static_cast<double>(end_us - timeline_.first_token_us) /
+                                         1e6 / (tokens0 - 1));
       }
     }
   }
@@ -36,17 +53,19 @@ void RequestDriver::Log(const absl::Status& status) const {
   nlohmann::json line = {
       {"request_id", request_id_},
       {"status", std::string(metrics::OutcomeLabel(status.code()))},
-      {"finish_reason",
-       status.ok() && finish_.has_value() ? v1::FinishReason_Name(*finish_) : std::string()},
+      {"finish_reason", status.ok() && !choices_.empty() && choices_[0].finish.has_value()
+                            ? FinishReasonLabel(*choices_[0].finish)
+                            : std::string()},
       {"prompt_tokens", req_.prompt.size()},
-      {"completion_tokens", completion_tokens_},
+      {"completion_tokens", completion_tokens},
+      {"n", choices_.size()},
       {"timeline_us",
-       {{"router_queue", timeline_.router_queue_us()},
-        {"prefill_queue", timeline_.prefill_queue_us()},
-        {"prefill", timeline_.prefill_us()},
-        {"kv_transfer", timeline_.kv_transfer_us()},
-        {"decode_queue", timeline_.decode_queue_us()},
-        {"first_token", timeline_.first_token_us()},
+       {{"router_queue", timeline_.router_queue_us},
+        {"prefill_queue", timeline_.prefill_queue_us},
+        {"prefill", timeline_.prefill_us},
+        {"kv_transfer", timeline_.kv_transfer_us},
+        {"decode_queue", timeline_.decode_queue_us},
+        {"first_token", timeline_.first_token_us},
         {"end", end_us}}},
       {"prefill_worker", prefill_address_},
       {"decode_worker", decode_address_},
@@ -57,8 +76,8 @@ void RequestDriver::Log(const absl::Status& status) const {
   if (!prefill_errors_.empty()) line["prefill_errors"] = prefill_errors_;
   // Replace, not throw, on invalid UTF-8 in a worker's error message.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (options_.request_log != nullptr) {
-    options_.request_log->Write(text);
+  if (env_.options.request_log != nullptr) {
+    env_.options.request_log->Write(text);
   } else {
     LOG(INFO) << "request " << text;
   }

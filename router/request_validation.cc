@@ -3,39 +3,40 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem::router {
 
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& messages,
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
-                                                   const ChatTemplate& chat_template) {
-  if (messages.messages().empty()) {
+                                                   const ChatTemplate& chat_template,
+                                                   bool add_generation_prompt) {
+  if (messages.empty()) {
     return absl::InvalidArgumentError("messages is empty; send at least one message");
   }
-  if (messages.messages_size() > kMaxChatMessages) {
-    return absl::InvalidArgumentError(absl::StrCat("the chat has ", messages.messages_size(),
+  if (messages.size() > static_cast<size_t>(kMaxChatMessages)) {
+    return absl::InvalidArgumentError(absl::StrCat("the chat has ", messages.size(),
                                                    " messages; at most ", kMaxChatMessages,
                                                    " are served"));
   }
   std::vector<ChatMessage> chat;
-  chat.reserve(messages.messages_size());
+  chat.reserve(messages.size());
   size_t bytes = 0;
-  for (int i = 0; i < messages.messages_size(); ++i) {
-    const v1::ChatMessage& m = messages.messages(i);
-    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant" &&
-        m.role() != "tool") {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatTurn& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return absl::InvalidArgumentError(
-          absl::StrCat("message ", i, " has role '", m.role(),
+          absl::StrCat("message ", i, " has role '", m.role.substr(0, 64),
                        "'; the role must be system, user, assistant or tool"));
     }
-    bytes += m.role().size() + m.content().size();
+    bytes += m.role.size() + m.content.size();
     if (bytes > kMaxChatBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the chat's roles and contents exceed ", kMaxChatBytes, " bytes; shorten the messages"));
     }
-    chat.push_back({m.role(), m.content()});
+    chat.push_back({m.role, m.content});
   }
-  absl::StatusOr<std::string> text = chat_template.Render(chat, /*add_generation_prompt=*/true);
+  absl::StatusOr<std::string> text = chat_template.Render(chat, add_generation_prompt);
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the chat template refused the messages: ", text.status().message()));
@@ -58,90 +59,183 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& messa
   return ids;
 }
 
-absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
-                                             const Tokenizer* tokenizer,
-                                             const ChatTemplate* chat_template) {
+namespace {
+
+absl::Status CheckRange(const char* name, float value, float lo, float hi, const char* unit) {
+  if (!std::isfinite(value) || value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", value, "; it must be in [", lo, ", ", hi, "]", unit));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> PromptIds(const GenerateParams& params,
+                                               const ValidationContext& context) {
+  const Tokenizer* tokenizer = context.tokenizer;
+  const int forms = static_cast<int>(params.text.has_value()) +
+                    static_cast<int>(params.token_ids.has_value()) +
+                    static_cast<int>(params.messages.has_value());
+  if (forms == 0) return absl::InvalidArgumentError("no prompt; set text, token_ids or messages");
+  if (forms > 1) {
+    return absl::InvalidArgumentError("more than one prompt; set one of text, token_ids, messages");
+  }
+  if (params.text.has_value()) {
+    if (tokenizer == nullptr) {
+      return absl::InvalidArgumentError(
+          "this router has no tokenizer; send the prompt as token_ids");
+    }
+    if (params.text->size() > kMaxPromptBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the prompt has ", params.text->size(),
+                                                     " bytes; at most ", kMaxPromptBytes,
+                                                     " are served"));
+    }
+    // An empty text gives BOS alone: generation from a new document.
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*params.text, true);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot tokenize the prompt text: ", ids.status().message()));
+    }
+    return ids;
+  }
+  if (params.token_ids.has_value()) {
+    if (params.token_ids->size() > static_cast<size_t>(kMaxPromptTokenIds)) {
+      return absl::InvalidArgumentError(absl::StrCat("the prompt has ", params.token_ids->size(),
+                                                     " token ids; at most ", kMaxPromptTokenIds,
+                                                     " are served"));
+    }
+    if (!params.token_ids->empty()) return *params.token_ids;
+    if (tokenizer == nullptr) {
+      return absl::InvalidArgumentError(
+          "prompt token_ids is empty and this router has no tokenizer to start from BOS; send "
+          "at least one token");
+    }
+    return std::vector<int32_t>{tokenizer->bos_id()};
+  }
+  if (tokenizer == nullptr || context.chat_template == nullptr) {
+    return absl::InvalidArgumentError(
+        "this router has no tokenizer or chat template for chat messages; send the prompt as "
+        "token_ids");
+  }
+  return ChatPromptIds(*params.messages, *tokenizer, *context.chat_template);
+}
+
+}  // namespace
+
+absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
+                                             const ValidationContext& context) {
+  if (!params.model.empty() && params.model != context.served_model_name) {
+    return absl::NotFoundError(absl::StrCat("the model '", params.model.substr(0, 256),
+                                            "' does not exist; this router serves '",
+                                            context.served_model_name, "'"));
+  }
   ValidRequest out;
-  switch (request.prompt_case()) {
-    case v1::GenerateRequest::kText: {
-      if (request.text().empty()) {
-        return absl::InvalidArgumentError("prompt text is empty; send a non-empty prompt");
-      }
-      if (tokenizer == nullptr) {
-        return absl::InvalidArgumentError(
-            "this router has no tokenizer; send the prompt as token_ids");
-      }
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.text(), true);
-      if (!ids.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot tokenize the prompt text: ", ids.status().message()));
-      }
-      out.prompt = *std::move(ids);
-      break;
+  ASSIGN_OR_RETURN(out.prompt, PromptIds(params, context));
+  if (params.text.has_value()) out.prompt_text = *params.text;
+  if (params.max_tokens.has_value() && *params.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens is ", *params.max_tokens, "; it must be at least 1"));
+  }
+  out.max_tokens = params.max_tokens;
+  if (params.n < 1 || params.n > kMaxChoices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n is ", params.n, "; it must be in [1, ", kMaxChoices, "]"));
+  }
+  out.n = params.n;
+  if (params.logprobs.has_value() && (*params.logprobs < 0 || *params.logprobs > kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat("logprobs is ", *params.logprobs,
+                                                   "; it must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  out.logprobs = params.logprobs;
+  if (!std::isfinite(params.temperature) || params.temperature < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature is ", params.temperature, "; it must be >= 0 (0 = greedy)"));
+  }
+  if (params.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k is ", params.top_k, "; it must be >= 0 (0 = no limit)"));
+  }
+  if (params.top_p.has_value() && !(*params.top_p > 0 && *params.top_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p is ", *params.top_p, "; it must be in (0, 1] (1 or unset = no cut)"));
+  }
+  RETURN_IF_ERROR(CheckRange("presence_penalty", params.presence_penalty, -2, 2, ""));
+  RETURN_IF_ERROR(CheckRange("frequency_penalty", params.frequency_penalty, -2, 2, ""));
+  if (params.repetition_penalty.has_value() &&
+      !(std::isfinite(*params.repetition_penalty) && *params.repetition_penalty > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty is ",
+                                                   *params.repetition_penalty,
+                                                   "; it must be > 0 (1 = no penalty)"));
+  }
+  if (params.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", params.logit_bias.size(),
+                                                   " entries; at most ", kMaxLogitBias,
+                                                   " are served"));
+  }
+  v1::SamplingParams& s = out.sampling;
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias names token ", id, "; token ids are >= 0"));
     }
-    case v1::GenerateRequest::kTokenIds:
-      if (request.token_ids().ids().empty()) {
-        return absl::InvalidArgumentError("prompt token_ids is empty; send at least one token");
-      }
-      out.prompt.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
-      break;
-    case v1::GenerateRequest::kMessages: {
-      if (tokenizer == nullptr || chat_template == nullptr) {
-        return absl::InvalidArgumentError(
-            "this router has no tokenizer or chat template for chat messages; send the prompt "
-            "as token_ids");
-      }
-      absl::StatusOr<std::vector<int32_t>> ids =
-          ChatPromptIds(request.messages(), *tokenizer, *chat_template);
-      if (!ids.ok()) return ids.status();
-      out.prompt = *std::move(ids);
-      break;
-    }
-    default:
-      return absl::InvalidArgumentError("no prompt; set text, token_ids or messages");
+    RETURN_IF_ERROR(CheckRange("a logit_bias value", bias, -kMaxLogitBiasValue,
+                               kMaxLogitBiasValue, ""));
+    (*s.mutable_logit_bias())[id] = bias;
   }
-  if (request.max_tokens() < 1) {
+  if (params.min_tokens < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens is ", request.max_tokens(), "; it must be at least 1"));
+        absl::StrCat("min_tokens is ", params.min_tokens, "; it must be >= 0"));
   }
-  const v1::SamplingParams& s = request.sampling();
-  if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature is ", s.temperature(), "; it must be >= 0 (0 = greedy)"));
+  if (params.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return absl::InvalidArgumentError(absl::StrCat("there are ", params.stop.size(),
+                                                   " stop strings; at most ", kMaxStopStrings,
+                                                   " are served"));
   }
-  if (s.top_k() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k is ", s.top_k(), "; it must be >= 0 (0 = no limit)"));
-  }
-  if (s.has_top_p() && !(s.top_p() > 0 && s.top_p() <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_p is ", s.top_p(), "; it must be in (0, 1] (1 or unset = no cut)"));
-  }
-  for (const std::string& stop : request.stop()) {
-    if (stop.empty()) {
-      return absl::InvalidArgumentError("a stop string is empty; remove it");
+  for (const std::string& stop : params.stop) {
+    if (stop.empty()) return absl::InvalidArgumentError("a stop string is empty; remove it");
+    if (stop.size() > kMaxStopBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("a stop string has ", stop.size(),
+                                                     " bytes; at most ", kMaxStopBytes,
+                                                     " are served"));
     }
     out.stop.push_back(stop);
   }
-  if (!out.stop.empty() && tokenizer == nullptr) {
+  if (context.tokenizer == nullptr && !out.stop.empty()) {
     return absl::InvalidArgumentError(
         "this router has no tokenizer, so it cannot match stop strings; remove `stop`");
   }
-  if (request.timeout_ms() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("timeout_ms is ", request.timeout_ms(),
-                                                   "; it must be >= 0 (0 = the router's default)"));
+  if (context.tokenizer == nullptr && (params.echo || params.logprobs.has_value())) {
+    return absl::InvalidArgumentError(
+        "this router has no tokenizer to give token texts; remove echo and logprobs");
   }
-  out.sampling = s;
-  out.max_tokens = request.max_tokens();
+  out.echo = params.echo;
+  if (params.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_ms is ", absl::ToInt64Milliseconds(params.timeout),
+                     "; it must be >= 0 (0 = the router's default)"));
+  }
+  if (params.priority != 0) {
+    return absl::InvalidArgumentError(
+        "priority is not served yet: the router does not queue requests; leave it 0");
+  }
+  s.set_temperature(params.temperature);
+  s.set_top_k(params.top_k);
+  if (params.top_p.has_value()) s.set_top_p(*params.top_p);
+  s.set_seed(params.seed.value_or(context.fresh_seed));
+  s.set_presence_penalty(params.presence_penalty);
+  s.set_frequency_penalty(params.frequency_penalty);
+  if (params.repetition_penalty.has_value()) s.set_repetition_penalty(*params.repetition_penalty);
+  s.set_min_tokens(params.min_tokens);
   // Every end-of-sequence id stops: Llama 3 instruct models end a turn with
   // <|eot_id|> but may also emit <|end_of_text|> or <|eom_id|>.
-  if (tokenizer != nullptr) {
-    for (const int32_t eos : tokenizer->eos_ids()) out.stop_token_ids.push_back(eos);
+  if (context.tokenizer != nullptr && !params.ignore_eos) {
+    for (const int32_t eos : context.tokenizer->eos_ids()) out.stop_token_ids.push_back(eos);
   }
   return out;
 }
 
-absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size, int max_context) {
+absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_context,
+                              int fallback_max_tokens) {
+  const std::vector<int32_t>& prompt = request.prompt;
   if (vocab_size > 0) {
     for (size_t i = 0; i < prompt.size(); ++i) {
       if (prompt[i] < 0 || prompt[i] >= vocab_size) {
@@ -150,11 +244,35 @@ absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size
                                                        "); send token ids of this model"));
       }
     }
+    for (const auto& [id, bias] : request.sampling.logit_bias()) {
+      if (id >= vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("logit_bias names token ", id,
+                                                       ", outside the vocabulary [0, ",
+                                                       vocab_size, ")"));
+      }
+    }
   }
-  if (max_context > 0 && static_cast<int64_t>(prompt.size()) >= max_context) {
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (max_context > 0 && prompt_len >= max_context) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", prompt.size(), " tokens but the model's context is ", max_context,
+        "the prompt has ", prompt_len, " tokens but the model's context is ", max_context,
         " tokens; shorten the prompt to at most ", max_context - 1, " tokens"));
+  }
+  if (!request.max_tokens.has_value()) {
+    request.max_tokens = max_context > 0 ? static_cast<int>(max_context - prompt_len)
+                                         : fallback_max_tokens;
+  } else if (max_context > 0 && prompt_len + *request.max_tokens > max_context) {
+    // 64-bit: max_tokens may be near INT32_MAX.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this model's maximum context length is ", max_context, " tokens, but ",
+        prompt_len + int64_t{*request.max_tokens}, " were requested (", prompt_len,
+        " in the prompt, ", *request.max_tokens, " to generate); lower max_tokens to at most ",
+        max_context - prompt_len, " or shorten the prompt"));
+  }
+  if (request.sampling.min_tokens() > *request.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens is ", request.sampling.min_tokens(),
+                                                   " but max_tokens is ", *request.max_tokens,
+                                                   "; min_tokens must be at most max_tokens"));
   }
   return absl::OkStatus();
 }

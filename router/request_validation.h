@@ -1,9 +1,10 @@
-// Checking and tokenizing a client's GenerateRequest before any worker is
+// Checking and tokenizing a client's request before any worker is
 // involved. Pure functions: no network, no clock.
 #ifndef TANDEM_ROUTER_REQUEST_VALIDATION_H_
 #define TANDEM_ROUTER_REQUEST_VALIDATION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,41 +18,69 @@ namespace tandem::router {
 
 struct ValidRequest {
   std::vector<int32_t> prompt;
+  // The prompt's text when the client sent text (echoed as sent).
+  std::optional<std::string> prompt_text;
+  // Sampling as the workers get it, the seed always set.
   v1::SamplingParams sampling;
-  int max_tokens = 0;
+  // Unset until ResolveMaxTokens: then the completion tokens per choice.
+  std::optional<int> max_tokens;
   std::vector<std::string> stop;
-  // The tokenizer's EOS (empty without a tokenizer).
+  // The tokenizer's end-of-sequence ids; empty with ignore_eos (or without
+  // a tokenizer).
   std::vector<int32_t> stop_token_ids;
+  int n = 1;
+  std::optional<int> logprobs;
+  bool echo = false;
 };
 
-// INVALID_ARGUMENT, saying what to change, for: no prompt, empty prompt
-// text or token ids, text or messages without a tokenizer, messages without
-// a chat template, max_tokens < 1, temperature < 0 (or not finite), top_k <
-// 0, top_p outside (0, 1], an empty stop string, timeout_ms < 0, and what
-// ChatPromptIds refuses. Text is tokenized with BOS first; token ids are
-// used as given; messages become token ids through ChatPromptIds.
-// `tokenizer` may be null (token-id prompts only), `chat_template` too (no
-// chat prompts).
-absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& request,
-                                             const Tokenizer* tokenizer,
-                                             const ChatTemplate* chat_template = nullptr);
+// What the validation needs to know about the router.
+struct ValidationContext {
+  const Tokenizer* tokenizer = nullptr;        // null: token-id prompts only
+  const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
+  std::string served_model_name;
+  // Used when the request sets no seed.
+  uint64_t fresh_seed = 0;
+};
 
-// The prompt of a chat: `messages` rendered by `chat_template` with
-// add_generation_prompt, encoded with the special tokens recognized and no
-// BOS added (the template writes its own). Only the plain default template
-// without a bos_token (a router given a bare tokenizer file) leaves BOS to
-// the tokenizer, which then adds it as for text prompts. INVALID_ARGUMENT
-// for no messages, more than kMaxChatMessages or kMaxChatBytes, a role
-// other than system, user, assistant or tool, a conversation the template
-// rejects (with the template's message), and an empty rendered prompt.
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& messages,
+// INVALID_ARGUMENT, saying what to change, for: no prompt or more than one,
+// text without a tokenizer, messages without a chat template, an empty
+// token-id prompt without a tokenizer (whose BOS would start it), a prompt
+// above kMaxPromptBytes / kMaxPromptTokenIds, max_tokens < 1, n outside
+// [1, kMaxChoices], logprobs outside [0, kMaxTopLogprobs], temperature < 0
+// or not finite, top_k < 0, top_p outside (0, 1], penalties outside [-2, 2],
+// repetition_penalty <= 0, logit_bias above kMaxLogitBias entries or values
+// outside [-100, 100] or negative ids, min_tokens < 0 or above max_tokens,
+// more than kMaxStopStrings stop strings or one empty or longer than
+// kMaxStopBytes, stop strings or echo without a tokenizer, a timeout < 0,
+// and what ChatPromptIds refuses. NOT_FOUND for a model other than the
+// served one. An empty text or token-id prompt becomes BOS alone; text gets
+// BOS first; token ids are used as given; messages become token ids through
+// ChatPromptIds.
+absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
+                                             const ValidationContext& context);
+
+// The prompt of a chat: `messages` rendered by `chat_template` (with the
+// generation prompt when `add_generation_prompt`), encoded with the special
+// tokens recognized and no BOS added (the template writes its own). Only
+// the plain default template without a bos_token (a router given a bare
+// tokenizer file) leaves BOS to the tokenizer, which then adds it as for
+// text prompts. INVALID_ARGUMENT for no messages, more than
+// kMaxChatMessages or kMaxChatBytes, a role other than system, user,
+// assistant or tool, a conversation the template rejects (with the
+// template's message), and an empty rendered prompt.
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
-                                                   const ChatTemplate& chat_template);
+                                                   const ChatTemplate& chat_template,
+                                                   bool add_generation_prompt = true);
 
-// INVALID_ARGUMENT when a prompt token is outside [0, vocab_size) or the
-// prompt does not leave room for one generated token in `max_context`.
-// Limits <= 0 are unknown and not checked.
-absl::Status CheckModelLimits(const std::vector<int32_t>& prompt, int vocab_size, int max_context);
+// Checks the request against the model: INVALID_ARGUMENT when a prompt
+// token or a logit_bias id is outside [0, vocab_size), when the prompt
+// leaves no room for a generated token in `max_context`, or when the prompt
+// plus max_tokens exceeds it (with the numbers, as vLLM says it). An unset
+// max_tokens becomes what the context leaves. Limits <= 0 are unknown and
+// not checked (an unset max_tokens then becomes `fallback_max_tokens`).
+absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_context,
+                              int fallback_max_tokens);
 
 }  // namespace tandem::router
 

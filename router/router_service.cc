@@ -1,106 +1,164 @@
 #include "router/router_service.h"
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "common/base/logging.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
 
 namespace tandem::router {
+namespace {
 
-RouterService::RouterService(WorkerRegistry* registry, const Tokenizer* tokenizer,
-                             RouterOptions options)
-    : registry_(registry), tokenizer_(tokenizer), options_(options), rng_(std::random_device{}()) {}
+using Writer = rpc::StreamWriter<v1::GenerateResponse>;
 
-RouterService::~RouterService() {
-  StartDraining();
-  CancelAll();
-  std::map<uint64_t, std::thread> threads;
-  {
-    absl::MutexLock lock(&mu_);
-    threads.swap(threads_);
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kUnspecified:
+      break;
   }
-  // Cancelled worker calls end at once, so these joins are short.
-  for (auto& [id, thread] : threads) thread.join();
+  return v1::FINISH_REASON_UNSPECIFIED;
 }
+
+void LogprobsToProto(std::vector<TokenLogprob>& in,
+                     google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
+  for (TokenLogprob& l : in) {
+    v1::TokenLogprob* p = out->Add();
+    p->set_token_id(l.token_id);
+    p->set_logprob(l.logprob);
+    p->set_token(std::move(l.token));
+    for (TopLogprob& t : l.top) {
+      v1::TopLogprob* q = p->add_top();
+      q->set_token_id(t.token_id);
+      q->set_logprob(t.logprob);
+      q->set_token(std::move(t.token));
+    }
+  }
+}
+
+class GrpcSink final : public ResponseSink {
+ public:
+  explicit GrpcSink(std::shared_ptr<Writer> writer) : writer_(std::move(writer)) {}
+  bool OnEvent(GenerateEvent event) override { return writer_->Write(EventToProto(std::move(event))); }
+  void OnDone(absl::Status status) override { writer_->Finish(rpc::ToGrpc(status)); }
+
+ private:
+  const std::shared_ptr<Writer> writer_;
+};
+
+}  // namespace
+
+GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline) {
+  GenerateParams p;
+  p.request_id = r.request_id();
+  p.model = r.model();
+  switch (r.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      p.text = r.text();
+      break;
+    case v1::GenerateRequest::kTokenIds:
+      p.token_ids.emplace(r.token_ids().ids().begin(), r.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::kMessages:
+      p.messages.emplace();
+      for (const v1::ChatMessage& m : r.messages().messages()) {
+        p.messages->push_back({m.role(), m.content()});
+      }
+      break;
+    default:
+      break;
+  }
+  const v1::SamplingParams& s = r.sampling();
+  p.temperature = s.temperature();
+  p.top_k = s.top_k();
+  if (s.has_top_p()) p.top_p = s.top_p();
+  if (s.has_seed()) p.seed = s.seed();
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
+  if (s.has_repetition_penalty()) p.repetition_penalty = s.repetition_penalty();
+  p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());
+  p.min_tokens = s.min_tokens();
+  p.ignore_eos = r.ignore_eos();
+  // 0: up to the context's end; negative values are refused by validation.
+  if (r.max_tokens() != 0) p.max_tokens = r.max_tokens();
+  p.stop.assign(r.stop().begin(), r.stop().end());
+  p.n = r.n() == 0 ? 1 : r.n();
+  if (r.has_logprobs()) p.logprobs = r.logprobs();
+  p.echo = r.echo();
+  p.priority = r.priority();
+  p.timeout = absl::Milliseconds(r.timeout_ms());
+  p.deadline = deadline;
+  return p;
+}
+
+v1::GenerateResponse EventToProto(GenerateEvent event) {
+  v1::GenerateResponse m;
+  m.set_index(event.index);
+  switch (event.kind) {
+    case GenerateEvent::Kind::kEcho: {
+      v1::Echo* echo = m.mutable_echo();
+      echo->mutable_token_ids()->Assign(event.token_ids.begin(), event.token_ids.end());
+      echo->set_text(std::move(event.text));
+      LogprobsToProto(event.logprobs, echo->mutable_logprobs());
+      break;
+    }
+    case GenerateEvent::Kind::kTokens:
+      m.mutable_token_ids()->Assign(event.token_ids.begin(), event.token_ids.end());
+      m.set_text(std::move(event.text));
+      LogprobsToProto(event.logprobs, m.mutable_logprobs());
+      break;
+    case GenerateEvent::Kind::kFinished: {
+      m.set_text(std::move(event.text));
+      v1::Finished* f = m.mutable_finished();
+      f->set_reason(ToProto(event.finish_reason));
+      f->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+      f->mutable_usage()->set_completion_tokens(event.completion_tokens);
+      v1::Timeline* t = f->mutable_timeline();
+      t->set_router_queue_us(event.timeline.router_queue_us);
+      t->set_prefill_queue_us(event.timeline.prefill_queue_us);
+      t->set_prefill_us(event.timeline.prefill_us);
+      t->set_kv_transfer_us(event.timeline.kv_transfer_us);
+      t->set_decode_queue_us(event.timeline.decode_queue_us);
+      t->set_first_token_us(event.timeline.first_token_us);
+      t->set_end_us(event.timeline.end_us);
+      f->set_prefill_worker(std::move(event.prefill_worker));
+      f->set_decode_worker(std::move(event.decode_worker));
+      f->set_disaggregated(event.disaggregated);
+      break;
+    }
+  }
+  return m;
+}
+
+RouterService::RouterService(RequestCore* core, Authorizer authorize)
+    : core_(core), authorize_(std::move(authorize)) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto [reactor, writer] = rpc::StreamWriter<v1::GenerateResponse>::Create();
-  const absl::Time arrival = options_.clock->Now();
-  absl::MutexLock lock(&mu_);
-  ReapFinishedLocked();
-  RouterMetrics* const metrics = options_.driver.metrics;
-  if (draining_) {
-    if (metrics != nullptr) metrics->requests.Count(absl::StatusCode::kUnavailable);
-    writer->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "the router is draining; send the request to another router"));
-    return reactor;
+  auto [reactor, writer] = Writer::Create();
+  if (authorize_) {
+    if (absl::Status s = authorize_(*context); !s.ok()) {
+      writer->Finish(rpc::ToGrpc(s));
+      return reactor;
+    }
   }
-  if (static_cast<int>(running_.size()) >= options_.max_inflight) {
-    if (metrics != nullptr) metrics->requests.Count(absl::StatusCode::kResourceExhausted);
-    writer->Finish(
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     absl::StrCat("the router is serving its limit of ", options_.max_inflight,
-                                  " requests (--max_inflight); retry later")));
-    return reactor;
-  }
-  const uint64_t id = next_id_++;
-  std::string request_id = request->request_id();
-  if (request_id.empty()) request_id = absl::StrFormat("req-%016x", rng_());
-  // Workers key reservations by request id: make it unique per router even
-  // when a client reuses ids.
-  std::string worker_request_id = absl::StrCat(request_id, "/", id);
-  auto driver = std::make_shared<RequestDriver>(
-      registry_, tokenizer_, *options_.clock, options_.driver, *request, std::move(request_id),
-      std::move(worker_request_id), arrival, absl::FromChrono(context->deadline()), writer);
-  running_.emplace(id, driver);
-  std::weak_ptr<RequestDriver> weak = driver;
-  writer->OnCancel([weak] {
-    if (std::shared_ptr<RequestDriver> d = weak.lock()) d->Cancel();
+  std::shared_ptr<RequestHandle> handle =
+      core_->Submit(ParamsFromProto(*request, absl::FromChrono(context->deadline())),
+                    std::make_shared<GrpcSink>(writer));
+  // Weak: the handle holds the sink, which holds the writer.
+  writer->OnCancel([weak = std::weak_ptr<RequestHandle>(handle)] {
+    if (std::shared_ptr<RequestHandle> h = weak.lock()) h->Cancel();
   });
-  if (metrics != nullptr) metrics->requests_in_flight.Increment();
-  threads_.emplace(id, std::thread([this, id, driver, metrics] {
-                     driver->Run();
-                     if (metrics != nullptr) metrics->requests_in_flight.Decrement();
-                     absl::MutexLock lock(&mu_);
-                     running_.erase(id);
-                     finished_.push_back(id);
-                   }));
   return reactor;
-}
-
-void RouterService::ReapFinishedLocked() {
-  for (uint64_t id : finished_) {
-    auto it = threads_.find(id);
-    if (it == threads_.end()) continue;
-    // The thread has done its work and is returning.
-    it->second.join();
-    threads_.erase(it);
-  }
-  finished_.clear();
-}
-
-void RouterService::StartDraining() {
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
-}
-
-bool RouterService::WaitForIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.empty(); };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-}
-
-void RouterService::CancelAll() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, driver] : running_) driver->Cancel();
-}
-
-int RouterService::inflight() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(running_.size());
 }
 
 }  // namespace tandem::router

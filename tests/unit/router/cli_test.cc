@@ -82,7 +82,7 @@ TEST_F(CliTest, StreamsOnlyTheContinuationToStdoutAndASummaryToStderr) {
 }
 
 TEST_F(CliTest, AnErrorStatusGoesToStderrWithExitCodeOne) {
-  const CliRun r = RunCli(absl::StrCat("generate ", Router(), " --prompt w5 --max-tokens 0"));
+  const CliRun r = RunCli(absl::StrCat("generate ", Router(), " --prompt w5 --max-tokens -1"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT"));

@@ -11,6 +11,18 @@
 
 namespace tandem::router::testing {
 
+v1::TokenLogprob FakeLogprob(int32_t token, int alternatives) {
+  v1::TokenLogprob l;
+  l.set_token_id(token);
+  l.set_logprob(-0.25f * static_cast<float>(token % 8));
+  for (int k = 0; k < alternatives; ++k) {
+    v1::TopLogprob* t = l.add_top();
+    t->set_token_id((token + k) % kFakeVocab);
+    t->set_logprob(-0.5f * static_cast<float>(k));
+  }
+  return l;
+}
+
 namespace {
 
 constexpr int kBlocks = 64;
@@ -137,47 +149,70 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
     }
     generated = 1;  // The first token came from prefill.
   }
-  v1::DecodeEvent pending;
-  auto flush = [&] {
-    if (pending.tokens().ids_size() == 0) return true;
-    const bool ok = stream->writer->Write(std::move(pending));
-    pending.Clear();
-    return ok;
-  };
-  v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
-  for (int i = 0; generated < request.max_tokens(); ++i) {
-    if (b.fail_after >= 0 && i == b.fail_after) {
-      flush();
-      stream->writer->Finish(
-          grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake decode worker crashed"));
+  if (request.local_prefill() && request.prompt_logprobs()) {
+    v1::DecodeEvent event;
+    for (int i = 1; i < request.prompt_size(); ++i) {
+      *event.mutable_prompt_logprobs()->add_logprobs() =
+          FakeLogprob(request.prompt(i), request.has_logprobs() ? request.logprobs() : 0);
+    }
+    if (!stream->writer->Write(std::move(event))) {
+      stream->writer->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client gone"));
       done();
       return;
     }
-    if (b.hold_after >= 0 && i == b.hold_after) {
-      flush();
-      wait_cancelled();
-      stream->writer->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "held until cancelled"));
-      done();
-      return;
-    }
-    const int32_t token = b.script[i % b.script.size()];
-    if (std::find(request.stop_token_ids().begin(), request.stop_token_ids().end(), token) !=
-        request.stop_token_ids().end()) {
-      reason = v1::FINISH_REASON_EOS;
-      break;
-    }
-    pending.mutable_tokens()->add_ids(token);
-    ++generated;
-    if (pending.tokens().ids_size() >= b.chunk && !flush()) break;
   }
-  flush();
-  v1::DecodeEvent finished;
-  finished.mutable_finished()->set_reason(reason);
-  finished.mutable_finished()->set_completion_tokens(generated);
-  finished.mutable_finished()->set_decode_queue_us(44);
-  finished.mutable_finished()->set_prefill_us(request.local_prefill() ? 55 : 0);
-  finished.mutable_finished()->set_kv_wait_us(request.local_prefill() ? 0 : 66);
-  stream->writer->Write(std::move(finished));
+  const int first_generated = generated;
+  const int n = std::max(1, request.n());
+  for (int choice = 0; choice < n; ++choice) {
+    generated = first_generated;
+    v1::DecodeEvent pending;
+    auto flush = [&] {
+      if (pending.tokens().ids_size() == 0) return true;
+      pending.mutable_tokens()->set_index(choice);
+      const bool ok = stream->writer->Write(std::move(pending));
+      pending.Clear();
+      return ok;
+    };
+    v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
+    for (int i = 0; generated < request.max_tokens(); ++i) {
+      if (b.fail_after >= 0 && i == b.fail_after) {
+        flush();
+        stream->writer->Finish(
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake decode worker crashed"));
+        done();
+        return;
+      }
+      if (b.hold_after >= 0 && i == b.hold_after) {
+        flush();
+        wait_cancelled();
+        stream->writer->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "held until cancelled"));
+        done();
+        return;
+      }
+      // Choice c follows the script c tokens further on.
+      const int32_t token = b.script[(i + choice) % b.script.size()];
+      if (std::find(request.stop_token_ids().begin(), request.stop_token_ids().end(), token) !=
+          request.stop_token_ids().end()) {
+        reason = v1::FINISH_REASON_EOS;
+        break;
+      }
+      pending.mutable_tokens()->add_ids(token);
+      if (request.has_logprobs()) {
+        *pending.mutable_tokens()->add_logprobs() = FakeLogprob(token, request.logprobs());
+      }
+      ++generated;
+      if (pending.tokens().ids_size() >= b.chunk && !flush()) break;
+    }
+    flush();
+    v1::DecodeEvent finished;
+    finished.mutable_finished()->set_index(choice);
+    finished.mutable_finished()->set_reason(reason);
+    finished.mutable_finished()->set_completion_tokens(generated);
+    finished.mutable_finished()->set_decode_queue_us(44);
+    finished.mutable_finished()->set_prefill_us(request.local_prefill() ? 55 : 0);
+    finished.mutable_finished()->set_kv_wait_us(request.local_prefill() ? 0 : 66);
+    stream->writer->Write(std::move(finished));
+  }
   stream->writer->Finish(grpc::Status::OK);
   done();
 }
@@ -307,6 +342,19 @@ grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext
   }
   if (!b.fail.ok()) return Reply(ctx, rpc::ToGrpc(b.fail));
   response->set_first_token(b.first_token);
+  const int n = std::max(1, request->n());
+  for (int c = 1; c < n; ++c) response->add_extra_first_tokens(b.first_token + c);
+  if (request->has_logprobs()) {
+    for (int c = 0; c < n; ++c) {
+      *response->add_first_logprobs() = FakeLogprob(b.first_token + c, request->logprobs());
+    }
+  }
+  if (request->prompt_logprobs()) {
+    for (int i = 1; i < request->tokens_size(); ++i) {
+      *response->add_prompt_logprobs() =
+          FakeLogprob(request->tokens(i), request->has_logprobs() ? request->logprobs() : 0);
+    }
+  }
   response->set_queue_us(11);
   response->set_prefill_us(22);
   response->set_kv_transfer_us(33);

@@ -25,6 +25,11 @@ inline constexpr int kFakeMaxContext = 128;
 inline constexpr int kFakeBos = 1;
 inline constexpr int kFakeEos = 2;
 
+// The logprob entry the fakes send for `token`: logprob -0.25 * (token % 8)
+// and `alternatives` top entries (token + k) % kFakeVocab with logprob
+// -0.5 * k.
+v1::TokenLogprob FakeLogprob(int32_t token, int alternatives);
+
 // The model and KV layout a fake reports in GetStats (the router keeps
 // workers that disagree with their pool out of routing).
 struct FakeModel {

@@ -273,7 +273,7 @@ class OpenAiHttpTest : public ::testing::Test {
     ASSERT_TRUE(t.ok()) << t.status();
     chat_template_.emplace(*std::move(t));
     HarnessOptions options{.prefill = 1, .decode = 1};
-    options.router.driver.chat_template = &*chat_template_;
+    options.chat_template = &*chat_template_;
     StartAll(options);
   }
 
@@ -491,7 +491,7 @@ TEST_F(OpenAiHttpTest, StopWaitsForOpenStreamsToEnd) {
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(http_->active(), 1);  // Stop is waiting for the stream.
   const absl::Time cancel = absl::Now();
-  harness_->service().CancelAll();  // What main does when the drain times out.
+  harness_->core().CancelAll();  // What main does when the drain times out.
   stopper.join();
   client.join();
   EXPECT_LT(absl::Now() - cancel, absl::Seconds(5));
@@ -531,7 +531,7 @@ TEST_F(OpenAiHttpTest, ModelsHealthAndUnknownPaths) {
 
 TEST_F(OpenAiHttpTest, DrainingRouterIs503) {
   StartAll();
-  harness_->service().StartDraining();
+  harness_->core().StartDraining();
   const auto [status, j] = Post(R"({"prompt": [1, 5], "max_tokens": 2})");
   EXPECT_EQ(status, 503) << j.dump();
   EXPECT_EQ(j["error"]["code"], "unavailable");

@@ -19,11 +19,27 @@ using ::tandem::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-v1::GenerateRequest Tokens(std::vector<int32_t> ids, int max_tokens) {
-  v1::GenerateRequest r;
-  for (int32_t id : ids) r.mutable_token_ids()->add_ids(id);
-  r.set_max_tokens(max_tokens);
+GenerateParams Tokens(std::vector<int32_t> ids, int max_tokens) {
+  GenerateParams r;
+  r.token_ids = std::move(ids);
+  r.max_tokens = max_tokens;
   return r;
+}
+
+GenerateParams Text(std::string text, int max_tokens) {
+  GenerateParams r;
+  r.text = std::move(text);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
+                                             const Tokenizer* tokenizer,
+                                             const ChatTemplate* chat_template = nullptr) {
+  return router::ValidateRequest(params, {.tokenizer = tokenizer,
+                                          .chat_template = chat_template,
+                                          .served_model_name = "m",
+                                          .fresh_seed = 1234});
 }
 
 TEST(ValidateRequest, TokenIdsAreUsedAsGivenAndTextGetsBos) {
@@ -31,36 +47,80 @@ TEST(ValidateRequest, TokenIdsAreUsedAsGivenAndTextGetsBos) {
   ASSERT_OK_AND_ASSIGN(ValidRequest a, ValidateRequest(Tokens({7, 8}, 3), &tokenizer));
   EXPECT_THAT(a.prompt, ElementsAre(7, 8));
   EXPECT_THAT(a.stop_token_ids, ElementsAre(testing::kFakeEos));
-  v1::GenerateRequest text;
-  text.set_text("w7 w8");
-  text.set_max_tokens(1);
-  ASSERT_OK_AND_ASSIGN(ValidRequest b, ValidateRequest(text, &tokenizer));
+  ASSERT_OK_AND_ASSIGN(ValidRequest b, ValidateRequest(Text("w7 w8", 1), &tokenizer));
   EXPECT_THAT(b.prompt, ElementsAre(testing::kFakeBos, 7, 8));
+  EXPECT_EQ(b.prompt_text, "w7 w8");
+  // An unset seed is the fresh one; a set seed is kept.
+  EXPECT_EQ(b.sampling.seed(), 1234u);
+  GenerateParams seeded = Text("w7", 1);
+  seeded.seed = 0;
+  EXPECT_EQ(ValidateRequest(seeded, &tokenizer)->sampling.seed(), 0u);
+  EXPECT_TRUE(ValidateRequest(seeded, &tokenizer)->sampling.has_seed());
+}
+
+TEST(ValidateRequest, EmptyPromptsStartFromBos) {
+  testing::FakeTokenizer tokenizer;
+  EXPECT_THAT(ValidateRequest(Text("", 1), &tokenizer)->prompt, ElementsAre(testing::kFakeBos));
+  EXPECT_THAT(ValidateRequest(Tokens({}, 1), &tokenizer)->prompt, ElementsAre(testing::kFakeBos));
+  EXPECT_THAT(ValidateRequest(Tokens({}, 1), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tokenizer")));
+}
+
+TEST(ValidateRequest, OneServedModelName) {
+  GenerateParams p = Tokens({1}, 1);
+  p.model = "m";
+  EXPECT_OK(ValidateRequest(p, nullptr).status());
+  p.model = "gpt-4";
+  EXPECT_THAT(ValidateRequest(p, nullptr),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("this router serves 'm'")));
+}
+
+TEST(ValidateRequest, IgnoreEosDropsTheStopIds) {
+  testing::FakeTokenizer tokenizer;
+  GenerateParams p = Tokens({1}, 1);
+  p.ignore_eos = true;
+  EXPECT_TRUE(ValidateRequest(p, &tokenizer)->stop_token_ids.empty());
 }
 
 TEST(ValidateRequest, SamplingLimits) {
-  v1::GenerateRequest r = Tokens({1}, 1);
-  r.mutable_sampling()->set_top_p(1.0f);
-  r.mutable_sampling()->set_temperature(0.7f);
+  GenerateParams r = Tokens({1}, 1);
+  r.top_p = 1.0f;
+  r.temperature = 0.7f;
   EXPECT_OK(ValidateRequest(r, nullptr).status());
-  r.mutable_sampling()->set_temperature(std::numeric_limits<float>::quiet_NaN());
+  r.temperature = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THAT(ValidateRequest(r, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("temperature")));
   r = Tokens({1}, 1);
-  r.set_timeout_ms(-1);
+  r.frequency_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(ValidateRequest(r, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("frequency_penalty")));
+  r = Tokens({1}, 1);
+  for (int i = 0; i <= kMaxLogitBias; ++i) r.logit_bias.push_back({i, 1.0f});
+  EXPECT_THAT(ValidateRequest(r, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 1024")));
+  r = Tokens({1}, 1);
+  r.logit_bias = {{-1, 1.0f}};
+  EXPECT_THAT(ValidateRequest(r, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token -1")));
+  r = Tokens({1}, 1);
+  r.n = 0;
+  EXPECT_THAT(ValidateRequest(r, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n is 0")));
+  r = Tokens({1}, 1);
+  r.echo = true;
+  EXPECT_THAT(ValidateRequest(r, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("echo")));
+  r = Tokens({1}, 1);
+  r.timeout = absl::Milliseconds(-1);
   EXPECT_THAT(ValidateRequest(r, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("timeout_ms")));
 }
 
-v1::GenerateRequest Chat(const std::vector<std::pair<std::string, std::string>>& messages) {
-  v1::GenerateRequest r;
-  r.mutable_messages();  // Set even when empty.
-  for (const auto& [role, content] : messages) {
-    v1::ChatMessage* m = r.mutable_messages()->add_messages();
-    m->set_role(role);
-    m->set_content(content);
-  }
-  r.set_max_tokens(4);
+GenerateParams Chat(const std::vector<std::pair<std::string, std::string>>& messages) {
+  GenerateParams r;
+  r.messages.emplace();  // Set even when empty.
+  for (const auto& [role, content] : messages) r.messages->push_back({role, content});
+  r.max_tokens = 4;
   return r;
 }
 
@@ -87,10 +147,7 @@ TEST(ValidateRequest, ChatIsRenderedAndEncodedWithSpecialTokens) {
   EXPECT_THAT(r.stop_token_ids, ElementsAre(testing::kFakeEos));
   EXPECT_EQ(r.max_tokens, 4);
   // Text prompts still do not parse special tokens.
-  v1::GenerateRequest text;
-  text.set_text("<s> w7");
-  text.set_max_tokens(1);
-  EXPECT_THAT(ValidateRequest(text, &tokenizer, &chat_template),
+  EXPECT_THAT(ValidateRequest(Text("<s> w7", 1), &tokenizer, &chat_template),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no token '<s>'")));
 }
 
@@ -150,14 +207,53 @@ TEST(ValidateRequest, ChatWithTheDefaultTemplateGetsTheTokenizersBos) {
   EXPECT_EQ(r.prompt.front(), tokenizer->bos_id());
 }
 
-TEST(CheckModelLimits, VocabularyAndContext) {
-  EXPECT_OK(CheckModelLimits({0, 63}, 64, 3));
-  EXPECT_THAT(CheckModelLimits({0, 64}, 64, 0),
+ValidRequest Resolvable(std::vector<int32_t> prompt, std::optional<int> max_tokens) {
+  ValidRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(ResolveMaxTokens, VocabularyAndContext) {
+  ValidRequest r = Resolvable({0, 63}, 1);
+  EXPECT_OK(ResolveMaxTokens(r, 64, 3, 16));
+  r = Resolvable({0, 64}, 1);
+  EXPECT_THAT(ResolveMaxTokens(r, 64, 0, 16),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary [0, 64)")));
-  EXPECT_THAT(CheckModelLimits({0, 1, 2}, 64, 3),
+  r = Resolvable({0, 1, 2}, 1);
+  EXPECT_THAT(ResolveMaxTokens(r, 64, 3, 16),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 2 tokens")));
   // Unknown limits are not checked.
-  EXPECT_OK(CheckModelLimits({1000}, 0, 0));
+  r = Resolvable({1000}, 1);
+  EXPECT_OK(ResolveMaxTokens(r, 0, 0, 16));
+  r = Resolvable({1}, 1);
+  (*r.sampling.mutable_logit_bias())[64] = 1.0f;
+  EXPECT_THAT(ResolveMaxTokens(r, 64, 0, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logit_bias names token 64")));
+}
+
+TEST(ResolveMaxTokens, PromptPlusMaxTokensMustFitTheContext) {
+  ValidRequest r = Resolvable({1, 2, 3}, 8);
+  EXPECT_THAT(ResolveMaxTokens(r, 0, 10, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("maximum context length is 10 tokens, but 11 were requested (3 "
+                                 "in the prompt, 8 to generate); lower max_tokens to at most 7")));
+  r = Resolvable({1, 2, 3}, INT32_MAX);
+  EXPECT_THAT(ResolveMaxTokens(r, 0, 10, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2147483650 were requested")));
+  r = Resolvable({1, 2, 3}, 7);
+  EXPECT_OK(ResolveMaxTokens(r, 0, 10, 16));
+  // Unset: what the context leaves, or the fallback when it is unknown.
+  r = Resolvable({1, 2, 3}, std::nullopt);
+  EXPECT_OK(ResolveMaxTokens(r, 0, 10, 16));
+  EXPECT_EQ(r.max_tokens, 7);
+  r = Resolvable({1, 2, 3}, std::nullopt);
+  EXPECT_OK(ResolveMaxTokens(r, 0, 0, 16));
+  EXPECT_EQ(r.max_tokens, 16);
+  r = Resolvable({1, 2, 3}, 2);
+  r.sampling.set_min_tokens(3);
+  EXPECT_THAT(ResolveMaxTokens(r, 0, 10, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min_tokens is 3")));
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 namespace tandem::router::testing {
 
-RouterHarness::RouterHarness(HarnessOptions options) : options_(std::move(options)) {}
+RouterHarness::RouterHarness(HarnessOptions options)
+    : options_(std::move(options)),
+      chat_template_(*ChatTemplate::FromString(kDefaultChatTemplate, std::nullopt, std::nullopt)) {}
 
 RouterHarness::~RouterHarness() {
   // Router first, so that its requests end before the workers go.
@@ -16,6 +18,7 @@ RouterHarness::~RouterHarness() {
     router_server_.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   }
   service_.reset();
+  core_.reset();
   if (registry_ != nullptr) registry_->Stop();
   for (auto* servers : {&prefill_servers_, &decode_servers_}) {
     for (rpc::RunningServer& s : *servers) {
@@ -63,7 +66,12 @@ absl::Status RouterHarness::Start() {
       registry_->PollNow();
     }
   }
-  service_ = std::make_unique<RouterService>(registry_.get(), tokenizer, options_.router);
+  core_ = std::make_unique<RouterCore>(registry_.get(), tokenizer,
+                                       options_.no_chat_template ? nullptr
+                                       : options_.chat_template != nullptr ? options_.chat_template
+                                                                           : &chat_template_,
+                                       options_.router);
+  service_ = std::make_unique<RouterService>(core_.get(), options_.authorize);
   absl::StatusOr<rpc::RunningServer> s = rpc::StartServer({}, {service_.get()});
   if (!s.ok()) return s.status();
   router_server_ = *std::move(s);

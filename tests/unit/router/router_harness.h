@@ -11,6 +11,8 @@
 #include "absl/time/time.h"
 #include "common/model/tokenizer.h"
 #include "common/rpc/server.h"
+#include "common/model/chat_template.h"
+#include "router/router_core.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/generate.grpc.pb.h"
@@ -21,7 +23,13 @@ namespace tandem::router::testing {
 struct HarnessOptions {
   int prefill = 2;
   int decode = 1;
-  RouterOptions router = {};
+  RouterCoreOptions router = {};
+  // Checks every Generate call (API keys); empty = none.
+  Authorizer authorize;
+  // The router's chat template; null = the plain default one, unless
+  // no_chat_template.
+  const ChatTemplate* chat_template = nullptr;
+  bool no_chat_template = false;
   // Null: the harness's FakeTokenizer. Set `no_tokenizer` for none.
   const Tokenizer* tokenizer = nullptr;
   bool no_tokenizer = false;
@@ -57,7 +65,7 @@ class RouterHarness {
   void StopDecodeServer(int i);
 
   WorkerRegistry& registry() { return *registry_; }
-  RouterService& service() { return *service_; }
+  RouterCore& core() { return *core_; }
   v1::Router::Stub& stub() { return *stub_; }
   // The router's port on 127.0.0.1.
   int port() const { return router_server_.port; }
@@ -68,6 +76,7 @@ class RouterHarness {
  private:
   HarnessOptions options_;
   FakeTokenizer fake_tokenizer_;
+  ChatTemplate chat_template_;
   std::vector<std::unique_ptr<FakePrefillWorker>> prefill_;
   std::vector<std::unique_ptr<FakeDecodeWorker>> decode_;
   std::vector<rpc::RunningServer> prefill_servers_;
@@ -75,6 +84,7 @@ class RouterHarness {
   std::vector<std::string> prefill_addresses_;
   std::vector<std::string> decode_addresses_;
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<RouterCore> core_;
   std::unique_ptr<RouterService> service_;
   rpc::RunningServer router_server_;
   std::unique_ptr<v1::Router::Stub> stub_;

@@ -33,7 +33,7 @@ std::unique_ptr<RouterHarness> StartHarness(HarnessOptions options = {}) {
 }
 
 // Waits until the router has no request in flight.
-bool WaitForRouterIdle(RouterHarness& h) { return h.service().WaitForIdle(kWait); }
+bool WaitForRouterIdle(RouterHarness& h) { return h.core().WaitForIdle(kWait); }
 
 TEST(RouterServiceTest, DisaggregatedStreamsPrefillTokenFirstThenDecodeTokens) {
   auto h = StartHarness({.prefill = 1, .decode = 1});
@@ -328,19 +328,66 @@ TEST(RouterServiceTest, BadInputIsInvalidArgumentSayingWhatToChange) {
     std::string message;
   };
   std::vector<Case> cases;
-  cases.push_back({TokenRequest({}, 4), "token_ids is empty"});
   {
     v1::GenerateRequest r;
     r.set_max_tokens(4);
     cases.push_back({r, "no prompt"});
   }
+  cases.push_back({TokenRequest({1, 5}, -1), "max_tokens"});
+  // INT32_MAX must not overflow the context check.
+  cases.push_back({TokenRequest({1, 5}, INT32_MAX), "2147483649 were requested"});
+  cases.push_back({TokenRequest(std::vector<int32_t>(kFakeMaxContext - 2, 5), 3),
+                   "maximum context length is"});
   {
-    v1::GenerateRequest r;
-    r.set_text("");
-    r.set_max_tokens(4);
-    cases.push_back({r, "prompt text is empty"});
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.set_n(kMaxChoices + 1);
+    cases.push_back({r, "n is 17"});
   }
-  cases.push_back({TokenRequest({1, 5}, 0), "max_tokens"});
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.set_logprobs(kMaxTopLogprobs + 1);
+    cases.push_back({r, "logprobs is 21"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_presence_penalty(2.5f);
+    cases.push_back({r, "presence_penalty"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_repetition_penalty(0.0f);
+    cases.push_back({r, "repetition_penalty"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    (*r.mutable_sampling()->mutable_logit_bias())[kFakeVocab] = 1.0f;
+    cases.push_back({r, "logit_bias names token 64"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    (*r.mutable_sampling()->mutable_logit_bias())[5] = 101.0f;
+    cases.push_back({r, "logit_bias value"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.mutable_sampling()->set_min_tokens(5);
+    cases.push_back({r, "min_tokens"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    for (int i = 0; i <= kMaxStopStrings; ++i) r.add_stop("s");
+    cases.push_back({r, "stop strings"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.add_stop(std::string(kMaxStopBytes + 1, 's'));
+    cases.push_back({r, "stop string has"});
+  }
+  {
+    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
+    r.set_priority(1);
+    cases.push_back({r, "priority"});
+  }
   {
     v1::GenerateRequest r = TokenRequest({1, 5}, 4);
     r.mutable_sampling()->set_temperature(-0.5f);
@@ -456,7 +503,7 @@ TEST(RouterServiceTest, OverMaxInflightIsResourceExhaustedAtOnce) {
 TEST(RouterServiceTest, DrainingRouterRefusesNewRequests) {
   auto h = StartHarness({.prefill = 1, .decode = 1});
   ASSERT_NE(h, nullptr);
-  h->service().StartDraining();
+  h->core().StartDraining();
   const Result r = h->Run(TokenRequest({1, 5}, 2));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(r.status.error_message(), HasSubstr("draining"));

@@ -1,0 +1,217 @@
+#include "router/router_core.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/base/logging.h"
+
+namespace tandem::router {
+namespace {
+
+// A fixed request that is refused on arrival: its sink hears the status on
+// a prepare thread, never inside Submit.
+class NoOpHandle final : public RequestHandle {
+ public:
+  void Cancel() override {}
+};
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
+                       const ChatTemplate* chat_template, RouterCoreOptions options)
+    : env_{.registry = registry,
+           .tokenizer = tokenizer,
+           .chat_template = chat_template,
+           .clock = options.clock,
+           .served_model_name = options.served_model_name,
+           .options = options.driver},
+      options_(std::move(options)),
+      created_unix_(absl::ToUnixSeconds(absl::Now())),
+      seed_base_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
+  for (int i = 0; i < std::max(1, options_.prepare_threads); ++i) {
+    threads_.emplace_back([this] { PrepareLoop(); });
+  }
+}
+
+RouterCore::~RouterCore() {
+  StartDraining();
+  CancelAll();
+  // Cancelled worker calls end at once.
+  if (!WaitForIdle(absl::Seconds(10))) {
+    LOG(WARNING) << inflight() << " requests still running as the router core stops";
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void RouterCore::Enqueue(std::function<void()> job) { jobs_.push_back(std::move(job)); }
+
+void RouterCore::PrepareLoop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !jobs_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
+                                                  std::shared_ptr<ResponseSink> sink) {
+  const absl::Time arrival = options_.clock->Now();
+  RouterMetrics* const metrics = options_.driver.metrics;
+  absl::MutexLock lock(&mu_);
+  std::optional<absl::Status> refusal;
+  if (draining_) {
+    refusal = absl::UnavailableError("the router is draining; send the request to another router");
+  } else if (static_cast<int>(running_.size()) >= options_.max_inflight) {
+    refusal = absl::ResourceExhaustedError(
+        absl::StrCat("the router is serving its limit of ", options_.max_inflight,
+                     " requests (--max_inflight); retry later"));
+  }
+  if (refusal.has_value()) {
+    if (metrics != nullptr) metrics->requests.Count(refusal->code());
+    Enqueue([sink, status = *std::move(refusal)] { sink->OnDone(status); });
+    return std::make_shared<NoOpHandle>();
+  }
+  const uint64_t id = next_id_++;
+  std::string request_id = std::move(params.request_id);
+  if (request_id.size() > 256) request_id.resize(256);
+  if (request_id.empty()) {
+    request_id = absl::StrFormat("req-%016x", SplitMix64(seed_base_ ^ (id * 0x9e37)));
+  }
+  // Workers key reservations by request id: make it unique per router even
+  // when a client reuses ids.
+  std::string worker_request_id = absl::StrCat(request_id, "/", id);
+  auto driver = std::make_shared<RequestDriver>(
+      env_, std::move(params), std::move(request_id), std::move(worker_request_id),
+      SplitMix64(seed_base_ + id), arrival, std::move(sink), [this, id] { OnEnd(id); });
+  running_.emplace(id, driver);
+  if (metrics != nullptr) metrics->requests_in_flight.Increment();
+  Enqueue([driver] { driver->Run(); });
+  return driver;
+}
+
+void RouterCore::OnEnd(uint64_t id) {
+  if (options_.driver.metrics != nullptr) options_.driver.metrics->requests_in_flight.Decrement();
+  absl::MutexLock lock(&mu_);
+  running_.erase(id);
+}
+
+ServedModelInfo RouterCore::ModelInfo() const {
+  ServedModelInfo info{.id = options_.served_model_name, .created_unix = created_unix_};
+  if (env_.tokenizer != nullptr) info.vocab_size = env_.tokenizer->vocab_size();
+  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
+    if (!s.routable()) continue;
+    if (s.vocab_size > 0) info.vocab_size = s.vocab_size;
+    if (s.max_context > 0) {
+      info.max_context =
+          info.max_context == 0 ? s.max_context : std::min(info.max_context, s.max_context);
+    }
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<int32_t>> RouterCore::Tokenize(const std::string& text,
+                                                          bool add_special_tokens) const {
+  if (env_.tokenizer == nullptr) {
+    return absl::FailedPreconditionError("this router has no tokenizer");
+  }
+  if (text.size() > kMaxPromptBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the text has ", text.size(),
+                                                   " bytes; at most ", kMaxPromptBytes,
+                                                   " are served"));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = env_.tokenizer->Encode(text, add_special_tokens);
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot tokenize the text: ", ids.status().message()));
+  }
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> RouterCore::TokenizeChat(
+    const std::vector<ChatTurn>& messages, bool add_generation_prompt) const {
+  if (env_.tokenizer == nullptr || env_.chat_template == nullptr) {
+    return absl::FailedPreconditionError("this router has no tokenizer or chat template");
+  }
+  return ChatPromptIds(messages, *env_.tokenizer, *env_.chat_template, add_generation_prompt);
+}
+
+absl::StatusOr<std::string> RouterCore::Detokenize(const std::vector<int32_t>& ids) const {
+  if (env_.tokenizer == nullptr) {
+    return absl::FailedPreconditionError("this router has no tokenizer");
+  }
+  if (ids.size() > static_cast<size_t>(kMaxPromptTokenIds)) {
+    return absl::InvalidArgumentError(absl::StrCat("there are ", ids.size(), " token ids; at most ",
+                                                   kMaxPromptTokenIds, " are served"));
+  }
+  IncrementalDetokenizer detok(*env_.tokenizer, -1);
+  std::string text;
+  for (const int32_t id : ids) {
+    absl::StatusOr<std::string> piece = detok.Push(id);
+    if (!piece.ok()) return absl::InvalidArgumentError(piece.status().message());
+    text += *piece;
+  }
+  return text + detok.Flush();
+}
+
+bool RouterCore::Serving() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return false;
+  }
+  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
+    if (s.routable()) return true;
+  }
+  return false;
+}
+
+void RouterCore::StartDraining() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool RouterCore::WaitForIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void RouterCore::CancelAll() {
+  std::vector<std::shared_ptr<RequestDriver>> drivers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, weak] : running_) {
+      if (std::shared_ptr<RequestDriver> d = weak.lock()) drivers.push_back(std::move(d));
+    }
+  }
+  for (auto& d : drivers) d->Cancel();
+}
+
+int RouterCore::inflight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(running_.size());
+}
+
+}  // namespace tandem::router

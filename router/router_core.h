@@ -1,0 +1,92 @@
+// RouterCore: the RequestCore the router's front ends share. It admits a
+// request (or refuses it at once: UNAVAILABLE while draining,
+// RESOURCE_EXHAUSTED above max_inflight) and hands it to a RequestDriver,
+// whose state machine runs on gRPC's callback threads. Validation and
+// prompt tokenization, the only CPU-heavy part of a request on the router,
+// run on a few threads of the core's own, so that a long prompt never holds
+// a network thread. No thread per request.
+//
+// Thread-safe. The registry, tokenizer and chat template must outlive the
+// core; destroy the core after the front ends have stopped.
+#ifndef TANDEM_ROUTER_ROUTER_CORE_H_
+#define TANDEM_ROUTER_ROUTER_CORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "router/request_core.h"
+#include "router/request_driver.h"
+
+namespace tandem::router {
+
+struct RouterCoreOptions {
+  DriverOptions driver;
+  // Requests served at once; more are refused with RESOURCE_EXHAUSTED.
+  int max_inflight = 256;
+  // Threads that validate and tokenize prompts.
+  int prepare_threads = 2;
+  // Timeline stamps. Must outlive the core.
+  const Clock* clock = &Clock::Real();
+  std::string served_model_name = "tandem";
+};
+
+class RouterCore final : public RequestCore {
+ public:
+  // `tokenizer` may be null (token-id prompts only, no text), and
+  // `chat_template` too (no chat prompts).
+  RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
+             const ChatTemplate* chat_template, RouterCoreOptions options);
+  ~RouterCore() override;  // Cancels what still runs and waits (bounded) for it.
+
+  std::shared_ptr<RequestHandle> Submit(GenerateParams params,
+                                        std::shared_ptr<ResponseSink> sink) override;
+  ServedModelInfo ModelInfo() const override;
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
+                                                bool add_special_tokens) const override;
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatTurn>& messages,
+                                                    bool add_generation_prompt) const override;
+  absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids) const override;
+  bool Serving() const override;
+
+  // Refuse new requests with UNAVAILABLE from now on.
+  void StartDraining();
+  // Waits up to `timeout` until no request is in flight.
+  bool WaitForIdle(absl::Duration timeout);
+  // Cancels every request in flight (as if each client had gone away).
+  void CancelAll();
+  int inflight() const;
+
+ private:
+  void PrepareLoop();
+  // Runs `job` on a prepare thread.
+  void Enqueue(std::function<void()> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnEnd(uint64_t id);
+
+  // Constant after construction.
+  DriverEnv env_;
+  const RouterCoreOptions options_;
+  const int64_t created_unix_;
+  const uint64_t seed_base_;
+
+  mutable absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Requests in flight, to cancel them all.
+  std::map<uint64_t, std::weak_ptr<RequestDriver>> running_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_ROUTER_CORE_H_
