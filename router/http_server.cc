@@ -1,6 +1,7 @@
 #include "router/http_server.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -130,16 +131,13 @@ std::shared_ptr<Connection> HttpExchange::TakeOrGetConnection(bool take) {
 void HttpExchange::Respond(int status, std::vector<HttpHeader> headers, std::string body) {
   std::shared_ptr<Connection> c = TakeOrGetConnection(/*take=*/true);
   if (c == nullptr) return;
-  c->Post({.kind = ResponsePiece::Kind::kWhole,
-           .status = status,
-           .headers = std::move(headers),
-           .data = std::move(body)});
+  c->Post({ResponsePiece::Kind::kWhole, status, std::move(headers), std::move(body), 0});
 }
 
 void HttpExchange::StartStream(int status, std::vector<HttpHeader> headers) {
   std::shared_ptr<Connection> c = TakeOrGetConnection(/*take=*/false);
   if (c == nullptr) return;
-  c->Post({.kind = ResponsePiece::Kind::kHead, .status = status, .headers = std::move(headers)});
+  c->Post({ResponsePiece::Kind::kHead, status, std::move(headers), "", 0});
 }
 
 bool HttpExchange::Write(std::string data) {
@@ -152,25 +150,23 @@ bool HttpExchange::Write(std::string data) {
     c->PostAbort();
     return false;
   }
-  c->Post({.kind = ResponsePiece::Kind::kChunk, .data = std::move(data), .counted = n});
+  c->Post({ResponsePiece::Kind::kChunk, 0, {}, std::move(data), n});
   return true;
 }
 
 void HttpExchange::End() {
   std::shared_ptr<Connection> c = TakeOrGetConnection(/*take=*/true);
   if (c == nullptr) return;
-  c->Post({.kind = ResponsePiece::Kind::kEnd});
+  c->Post({ResponsePiece::Kind::kEnd, 0, {}, "", 0});
 }
 
 void HttpExchange::OnClientGone(std::function<void()> fn) {
   {
     absl::MutexLock lock(&mu_);
-    if (!gone_called_ && !gone_.load(std::memory_order_acquire)) {
+    if (!gone_.load(std::memory_order_acquire)) {
       on_gone_ = std::move(fn);
       return;
     }
-    if (gone_called_) return;
-    gone_called_ = true;
   }
   fn();
 }
@@ -181,11 +177,10 @@ void HttpExchange::MarkGone() {
     absl::MutexLock lock(&mu_);
     gone_.store(true, std::memory_order_release);
     connection_.reset();
-    if (gone_called_ || !on_gone_) return;
-    gone_called_ = true;
     fn = std::move(on_gone_);
+    on_gone_ = nullptr;
   }
-  fn();
+  if (fn) fn();
 }
 
 void HttpExchange::Detach() {
@@ -369,7 +364,7 @@ class StreamConnection final : public Connection {
     }
     reading_ = true;
     stream_.async_read_some(
-        buffer_.prepare(kReadChunk),
+        asio::buffer(read_chunk_),
         [self = Self()](const boost::system::error_code& ec, size_t n) { self->OnRead(ec, n); });
   }
 
@@ -380,7 +375,9 @@ class StreamConnection final : public Connection {
       ClientGone();
       return;
     }
-    buffer_.commit(n);
+    // read_chunk_ is a buffer of its own: buffer_ may be consumed while a
+    // read is outstanding, which would move the region it writes to.
+    buffer_.commit(asio::buffer_copy(buffer_.prepare(n), asio::buffer(read_chunk_.data(), n)));
     if (phase_ == Phase::kClosing || phase_ == Phase::kDraining) {
       buffer_.consume(buffer_.size());
     } else {
@@ -407,6 +404,9 @@ class StreamConnection final : public Connection {
       const size_t used = parser_->put(buffer_.data(), ec);
       buffer_.consume(used);
       if (ec == http::error::need_more) {
+        // The parser may stop at a boundary of its own (a chunk header)
+        // with bytes left: go on while it makes progress.
+        if (used > 0) continue;
         if (phase_ == Phase::kHeader && buffer_.size() > options().max_header_bytes) {
           ec = http::error::header_limit;
         } else {
@@ -641,7 +641,8 @@ class StreamConnection final : public Connection {
   const uint64_t id_;
   Stream stream_;
   asio::steady_timer timer_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // read, not yet parsed
+  std::array<char, kReadChunk> read_chunk_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Phase phase_ = Phase::kIdle;
   uint64_t deadline_generation_ = 0;

@@ -62,8 +62,8 @@ struct HttpServerOptions {
   // that gets further ahead of its client is cut off.
   size_t max_queued_bytes = 8 << 20;
   // PEM files; both set = TLS on every connection, neither = plain HTTP.
-  std::string tls_cert_file;
-  std::string tls_key_file;
+  std::string tls_cert_file = "";
+  std::string tls_key_file = "";
 };
 
 // INVALID_ARGUMENT unless `listen` is HOST:PORT (or [v6]:PORT), port in
@@ -109,8 +109,9 @@ class HttpExchange {
   // True once the client closed the connection or a write to it failed.
   bool client_gone() const { return gone_.load(std::memory_order_acquire); }
   // Runs `fn` once when the client goes away before the response ended
-  // (at once, on this thread, when it is gone already). Runs on an io
-  // thread: it must not block.
+  // (at once, on this thread, when it is gone already; a later call
+  // replaces an earlier `fn` not yet run). Runs on an io thread: it must
+  // not block.
   void OnClientGone(std::function<void()> fn);
 
   // Called by the connection (on its strand).
@@ -134,7 +135,6 @@ class HttpExchange {
   absl::Mutex mu_;
   std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_gone_ ABSL_GUARDED_BY(mu_);
-  bool gone_called_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;

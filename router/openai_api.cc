@@ -48,14 +48,12 @@ absl::Status OnlyKnownFields(const json& object, std::initializer_list<absl::str
 absl::StatusOr<int64_t> IntField(absl::string_view field, const json& value, int64_t lo,
                                  int64_t hi) {
   if (!value.is_number_integer()) return WrongType(field, "an integer", value);
-  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+  const bool too_large =
+      value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t v = too_large ? hi : value.get<int64_t>();
+  if (too_large || v < lo || v > hi) {
     return absl::InvalidArgumentError(
-        absl::StrCat("`", field, "` is too large: it must be in [", lo, ", ", hi, "]"));
-  }
-  const int64_t v = value.get<int64_t>();
-  if (!value.is_number_unsigned() && (v < lo || v > hi)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("`", field, "` is ", v, "; it must be in [", lo, ", ", hi, "]"));
+        absl::StrCat("`", field, "` is ", value.dump(), "; it must be in [", lo, ", ", hi, "]"));
   }
   return v;
 }
@@ -323,7 +321,8 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
     ASSIGN_OR_RETURN(int64_t n, IntField("logprobs", *v, 0, kMaxTopLogprobs));
     out.params.logprobs = static_cast<int>(n);
   }
-  if (const json* v = Field(j, "suffix"); v != nullptr && !(v->is_string() && v->empty())) {
+  if (const json* v = Field(j, "suffix");
+      v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return absl::InvalidArgumentError("`suffix` is not supported (no insertion); leave it out");
   }
   if (const json* v = Field(j, "best_of")) {
@@ -545,11 +544,6 @@ void ExtendCompletionLogprobs(json& into, json more) {
   for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
     for (json& e : more[key]) into[key].push_back(std::move(e));
   }
-}
-
-std::optional<std::string> FirstTokenText(const ResponseMeta& meta, const GenerateEvent& echo) {
-  if (echo.token_ids.empty()) return std::nullopt;
-  return meta.token_text ? meta.token_text(echo.token_ids.front()) : std::string();
 }
 
 absl::Status CheckIndex(const GenerateEvent& e, int n) {

@@ -1,0 +1,362 @@
+// The OpenAI JSON mapping (router/openai_api.h): request bodies into
+// GenerateParams, and events into responses and SSE chunks.
+#include "router/openai_api.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/router/fake_core.h"
+
+namespace tandem::router::openai_api {
+namespace {
+
+using ::nlohmann::json;
+using ::tandem::router::testing::FinishedEvent;
+using ::tandem::router::testing::TokensEvent;
+using ::tandem::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+TEST(OpenAiApiTest, CompletionDefaultsAreOpenAis) {
+  absl::StatusOr<ApiRequest> r = ParseCompletionRequest(R"({"prompt": "hello"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint, Endpoint::kCompletions);
+  EXPECT_FALSE(r->stream);
+  EXPECT_FALSE(r->include_usage);
+  const GenerateParams& p = r->params;
+  EXPECT_EQ(p.text, "hello");
+  EXPECT_EQ(p.model, "");
+  EXPECT_EQ(p.max_tokens, 16);
+  EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+  EXPECT_FALSE(p.top_p.has_value());
+  EXPECT_FALSE(p.seed.has_value());
+  EXPECT_FALSE(p.logprobs.has_value());
+  EXPECT_FALSE(p.echo);
+  EXPECT_EQ(p.n, 1);
+}
+
+TEST(OpenAiApiTest, EveryCompletionOptionIsMapped) {
+  absl::StatusOr<ApiRequest> r = ParseCompletionRequest(R"({
+      "model": "m", "prompt": [1, 5, 6], "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+      "top_k": 40, "seed": 42, "stop": ["a", "b"], "stream": true,
+      "stream_options": {"include_usage": true}, "n": 3, "best_of": 3, "logprobs": 2,
+      "echo": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+      "repetition_penalty": 1.1, "logit_bias": {"17": -100, "3": 2.5}, "min_tokens": 4,
+      "ignore_eos": true, "user": "u-1", "suffix": ""})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  const GenerateParams& p = r->params;
+  EXPECT_EQ(p.model, "m");
+  ASSERT_TRUE(p.token_ids.has_value());
+  EXPECT_THAT(*p.token_ids, ElementsAre(1, 5, 6));
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_FLOAT_EQ(p.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(*p.seed, 42u);
+  EXPECT_THAT(p.stop, ElementsAre("a", "b"));
+  EXPECT_EQ(p.n, 3);
+  EXPECT_EQ(*p.logprobs, 2);
+  EXPECT_TRUE(p.echo);
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.25f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(*p.repetition_penalty, 1.1f);
+  EXPECT_THAT(p.logit_bias, ::testing::UnorderedElementsAre(Pair(17, -100.0f), Pair(3, 2.5f)));
+  EXPECT_EQ(p.min_tokens, 4);
+  EXPECT_TRUE(p.ignore_eos);
+  // A one-element batch is one prompt; top_k -1 is no limit; a lone stop
+  // string is a list of one; an empty token list generates from BOS.
+  r = ParseCompletionRequest(R"({"prompt": ["hi"], "top_k": -1, "stop": "x", "seed": -1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.text, "hi");
+  EXPECT_EQ(r->params.top_k, 0);
+  EXPECT_THAT(r->params.stop, ElementsAre("x"));
+  EXPECT_EQ(*r->params.seed, ~uint64_t{0});
+  r = ParseCompletionRequest(R"({"prompt": []})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->params.token_ids.has_value() && r->params.token_ids->empty());
+}
+
+TEST(OpenAiApiTest, ChatOptionsAreMapped) {
+  absl::StatusOr<ApiRequest> r = ParseChatRequest(R"({
+      "model": "m", "messages": [{"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": null, "tool_calls": []}],
+      "max_tokens": 9, "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 5,
+      "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "n": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint, Endpoint::kChat);
+  const GenerateParams& p = r->params;
+  ASSERT_TRUE(p.messages.has_value());
+  ASSERT_EQ(p.messages->size(), 3u);
+  EXPECT_EQ((*p.messages)[0].role, "system");
+  EXPECT_EQ((*p.messages)[1].content, "ab");
+  EXPECT_EQ((*p.messages)[2].content, "");
+  EXPECT_EQ(p.max_tokens, 3);  // max_completion_tokens wins
+  EXPECT_EQ(*p.logprobs, 5);
+  EXPECT_EQ(p.n, 2);
+  // Chat leaves max_tokens to the context; logprobs alone asks for no
+  // alternatives.
+  r = ParseChatRequest(R"({"messages": [], "logprobs": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->params.max_tokens.has_value());
+  EXPECT_EQ(*r->params.logprobs, 0);
+  r = ParseChatRequest(R"({"messages": [], "logprobs": false, "top_logprobs": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->params.logprobs.has_value());
+}
+
+TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> completions = {
+      {"", "empty"},
+      {"{", "JSON"},
+      {"[1]", "object"},
+      {R"({"max_tokens": 3})", "prompt"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({"prompt": [1, "a"]})", "prompt"},
+      {R"({"prompt": ["a", "b"]})", "one prompt"},
+      {R"({"prompt": [1, 99999999999]})", "prompt[1]"},
+      {R"({"prompt": "x", "max_tokens": "ten"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 99999999999})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "temperature": 1e300})", "temperature"},
+      {R"({"prompt": "x", "top_k": -2})", "top_k"},
+      {R"({"prompt": "x", "seed": 1.5})", "seed"},
+      {R"({"prompt": "x", "stop": 3})", "stop"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"x": 1}})", "`x`"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 17})", "n"},
+      {R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of"},
+      {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "x", "logprobs": true})", "logprobs"},
+      {R"({"prompt": "x", "echo": 1})", "echo"},
+      {R"({"prompt": "x", "suffix": "y"})", "suffix"},
+      {R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": "big"}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {R"({"prompt": "x", "min_tokens": -1})", "min_tokens"},
+      {R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
+      {R"({"prompt": "x", "user": 5})", "user"},
+      {R"({"prompt": "x", "model": 3})", "model"},
+      {R"({"prompt": "x", "messages": []})", "`messages`"},
+      {R"({"prompt": "x", "guided_json": {}})", "`guided_json`"},
+  };
+  for (const auto& [body, field] : completions) {
+    EXPECT_THAT(ParseCompletionRequest(body),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
+        << body;
+  }
+  const std::vector<std::pair<std::string, std::string>> chat = {
+      {R"({"prompt": "x"})", "`prompt`"},
+      {R"({"model": "m"})", "messages"},
+      {R"({"messages": {}})", "messages"},
+      {R"({"messages": [1]})", "messages[0]"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "name": "bob"}]})", "messages[0].name"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "image_url"},
+      {R"({"messages": [{"role": "user", "tool_calls": [{}]}]})", "tool_calls"},
+      {R"({"messages": [], "top_logprobs": 3})", "top_logprobs"},
+      {R"({"messages": [], "logprobs": 1})", "logprobs"},
+      {R"({"messages": [], "tools": [{}]})", "tools"},
+      {R"({"messages": [], "functions": [{}]})", "functions"},
+      {R"({"messages": [], "tool_choice": "auto"})", "tool_choice"},
+      {R"({"messages": [], "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"messages": [], "echo": true})", "`echo`"},
+      {R"({"messages": [], "best_of": 1})", "`best_of`"},
+      {R"({"messages": [], "max_completion_tokens": 1.5})", "max_completion_tokens"},
+      {R"({"messages": [], "parallel_tool_calls": false})", "parallel_tool_calls"},
+  };
+  for (const auto& [body, field] : chat) {
+    EXPECT_THAT(ParseChatRequest(body),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
+        << body;
+  }
+}
+
+TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {
+  absl::StatusOr<TokenizeRequest> t =
+      ParseTokenizeRequest(R"({"model": "m", "prompt": "hi", "add_special_tokens": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->model, "m");
+  EXPECT_EQ(*t->prompt, "hi");
+  EXPECT_FALSE(t->add_special_tokens);
+  t = ParseTokenizeRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->messages.has_value());
+  EXPECT_FALSE(t->add_generation_prompt);
+  EXPECT_THAT(ParseTokenizeRequest(R"({})"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTokenizeRequest(R"({"prompt": "a", "messages": []})"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTokenizeRequest(R"({"prompt": "a", "return_token_strs": true})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("return_token_strs")));
+  absl::StatusOr<DetokenizeRequest> d = ParseDetokenizeRequest(R"({"tokens": [104, 105]})");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->tokens, ElementsAre(104, 105));
+  EXPECT_THAT(ParseDetokenizeRequest(R"({"tokens": ["a"]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tokens[0]")));
+}
+
+ResponseMeta Meta(Endpoint endpoint, int n, bool logprobs, bool include_usage = false) {
+  return ResponseMeta{.endpoint = endpoint,
+                      .id = "id-1",
+                      .created = 123,
+                      .model = "m",
+                      .n = n,
+                      .logprobs = logprobs,
+                      .include_usage = include_usage,
+                      .token_text = [](int32_t id) { return absl::StrCat("<", id, ">"); }};
+}
+
+TokenLogprob Lp(std::string token, float logprob, std::vector<TopLogprob> top = {}) {
+  return TokenLogprob{
+      .token_id = 0, .logprob = logprob, .token = std::move(token), .top = std::move(top)};
+}
+
+TEST(OpenAiApiTest, CompletionResponseWithEchoAndLogprobs) {
+  ResponseBuilder b(Meta(Endpoint::kCompletions, 2, /*logprobs=*/true));
+  GenerateEvent echo;
+  echo.kind = GenerateEvent::Kind::kEcho;
+  echo.token_ids = {7, 8};
+  echo.text = "Pq";
+  echo.logprobs = {Lp("q", -0.5f, {{.token_id = 8, .logprob = -0.5f, .token = "q"}})};
+  ASSERT_TRUE(b.Add(echo).ok());
+  ASSERT_TRUE(b.Add(TokensEvent(1, "xy", {Lp("x", -1.0f), Lp("y", -2.0f)})).ok());
+  ASSERT_TRUE(b.Add(TokensEvent(0, "z", {Lp("z", -3.0f)})).ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(1, FinishReason::kLength, 2, 2)).ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(0, FinishReason::kEos, 2, 1)).ok());
+  EXPECT_THAT(b.Add(TokensEvent(2, "w")), StatusIs(absl::StatusCode::kInternal));
+  const json r = b.Build();
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["usage"], json::parse(R"({"prompt_tokens": 2, "completion_tokens": 3,
+                                        "total_tokens": 5})"));
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][0]["text"], "Pqz");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][1]["text"], "Pqxy");
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  const json& lp = r["choices"][1]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["<7>", "q", "x", "y"])"));
+  EXPECT_EQ(lp["token_logprobs"], json::parse(R"([null, -0.5, -1.0, -2.0])"));
+  EXPECT_EQ(lp["top_logprobs"][0], nullptr);
+  EXPECT_EQ(lp["top_logprobs"][1], json::parse(R"({"q": -0.5})"));
+  EXPECT_EQ(lp["text_offset"], json::parse(R"([0, 3, 4, 5])"));
+}
+
+TEST(OpenAiApiTest, ChatResponseLogprobsCarryBytesOfInvalidUtf8) {
+  ResponseBuilder b(Meta(Endpoint::kChat, 1, /*logprobs=*/true));
+  ASSERT_TRUE(b.Add(TokensEvent(0, "",
+                                {Lp("\xe2\x82", -0.25f,
+                                    {{.token_id = 1, .logprob = -0.25f, .token = "\xff"}})}))
+                  .ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(0, FinishReason::kStop, 4, 1)).ok());
+  const json r = b.Build();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": ""})"));
+  const json& entry = r["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(entry["bytes"], json::parse("[226, 130]"));
+  EXPECT_EQ(entry["top_logprobs"][0]["bytes"], json::parse("[255]"));
+  // The dump replaces the invalid bytes instead of throwing.
+  const std::string dumped = Dump(r);
+  EXPECT_THAT(dumped, HasSubstr("\xef\xbf\xbd"));
+  EXPECT_TRUE(json::accept(dumped));
+  // Without logprobs the field is null.
+  ResponseBuilder plain(Meta(Endpoint::kChat, 1, /*logprobs=*/false));
+  ASSERT_TRUE(plain.Add(TokensEvent(0, "hi")).ok());
+  EXPECT_EQ(plain.Build()["choices"][0]["logprobs"], nullptr);
+}
+
+// The JSON payloads of an SSE text, [DONE] as a string.
+std::vector<json> Events(const std::string& sse) {
+  std::vector<json> out;
+  for (absl::string_view e : absl::StrSplit(sse, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(e, "data: ")) << e;
+    e.remove_prefix(6);
+    out.push_back(e == "[DONE]" ? json("[DONE]") : json::parse(e));
+  }
+  return out;
+}
+
+TEST(OpenAiApiTest, ChatStreamWithChoicesAndUsage) {
+  StreamBuilder s(Meta(Endpoint::kChat, 2, /*logprobs=*/false, /*include_usage=*/true));
+  std::string sse = s.Start();
+  sse += *s.OnEvent(TokensEvent(1, "b"));
+  sse += *s.OnEvent(TokensEvent(0, "a"));
+  sse += *s.OnEvent(FinishedEvent(0, FinishReason::kEos, 5, 1));
+  sse += *s.OnEvent(FinishedEvent(1, FinishReason::kLength, 5, 1));
+  sse += s.Finish();
+  const std::vector<json> events = Events(sse);
+  ASSERT_EQ(events.size(), 8u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(events[i]["choices"][0]["index"], i);
+    EXPECT_EQ(events[i]["choices"][0]["delta"]["role"], "assistant");
+  }
+  EXPECT_EQ(events[2]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[2]["choices"][0]["index"], 1);
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["content"], "b");
+  EXPECT_EQ(events[2]["usage"], nullptr);
+  EXPECT_TRUE(events[2].contains("usage"));
+  EXPECT_EQ(events[4]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[4]["choices"][0]["delta"], json::object());
+  EXPECT_EQ(events[5]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events[6]["choices"], json::array());
+  EXPECT_EQ(events[6]["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(events[6]["usage"]["total_tokens"], 7);
+  EXPECT_EQ(events[7], "[DONE]");
+}
+
+TEST(OpenAiApiTest, CompletionStreamEchoesEveryChoiceAndContinuesOffsets) {
+  StreamBuilder s(Meta(Endpoint::kCompletions, 2, /*logprobs=*/true));
+  GenerateEvent echo;
+  echo.kind = GenerateEvent::Kind::kEcho;
+  echo.token_ids = {7};
+  echo.text = "P";
+  std::string sse = s.Start();
+  EXPECT_EQ(sse, "");
+  sse += *s.OnEvent(echo);
+  sse += *s.OnEvent(TokensEvent(1, "ab", {Lp("a", -1), Lp("b", -1)}));
+  sse += *s.OnEvent(TokensEvent(1, "c", {Lp("c", -1)}));
+  sse += s.Finish();
+  const std::vector<json> events = Events(sse);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "P");
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["token_logprobs"], json::parse("[null]"));
+  EXPECT_EQ(events[1]["choices"][0]["index"], 1);
+  EXPECT_FALSE(events[1].contains("usage"));
+  EXPECT_EQ(events[2]["choices"][0]["logprobs"]["text_offset"], json::parse("[3, 4]"));
+  EXPECT_EQ(events[3]["choices"][0]["logprobs"]["text_offset"], json::parse("[5]"));
+  EXPECT_EQ(events[4], "[DONE]");
+  const std::vector<json> failure = Events(StreamBuilder::Failure(absl::UnavailableError("gone")));
+  ASSERT_EQ(failure.size(), 2u);
+  EXPECT_EQ(failure[0]["error"]["code"], "unavailable");
+}
+
+TEST(OpenAiApiTest, ErrorStatuses) {
+  EXPECT_EQ(ErrorFor(absl::InvalidArgumentError("x")).http_status, 400);
+  EXPECT_EQ(ErrorFor(absl::UnauthenticatedError("x")).http_status, 401);
+  EXPECT_EQ(ErrorFor(absl::NotFoundError("x")).http_status, 404);
+  EXPECT_EQ(ErrorFor(absl::ResourceExhaustedError("x")).http_status, 429);
+  EXPECT_EQ(ErrorFor(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(ErrorFor(absl::DeadlineExceededError("x")).http_status, 504);
+  EXPECT_EQ(ErrorFor(absl::InternalError("x")).http_status, 500);
+  const HttpError e = ErrorFor(absl::ResourceExhaustedError("busy"));
+  EXPECT_EQ(e.body["error"]["message"], "busy");
+  EXPECT_EQ(e.body["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(e.body["error"]["code"], "resource_exhausted");
+}
+
+}  // namespace
+}  // namespace tandem::router::openai_api
