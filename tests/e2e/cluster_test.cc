@@ -237,8 +237,9 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentSayingWhatToChange) {
     std::string message;
   };
   std::vector<Case> cases;
-  cases.push_back({TextRequest("", 8), "prompt"});
-  cases.push_back({TextRequest("Hi", 0), "max_tokens"});
+  cases.push_back({TextRequest("Hi", -1), "max_tokens"});
+  // INT32_MAX must not overflow the context arithmetic.
+  cases.push_back({TextRequest("Hi", INT32_MAX), "maximum context length"});
   {
     v1::GenerateRequest r = TextRequest("Hi", 8);
     r.mutable_sampling()->set_top_p(1.5f);
@@ -268,6 +269,10 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentSayingWhatToChange) {
     EXPECT_THAT(got.status.error_message(), HasSubstr(c.message));
     EXPECT_EQ(got.messages, 0);
   }
+  // An empty prompt generates from BOS, as from the start of a document.
+  const Completion empty = RunGenerate(cluster_->router(), TextRequest("", 4), absl::Seconds(10));
+  EXPECT_TRUE(empty.status.ok()) << empty.status.error_message();
+  EXPECT_EQ(empty.finished.usage().prompt_tokens(), 1);
   EXPECT_TRUE(cluster_->WaitUntilIdle(absl::Seconds(10)).ok());
 }
 
