@@ -5,7 +5,7 @@
 #   deploy/local/cluster.sh up [--prefill N] [--decode M] [--port P]
 #                              [--model DIR | --model FILE --tokenizer FILE]
 #                              [--kv_dtype f32|bf16|f16] [--served_model_name NAME]
-#                              [--threads T]
+#                              [--threads T] [--router_args "ARGS"]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -24,6 +24,8 @@
 # metrics on its gRPC port + 1000 (/metrics), and the router appends one JSON
 # line per request to $TANDEM_CLUSTER_DIR/requests.jsonl. `up --prefill 0` starts the
 # colocated baseline: decode workers that prefill every prompt themselves.
+# --router_args adds flags to the router's command line, split at spaces
+# (e.g. --router_args "--api_key KEY --max_inflight 8").
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -76,6 +78,7 @@ synthetic_model() {
 
 cmd_up() {
   local n_prefill=2 n_decode=2 port=8100 model="" tokenizer="" threads=1 kv_dtype="" served_name=""
+  local router_args=()
   while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
@@ -87,6 +90,7 @@ cmd_up() {
       --kv_dtype) kv_dtype=$2; shift 2 ;;
       --served_model_name) served_name=$2; shift 2 ;;
       --threads) threads=$2; shift 2 ;;
+      --router_args) read -r -a router_args <<<"$2"; shift 2 ;;
       *) usage ;;
     esac
   done
@@ -156,7 +160,7 @@ cmd_up() {
     --metrics_listen "127.0.0.1:$((port + 1000))" --request_log "$dir/requests.jsonl" \
     --http_listen "127.0.0.1:$((port + 1))" \
     --prefill_workers "$(IFS=,; echo "${prefill_addrs[*]}")" \
-    --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")"
+    --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")" ${router_args[@]+"${router_args[@]}"}
   wait_for_port "$dir/router.pid" "$dir/router.port" router
   echo "cluster: router on 127.0.0.1:$port, $n_prefill prefill and $n_decode decode workers," \
     "model $(basename "$model")${kv_dtype:+, KV $kv_dtype}; logs in $dir" >&2

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The official OpenAI SDK for Node (npm package `openai`) against a real
+# local cluster: deploy/local/cluster.sh starts a router with an API key, one
+# prefill and one decode worker; a second router over the same workers runs
+# with --max_inflight=1 for the 429 check. openai_sdk_conformance.mjs runs
+# the checks. The SDK is installed into CACHE_DIR/npm-openai on first use.
+# Usage: openai_sdk_test.sh BIN_DIR MODELS_DIR CACHE_DIR
+set -uo pipefail
+bin="$1"
+models="${TANDEM_MODELS:-$2}"
+cache="$3/npm-openai"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+sdk_version=5.7.0
+tmp=$(mktemp -d)
+export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$tmp/cluster" TANDEM_MODELS="$models"
+port=$((20000 + $$ % 20000))
+limited_pid=""
+cleanup() {
+  [ -n "$limited_pid" ] && kill -TERM "$limited_pid" 2>/dev/null && wait "$limited_pid" 2>/dev/null
+  "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$tmp"/cluster/*.log "$tmp"/limited.log; do
+    [ -f "$f" ] && { echo "---- $f"; tail -n 20 "$f"; }
+  done
+  exit 1
+}
+
+if [ ! -f "$models/stories260K.bin" ]; then
+  if [ "${TANDEM_REQUIRE_MODELS:-}" = 1 ]; then fail "fixtures missing from $models"; fi
+  echo "SKIP: fixtures not found in $models"; exit 0
+fi
+for program in node npm; do
+  command -v "$program" >/dev/null ||
+    fail "$program is not in PATH (scripts/install-deps.sh installs nodejs and npm)"
+done
+
+# The SDK, pinned; reinstalled when the cache holds another version.
+installed=$(node -p "require('$cache/node_modules/openai/package.json').version" 2>/dev/null)
+if [ "$installed" != "$sdk_version" ]; then
+  mkdir -p "$cache" || fail "cannot create $cache"
+  timeout 120 npm install --prefix "$cache" --no-audit --no-fund --no-save "openai@$sdk_version" \
+    >"$cache/install.log" 2>&1 ||
+    fail "npm install openai@$sdk_version into $cache failed (network or registry?):
+$(tail -n 20 "$cache/install.log")"
+fi
+
+key="tandem-sdk-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+"$root/deploy/local/cluster.sh" up --port "$port" --prefill 1 --decode 1 \
+  --router_args "--api_key $key" 2>"$tmp/up.err" || fail "up: $(cat "$tmp/up.err")"
+
+# A second router over the same workers, admitting one request at a time.
+"$bin/tandem-router" --listen "127.0.0.1:$((port + 2))" --http_listen "127.0.0.1:$((port + 3))" \
+  --http_port_file "$tmp/limited.port" --tokenizer "$models/tok512.bin" \
+  --served_model_name stories260K.bin --prefill_workers "127.0.0.1:$((port + 100))" \
+  --decode_workers "127.0.0.1:$((port + 200))" --max_inflight 1 --api_key "$key" \
+  >"$tmp/limited.log" 2>&1 &
+limited_pid=$!
+deadline=$((SECONDS + 60))
+until [ -s "$tmp/limited.port" ]; do
+  kill -0 "$limited_pid" 2>/dev/null || fail "the --max_inflight=1 router exited"
+  [ "$SECONDS" -lt "$deadline" ] || fail "the --max_inflight=1 router did not start within 60 s"
+  sleep 0.1
+done
+
+timeout 100 node "$root/tests/e2e/openai_sdk_conformance.mjs" "$cache/node_modules" \
+  "http://127.0.0.1:$((port + 1))/v1" "$key" "http://127.0.0.1:$((port + 3))/v1" \
+  >"$tmp/node.out" 2>&1
+rc=$?
+cat "$tmp/node.out"
+[ "$rc" -eq 0 ] || fail "the SDK checks failed (exit $rc)"
+echo "PASS"
