@@ -57,7 +57,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 namespace {
 
-constexpr size_t kReadChunk = 16 << 10;
+// Bytes read per socket read (and held per connection for it).
+constexpr size_t kReadChunk = 8 << 10;
 // Response pieces gathered into one socket write.
 constexpr size_t kMaxGather = 64;
 // How long a closing connection keeps reading (and dropping) what the
@@ -800,7 +801,7 @@ void HttpServer::Impl::Stop(absl::Duration grace) {
   auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return connections_.empty(); };
   {
     absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithTimeout(absl::Condition(&none), grace)) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&none), grace) && grace > absl::ZeroDuration()) {
       LOG(WARNING) << connections_.size() << " HTTP connections still busy after " << grace
                    << "; closing them";
     }

@@ -297,7 +297,7 @@ void OpenAiRoutes::Generate(std::shared_ptr<HttpExchange> ex, bool chat,
     sink = std::make_shared<WholeSink>(ex, std::move(meta), std::move(cors));
   }
   std::shared_ptr<RequestHandle> handle = core->Submit(std::move(params), std::move(sink));
-  ex->OnClientGone([handle] { handle->Cancel(); });
+  if (handle != nullptr) ex->OnClientGone([handle] { handle->Cancel(); });
 }
 
 void OpenAiRoutes::Tokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const {
