@@ -101,6 +101,9 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt,
     : params_(params),
       rng_(params.seed),
       processors_(params.HasLogitProcessors()),
+      touches_seen_or_biased_(!params.logit_bias.empty() || params.presence_penalty != 0.0f ||
+                              params.frequency_penalty != 0.0f ||
+                              params.repetition_penalty != 1.0f),
       count_output_(params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f ||
                     params.repetition_penalty != 1.0f) {
   if (params_.min_tokens > 0) stop_ids_.assign(stop_ids.begin(), stop_ids.end());
@@ -117,7 +120,10 @@ void Sampler::SkipDraw() {
 }
 
 std::span<const float> Sampler::Processed(std::span<const float> logits) {
-  if (!processors_) return logits;
+  // min_tokens alone changes nothing once enough tokens were accepted.
+  if (!processors_ || (!touches_seen_or_biased_ && generated_ >= params_.min_tokens)) {
+    return logits;
+  }
   processed_.assign(logits.begin(), logits.end());
   const int64_t vocab = static_cast<int64_t>(processed_.size());
   auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };

@@ -104,6 +104,7 @@ class Sampler {
 
   // Logit processors' state.
   const bool processors_;
+  const bool touches_seen_or_biased_;  // anything but min_tokens set
   const bool count_output_;  // presence / frequency penalties set
   std::vector<int32_t> stop_ids_;
   absl::flat_hash_set<int32_t> prompt_seen_;  // repetition penalty only

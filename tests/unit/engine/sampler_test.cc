@@ -189,6 +189,7 @@ TEST(Sampler, MinTokensMasksStopIdsUntilEnoughWereAccepted) {
   sampler.Accept(2);
   EXPECT_EQ(sampler.generated(), 2);
   EXPECT_EQ(sampler.Sample(logits), 1);  // unmasked now
+  EXPECT_EQ(sampler.Processed(logits).data(), logits.data());  // and no longer copied
 
   // At a temperature too, a masked stop id is never drawn.
   SamplingParams hot = Params(5.0f, 0, 1.0f, 3);
