@@ -26,7 +26,12 @@
 #include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
-#include "router/openai_http.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/tls.h"
+#include "common/rpc/tls_flags.h"
+#include "router/api_keys.h"
+#include "router/http_server.h"
+#include "router/openai_routes.h"
 #include "router/router_metrics.h"
 #include "router/router_core.h"
 #include "router/router_service.h"
@@ -53,7 +58,7 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
           "disaggregation); 0 = always use a prefill worker when one is healthy");
-ABSL_FLAG(int, max_inflight, 256,
+ABSL_FLAG(int, max_inflight, 4096,
           "Requests served at once; more are refused at once with RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
@@ -68,23 +73,49 @@ ABSL_FLAG(std::string, request_log, "",
           "Append one JSON line per finished request (id, status, tokens, timeline, workers, "
           "routing reason) to this file; empty = write it to the INFO log (stderr)");
 ABSL_FLAG(std::string, http_listen, "",
-          "host:port of the OpenAI-compatible HTTP API (POST /v1/completions, POST "
-          "/v1/chat/completions, GET /v1/models, "
-          "GET /health); port 0 picks a free one; empty = no HTTP API");
+          "host:port of the OpenAI-compatible HTTP API (POST /v1/completions, "
+          "/v1/chat/completions, /tokenize, /detokenize; GET /v1/models[/ID], /version, "
+          "/health); port 0 picks a free one; empty = no HTTP API");
 ABSL_FLAG(std::string, http_port_file, "",
           "Write the bound HTTP port here (one line) once it is up; empty = don't");
 ABSL_FLAG(std::string, served_model_name, "",
           "Model id of the HTTP API (/v1/models, responses); empty = the name of --model's "
           "folder, else of --tokenizer");
 ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
-ABSL_FLAG(int, http_threads, 0,
-          "HTTP connections served at once (each open response, and each idle keep-alive "
-          "connection for up to 5 s, holds one; more wait in a queue); 0 = --max_inflight + 16");
+ABSL_FLAG(int, http_io_threads, 2, "Threads running the HTTP server's io loop (all connections)");
+ABSL_FLAG(int, http_max_connections, 16384,
+          "Open HTTP connections; beyond it a new connection is closed at once");
+ABSL_FLAG(int64_t, http_max_body_bytes, 16 << 20, "Largest HTTP request body (413 above it)");
+ABSL_FLAG(absl::Duration, http_header_timeout, absl::Seconds(10),
+          "Time a client has to send a request's header (408 and closed after it)");
+ABSL_FLAG(absl::Duration, http_body_timeout, absl::Seconds(30),
+          "Time a client has to send a request's body once the header is in");
+ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(60),
+          "A keep-alive connection with no request under way is closed after this long");
+ABSL_FLAG(std::string, allowed_origins, "",
+          "CORS: comma-separated origins browsers may call the HTTP API from ('*' = any); "
+          "empty = no CORS headers");
+ABSL_FLAG(std::vector<std::string>, api_key, {},
+          "API keys clients must present (HTTP: 'Authorization: Bearer KEY'; gRPC: the "
+          "'authorization' metadata, same form), comma-separated; with --api_key_file too, "
+          "both count. Empty with no file = no key needed");
+ABSL_FLAG(std::string, api_key_file, "",
+          "A file of API keys, one per line ('#' starts a comment)");
+ABSL_FLAG(std::string, worker_tls_ca, "",
+          "PEM CA the workers' certificates must chain to: the router dials its workers over "
+          "TLS (empty with no --worker_tls_cert = plain gRPC)");
+ABSL_FLAG(std::string, worker_tls_cert, "",
+          "PEM client certificate the router presents to workers started with "
+          "--tls_client_ca (mutual TLS)");
+ABSL_FLAG(std::string, worker_tls_key, "", "PEM private key of --worker_tls_cert");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
           "How long to wait at start for a healthy decode worker before giving up");
 
 namespace tandem {
 namespace {
+
+// What GET /version answers.
+constexpr char kVersion[] = "0.12.0";
 
 std::vector<std::string> SplitTargets(const std::string& flag) {
   return absl::StrSplit(flag, ',', absl::SkipWhitespace());
@@ -174,11 +205,24 @@ absl::Status Run() {
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     std::string host;
     int port = 0;
-    RETURN_IF_ERROR(router::SplitHostPort(listen, &host, &port));
+    RETURN_IF_ERROR(router::ParseListenAddress(listen, &host, &port));
   }
-  if (absl::GetFlag(FLAGS_http_threads) < 0) {
-    return absl::InvalidArgumentError("--http_threads must be >= 0 (0 = --max_inflight + 16)");
+  if (absl::GetFlag(FLAGS_http_io_threads) < 1 || absl::GetFlag(FLAGS_http_max_connections) < 1 ||
+      absl::GetFlag(FLAGS_http_max_body_bytes) < 1) {
+    return absl::InvalidArgumentError(
+        "--http_io_threads, --http_max_connections and --http_max_body_bytes must be positive");
   }
+  ASSIGN_OR_RETURN(router::ApiKeys api_keys, router::ApiKeys::Create(absl::GetFlag(FLAGS_api_key),
+                                                                     absl::GetFlag(FLAGS_api_key_file)));
+  // --tls_cert and --tls_key serve both listeners over TLS; --tls_client_ca
+  // makes gRPC clients present a certificate.
+  const rpc::TlsConfig listener_tls = rpc::ServerTlsFromFlags();
+  rpc::TlsConfig worker_tls{.cert_file = absl::GetFlag(FLAGS_worker_tls_cert),
+                            .key_file = absl::GetFlag(FLAGS_worker_tls_key),
+                            .ca_file = absl::GetFlag(FLAGS_worker_tls_ca),
+                            .flags = rpc::WorkerClientTlsFlags()};
+  // Bad TLS files are a start-up error before anything listens.
+  RETURN_IF_ERROR(rpc::MakeServerCredentials(listener_tls).status());
 
   router::RegistryOptions registry_options;
   registry_options.prefill_targets = SplitTargets(absl::GetFlag(FLAGS_prefill_workers));
@@ -186,6 +230,7 @@ absl::Status Run() {
   registry_options.resolve_interval = absl::GetFlag(FLAGS_resolve_interval);
   registry_options.health_interval = absl::GetFlag(FLAGS_health_interval);
   registry_options.tokenizer_vocab_size = tokenizer->vocab_size();
+  registry_options.worker_tls = worker_tls;
   ASSIGN_OR_RETURN(std::unique_ptr<router::WorkerRegistry> registry,
                    router::WorkerRegistry::Create(registry_options));
 
@@ -215,29 +260,47 @@ absl::Status Run() {
   options.served_model_name = served_model_name;
   auto core = std::make_unique<router::RouterCore>(registry.get(), tokenizer.get(), &chat_template,
                                                    options);
-  auto service = std::make_unique<router::RouterService>(core.get());
+  router::Authorizer authorize;
+  if (api_keys.enabled()) {
+    authorize = [&api_keys](const grpc::CallbackServerContext& context) {
+      return rpc::CheckBearerKey(context, [&api_keys](std::string_view key) {
+        return api_keys.Check(absl::string_view(key.data(), key.size()));
+      });
+    };
+  }
+  auto service = std::make_unique<router::RouterService>(core.get(), authorize);
   ASSIGN_OR_RETURN(rpc::RunningServer server,
-                   rpc::StartServer({.address = absl::GetFlag(FLAGS_listen)}, {service.get()}));
+                   rpc::StartServer({.address = absl::GetFlag(FLAGS_listen), .tls = listener_tls},
+                                    {service.get()}));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status s = WritePortFile(path, server.port, "port_file"); !s.ok()) {
       server.server->Shutdown();
       return s;
     }
   }
-  LOG(INFO) << "tandem-router serving on port " << server.port;
+  LOG(INFO) << "tandem-router serving on port " << server.port
+            << (listener_tls.enabled() ? " (TLS)" : "")
+            << (api_keys.enabled() ? absl::StrCat(", ", api_keys.size(), " API keys") : "");
 
-  // The HTTP API calls the gRPC service above through an in-process channel.
-  std::unique_ptr<router::OpenAiHttpServer> http;
+  // The HTTP API calls the same core.
+  router::OpenAiRoutes routes(
+      core.get(), api_keys,
+      {.allowed_origins = SplitTargets(absl::GetFlag(FLAGS_allowed_origins)),
+       .version = kVersion});
+  std::unique_ptr<router::HttpServer> http;
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
-    router::OpenAiHttpOptions http_options;
-    http_options.listen = listen;
-    http_options.served_model_name = served_model_name;
-    http_options.request_timeout = absl::GetFlag(FLAGS_request_timeout);
-    http_options.threads = absl::GetFlag(FLAGS_http_threads);
-    if (http_options.threads == 0) http_options.threads = options.max_inflight + 16;
-    absl::StatusOr<std::unique_ptr<router::OpenAiHttpServer>> started =
-        router::OpenAiHttpServer::Start(server.server->InProcessChannel(grpc::ChannelArguments()),
-                                        http_options);
+    router::HttpServerOptions http_options{
+        .listen = listen,
+        .io_threads = absl::GetFlag(FLAGS_http_io_threads),
+        .max_connections = absl::GetFlag(FLAGS_http_max_connections),
+        .max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes)),
+        .header_timeout = absl::GetFlag(FLAGS_http_header_timeout),
+        .body_timeout = absl::GetFlag(FLAGS_http_body_timeout),
+        .idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout),
+        .tls_cert_file = listener_tls.cert_file,
+        .tls_key_file = listener_tls.key_file};
+    absl::StatusOr<std::unique_ptr<router::HttpServer>> started =
+        router::HttpServer::Start(http_options, routes.Handler());
     absl::Status s = started.status();
     if (s.ok()) {
       http = *std::move(started);
@@ -250,15 +313,25 @@ absl::Status Run() {
       server.server->Shutdown();
       return s;
     }
-    LOG(INFO) << "OpenAI-compatible HTTP API on port " << http->port() << " (model "
-              << http_options.served_model_name << ")";
+    LOG(INFO) << "OpenAI-compatible HTTP API on port " << http->port()
+              << (http->tls() ? " (TLS)" : "") << " (model " << served_model_name << ")";
   }
 
-  const int sig = rpc::WaitForTerminationSignal();
+  // gRPC health follows the pool: tandem.v1.Router is NOT_SERVING while no
+  // decode worker is routable (/health answers 503 from the same test).
+  int sig = 0;
+  bool serving = true;
+  while ((sig = rpc::WaitForSignal(absl::GetFlag(FLAGS_health_interval))) == 0) {
+    if (const bool now = core->Serving(); now != serving) {
+      serving = now;
+      server.SetServing(std::string(v1::Router::service_full_name()), serving);
+      LOG(WARNING) << (serving ? "a decode worker is routable again: serving"
+                               : "no routable decode worker: health is NOT_SERVING");
+    }
+  }
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LOG(INFO) << "signal " << sig << ": draining (up to " << drain_timeout << ")";
   server.SetServing(false);
-  if (http != nullptr) http->SetServing(false);
   core->StartDraining();
   if (!core->WaitForIdle(drain_timeout)) {
     LOG(WARNING) << core->inflight() << " requests still running after --drain_timeout; "
@@ -266,9 +339,9 @@ absl::Status Run() {
     core->CancelAll();
     core->WaitForIdle(absl::Seconds(5));
   }
-  // Every HTTP call went through the drained service: stopping the HTTP
-  // server now cuts no response.
-  if (http != nullptr) http->Stop();
+  // Every request has ended: stopping the HTTP server now cuts no response
+  // but the last writes, which get a short grace.
+  if (http != nullptr) http->Stop(absl::Seconds(2));
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   service.reset();
   core.reset();
