@@ -244,7 +244,7 @@ TEST_F(MetricsTest, BadRequestCountsAsInvalidArgument) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
   const Samples r0 = ScrapeOf("router");
   ASSERT_FALSE(r0.empty()) << cluster_->Logs();
-  v1::GenerateRequest request = TextRequest("", 4);  // An empty prompt.
+  v1::GenerateRequest request = TextRequest("Hi", -1);  // A negative max_tokens.
   request.set_request_id("metrics-bad");
   const Completion c = RunGenerate(cluster_->router(), request);
   ASSERT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -260,7 +260,7 @@ TEST_F(MetricsTest, BadRequestCountsAsInvalidArgument) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].value("request_id", ""), "metrics-bad");
   EXPECT_EQ(lines[0].value("status", ""), "invalid_argument");
-  EXPECT_THAT(lines[0].value("error", ""), ::testing::HasSubstr("empty"));
+  EXPECT_THAT(lines[0].value("error", ""), ::testing::HasSubstr("max_tokens is -1"));
   EXPECT_EQ(lines[0].value("completion_tokens", -1), 0);
 }
 

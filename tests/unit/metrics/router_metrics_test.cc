@@ -66,7 +66,7 @@ TEST_F(RouterMetricsTest, RetriedDisaggregatedRequestIsCountedAndTraced) {
   const Result r = h->Run(request);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_EQ(r.tokens.size(), 4u);
-  ASSERT_TRUE(h->service().WaitForIdle(kWait));
+  ASSERT_TRUE(h->core().WaitForIdle(kWait));
 
   EXPECT_EQ(metrics_.requests.Get(absl::StatusCode::kOk).Value(), 1);
   EXPECT_EQ(metrics_.prefill_retries.Value(), 1);
@@ -119,10 +119,10 @@ TEST_F(RouterMetricsTest, RefusalsAndDeadlinesAreCountedByOutcome) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   first.join();
   EXPECT_EQ(held.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  ASSERT_TRUE(h->service().WaitForIdle(kWait));
-  const Result invalid = h->Run(TokenRequest({}, 2));
+  ASSERT_TRUE(h->core().WaitForIdle(kWait));
+  const Result invalid = h->Run(TokenRequest({1, 5}, -1));
   EXPECT_EQ(invalid.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(h->service().WaitForIdle(kWait));
+  ASSERT_TRUE(h->core().WaitForIdle(kWait));
 
   EXPECT_EQ(metrics_.requests.Get(absl::StatusCode::kResourceExhausted).Value(), 1);
   EXPECT_EQ(metrics_.requests.Get(absl::StatusCode::kDeadlineExceeded).Value(), 1);
