@@ -4,6 +4,8 @@
 // stop.
 #include "router/http_server.h"
 
+#include <algorithm>
+#include <iostream>
 #include <sys/resource.h>
 
 #include <cstdlib>
@@ -206,10 +208,16 @@ bool EnoughFiles(int connections) {
 }
 
 TEST_F(HttpServerTest, HoldsManyIdleConnections) {
-  int count = 2000;
+  // 10,000 idle keep-alive connections, or as many as the process's hard
+  // open-file limit allows for both ends of each (at least 2,000).
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  int count = static_cast<int>(
+      std::clamp<rlim_t>(limit.rlim_max > 256 ? (limit.rlim_max - 256) / 2 : 0, 2000, 10000));
   if (const char* env = std::getenv("TANDEM_HTTP_IDLE_CONNECTIONS")) {
     ASSERT_TRUE(absl::SimpleAtoi(env, &count));
   }
+  if (count < 10000) std::cerr << "holding " << count << " idle connections (open-file limit)\n";
   if (!EnoughFiles(count)) GTEST_SKIP() << "not enough file descriptors for " << count;
   Start({.max_connections = count + 1});
   std::vector<std::unique_ptr<RawConnection>> idle;
