@@ -1,6 +1,6 @@
 // tandem's OpenAI-compatible HTTP API as the official OpenAI SDK for Node
 // sees it: completions and chat, streamed and not, n, logprobs, echo, stop,
-// seed, penalties, stream_options.include_usage, and errors surfacing as the
+// seed, penalties, logit_bias, stream_options.include_usage, and errors as the
 // SDK's typed errors (400, 401, 404, 429).
 //
 // Usage: node openai_sdk_conformance.mjs NODE_MODULES BASE_URL API_KEY LIMITED_BASE_URL
@@ -369,6 +369,20 @@ check('presence_penalty and frequency_penalty: 200, and they change greedy text'
     { model, messages: chatMessages, max_tokens: 8, presence_penalty: 0.5, frequency_penalty: 0.5 })
     .withResponse();
   assertEq(chat.response.status, 200, 'chat status');
+});
+
+check('logit_bias and repetition_penalty act', async () => {
+  // +100 on one token id: greedy decoding picks it every time.
+  const r = await client.completions.create(
+    { model, prompt, max_tokens: 6, temperature: 0, logprobs: 0, logit_bias: { 300: 100 } });
+  const tokens = r.choices[0].logprobs.tokens;
+  assertEq(tokens.length, 6, 'tokens');
+  assert(tokens.every((t) => t === tokens[0]), `logit_bias {300: 100} gave tokens ${show(tokens)}`);
+  const base = await client.completions.create({ model, prompt, max_tokens: 64, temperature: 0 });
+  const rep = await client.completions.create(
+    { model, prompt, max_tokens: 64, temperature: 0, repetition_penalty: 2.0 });
+  assert(rep.choices[0].text !== base.choices[0].text,
+    `repetition_penalty 2 left the greedy text unchanged: ${show(base.choices[0].text)}`);
 });
 
 check('400: max_tokens -1 is a BadRequestError naming max_tokens', async () => {
