@@ -25,7 +25,10 @@ absl::StatusCode PrefillFailureCode(absl::StatusCode worker_code) {
   }
 }
 
-FinishReason FromProto(v1::FinishReason reason) {
+
+}  // namespace
+
+FinishReason FinishReasonFromProto(v1::FinishReason reason) {
   switch (reason) {
     case v1::FINISH_REASON_LENGTH:
       return FinishReason::kLength;
@@ -40,7 +43,21 @@ FinishReason FromProto(v1::FinishReason reason) {
   }
 }
 
-}  // namespace
+v1::FinishReason FinishReasonToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kUnspecified:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
 
 RequestDriver::RequestDriver(const DriverEnv& env, GenerateParams params, std::string request_id,
                              std::string worker_request_id, uint64_t fresh_seed,
@@ -352,7 +369,7 @@ void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
     timeline_.decode_queue_us = f.decode_queue_us();
     if (!disaggregated_) timeline_.prefill_us = f.prefill_us();
     Choice& c = choices_[f.index()];
-    if (!c.finish.has_value()) c.finish = FromProto(f.reason());
+    if (!c.finish.has_value()) c.finish = FinishReasonFromProto(f.reason());
     if (!c.ended) EndChoice(f.index());
     MaybeComplete();
     return;

@@ -54,6 +54,7 @@
 #include "router/stop_matcher.h"
 #include "router/worker_calls.h"
 #include "router/worker_registry.h"
+#include "tandem/v1/generate.pb.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::router {
@@ -81,9 +82,9 @@ struct DriverEnv {
   DriverOptions options;
 };
 
-// The name of a finish reason in the trace line: the proto enum's
-// ("FINISH_REASON_EOS").
-std::string FinishReasonLabel(FinishReason reason);
+// A finish reason on the wire (tandem.v1.FinishReason), and back.
+v1::FinishReason FinishReasonToProto(FinishReason reason);
+FinishReason FinishReasonFromProto(v1::FinishReason reason);
 
 class RequestDriver final : public RequestHandle,
                             public std::enable_shared_from_this<RequestDriver> {

@@ -10,21 +10,6 @@
 
 namespace tandem::router {
 
-std::string FinishReasonLabel(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "FINISH_REASON_LENGTH";
-    case FinishReason::kEos:
-      return "FINISH_REASON_EOS";
-    case FinishReason::kStop:
-      return "FINISH_REASON_STOP";
-    case FinishReason::kContext:
-      return "FINISH_REASON_CONTEXT";
-    case FinishReason::kUnspecified:
-      break;
-  }
-  return "FINISH_REASON_UNSPECIFIED";
-}
 
 void RequestDriver::Log(const absl::Status& status) const {
   // As the client's Finished.timeline says when it got one.
@@ -54,7 +39,7 @@ void RequestDriver::Log(const absl::Status& status) const {
       {"request_id", request_id_},
       {"status", std::string(metrics::OutcomeLabel(status.code()))},
       {"finish_reason", status.ok() && !choices_.empty() && choices_[0].finish.has_value()
-                            ? FinishReasonLabel(*choices_[0].finish)
+                            ? v1::FinishReason_Name(FinishReasonToProto(*choices_[0].finish))
                             : std::string()},
       {"prompt_tokens", req_.prompt.size()},
       {"completion_tokens", completion_tokens},

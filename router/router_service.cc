@@ -6,27 +6,12 @@
 
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
+#include "router/request_driver.h"
 
 namespace tandem::router {
 namespace {
 
 using Writer = rpc::StreamWriter<v1::GenerateResponse>;
-
-v1::FinishReason ToProto(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kEos:
-      return v1::FINISH_REASON_EOS;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kContext:
-      return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kUnspecified:
-      break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
 
 void LogprobsToProto(std::vector<TokenLogprob>& in,
                      google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
@@ -119,7 +104,7 @@ v1::GenerateResponse EventToProto(GenerateEvent event) {
     case GenerateEvent::Kind::kFinished: {
       m.set_text(std::move(event.text));
       v1::Finished* f = m.mutable_finished();
-      f->set_reason(ToProto(event.finish_reason));
+      f->set_reason(FinishReasonToProto(event.finish_reason));
       f->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
       f->mutable_usage()->set_completion_tokens(event.completion_tokens);
       v1::Timeline* t = f->mutable_timeline();
