@@ -11,7 +11,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp=$(mktemp -d)
 export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$tmp/cluster" TANDEM_MODELS="$models"
 # Below the ephemeral range (32768+), so that no outgoing connection holds it.
-port=$((20000 + ($$ % 1200) * 10))
+port=$((20000 + ($$ % 50) * 20))  # metrics use port+1000..port+1220
 cleanup() { "$root/deploy/local/cluster.sh" down >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 fail() {

@@ -13,7 +13,9 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 sdk_version=5.7.0
 tmp=$(mktemp -d)
 export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$tmp/cluster" TANDEM_MODELS="$models"
-port=$((20000 + $$ % 20000))
+# Below the ephemeral range (32768+), in a band of its own beside cluster_cli's
+# (metrics use port+1000..port+1220).
+port=$((24000 + ($$ % 50) * 20))
 limited_pid=""
 cleanup() {
   [ -n "$limited_pid" ] && kill -TERM "$limited_pid" 2>/dev/null && wait "$limited_pid" 2>/dev/null
