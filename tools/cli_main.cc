@@ -14,8 +14,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flags.h"
+#include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "common/rpc/tls.h"
 #include "tandem/v1/generate.grpc.pb.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:8100", "The router's host:port");
@@ -31,6 +33,12 @@ ABSL_FLAG(bool, chat, false,
           "Send --prompt as one user message, rendered by the served model's chat template");
 ABSL_FLAG(std::string, system, "", "With --chat: a system message before the user message");
 ABSL_FLAG(std::string, request_id, "", "Request id for the logs; empty = the router makes one");
+ABSL_FLAG(std::string, api_key, "",
+          "API key of a router started with --api_key (sent as 'authorization: Bearer KEY'); "
+          "empty = none");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA the router's certificate must chain to: dial a router started with "
+          "--tls_cert over TLS; empty = plain gRPC");
 
 namespace tandem {
 namespace {
@@ -40,6 +48,7 @@ constexpr char kUsage[] =
     "Usage: tandem-cli generate --router HOST:PORT --prompt TEXT --max-tokens N\n"
     "       [--chat [--system TEXT]]\n"
     "       [--temperature T --top-k K --top-p P --seed S --stop STR --timeout_ms MS]\n"
+    "       [--api_key KEY] [--tls_ca CA.pem]\n"
     "Streams the continuation to stdout and a summary to stderr.";
 
 int Generate() {
@@ -69,8 +78,19 @@ int Generate() {
   if (const std::string stop = absl::GetFlag(FLAGS_stop); !stop.empty()) request.add_stop(stop);
   request.set_timeout_ms(absl::GetFlag(FLAGS_timeout_ms));
 
-  auto stub = v1::Router::NewStub(rpc::MakeChannel(absl::GetFlag(FLAGS_router)));
+  rpc::TlsConfig tls;
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  tls.flags.ca = "--tls_ca";
+  const absl::StatusOr<rpc::ChannelSecurity> security = rpc::MakeChannelSecurity(tls);
+  if (!security.ok()) {
+    std::cerr << "tandem-cli: " << security.status().message() << "\n";
+    return 2;
+  }
+  auto stub = v1::Router::NewStub(rpc::MakeChannel(absl::GetFlag(FLAGS_router), *security));
   grpc::ClientContext ctx;
+  if (const std::string key = absl::GetFlag(FLAGS_api_key); !key.empty()) {
+    rpc::AttachBearerKey(ctx, key);
+  }
   // The router bounds the request itself; this only guards a router that
   // never answers.
   const int64_t timeout_ms = absl::GetFlag(FLAGS_timeout_ms);

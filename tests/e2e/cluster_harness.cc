@@ -6,6 +6,8 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -31,32 +33,54 @@ std::string Tail(const std::string& text, int lines) {
   return at == std::string::npos ? text : text.substr(at + 1);
 }
 
-}  // namespace
-
-absl::Status Cluster::StartMember(Member& m, const std::string& binary,
-                                  std::vector<std::string> args) {
-  const std::string port_file = absl::StrCat(dir_, "/", m.name, ".port");
-  m.log = absl::StrCat(dir_, "/", m.name, ".log");
-  args.insert(args.begin(), binary);
-  args.push_back("--listen=127.0.0.1:0");
-  args.push_back("--port_file=" + port_file);
-  m.process = std::make_unique<Child>(args, m.log);
-  if (!m.process->running()) return absl::InternalError(absl::StrCat("cannot start ", binary));
+// Waits (60 s at most) for `process` to write a port to `port_file`.
+absl::StatusOr<int> WaitForPortFile(const std::string& name, const std::string& port_file,
+                                    Child& process, const std::string& log) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    const std::string port = ReadFile(port_file);
-    if (!port.empty() && port.back() == '\n') {
-      m.address = absl::StrCat("127.0.0.1:", port.substr(0, port.size() - 1));
-      return absl::OkStatus();
+    const std::string text = ReadFile(port_file);
+    int port = 0;
+    if (!text.empty() && text.back() == '\n' &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) {
+      return port;
     }
-    if (m.process->Wait(absl::ZeroDuration()) != -1) {
+    if (process.Wait(absl::ZeroDuration()) != -1) {
       return absl::InternalError(
-          absl::StrCat(m.name, " exited during start-up:\n", Tail(ReadFile(m.log), 20)));
+          absl::StrCat(name, " exited during start-up:\n", Tail(ReadFile(log), 20)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat(m.name, " did not write ", port_file,
-                                                  " within 60 s:\n", Tail(ReadFile(m.log), 20)));
+  return absl::DeadlineExceededError(absl::StrCat(name, " did not write ", port_file,
+                                                  " within 60 s:\n", Tail(ReadFile(log), 20)));
+}
+
+}  // namespace
+
+absl::Status Cluster::Launch(Member& m, const std::string& listen) {
+  const std::string port_file = absl::StrCat(dir_, "/", m.name, ".port");
+  std::filesystem::remove(port_file);
+  std::vector<std::string> args = m.command;
+  args.push_back("--listen=" + listen);
+  args.push_back("--port_file=" + port_file);
+  m.process = std::make_unique<Child>(args, m.log);
+  if (!m.process->running()) return absl::InternalError(absl::StrCat("cannot start ", args[0]));
+  absl::StatusOr<int> port = WaitForPortFile(m.name, port_file, *m.process, m.log);
+  if (!port.ok()) return port.status();
+  m.address = absl::StrCat("127.0.0.1:", *port);
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::StartMember(Member& m, const std::string& binary,
+                                  std::vector<std::string> args) {
+  m.log = absl::StrCat(dir_, "/", m.name, ".log");
+  args.insert(args.begin(), binary);
+  m.command = std::move(args);
+  return Launch(m, "127.0.0.1:0");
+}
+
+absl::Status Cluster::Restart(Member& m) {
+  if (m.process != nullptr && m.process->running()) m.process->Kill();
+  return Launch(m, m.address);
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
@@ -89,8 +113,19 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
       "--prefill_workers=" + absl::StrJoin(prefill_addresses, ","),
       "--decode_workers=" + absl::StrJoin(decode_addresses, ","),
   };
+  const std::string http_port_file = c->dir_ + "/router.http_port";
+  if (options.http) {
+    args.push_back("--http_listen=127.0.0.1:0");
+    args.push_back("--http_port_file=" + http_port_file);
+  }
   args.insert(args.end(), options.router_flags.begin(), options.router_flags.end());
   if (absl::Status s = c->StartMember(c->router_, TANDEM_ROUTER_BIN, args); !s.ok()) return s;
+  if (options.http) {
+    absl::StatusOr<int> port =
+        WaitForPortFile("router", http_port_file, *c->router_.process, c->router_.log);
+    if (!port.ok()) return port.status();
+    c->http_port_ = *port;
+  }
   c->router_stub_ = v1::Router::NewStub(rpc::MakeChannel(c->router_.address));
   return c;
 }

@@ -29,6 +29,8 @@ struct ClusterOptions {
   std::vector<std::string> router_flags = {};
   std::vector<std::string> prefill_flags = {};
   std::vector<std::string> decode_flags = {};
+  // Serve the router's HTTP API too, on a port it picks (Cluster::http_port).
+  bool http = false;
 };
 
 // One worker or router process and its gRPC address.
@@ -37,6 +39,8 @@ struct Member {
   std::string log;
   std::unique_ptr<Child> process;
   std::string address;  // 127.0.0.1:port
+  // The binary and its flags, but for --listen and --port_file.
+  std::vector<std::string> command;
 };
 
 class Cluster {
@@ -52,7 +56,16 @@ class Cluster {
   int num_prefill() const { return static_cast<int>(prefill_.size()); }
   int num_decode() const { return static_cast<int>(decode_.size()); }
 
+  // The router's HTTP port (with ClusterOptions::http), else 0.
+  int http_port() const { return http_port_; }
+  // The folder of the logs and port files.
+  const std::string& dir() const { return dir_; }
+
   absl::StatusOr<v1::WorkerStats> Stats(const Member& worker) const;
+
+  // Starts a member that has stopped (or kills it first) again with the same
+  // flags on the same address; waits (bounded) for its port.
+  absl::Status Restart(Member& m);
 
   // Waits until every worker that is still running reports all its KV
   // blocks free and nothing running or waiting; the error lists those that
@@ -65,12 +78,15 @@ class Cluster {
  private:
   Cluster() = default;
   absl::Status StartMember(Member& m, const std::string& binary, std::vector<std::string> args);
+  // Runs m.command listening on `listen`, and waits for its port file.
+  absl::Status Launch(Member& m, const std::string& listen);
 
   std::string dir_;
   Member router_;
   std::vector<Member> prefill_;
   std::vector<Member> decode_;
   std::unique_ptr<v1::Router::Stub> router_stub_;
+  int http_port_ = 0;
 };
 
 // What one Generate stream returned.
