@@ -1,6 +1,8 @@
 #include "router/routing_policy.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string_view>
 #include <tuple>
 
@@ -11,20 +13,35 @@ namespace tandem::router {
 int BlocksFor(int tokens, int block_size) {
   if (block_size <= 0) block_size = 1;
   if (tokens <= 0) return 0;
-  return (tokens + block_size - 1) / block_size;
+  // 64-bit: tokens may be near INT32_MAX; the quotient fits in an int.
+  return static_cast<int>((int64_t{tokens} + block_size - 1) / block_size);
 }
 
 namespace {
 
-int FreeBlocks(const WorkerSnapshot& w) { return w.kv_blocks_free - w.reserved_blocks; }
+// Snapshot fields come from worker stats and from sums of the router's own
+// reservations: each fits in 32 bits, their sums and differences may not.
+int64_t FreeBlocks(const WorkerSnapshot& w) {
+  return int64_t{w.kv_blocks_free} - w.reserved_blocks;
+}
 
-int DecodeLoad(const WorkerSnapshot& w) { return std::max(w.running + w.waiting, w.inflight); }
+int64_t DecodeLoad(const WorkerSnapshot& w) {
+  return std::max(int64_t{w.running} + w.waiting, int64_t{w.inflight});
+}
 
-int PrefillQueue(const WorkerSnapshot& w) { return w.waiting + w.inflight; }
+int64_t PrefillQueue(const WorkerSnapshot& w) { return int64_t{w.waiting} + w.inflight; }
+
+// The tokens of a prompt plus its completion, saturated at INT32_MAX (more
+// KV blocks than any worker has).
+int SequenceTokens(int prompt_len, int max_tokens) {
+  return static_cast<int>(std::min<int64_t>(int64_t{prompt_len} + max_tokens,
+                                            std::numeric_limits<int32_t>::max()));
+}
 
 // Smaller is better. Workers with room: least load, then most free blocks;
 // workers without: most free blocks (the likeliest to admit), then load.
-std::tuple<bool, int, int, std::string_view> DecodeKey(const WorkerSnapshot& w, bool fits) {
+std::tuple<bool, int64_t, int64_t, std::string_view> DecodeKey(const WorkerSnapshot& w,
+                                                               bool fits) {
   if (fits) return {false, DecodeLoad(w), -FreeBlocks(w), w.address};
   return {true, -FreeBlocks(w), DecodeLoad(w), w.address};
 }
@@ -37,10 +54,11 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
   const WorkerSnapshot* best = nullptr;
   bool best_fits = false;
   int routable = 0;
+  const int tokens = SequenceTokens(prompt_len, max_tokens);
   for (const WorkerSnapshot& w : decode) {
     if (!w.routable() || exclude.contains(w.address)) continue;
     ++routable;
-    const bool fits = FreeBlocks(w) >= BlocksFor(prompt_len + max_tokens, w.block_size);
+    const bool fits = FreeBlocks(w) >= BlocksFor(tokens, w.block_size);
     if (best == nullptr) {
       best = &w;
       best_fits = fits;
@@ -52,7 +70,7 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
     }
   }
   if (best == nullptr) return std::nullopt;
-  const int needed = BlocksFor(prompt_len + max_tokens, best->block_size);
+  const int needed = BlocksFor(tokens, best->block_size);
   return Pick{best->address,
               absl::StrCat("decode ", best->address, ": ", FreeBlocks(*best), " free KV blocks (",
                            needed, " wanted", best_fits ? "" : ", no worker has room", "), load ",

@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -153,7 +155,11 @@ WorkerSnapshot Worker::Snapshot() const {
   s.running = stats_.running();
   s.waiting = stats_.waiting();
   s.inflight = inflight_;
-  for (const auto& [id, p] : pending_) s.reserved_blocks += p.blocks;
+  // Saturated: thousands of long requests may reserve more than 2^31 blocks.
+  int64_t reserved = 0;
+  for (const auto& [id, p] : pending_) reserved += p.blocks;
+  s.reserved_blocks =
+      static_cast<int32_t>(std::min<int64_t>(reserved, std::numeric_limits<int32_t>::max()));
   return s;
 }
 
