@@ -20,6 +20,7 @@ namespace {
 
 using ::tandem::decode::testing::DecodeHarness;
 using ::tandem::decode::testing::LocalRequest;
+using ::tandem::decode::testing::NewSink;
 using ::tandem::decode::testing::RandomTokens;
 using ::tandem::decode::testing::RecordingSink;
 using ::tandem::decode::testing::RemoteRequest;
@@ -28,8 +29,6 @@ using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kVocab = 101;
-
-std::shared_ptr<RecordingSink> NewSink() { return std::make_shared<RecordingSink>(); }
 
 // Every choice finished once, in any order, and exactly one was the last.
 void ExpectEveryChoiceFinished(const RecordingSink& sink, int n) {

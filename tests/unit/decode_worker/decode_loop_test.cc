@@ -16,6 +16,7 @@ namespace {
 
 using ::tandem::decode::testing::DecodeHarness;
 using ::tandem::decode::testing::LocalRequest;
+using ::tandem::decode::testing::NewSink;
 using ::tandem::decode::testing::RandomTokens;
 using ::tandem::decode::testing::RecordingSink;
 using ::tandem::decode::testing::RemoteRequest;
@@ -24,8 +25,6 @@ using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kVocab = 101;
-
-std::shared_ptr<RecordingSink> NewSink() { return std::make_shared<RecordingSink>(); }
 
 // Runs a local-prefill request to its end; the streamed tokens.
 std::vector<int32_t> RunLocal(DecodeLoop& loop, const Request& r,

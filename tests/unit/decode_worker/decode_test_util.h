@@ -203,6 +203,8 @@ class RecordingSink final : public EventSink {
   int events_out_of_order_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+inline std::shared_ptr<RecordingSink> NewSink() { return std::make_shared<RecordingSink>(); }
+
 // Collects the answer to a DecodeLoop::Start. The callback shares its
 // state, so it stays safe to run after the test gave up on it.
 class StartResult {
