@@ -544,7 +544,8 @@ std::vector<TokenLogprob> RequestDriver::Texts(
     return piece.ok() ? *std::move(piece) : std::string();
   };
   for (const v1::TokenLogprob& l : in) {
-    TokenLogprob t{.token_id = l.token_id(), .logprob = l.logprob(), .token = text(l.token_id())};
+    TokenLogprob t{
+        .token_id = l.token_id(), .logprob = l.logprob(), .token = text(l.token_id()), .top = {}};
     for (const v1::TopLogprob& a : l.top()) {
       t.top.push_back({.token_id = a.token_id(), .logprob = a.logprob(), .token = text(a.token_id())});
     }
