@@ -217,10 +217,11 @@ absl::Status Run() {
   // --tls_cert and --tls_key serve both listeners over TLS; --tls_client_ca
   // makes gRPC clients present a certificate.
   const rpc::TlsConfig listener_tls = rpc::ServerTlsFromFlags();
-  rpc::TlsConfig worker_tls{.cert_file = absl::GetFlag(FLAGS_worker_tls_cert),
-                            .key_file = absl::GetFlag(FLAGS_worker_tls_key),
-                            .ca_file = absl::GetFlag(FLAGS_worker_tls_ca),
-                            .flags = rpc::WorkerClientTlsFlags()};
+  rpc::TlsConfig worker_tls;
+  worker_tls.cert_file = absl::GetFlag(FLAGS_worker_tls_cert);
+  worker_tls.key_file = absl::GetFlag(FLAGS_worker_tls_key);
+  worker_tls.ca_file = absl::GetFlag(FLAGS_worker_tls_ca);
+  worker_tls.flags = rpc::WorkerClientTlsFlags();
   // Bad TLS files are a start-up error before anything listens.
   RETURN_IF_ERROR(rpc::MakeServerCredentials(listener_tls).status());
 
