@@ -55,7 +55,7 @@ struct PrefillLoopOptions {
   int block_size = 16;
   // Element type of the KV cache; unset: the weights' type. Must be the
   // decode workers' (KV blocks are copied byte for byte).
-  std::optional<DType> kv_dtype;
+  std::optional<DType> kv_dtype = std::nullopt;
   // KV blocks; 0 = room for 8 full-context sequences.
   int kv_blocks = 0;
   int max_batch_tokens = 2048;

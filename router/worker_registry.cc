@@ -120,12 +120,21 @@ Worker::Load::~Load() {
   absl::MutexLock lock(&worker_->mu_);
   --worker_->inflight_;
   // The request is over: the worker frees (or has freed) its blocks.
-  worker_->pending_.erase(id_);
+  worker_->ErasePendingLocked(id_);
 }
 
 void Worker::Load::ReserveBlocks(int blocks) {
   absl::MutexLock lock(&worker_->mu_);
+  worker_->ErasePendingLocked(id_);
   worker_->pending_[id_] = Pending{blocks, UINT64_MAX};
+  worker_->pending_blocks_ += blocks;
+}
+
+void Worker::ErasePendingLocked(uint64_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  pending_blocks_ -= it->second.blocks;
+  pending_.erase(it);
 }
 
 void Worker::Load::ConfirmReservation() {
@@ -156,10 +165,8 @@ WorkerSnapshot Worker::Snapshot() const {
   s.waiting = stats_.waiting();
   s.inflight = inflight_;
   // Saturated: thousands of long requests may reserve more than 2^31 blocks.
-  int64_t reserved = 0;
-  for (const auto& [id, p] : pending_) reserved += p.blocks;
-  s.reserved_blocks =
-      static_cast<int32_t>(std::min<int64_t>(reserved, std::numeric_limits<int32_t>::max()));
+  s.reserved_blocks = static_cast<int32_t>(
+      std::min<int64_t>(pending_blocks_, std::numeric_limits<int32_t>::max()));
   return s;
 }
 
@@ -199,7 +206,12 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
     stats_ = *stats;
     // The stats now include every reservation confirmed before the poll.
     for (auto it = pending_.begin(); it != pending_.end();) {
-      it = it->second.seen_by_poll <= poll ? pending_.erase(it) : std::next(it);
+      if (it->second.seen_by_poll <= poll) {
+        pending_blocks_ -= it->second.blocks;
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   if (healthy_ && (!was_healthy || was_draining != stats_.draining())) {

@@ -112,6 +112,8 @@ class Worker {
   void SetPoolVerdict(const ModelIdentity& checked, const std::string& disagreement);
 
  private:
+  void ErasePendingLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Pending {
     int blocks = 0;
     // The first poll whose answer includes the reservation.
@@ -141,6 +143,9 @@ class Worker {
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_load_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // The sum of pending_'s blocks (a snapshot per routing decision must not
+  // walk every reservation).
+  int64_t pending_blocks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct RegistryOptions {

@@ -24,7 +24,7 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // TLS for the listener (mutual TLS with tls.require_client_cert); plain
   // gRPC when it names no file.
-  TlsConfig tls;
+  TlsConfig tls = {};
 };
 
 // A started server. SetServing may be called from any thread.

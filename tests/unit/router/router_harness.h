@@ -25,7 +25,7 @@ struct HarnessOptions {
   int decode = 1;
   RouterCoreOptions router = {};
   // Checks every Generate call (API keys); empty = none.
-  Authorizer authorize;
+  Authorizer authorize = nullptr;
   // The router's chat template; null = the plain default one, unless
   // no_chat_template.
   const ChatTemplate* chat_template = nullptr;
