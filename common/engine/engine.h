@@ -34,7 +34,7 @@ struct EngineOptions {
   // Most rows of logits one step may return.
   int max_logit_rows = 256;
   // Element type of the paged KV cache; unset: the weights' type.
-  std::optional<DType> kv_dtype;
+  std::optional<DType> kv_dtype = std::nullopt;
 };
 
 // One sequence's part of a step: `tokens` continue the sequence whose KV

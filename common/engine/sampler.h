@@ -33,7 +33,7 @@ struct SamplingParams {
   // output is divided by it when positive, multiplied when not; 1 = off.
   float repetition_penalty = 1.0f;
   // Added to the logit of the token; ids unique and inside the vocabulary.
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   // The stop ids cannot be sampled while fewer tokens were generated.
   int min_tokens = 0;
 
