@@ -152,34 +152,28 @@ absl::Status RequestDriver::Prepare() {
       params_.timeout > absl::ZeroDuration() ? params_.timeout : env_.options.request_timeout;
   deadline_ = std::min(params_.deadline, absl::Now() + timeout);
 
-  int vocab_size = env_.tokenizer != nullptr ? env_.tokenizer->vocab_size() : 0;
-  int max_context = 0;
-  bool any_routable = false;
-  std::vector<std::string> unroutable;
-  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
-    if (!s.routable()) {
+  const std::vector<WorkerSnapshot> decode = env_.registry->Snapshot(WorkerRole::kDecode);
+  const DecodePoolLimits limits = LimitsOf(decode);
+  if (!limits.any_routable) {
+    std::vector<std::string> unroutable;
+    for (const WorkerSnapshot& s : decode) {
       const std::string why = !s.healthy   ? "unhealthy"
                               : s.draining ? "draining"
                               : s.disagreement.empty()
                                   ? "not yet checked against the pool"
                                   : absl::StrCat("out of the pool: it ", s.disagreement);
       unroutable.push_back(absl::StrCat(s.address, " (", why, ")"));
-      continue;
     }
-    any_routable = true;
-    if (s.vocab_size > 0) vocab_size = s.vocab_size;
-    if (s.max_context > 0) {
-      max_context = max_context == 0 ? s.max_context : std::min(max_context, s.max_context);
-    }
-  }
-  if (!any_routable) {
     return absl::UnavailableError(absl::StrCat(
         "no healthy decode worker to serve the request",
         unroutable.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unroutable, ", "), ")"),
         "; retry later"));
   }
-  RETURN_IF_ERROR(
-      ResolveMaxTokens(req_, vocab_size, max_context, env_.options.default_max_tokens));
+  const int vocab_size = limits.vocab_size > 0                ? limits.vocab_size
+                         : env_.tokenizer != nullptr ? env_.tokenizer->vocab_size()
+                                                     : 0;
+  RETURN_IF_ERROR(ResolveMaxTokens(req_, vocab_size, limits.max_context,
+                                   env_.options.default_max_tokens));
   choices_.resize(req_.n);
   for (Choice& c : choices_) {
     if (env_.tokenizer != nullptr) c.detok.emplace(*env_.tokenizer, req_.prompt.back());
@@ -564,15 +558,9 @@ void RequestDriver::EmitEcho(const google::protobuf::RepeatedPtrField<v1::TokenL
   if (req_.prompt_text.has_value()) {
     event.text = *req_.prompt_text;
   } else if (env_.tokenizer != nullptr) {
-    IncrementalDetokenizer detok(*env_.tokenizer, -1);
-    for (size_t i = 0; i < req_.prompt.size(); ++i) {
-      // The BOS a text prompt starts with is not text.
-      if (i == 0 && req_.prompt[0] == env_.tokenizer->bos_id()) continue;
-      if (absl::StatusOr<std::string> piece = detok.Push(req_.prompt[i]); piece.ok()) {
-        event.text += *piece;
-      }
-    }
-    event.text += detok.Flush();
+    // The prompt's ids were checked against the vocabulary.
+    event.text =
+        DetokenizeIds(*env_.tokenizer, req_.prompt, /*skip_leading_bos=*/true).value_or("");
   }
   if (logprobs != nullptr) event.logprobs = Texts(*logprobs, req_.prompt[0]);
   Send(std::move(event));

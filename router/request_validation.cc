@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/incremental_detokenizer.h"
 
 namespace tandem::router {
 
@@ -231,6 +232,20 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
     for (const int32_t eos : context.tokenizer->eos_ids()) out.stop_token_ids.push_back(eos);
   }
   return out;
+}
+
+absl::StatusOr<std::string> DetokenizeIds(const Tokenizer& tokenizer,
+                                          const std::vector<int32_t>& ids,
+                                          bool skip_leading_bos) {
+  IncrementalDetokenizer detok(tokenizer, -1);
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i == 0 && skip_leading_bos && ids[0] == tokenizer.bos_id()) continue;
+    absl::StatusOr<std::string> piece = detok.Push(ids[i]);
+    if (!piece.ok()) return absl::InvalidArgumentError(piece.status().message());
+    text += *piece;
+  }
+  return text + detok.Flush();
 }
 
 absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_context,

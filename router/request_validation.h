@@ -73,6 +73,13 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
                                                    const ChatTemplate& chat_template,
                                                    bool add_generation_prompt = true);
 
+// The text of `ids`, decoded incrementally (whole UTF-8 characters), with a
+// leading BOS left out when `skip_leading_bos` (it is not text).
+// INVALID_ARGUMENT for an id outside the vocabulary.
+absl::StatusOr<std::string> DetokenizeIds(const Tokenizer& tokenizer,
+                                          const std::vector<int32_t>& ids,
+                                          bool skip_leading_bos = false);
+
 // Checks the request against the model: INVALID_ARGUMENT when a prompt
 // token or a logit_bias id is outside [0, vocab_size), when the prompt
 // leaves no room for a generated token in `max_context`, or when the prompt

@@ -119,15 +119,13 @@ void RouterCore::OnEnd(uint64_t id) {
 }
 
 ServedModelInfo RouterCore::ModelInfo() const {
-  ServedModelInfo info{.id = options_.served_model_name, .created_unix = created_unix_};
-  if (env_.tokenizer != nullptr) info.vocab_size = env_.tokenizer->vocab_size();
-  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
-    if (!s.routable()) continue;
-    if (s.vocab_size > 0) info.vocab_size = s.vocab_size;
-    if (s.max_context > 0) {
-      info.max_context =
-          info.max_context == 0 ? s.max_context : std::min(info.max_context, s.max_context);
-    }
+  const DecodePoolLimits limits = LimitsOf(env_.registry->Snapshot(WorkerRole::kDecode));
+  ServedModelInfo info{.id = options_.served_model_name,
+                       .created_unix = created_unix_,
+                       .max_context = limits.max_context,
+                       .vocab_size = limits.vocab_size};
+  if (info.vocab_size == 0 && env_.tokenizer != nullptr) {
+    info.vocab_size = env_.tokenizer->vocab_size();
   }
   return info;
 }
@@ -166,14 +164,7 @@ absl::StatusOr<std::string> RouterCore::Detokenize(const std::vector<int32_t>& i
     return absl::InvalidArgumentError(absl::StrCat("there are ", ids.size(), " token ids; at most ",
                                                    kMaxPromptTokenIds, " are served"));
   }
-  IncrementalDetokenizer detok(*env_.tokenizer, -1);
-  std::string text;
-  for (const int32_t id : ids) {
-    absl::StatusOr<std::string> piece = detok.Push(id);
-    if (!piece.ok()) return absl::InvalidArgumentError(piece.status().message());
-    text += *piece;
-  }
-  return text + detok.Flush();
+  return DetokenizeIds(*env_.tokenizer, ids);
 }
 
 bool RouterCore::Serving() const {
@@ -181,10 +172,7 @@ bool RouterCore::Serving() const {
     absl::MutexLock lock(&mu_);
     if (draining_) return false;
   }
-  for (const WorkerSnapshot& s : env_.registry->Snapshot(WorkerRole::kDecode)) {
-    if (s.routable()) return true;
-  }
-  return false;
+  return LimitsOf(env_.registry->Snapshot(WorkerRole::kDecode)).any_routable;
 }
 
 void RouterCore::StartDraining() {

@@ -4,6 +4,8 @@
 #ifndef TANDEM_ROUTER_WORKER_SNAPSHOT_H_
 #define TANDEM_ROUTER_WORKER_SNAPSHOT_H_
 
+#include <algorithm>
+#include <vector>
 #include <cstdint>
 #include <string>
 
@@ -55,6 +57,27 @@ struct WorkerSnapshot {
 
   bool routable() const { return healthy && !draining && in_pool; }
 };
+
+// What the routable decode workers say about the model: the vocabulary
+// (0 = none reported) and the smallest context among them (0 = unknown).
+struct DecodePoolLimits {
+  bool any_routable = false;
+  int vocab_size = 0;
+  int max_context = 0;
+};
+
+inline DecodePoolLimits LimitsOf(const std::vector<WorkerSnapshot>& decode) {
+  DecodePoolLimits l;
+  for (const WorkerSnapshot& s : decode) {
+    if (!s.routable()) continue;
+    l.any_routable = true;
+    if (s.vocab_size > 0) l.vocab_size = s.vocab_size;
+    if (s.max_context > 0) {
+      l.max_context = l.max_context == 0 ? s.max_context : std::min(l.max_context, s.max_context);
+    }
+  }
+  return l;
+}
 
 }  // namespace tandem::router
 
