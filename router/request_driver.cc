@@ -390,9 +390,21 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   }
   const absl::Status cause =
       status.ok() ? absl::InternalError("the stream ended without a finished event") : status;
-  if (cause.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(cause);
   int tokens = 0;
   for (const Choice& c : choices_) tokens += c.tokens;
+  if (phase_ == Phase::kPrefilling && tokens == 0 &&
+      cause.code() == absl::StatusCode::kUnavailable) {
+    // The KV transfer failed (typically the prefill worker was lost while
+    // sending) and nothing reached the client: the request starts over, its
+    // KV recomputed, on another prefill worker.
+    if (prefill_call_ != nullptr) prefill_call_->Cancel();
+    prefill_call_.reset();
+    prefill_load_.reset();
+    OnPrefillFailed(absl::UnavailableError(absl::StrCat(
+        "the KV transfer to decode worker ", decode_address_, " failed: ", cause.message())));
+    return;
+  }
+  if (cause.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(cause);
   if (tokens > 0 || phase_ == Phase::kPrefilling) {
     Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
                                                " was lost mid-stream after ", tokens,

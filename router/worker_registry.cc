@@ -244,6 +244,51 @@ void Worker::SetPoolVerdict(const ModelIdentity& checked, const std::string& dis
 // ---------------------------------------------------------------------------
 // WorkerRegistry
 
+struct RetiredWorkers {
+  absl::Mutex mu;
+  // Released by every holder, waiting for a registry thread to destroy them.
+  std::vector<std::unique_ptr<Worker>> workers ABSL_GUARDED_BY(mu);
+  // Made and not yet released.
+  int live ABSL_GUARDED_BY(mu) = 0;
+  // The registry is gone: a worker released now is left undestroyed (its
+  // channel must not be destroyed on whatever thread released it).
+  bool closed ABSL_GUARDED_BY(mu) = false;
+};
+
+std::shared_ptr<Worker> WorkerRegistry::NewWorker(const std::string& address,
+                                                  const std::string& target, WorkerRole role) {
+  {
+    absl::MutexLock lock(&retired_->mu);
+    ++retired_->live;
+  }
+  return std::shared_ptr<Worker>(
+      new Worker(address, target, role, channel_security_),
+      [retired = retired_](Worker* w) {
+        absl::MutexLock lock(&retired->mu);
+        --retired->live;
+        if (retired->closed) {
+          LOG(WARNING) << "worker " << w->address()
+                       << " was released after the router's registry stopped; leaving it";
+          return;
+        }
+        retired->workers.emplace_back(w);
+      });
+}
+
+void WorkerRegistry::FreeRetired() {
+  std::vector<std::unique_ptr<Worker>> workers;
+  {
+    absl::MutexLock lock(&retired_->mu);
+    workers.swap(retired_->workers);
+  }
+  // Destroyed here, outside the lock.
+}
+
+int WorkerRegistry::workers_not_destroyed() const {
+  absl::MutexLock lock(&retired_->mu);
+  return retired_->live + static_cast<int>(retired_->workers.size());
+}
+
 absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryOptions options) {
   if (options.decode_targets.empty()) {
     return absl::InvalidArgumentError(
@@ -266,9 +311,29 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
 }
 
 WorkerRegistry::WorkerRegistry(RegistryOptions options, rpc::ChannelSecurity channel_security)
-    : options_(std::move(options)), channel_security_(std::move(channel_security)) {}
+    : options_(std::move(options)),
+      channel_security_(std::move(channel_security)),
+      retired_(std::make_shared<RetiredWorkers>()) {}
 
-WorkerRegistry::~WorkerRegistry() { Stop(); }
+WorkerRegistry::~WorkerRegistry() {
+  Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    prefill_.clear();
+    decode_.clear();
+  }
+  {
+    absl::MutexLock lock(&retired_->mu);
+    auto all_released = [r = retired_.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu) {
+      return r->live == 0;
+    };
+    if (!retired_->mu.AwaitWithTimeout(absl::Condition(&all_released), options_.retire_timeout)) {
+      LOG(WARNING) << retired_->live << " workers still referenced as the registry stops";
+    }
+    retired_->closed = true;
+  }
+  FreeRetired();
+}
 
 void WorkerRegistry::Stop() {
   {
@@ -348,9 +413,10 @@ void WorkerRegistry::ResolveNow() {
       if (workers.contains(address)) continue;
       LOG(INFO) << WorkerRoleName(role) << " worker " << address << " joined the pool (from "
                 << target << ")";
-      workers.emplace(address, std::make_shared<Worker>(address, target, role, channel_security_));
+      workers.emplace(address, NewWorker(address, target, role));
     }
   }
+  FreeRetired();
 }
 
 std::vector<std::shared_ptr<Worker>> WorkerRegistry::AllWorkers() const {
@@ -422,6 +488,8 @@ void WorkerRegistry::PollNow() {
     }
   }
   CheckPool();
+  calls.clear();
+  FreeRetired();
   absl::MutexLock lock(&mu_);
   ++poll_rounds_;
 }

@@ -154,6 +154,9 @@ struct RegistryOptions {
   absl::Duration resolve_interval = absl::Seconds(5);
   absl::Duration health_interval = absl::Milliseconds(500);
   absl::Duration health_timeout = absl::Seconds(1);
+  // How long the registry's destructor waits for the workers it handed out
+  // (to requests still ending) to be released.
+  absl::Duration retire_timeout = absl::Seconds(10);
   // Tests resolve names their own way; default ResolveTarget.
   Resolver resolver;
   // The router's tokenizer's vocabulary size: workers whose model has fewer
@@ -165,6 +168,10 @@ struct RegistryOptions {
   rpc::TlsConfig worker_tls;
 };
 
+// Where the registry's workers go when their last reference is dropped; see
+// WorkerRegistry::NewWorker.
+struct RetiredWorkers;
+
 class WorkerRegistry {
  public:
   // Checks the targets, resolves them once (a name that does not resolve yet
@@ -173,10 +180,16 @@ class WorkerRegistry {
   // of rpc::MakeChannelSecurity for worker_tls.
   static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(RegistryOptions options);
 
-  ~WorkerRegistry();  // Stop()s.
+  // Stop()s, then waits (bounded by `retire_timeout`) until every worker it
+  // handed out has been released, and destroys them on this thread.
+  ~WorkerRegistry();
 
   // Ends the background threads and outstanding polls (bounded). Idempotent.
   void Stop();
+
+  // How many workers (with their channels) are referenced outside the
+  // registry's pool or not destroyed yet; for tests.
+  int workers_not_destroyed() const;
 
   // Every current worker of `role`, sorted by address.
   std::vector<WorkerSnapshot> Snapshot(WorkerRole role) const;
@@ -202,6 +215,15 @@ class WorkerRegistry {
   // Waits `d` or until Stop(); false once stopped.
   bool SleepUnlessStopped(absl::Duration d);
   std::vector<std::shared_ptr<Worker>> AllWorkers() const;
+  // A worker whose last reference, wherever it is dropped, only hands it to
+  // retired_; the registry's own threads destroy it (FreeRetired). The last
+  // reference is often dropped on a gRPC callback thread (a finished call's
+  // functor), and destroying a channel there can destroy the process's last
+  // callback-using channel; gRPC 1.51 then joins its callback queue's
+  // threads from one of them and aborts.
+  std::shared_ptr<Worker> NewWorker(const std::string& address, const std::string& target,
+                                    WorkerRole role);
+  void FreeRetired();
   // After a poll round: chooses the pool's identity and gives every healthy
   // worker its verdict. Called with poll_mu_ held.
   void CheckPool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
@@ -228,6 +250,7 @@ class WorkerRegistry {
   uint64_t next_seen_ ABSL_GUARDED_BY(poll_mu_) = 0;
   std::thread resolve_thread_;
   std::thread poll_thread_;
+  std::shared_ptr<RetiredWorkers> retired_;
 };
 
 }  // namespace tandem::router

@@ -100,6 +100,17 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecodeWorker::Generate(
         rpc::ToGrpc(draining_ ? absl::UnavailableError("worker is draining") : behaviour_.refuse));
     return reactor;
   }
+  if (!request->local_prefill() && behaviour_.fail_transfers > 0) {
+    --behaviour_.fail_transfers;
+    v1::DecodeEvent event;
+    event.mutable_reserved()->set_kv_descriptor(absl::StrCat("kv:", request->request_id()));
+    event.mutable_reserved()->set_generation(next_generation_++);
+    writer->Write(std::move(event));
+    writer->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                absl::StrCat("request ", request->request_id(),
+                                             ": connection to the sender lost")));
+    return reactor;
+  }
   auto stream = std::make_shared<Stream>();
   stream->request = *request;
   stream->generation = next_generation_++;

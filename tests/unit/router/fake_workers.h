@@ -55,6 +55,9 @@ struct DecodeBehaviour {
   // After this many generated tokens, send nothing more until the router
   // cancels (bounded by 30 s); -1 = never.
   int hold_after = -1;
+  // The next this many disaggregated streams end with UNAVAILABLE right
+  // after `reserved`, as when the KV transfer's sender is lost.
+  int fail_transfers = 0;
 };
 
 class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {

@@ -247,6 +247,32 @@ TEST(RouterServiceTest, FullDecodeWorkerIsReplacedAndAllFullIsResourceExhausted)
   EXPECT_THAT(both.status.error_message(), HasSubstr("KV cache full"));
 }
 
+// The KV transfer fails before any token (the prefill worker was lost while
+// sending): the request starts over on the other prefill worker, and the
+// client sees nothing of it.
+TEST(RouterServiceTest, FailedKvTransferIsRecomputedOnAnotherPrefillWorker) {
+  auto h = StartHarness({.prefill = 2, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const int first = h->FirstPrefill();
+  h->prefill(first).SetBehaviour({.hold = true});
+  h->decode(0).SetBehaviour({.fail_transfers = 1});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.finished.prefill_worker(), h->prefill_address(1 - first));
+  EXPECT_EQ(h->decode(0).requests().size(), 2u);
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  // The first prefill, for a reservation that is gone, was cancelled: the
+  // worker saw it cancelled, or never saw it.
+  testing::FakePrefillWorker& held = h->prefill(first);
+  const absl::Time deadline = absl::Now() + kWait;
+  while (held.cancelled() != static_cast<int>(held.requests().size()) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(held.cancelled(), static_cast<int>(held.requests().size()));
+}
+
 TEST(RouterServiceTest, ClientCancelCancelsTheDecodeStream) {
   auto h = StartHarness({.prefill = 1, .decode = 1});
   ASSERT_NE(h, nullptr);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -438,6 +439,39 @@ TEST(WorkerRegistryResolveTest, WorkersJoinAndLeaveAsTheNameResolvesDifferently)
   }
   registry->ResolveNow();
   EXPECT_THAT(addresses(), ::testing::ElementsAre("10.0.0.2:8200", "10.0.0.3:8200"));
+}
+
+// The last reference to a worker (and its channel) is often dropped on a
+// gRPC callback thread; the worker is only destroyed on the registry's own
+// threads.
+TEST(WorkerRegistryResolveTest, AWorkerReleasedElsewhereIsDestroyedByTheRegistry) {
+  auto mu = std::make_shared<absl::Mutex>();
+  auto answer = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
+      "10.0.0.1:8200", "10.0.0.2:8200"});
+  RegistryOptions options;
+  options.decode_targets = {"decode.svc:8200"};
+  options.resolve_interval = absl::Hours(1);
+  options.health_interval = absl::Hours(1);
+  options.health_timeout = absl::Milliseconds(100);
+  options.resolver = [mu, answer](const std::string&) {
+    absl::MutexLock lock(mu.get());
+    return absl::StatusOr<std::vector<std::string>>(*answer);
+  };
+  ASSERT_OK_AND_ASSIGN(auto registry, WorkerRegistry::Create(options));
+  EXPECT_EQ(registry->workers_not_destroyed(), 2);
+  std::shared_ptr<Worker> held = registry->Find(WorkerRole::kDecode, "10.0.0.2:8200");
+  ASSERT_NE(held, nullptr);
+  {
+    absl::MutexLock lock(mu.get());
+    *answer = {"10.0.0.1:8200"};
+  }
+  registry->ResolveNow();
+  EXPECT_EQ(registry->Find(WorkerRole::kDecode, "10.0.0.2:8200"), nullptr);
+  EXPECT_EQ(registry->workers_not_destroyed(), 2);  // Still held here.
+  std::thread([released = std::move(held)]() mutable { released.reset(); }).join();
+  EXPECT_EQ(registry->workers_not_destroyed(), 2);  // Released, not destroyed.
+  registry->ResolveNow();
+  EXPECT_EQ(registry->workers_not_destroyed(), 1);
 }
 
 }  // namespace
