@@ -1,6 +1,7 @@
 #include "common/kvcache/block_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -20,6 +21,14 @@ absl::Status BlockTable::Reserve(int extra, BlockPool& pool) {
   ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool.Allocate(static_cast<int>(missing)));
   blocks_.insert(blocks_.end(), fresh.begin(), fresh.end());
   return absl::OkStatus();
+}
+
+void BlockTable::Adopt(std::vector<int32_t> blocks, int tokens) {
+  CHECK(blocks_.empty() && num_tokens_ == 0) << "Adopt on a table in use";
+  CHECK(tokens >= 0 && tokens <= static_cast<int64_t>(blocks.size()) * block_size_)
+      << tokens << " tokens in " << blocks.size() << " blocks";
+  blocks_ = std::move(blocks);
+  num_tokens_ = tokens;
 }
 
 void BlockTable::Release(BlockPool& pool) {

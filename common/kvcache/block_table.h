@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +24,10 @@ class BlockTable {
   // Grows the table from `pool` so that `extra` more tokens fit. On
   // RESOURCE_EXHAUSTED nothing changes.
   absl::Status Reserve(int extra, BlockPool& pool);
+
+  // Makes an empty table start with `blocks` (cached blocks whose
+  // references it takes over) holding its first `tokens` tokens.
+  void Adopt(std::vector<int32_t> blocks, int tokens);
 
   // Records that `n` more tokens' K/V were written (after Reserve).
   void Advance(int n) { num_tokens_ += n; }
