@@ -76,7 +76,7 @@ void DecodeLoop::Admit(SubmitCmd cmd) {
       static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.max_tokens, config_.seq_len));
   BlockPool& pool = engine_->block_pool();
   const int n = cmd.request.n;
-  const int needed = n * BlocksFor(tokens, engine_->kv_layout().block_size);
+  const int needed = n * static_cast<int>(BlocksFor(tokens, engine_->kv_layout().block_size));
   if (needed > pool.num_blocks()) {
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
         "request needs ", needed, " KV blocks (", n, " choices of ", tokens,
@@ -113,7 +113,7 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
   // The prompt's blocks, layer by layer, runs of adjacent ids merged: the
   // layout a prefill worker sends (see the contract's "Layer slices").
   const KvLayout& layout = engine_->kv_layout();
-  const int prompt_blocks = BlocksFor(seq.prompt_len(), layout.block_size);
+  const int prompt_blocks = static_cast<int>(BlocksFor(seq.prompt_len(), layout.block_size));
   std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
       kv_region_, layout.n_layers, layout.layer_bytes(),
       layout.block_bytes(), seq.choices[0].table.blocks().first(prompt_blocks));

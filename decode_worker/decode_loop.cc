@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   engine_options.kv_dtype = options.kv_dtype;
   engine_options.num_blocks = options.kv_blocks > 0
                                   ? options.kv_blocks
-                                  : 8 * BlocksFor(weights.config.seq_len, options.block_size);
+                                  : 8 * static_cast<int>(BlocksFor(weights.config.seq_len, options.block_size));
   engine_options.max_batch_tokens = options.max_batch_tokens;
   // At most one row of logits per held sequence.
   engine_options.max_logit_rows = options.max_sequences;

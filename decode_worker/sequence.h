@@ -14,11 +14,11 @@
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_table.h"
+#include "common/kvcache/kv_layout.h"
 #include "decode_worker/decode_loop.h"
 
 namespace tandem::decode {
 
-inline int BlocksFor(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
 // One of a request's n completions: its own KV cache (choice 0's receives
 // or computes the prompt; the others start from a copy of it) and sampler.

@@ -78,6 +78,7 @@ absl::StatusOr<TransferLease> TransferReceiver::Expect(ReceiveRequest request) {
   t->lease.deadline = request.deadline;
   t->lease.checksums = options_.checksums;
   t->lease.receiver_address = transport_->LocalAddress();
+  t->lease.first_block = request.first_block;
   uint64_t largest = 1;
   for (const std::vector<Slice>& layer : request.layers) {
     t->lease.layer_bytes.push_back(TotalBytes(layer));

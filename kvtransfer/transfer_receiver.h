@@ -86,6 +86,9 @@ struct ReceiveRequest {
   std::vector<std::vector<Slice>> layers;
   absl::Time deadline = absl::InfinitePast();
   ReceiveDoneFn done;
+  // Goes into the lease: `layers` are the sequence's KV blocks from this one
+  // on (the ones before are held already).
+  uint32_t first_block = 0;
 };
 
 class TransferReceiver {

@@ -13,7 +13,7 @@ namespace {
 
 constexpr uint32_t kHeaderMagic = 0x484b5654;  // "TVKH" read little-endian.
 constexpr uint32_t kLeaseMagic = 0x4c4b5654;   // "TVKL" read little-endian.
-constexpr size_t kLeaseFixedBytes = 48;
+constexpr size_t kLeaseFixedBytes = 56;
 
 // Little-endian writers and readers, byte by byte so that host order and
 // alignment never matter.
@@ -138,6 +138,8 @@ std::string TransferLease::Serialize() const {
   PutLe(out, chunk_bytes, 8);
   PutLe(out, layer_bytes.size(), 4);
   PutLe(out, receiver_address.size(), 4);
+  PutLe(out, first_block, 4);
+  PutLe(out, 0, 4);  // Reserved.
   for (uint64_t b : layer_bytes) PutLe(out, b, 8);
   out.append(receiver_address);
   return out;
@@ -169,6 +171,14 @@ absl::StatusOr<TransferLease> TransferLease::Parse(std::string_view bytes) {
   lease.chunk_bytes = GetLe(bytes, 32, 8);
   const uint64_t layers = GetLe(bytes, 40, 4);
   const uint64_t address_bytes = GetLe(bytes, 44, 4);
+  lease.first_block = static_cast<uint32_t>(GetLe(bytes, 48, 4));
+  if (GetLe(bytes, 52, 4) != 0) {
+    return absl::InvalidArgumentError("kvtransfer lease: reserved bytes are not zero");
+  }
+  if (lease.first_block > kMaxFirstBlock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kvtransfer lease: first block ", lease.first_block, " out of range"));
+  }
   if (lease.chunk_bytes == 0) return absl::InvalidArgumentError("kvtransfer lease: chunk_bytes 0");
   if (layers == 0 || layers > kMaxLayers || address_bytes == 0 ||
       address_bytes > kMaxAddressBytes) {

@@ -20,7 +20,7 @@
 
 namespace tandem::kvtransfer {
 
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 
 enum class MessageType : uint8_t {
   // Sender -> receiver: `length` bytes of `layer` starting at `offset`.
@@ -66,6 +66,7 @@ struct MessageHeader {
 struct TransferLease {
   static constexpr uint32_t kMaxLayers = 4096;
   static constexpr uint32_t kMaxAddressBytes = 4096;
+  static constexpr uint32_t kMaxFirstBlock = 1 << 24;
 
   uint64_t request_id = 0;
   // Unique and increasing per receiver: a destination that is re-leased gets
@@ -80,6 +81,10 @@ struct TransferLease {
   uint64_t chunk_bytes = 0;
   bool checksums = false;
   std::string receiver_address;
+  // The lease covers the sender's sequence from this KV block on: the
+  // receiver already holds the blocks before it (its prefix cache), so the
+  // sender ships only the rest.
+  uint32_t first_block = 0;
 
   uint64_t total_bytes() const;
   // Chunks of `layer` (at least one, even for an empty layer, so that every

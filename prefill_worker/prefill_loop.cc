@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 
@@ -119,7 +120,7 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
                      "Reserved.kv_descriptor unchanged): ",
                      parsed.status().message()));
   }
-  const int blocks = static_cast<int>((len + layout_.block_size - 1) / layout_.block_size);
+  const int blocks = static_cast<int>(BlocksFor(len, layout_.block_size));
   const uint64_t want = static_cast<uint64_t>(blocks) * layout_.block_bytes();
   if (parsed->layer_bytes.size() != static_cast<size_t>(layout_.n_layers) ||
       std::any_of(parsed->layer_bytes.begin(), parsed->layer_bytes.end(),

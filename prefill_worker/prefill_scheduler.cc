@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/logprobs.h"
@@ -23,7 +24,7 @@ int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Micr
 }  // namespace
 
 int DefaultKvBlocks(const ModelConfig& config, int block_size) {
-  const int per_sequence = (config.seq_len + block_size - 1) / block_size;
+  const int per_sequence = static_cast<int>(BlocksFor(config.seq_len, block_size));
   return 8 * per_sequence;
 }
 

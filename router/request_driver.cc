@@ -234,8 +234,8 @@ void RequestDriver::OpenDecode() {
   decode_load_ = decode_worker_->StartRequest();
   const int64_t tokens = static_cast<int64_t>(req_.prompt.size()) + *req_.max_tokens;
   decode_load_->ReserveBlocks(
-      req_.n * BlocksFor(static_cast<int>(std::min<int64_t>(tokens, INT32_MAX / kMaxChoices)),
-                         decode_worker_->Snapshot().block_size));
+      req_.n * static_cast<int>(BlocksFor(std::min<int64_t>(tokens, INT32_MAX / kMaxChoices),
+                                          decode_worker_->Snapshot().block_size)));
   if (timeline_.router_queue_us == 0) timeline_.router_queue_us = SinceArrivalUs();
   const int stream = ++stream_;
   awaiting_first_ = true;

@@ -10,13 +10,6 @@
 
 namespace tandem::router {
 
-int BlocksFor(int tokens, int block_size) {
-  if (block_size <= 0) block_size = 1;
-  if (tokens <= 0) return 0;
-  // 64-bit: tokens may be near INT32_MAX; the quotient fits in an int.
-  return static_cast<int>((int64_t{tokens} + block_size - 1) / block_size);
-}
-
 namespace {
 
 // Snapshot fields come from worker stats and from sums of the router's own
@@ -70,7 +63,7 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
     }
   }
   if (best == nullptr) return std::nullopt;
-  const int needed = BlocksFor(tokens, best->block_size);
+  const int needed = static_cast<int>(BlocksFor(tokens, best->block_size));
   return Pick{best->address,
               absl::StrCat("decode ", best->address, ": ", FreeBlocks(*best), " free KV blocks (",
                            needed, " wanted", best_fits ? "" : ", no worker has room", "), load ",

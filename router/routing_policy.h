@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/kvcache/kv_layout.h"
 #include "router/worker_snapshot.h"
 
 namespace tandem::router {
@@ -18,10 +19,6 @@ struct Pick {
   // Why this worker, for the request's log line.
   std::string reason;
 };
-
-// KV blocks a sequence of `tokens` tokens occupies at `block_size` tokens
-// per block (block_size <= 0 is treated as 1).
-int BlocksFor(int tokens, int block_size);
 
 // The decode worker for a request of `prompt_len` + `max_tokens` tokens.
 // Among routable workers, those whose free KV blocks (stats minus the blocks

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/kvcache/kv_layout.h"
 
 namespace tandem {
 
@@ -33,7 +34,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
         absl::StrCat("block_size ", opts.block_size, " must be in [1, 4096]"));
   }
   if (opts.num_blocks == 0) {
-    opts.num_blocks = (weights.config.seq_len + opts.block_size - 1) / opts.block_size;
+    opts.num_blocks = static_cast<int>(BlocksFor(weights.config.seq_len, opts.block_size));
   }
   if (opts.num_blocks < 0 || opts.max_batch_tokens <= 0 || opts.max_logit_rows <= 0) {
     return absl::InvalidArgumentError(
@@ -203,7 +204,7 @@ absl::Status Engine::Validate(std::span<const BatchItem> items) const {
           absl::StrCat("sequence would reach ", end, " tokens, past the model's context of ",
                        config_.seq_len, "; shorten the prompt or lower max tokens"));
     }
-    const int64_t blocks_needed = (end + layout_.block_size - 1) / layout_.block_size;
+    const int64_t blocks_needed = BlocksFor(end, layout_.block_size);
     new_blocks += std::max<int64_t>(0, blocks_needed - int64_t(item.table->blocks().size()));
     tokens += item.tokens.size();
     logit_rows += item.logit_rows();
@@ -267,7 +268,7 @@ absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable&
         " into one holding ", dst.num_tokens(), " (it must be empty, with the same block size)"));
   }
   RETURN_IF_ERROR(dst.Reserve(tokens, pool_));  // No-op when already reserved.
-  const int blocks = (tokens + layout_.block_size - 1) / layout_.block_size;
+  const int blocks = static_cast<int>(BlocksFor(tokens, layout_.block_size));
   const size_t bytes = layout_.block_bytes();
   copy_staging_.resize(bytes);
   uint8_t* cache = static_cast<uint8_t*>(cache_);

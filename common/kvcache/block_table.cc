@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/kvcache/kv_layout.h"
 
 namespace tandem {
 
@@ -10,7 +11,7 @@ absl::Status BlockTable::Reserve(int extra, BlockPool& pool) {
   if (extra < 0 || extra > pool.num_blocks() * int64_t{block_size_}) {
     return absl::InvalidArgumentError(absl::StrCat("cannot reserve room for ", extra, " tokens"));
   }
-  const int64_t needed = (int64_t{num_tokens_} + extra + block_size_ - 1) / block_size_;
+  const int64_t needed = BlocksFor(int64_t{num_tokens_} + extra, block_size_);
   const int64_t missing = needed - static_cast<int64_t>(blocks_.size());
   if (missing <= 0) return absl::OkStatus();
   if (missing > pool.num_free()) {

@@ -27,6 +27,16 @@
 
 namespace tandem {
 
+// KV blocks a sequence of `tokens` tokens occupies at `block_size` tokens
+// per block: 0 for no tokens; block_size <= 0 counts as 1. In 64 bits, so
+// that a count near INT32_MAX does not overflow; the quotient of an int
+// count fits in an int.
+constexpr int64_t BlocksFor(int64_t tokens, int block_size) {
+  if (block_size <= 0) block_size = 1;
+  if (tokens <= 0) return 0;
+  return (tokens + block_size - 1) / block_size;
+}
+
 struct KvLayout {
   int n_layers = 0;
   int num_blocks = 0;

@@ -97,6 +97,7 @@ TransferLease SampleLease() {
   lease.chunk_bytes = 1000;
   lease.checksums = true;
   lease.receiver_address = std::string("ucx\0addr", 8);
+  lease.first_block = 3;
   return lease;
 }
 
@@ -110,6 +111,7 @@ TEST(TransferLeaseTest, RoundTrips) {
   EXPECT_TRUE(lease.checksums);
   EXPECT_EQ(lease.receiver_address, std::string("ucx\0addr", 8));
   EXPECT_EQ(lease.total_bytes(), 8292u);
+  EXPECT_EQ(lease.first_block, 3u);
 }
 
 TEST(TransferLeaseTest, InfiniteDeadlineRoundTrips) {
@@ -145,6 +147,14 @@ TEST(TransferLeaseTest, RejectsGarbage) {
   no_chunk.chunk_bytes = 0;
   EXPECT_THAT(TransferLease::Parse(no_chunk.Serialize()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("chunk_bytes")));
+  TransferLease far = SampleLease();
+  far.first_block = TransferLease::kMaxFirstBlock + 1;
+  EXPECT_THAT(TransferLease::Parse(far.Serialize()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("first block")));
+  std::string reserved = bytes;
+  reserved[52] = 1;
+  EXPECT_THAT(TransferLease::Parse(reserved),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reserved")));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ WorkerSnapshot Prefill(std::string address, int waiting, int inflight = 0) {
   return s;
 }
 
-TEST(BlocksFor, RoundsUp) {
+TEST(BlocksFor, RoundsUp) {  // tandem::BlocksFor, which every component uses.
   EXPECT_EQ(BlocksFor(0, 16), 0);
   EXPECT_EQ(BlocksFor(1, 16), 1);
   EXPECT_EQ(BlocksFor(16, 16), 1);
