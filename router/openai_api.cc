@@ -556,10 +556,11 @@ absl::Status CheckIndex(const GenerateEvent& e, int n) {
 
 }  // namespace
 
-nlohmann::json UsageJson(int prompt_tokens, int completion_tokens) {
+nlohmann::json UsageJson(int prompt_tokens, int cached_tokens, int completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", static_cast<int64_t>(prompt_tokens) + completion_tokens}};
+          {"total_tokens", static_cast<int64_t>(prompt_tokens) + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 ResponseBuilder::ResponseBuilder(ResponseMeta meta)
@@ -599,6 +600,7 @@ absl::Status ResponseBuilder::Add(const GenerateEvent& e) {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
       choices_[e.index].finish = e.finish_reason;
       prompt_tokens_ = e.prompt_tokens;
+      cached_tokens_ = e.cached_tokens;
       completion_tokens_ += e.completion_tokens;
       return absl::OkStatus();
   }
@@ -632,7 +634,7 @@ nlohmann::json ResponseBuilder::Build() const {
           {"created", meta_.created},
           {"model", meta_.model},
           {"choices", std::move(choices)},
-          {"usage", UsageJson(prompt_tokens_, completion_tokens_)}};
+          {"usage", UsageJson(prompt_tokens_, cached_tokens_, completion_tokens_)}};
 }
 
 StreamBuilder::StreamBuilder(ResponseMeta meta)
@@ -698,6 +700,7 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
     case GenerateEvent::Kind::kFinished: {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
       prompt_tokens_ = e.prompt_tokens;
+      cached_tokens_ = e.cached_tokens;
       completion_tokens_ += e.completion_tokens;
       json choice = {{"index", e.index}};
       if (meta_.endpoint == Endpoint::kChat) {
@@ -717,7 +720,7 @@ std::string StreamBuilder::Finish() const {
   std::string out;
   if (meta_.include_usage) {
     json chunk = Chunk(json::array());
-    chunk["usage"] = UsageJson(prompt_tokens_, completion_tokens_);
+    chunk["usage"] = UsageJson(prompt_tokens_, cached_tokens_, completion_tokens_);
     out += SseEvent(Dump(chunk));
   }
   out += SseEvent("[DONE]");

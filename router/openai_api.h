@@ -105,6 +105,7 @@ class ResponseBuilder {
   const ResponseMeta meta_;
   std::vector<Choice> choices_;
   int prompt_tokens_ = 0;
+  int cached_tokens_ = 0;
   int completion_tokens_ = 0;
 };
 
@@ -129,11 +130,14 @@ class StreamBuilder {
   const ResponseMeta meta_;
   std::vector<size_t> text_offsets_;
   int prompt_tokens_ = 0;
+  int cached_tokens_ = 0;
   int completion_tokens_ = 0;
 };
 
 // usage: {prompt_tokens, completion_tokens, total_tokens}.
-nlohmann::json UsageJson(int prompt_tokens, int completion_tokens);
+// OpenAI's usage object; prompt_tokens_details.cached_tokens counts the
+// prompt tokens a prefix cache saved computing.
+nlohmann::json UsageJson(int prompt_tokens, int cached_tokens, int completion_tokens);
 // One SSE event: "data: <payload>\n\n".
 std::string SseEvent(absl::string_view payload);
 // Compact JSON with invalid UTF-8 replaced by U+FFFD.

@@ -123,6 +123,9 @@ struct GenerateEvent {
   // kFinished.
   FinishReason finish_reason = FinishReason::kUnspecified;
   int prompt_tokens = 0;
+  // Prompt tokens whose KV came from a worker's prefix cache instead of
+  // being computed.
+  int cached_tokens = 0;
   int completion_tokens = 0;  // of this choice
   Timeline timeline;
   std::string prefill_worker;

@@ -301,6 +301,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
         return;
       }
       reserved_ = event.reserved();
+      decode_held_tokens_ = reserved_.cached_tokens();
       // 2. Prefill, shipping the KV cache to the reservation.
       phase_ = Phase::kPrefilling;
       v1::PrefillRequest request;
@@ -361,7 +362,10 @@ void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
     }
     ++worker_finished_;
     timeline_.decode_queue_us = f.decode_queue_us();
-    if (!disaggregated_) timeline_.prefill_us = f.prefill_us();
+    if (!disaggregated_) {
+      timeline_.prefill_us = f.prefill_us();
+      cached_tokens_ = f.cached_tokens();
+    }
     Choice& c = choices_[f.index()];
     if (!c.finish.has_value()) c.finish = FinishReasonFromProto(f.reason());
     if (!c.ended) EndChoice(f.index());
@@ -463,6 +467,8 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   timeline_.prefill_queue_us = r.queue_us();
   timeline_.prefill_us = r.prefill_us();
   timeline_.kv_transfer_us = r.kv_transfer_us();
+  cached_tokens_ = r.cached_tokens();
+  kv_bytes_ = r.kv_bytes();
   phase_ = Phase::kStreaming;
   if (req_.echo) EmitEcho(req_.logprobs.has_value() ? &r.prompt_logprobs() : nullptr);
   // 3. The first tokens go to the client at once; then decoding starts.
@@ -652,6 +658,7 @@ void RequestDriver::EndChoice(int index) {
   if (c.stop->stopped()) c.finish = FinishReason::kStop;
   event.finish_reason = c.finish.value_or(FinishReason::kUnspecified);
   event.prompt_tokens = static_cast<int>(req_.prompt.size());
+  event.cached_tokens = cached_tokens_;
   event.completion_tokens = c.tokens;
   timeline_.end_us = SinceArrivalUs();
   event.timeline = timeline_;

@@ -200,6 +200,11 @@ class RequestDriver final : public RequestHandle,
   absl::StatusCode last_prefill_code_ = absl::StatusCode::kUnavailable;
   // For the log line and the client's kFinished.
   Timeline timeline_;
+  // Prompt tokens not computed (prefix cache), those the decode worker
+  // already held (not shipped), and the KV bytes shipped.
+  int cached_tokens_ = 0;
+  int decode_held_tokens_ = 0;
+  int64_t kv_bytes_ = 0;
   std::string prefill_address_;
   std::string decode_address_;
   bool disaggregated_ = false;

@@ -42,6 +42,9 @@ void RequestDriver::Log(const absl::Status& status) const {
                             ? v1::FinishReason_Name(FinishReasonToProto(*choices_[0].finish))
                             : std::string()},
       {"prompt_tokens", req_.prompt.size()},
+      {"cached_tokens", cached_tokens_},
+      {"decode_held_tokens", decode_held_tokens_},
+      {"kv_bytes", kv_bytes_},
       {"completion_tokens", completion_tokens},
       {"n", choices_.size()},
       {"timeline_us",

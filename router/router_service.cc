@@ -107,6 +107,7 @@ v1::GenerateResponse EventToProto(GenerateEvent event) {
       f->set_reason(FinishReasonToProto(event.finish_reason));
       f->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
       f->mutable_usage()->set_completion_tokens(event.completion_tokens);
+      f->mutable_usage()->set_cached_tokens(event.cached_tokens);
       v1::Timeline* t = f->mutable_timeline();
       t->set_router_queue_us(event.timeline.router_queue_us);
       t->set_prefill_queue_us(event.timeline.prefill_queue_us);

@@ -370,6 +370,7 @@ grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext
   response->set_prefill_us(22);
   response->set_kv_transfer_us(33);
   response->set_kv_bytes(1024);
+  response->set_cached_tokens(b.cached_tokens);
   return Reply(ctx, grpc::Status::OK);
 }
 

@@ -115,6 +115,8 @@ struct PrefillBehaviour {
   absl::Status fail = absl::OkStatus();
   // Answer only when the router cancels (bounded by 30 s).
   bool hold = false;
+  // Prompt tokens the answer says came from the prefix cache.
+  int cached_tokens = 0;
 };
 
 class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {

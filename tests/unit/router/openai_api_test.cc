@@ -235,13 +235,18 @@ TEST(OpenAiApiTest, CompletionResponseWithEchoAndLogprobs) {
   ASSERT_TRUE(b.Add(echo).ok());
   ASSERT_TRUE(b.Add(TokensEvent(1, "xy", {Lp("x", -1.0f), Lp("y", -2.0f)})).ok());
   ASSERT_TRUE(b.Add(TokensEvent(0, "z", {Lp("z", -3.0f)})).ok());
-  ASSERT_TRUE(b.Add(FinishedEvent(1, FinishReason::kLength, 2, 2)).ok());
-  ASSERT_TRUE(b.Add(FinishedEvent(0, FinishReason::kEos, 2, 1)).ok());
+  GenerateEvent finished = FinishedEvent(1, FinishReason::kLength, 2, 2);
+  finished.cached_tokens = 1;  // From a worker's prefix cache.
+  ASSERT_TRUE(b.Add(finished).ok());
+  finished = FinishedEvent(0, FinishReason::kEos, 2, 1);
+  finished.cached_tokens = 1;
+  ASSERT_TRUE(b.Add(finished).ok());
   EXPECT_THAT(b.Add(TokensEvent(2, "w")), StatusIs(absl::StatusCode::kInternal));
   const json r = b.Build();
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["usage"], json::parse(R"({"prompt_tokens": 2, "completion_tokens": 3,
-                                        "total_tokens": 5})"));
+                                        "total_tokens": 5,
+                                        "prompt_tokens_details": {"cached_tokens": 1}})"));
   ASSERT_EQ(r["choices"].size(), 2u);
   EXPECT_EQ(r["choices"][0]["text"], "Pqz");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
@@ -315,6 +320,7 @@ TEST(OpenAiApiTest, ChatStreamWithChoicesAndUsage) {
   EXPECT_EQ(events[6]["choices"], json::array());
   EXPECT_EQ(events[6]["usage"]["completion_tokens"], 2);
   EXPECT_EQ(events[6]["usage"]["total_tokens"], 7);
+  EXPECT_EQ(events[6]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(events[7], "[DONE]");
 }
 

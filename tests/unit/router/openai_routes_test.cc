@@ -124,7 +124,8 @@ TEST_F(OpenAiRoutesTest, CompletionWithChoicesReachesTheCoreAndComesBack) {
   EXPECT_EQ(j["choices"][1]["finish_reason"], "stop");
   EXPECT_EQ(j["choices"][1]["logprobs"], nullptr);
   EXPECT_EQ(j["usage"], json::parse(R"({"prompt_tokens": 3, "completion_tokens": 4,
-                                        "total_tokens": 7})"));
+                                        "total_tokens": 7,
+                                        "prompt_tokens_details": {"cached_tokens": 0}})"));
   const std::vector<GenerateParams> submitted = core_.submitted();
   ASSERT_EQ(submitted.size(), 1u);
   const GenerateParams& p = submitted[0];

@@ -114,6 +114,16 @@ TEST(RouterServiceTest, ShortPromptsArePrefilledLocallyLongOnesDisaggregated) {
   EXPECT_EQ(h->prefill(0).requests().size(), 1u);
 }
 
+TEST(RouterServiceTest, UsageCountsThePromptTokensThePrefillWorkerHadCached) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.cached_tokens = 32});
+  const Result r = h->Run(TokenRequest(std::vector<int32_t>(40, 5), 2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.usage().prompt_tokens(), 40);
+  EXPECT_EQ(r.finished.usage().cached_tokens(), 32);
+}
+
 TEST(RouterServiceTest, PrefillFailureIsRetriedOnTheOtherPrefillWorker) {
   auto h = StartHarness({.prefill = 2, .decode = 1});
   ASSERT_NE(h, nullptr);
