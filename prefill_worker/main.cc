@@ -59,6 +59,10 @@ ABSL_FLAG(int, max_queue, 256,
           "Most requests waiting for KV blocks; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long to finish in-flight requests before exiting");
+ABSL_FLAG(bool, prefix_cache, true,
+          "Keep computed prompt blocks in a prefix cache (unused ones evicted least recently "
+          "used first) and compute only the blocks a prompt does not share with an earlier one; "
+          "--noprefix_cache computes every prompt in full");
 ABSL_FLAG(int, kv_lanes, 1,
           "Connections each KV transfer is striped over (helps long, high-latency links)");
 
@@ -102,6 +106,7 @@ absl::Status Run() {
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.kv_lanes = absl::GetFlag(FLAGS_kv_lanes);
+  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   ASSIGN_OR_RETURN(std::unique_ptr<prefill::PrefillLoop> loop,
                    prefill::PrefillLoop::Create(*weights, std::move(backend), transport.get(),
                                                 &Clock::Real(), options));
@@ -119,7 +124,8 @@ absl::Status Run() {
   LOG(INFO) << "tandem-prefill serving " << options.model_name << " (weights " << fingerprint
             << ") on port " << server.port << " (" << stats.kv_blocks_total << " " << stats.kv_dtype
             << " KV blocks of " << stats.block_size << " tokens, max_batch_tokens "
-            << options.max_batch_tokens << ", KV over " << transport->name() << ")";
+            << options.max_batch_tokens << ", prefix cache "
+            << (options.prefix_cache ? "on" : "off") << ", KV over " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -151,7 +157,7 @@ int main(int argc, char** argv) {
       "f32|bf16|f16]\n"
       "       [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
       "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
-      "       [--drain_timeout 30s] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
+      "       [--drain_timeout 30s] [--noprefix_cache] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
       "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT] [--metrics_port_file FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {

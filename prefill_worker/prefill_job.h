@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
+#include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_table.h"
 #include "kvtransfer/wire_format.h"
 
@@ -61,7 +62,11 @@ struct PrefillResult {
   int64_t prefill_us = 0;
   // Last layer's KV written until the decode worker confirmed every byte.
   int64_t kv_transfer_us = 0;
+  // Bytes shipped: the lease's blocks, from its first_block on.
   int64_t kv_bytes = 0;
+  // Prompt tokens whose KV came from the prefix cache (whole blocks from
+  // the start) instead of being computed.
+  int cached_tokens = 0;
 };
 
 // Called exactly once per Submit, from the loop's thread or the caller's.
@@ -86,6 +91,11 @@ struct Job {
   kvtransfer::TransferLease lease;  // Parsed at submission.
   State state = State::kQueued;
   BlockTable table;
+  // The chained hashes of the prompt's full blocks; computed on the first
+  // admission attempt when the prefix cache is on.
+  std::vector<BlockHash> block_hashes;
+  bool hashed = false;
+  int cached_tokens = 0;  // Taken from the prefix cache at admission.
 
   absl::Time arrived;
   absl::Time started = absl::InfinitePast();  // First step.

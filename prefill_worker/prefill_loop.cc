@@ -26,19 +26,21 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue must be at least 1; got ", options.max_queue));
   }
+  PrefillLoopOptions loop_options = options;
+  if (loop_options.weights_fingerprint.empty()) {
+    loop_options.weights_fingerprint = weights.Fingerprint();
+  }
   SchedulerOptions scheduler_options;
   scheduler_options.block_size = options.block_size;
   scheduler_options.kv_dtype = options.kv_dtype;
   scheduler_options.kv_blocks = options.kv_blocks;
   scheduler_options.max_batch_tokens = options.max_batch_tokens;
   scheduler_options.kv_lanes = options.kv_lanes;
+  scheduler_options.prefix_cache = options.prefix_cache;
+  scheduler_options.weights_fingerprint = loop_options.weights_fingerprint;
   ASSIGN_OR_RETURN(
       std::unique_ptr<PrefillScheduler> scheduler,
       PrefillScheduler::Create(weights, std::move(backend), transport, clock, scheduler_options));
-  PrefillLoopOptions loop_options = options;
-  if (loop_options.weights_fingerprint.empty()) {
-    loop_options.weights_fingerprint = weights.Fingerprint();
-  }
   std::unique_ptr<PrefillLoop> loop(new PrefillLoop(std::move(scheduler), clock, loop_options));
   loop->Publish({});
   loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
@@ -121,15 +123,24 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
                      parsed.status().message()));
   }
   const int blocks = static_cast<int>(BlocksFor(len, layout_.block_size));
-  const uint64_t want = static_cast<uint64_t>(blocks) * layout_.block_bytes();
+  if (parsed->first_block > static_cast<uint32_t>(blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": the KV lease starts at block ", parsed->first_block, " but the prompt has only ",
+        blocks, " blocks of ", layout_.block_size,
+        " tokens; the decode worker can hold at most the prompt's blocks"));
+  }
+  // The decode worker holds the blocks before first_block already.
+  const int shipped = blocks - static_cast<int>(parsed->first_block);
+  const uint64_t want = static_cast<uint64_t>(shipped) * layout_.block_bytes();
   if (parsed->layer_bytes.size() != static_cast<size_t>(layout_.n_layers) ||
       std::any_of(parsed->layer_bytes.begin(), parsed->layer_bytes.end(),
                   [want](uint64_t b) { return b != want; })) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": the KV lease is for ", parsed->layer_bytes.size(), " layers of ",
                      parsed->layer_bytes.empty() ? 0 : parsed->layer_bytes[0],
-                     " bytes, but this prompt's KV is ", layout_.n_layers, " layers of ", want,
-                     " bytes (", blocks, " blocks of ", layout_.block_size,
+                     " bytes, but this prompt's KV from block ", parsed->first_block, " on is ",
+                     layout_.n_layers, " layers of ", want, " bytes (", shipped, " blocks of ",
+                     layout_.block_size,
                      " tokens); the decode worker must serve the same model with the "
                      "same block size and lease exactly the prompt's blocks"));
   }
@@ -223,8 +234,26 @@ PrefillStats PrefillLoop::Stats() const {
   return stats_;
 }
 
+int PrefillLoop::FlushPrefixCache() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t ticket = ++flushes_asked_;
+  wake_.Signal();
+  auto served = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return flushes_done_ >= ticket || stop_;
+  };
+  mu_.Await(absl::Condition(&served));
+  return flushes_done_ >= ticket ? flushed_ : 0;
+}
+
 void PrefillLoop::Intake(std::vector<Reply>& replies) {
   for (JobId id : std::exchange(cancels_, {})) scheduler_->Cancel(id);
+  if (flushes_done_ < flushes_asked_) {
+    flushed_ = scheduler_->FlushPrefixCache();
+    flushes_done_ = flushes_asked_;
+    // Visible to the caller as soon as it returns.
+    stats_.kv_blocks_free = scheduler_->free_blocks();
+    stats_.kv_blocks_cached = scheduler_->cached_blocks();
+  }
   const absl::Time now = clock_->Now();
   while (!queue_.empty()) {
     std::unique_ptr<Job>& job = queue_.front();
@@ -245,6 +274,7 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
     if (!r.result.ok()) ++stats_.requests_failed;
   }
   stats_.kv_blocks_free = scheduler_->free_blocks();
+  stats_.kv_blocks_cached = scheduler_->cached_blocks();
   stats_.running = scheduler_->active();
   stats_.waiting = static_cast<int>(queue_.size());
   const SchedulerCounters& c = scheduler_->counters();
@@ -252,6 +282,8 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.kv_transfers = c.kv_transfers;
   stats_.kv_transfer_bytes = c.kv_transfer_bytes;
   stats_.kv_transfers_failed = c.kv_transfers_failed;
+  stats_.prefix_cache_queried_tokens = c.prefix_cache_queried_tokens;
+  stats_.prefix_cache_hit_tokens = c.prefix_cache_hit_tokens;
   if (options_.metrics != nullptr) options_.metrics->Publish(stats_);
 }
 
@@ -288,7 +320,7 @@ void PrefillLoop::Run() {
       continue;
     }
     absl::MutexLock lock(&mu_);
-    if (!stop_ && queue_.empty() && cancels_.empty()) {
+    if (!stop_ && queue_.empty() && cancels_.empty() && flushes_done_ == flushes_asked_) {
       wake_.WaitWithTimeout(&mu_, options_.idle_wait);
     }
   }

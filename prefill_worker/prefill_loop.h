@@ -63,6 +63,9 @@ struct PrefillLoopOptions {
   int max_queue = 256;
   // Connections each KV transfer is striped over.
   int kv_lanes = 1;
+  // Keep computed prompt blocks cached and compute only what a prompt does
+  // not share with an earlier one (whole blocks from its start).
+  bool prefix_cache = true;
   // Longest the thread waits on the transport while transfers are pending
   // (bounds how late it notices new work then).
   absl::Duration transfer_poll = absl::Milliseconds(1);
@@ -84,7 +87,8 @@ struct PrefillStats {
   int max_context = 0;
   int block_size = 0;
   int kv_blocks_total = 0;
-  int kv_blocks_free = 0;
+  int kv_blocks_free = 0;  // Unused cached blocks count as free.
+  int kv_blocks_cached = 0;
   int running = 0;  // Jobs in compute or transfer.
   int waiting = 0;  // Jobs queued for blocks.
   bool draining = false;
@@ -93,6 +97,9 @@ struct PrefillStats {
   uint64_t kv_transfers = 0;
   uint64_t kv_transfer_bytes = 0;
   uint64_t kv_transfers_failed = 0;
+  // Prompt tokens looked up in the prefix cache (whole blocks) and found.
+  uint64_t prefix_cache_queried_tokens = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
   uint64_t steps = 0;  // Engine steps run (not in WorkerStats).
 };
 
@@ -131,6 +138,10 @@ class PrefillLoop {
 
   PrefillStats Stats() const;
 
+  // Empties the prefix cache of every block no job uses, on the scheduling
+  // thread; returns how many blocks it freed (0 once shut down).
+  int FlushPrefixCache();
+
   const ModelConfig& config() const { return config_; }
 
  private:
@@ -165,6 +176,10 @@ class PrefillLoop {
   JobId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // FlushPrefixCache calls asked for and served, and the last one's count.
+  uint64_t flushes_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flushes_done_ ABSL_GUARDED_BY(mu_) = 0;
+  int flushed_ ABSL_GUARDED_BY(mu_) = 0;
   // Accepted jobs whose callback has not returned yet.
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   // What the scheduling thread last published, plus counters.

@@ -17,7 +17,8 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
           AddGauge(registry, "tandem_prefill_requests_running", "Jobs in compute or KV transfer")),
       kv_blocks_used_(
           AddGauge(registry, "tandem_prefill_kv_blocks_used", "KV cache blocks held by jobs")),
-      kv_blocks_free_(AddGauge(registry, "tandem_prefill_kv_blocks_free", "Free KV cache blocks")),
+      kv_blocks_free_(AddGauge(registry, "tandem_prefill_kv_blocks_free",
+                               "Free KV cache blocks (unused cached blocks included)")),
       step_(AddHistogram(registry, "tandem_prefill_step_seconds",
                          "Engine time of one scheduling round (a batched prefill step)",
                          metrics::StepBuckets())),
@@ -32,9 +33,15 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
           registry, "tandem_prefill_kv_transfer_seconds",
           "Last prefill layer done until the decode worker confirmed every KV byte (OK jobs)",
           metrics::StepBuckets())),
-      prefix_cache_hits_(AddCounter(
-          registry, "tandem_prefill_prefix_cache_hits_total",
-          "Prompt blocks served from a prefix cache; always 0: tandem has no prefix cache yet")) {}
+      prefix_cache_queried_tokens_(
+          AddCounter(registry, "tandem_prefill_prefix_cache_queried_tokens_total",
+                     "Prompt tokens looked up in the prefix cache (whole blocks, all but the "
+                     "last token of a prompt)")),
+      prefix_cache_hit_tokens_(AddCounter(
+          registry, "tandem_prefill_prefix_cache_hit_tokens_total",
+          "Prompt tokens whose KV came from the prefix cache instead of being computed")),
+      kv_blocks_cached_(AddGauge(registry, "tandem_prefill_kv_blocks_cached",
+                                 "KV cache blocks in the prefix cache (in use or evictable)")) {}
 
 void PrefillMetrics::Publish(const PrefillStats& stats) {
   waiting_.Set(stats.waiting);
@@ -45,6 +52,10 @@ void PrefillMetrics::Publish(const PrefillStats& stats) {
   metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
   metrics::AdvanceTo(kv_transfer_bytes_, static_cast<double>(stats.kv_transfer_bytes));
   metrics::AdvanceTo(kv_transfer_failures_, static_cast<double>(stats.kv_transfers_failed));
+  metrics::AdvanceTo(prefix_cache_queried_tokens_,
+                     static_cast<double>(stats.prefix_cache_queried_tokens));
+  metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
+  kv_blocks_cached_.Set(stats.kv_blocks_cached);
 }
 
 void PrefillMetrics::OnReply(const absl::StatusOr<PrefillResult>& result) {

@@ -37,7 +37,9 @@ class PrefillMetrics {
   prometheus::Counter& kv_transfer_bytes_;
   prometheus::Counter& kv_transfer_failures_;
   prometheus::Histogram& kv_transfer_latency_;
-  prometheus::Counter& prefix_cache_hits_;
+  prometheus::Counter& prefix_cache_queried_tokens_;
+  prometheus::Counter& prefix_cache_hit_tokens_;
+  prometheus::Gauge& kv_blocks_cached_;
 };
 
 }  // namespace tandem::prefill

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/kvcache/block_hash.h"
 #include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -68,6 +69,8 @@ PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
       clock_(clock),
       options_(options),
       max_logit_rows_(std::min(options.max_batch_tokens, kMaxLogitRows)),
+      salt_(BlockHashSalt(options.weights_fingerprint, DTypeName(engine_->kv_layout().dtype),
+                          options.block_size)),
       sender_(std::make_unique<kvtransfer::TransferSender>(
           transport, clock, kvtransfer::SenderOptions{.lanes = options.kv_lanes})) {}
 
@@ -96,7 +99,29 @@ bool PrefillScheduler::has_compute() const {
 }
 
 bool PrefillScheduler::TryAdmit(std::unique_ptr<Job>& job) {
-  if (!job->table.Reserve(job->prompt_len(), engine_->block_pool()).ok()) return false;
+  BlockPool& pool = engine_->block_pool();
+  const int block_size = options_.block_size;
+  const int len = job->prompt_len();
+  if (options_.prefix_cache && !job->hashed) {
+    job->block_hashes = HashBlocks(salt_, job->request.tokens, block_size, len / block_size);
+    job->hashed = true;
+  }
+  // The last prompt token is always computed: its logits give the first
+  // token. Prompt logprobs need the logits of every prompt token.
+  const int lookup = job->request.prompt_logprobs
+                         ? 0
+                         : std::min<int>((len - 1) / block_size, job->block_hashes.size());
+  std::vector<int32_t> hits =
+      pool.AcquirePrefix(std::span<const BlockHash>(job->block_hashes).first(lookup));
+  const int cached_tokens = static_cast<int>(hits.size()) * block_size;
+  if (!hits.empty()) job->table.Adopt(std::move(hits), cached_tokens);
+  if (!job->table.Reserve(len - cached_tokens, pool).ok()) {
+    job->table.Release(pool);
+    return false;
+  }
+  job->cached_tokens = cached_tokens;
+  counters_.prefix_cache_queried_tokens += static_cast<uint64_t>(lookup) * block_size;
+  counters_.prefix_cache_hit_tokens += cached_tokens;
   job->state = Job::State::kComputing;
   active_.push_back(std::move(job));
   return true;
@@ -204,6 +229,7 @@ void PrefillScheduler::Step() {
     row += rows;
     if (job.request.prompt_logprobs) AddPromptLogprobs(job, starts[i], chunk);
     if (items[i].want_logits && job.remaining() == 0) {
+      CachePromptBlocks(job);
       SampleFirstTokens(job, chunk.subspan(chunk.size() - vocab));
       job.computed = computed;
       job.state = Job::State::kTransferring;
@@ -238,12 +264,30 @@ void PrefillScheduler::SampleFirstTokens(Job& job, std::span<const float> last_r
   }
 }
 
+void PrefillScheduler::CachePromptBlocks(const Job& job) {
+  BlockPool& pool = engine_->block_pool();
+  const std::span<const int32_t> blocks = job.table.blocks();
+  for (size_t b = 0; b < job.block_hashes.size() && b < blocks.size(); ++b) {
+    // False when the block is cached already (taken from the cache) or
+    // another block holds the hash (an equal prompt computed alongside).
+    (void)pool.SetCached(blocks[b], job.block_hashes[b]);
+  }
+}
+
 absl::Status PrefillScheduler::StartTransfer(Job& job) {
+  const std::span<const int32_t> blocks = job.table.blocks();
+  if (job.lease.first_block > blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        JobName(job), ": the KV lease starts at block ", job.lease.first_block,
+        " but the prompt has only ", blocks.size(), " blocks"));
+  }
   kvtransfer::SendRequest request;
   request.descriptor = job.request.kv_descriptor;
   const KvLayout& layout = engine_->kv_layout();
+  // The decode worker holds the blocks before first_block already.
   request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers, layout.layer_bytes(),
-                                             layout.block_bytes(), job.table.blocks());
+                                             layout.block_bytes(),
+                                             blocks.subspan(job.lease.first_block));
   request.deadline = job.request.deadline;
   // The job outlives its transfer: it is dropped only after this ran.
   request.done = [this, j = &job](uint64_t, const absl::Status& status) {
@@ -289,6 +333,7 @@ void PrefillScheduler::HandleTransferEnds() {
       result.prefill_us = Micros(job->computed - job->started);
       result.kv_transfer_us = Micros(clock_->Now() - job->last_layer);
       result.kv_bytes = static_cast<int64_t>(job->lease.total_bytes());
+      result.cached_tokens = job->cached_tokens;
       Finish(*job, result);
     }
   }

@@ -26,6 +26,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/base/dtype.h"
+#include "common/kvcache/block_hash.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_sender.h"
@@ -43,6 +44,12 @@ struct SchedulerOptions {
   int max_batch_tokens = 2048;
   // Connections each KV transfer is striped over.
   int kv_lanes = 1;
+  // Keep computed prompt blocks in a prefix cache and compute only the
+  // blocks a prompt does not share with an earlier one.
+  bool prefix_cache = true;
+  // ModelWeights::Fingerprint() of the weights: salts the block hashes
+  // (with the KV element type and the block size).
+  std::string weights_fingerprint = "";
 };
 
 // Counters for WorkerStats (and tests).
@@ -51,6 +58,10 @@ struct SchedulerCounters {
   uint64_t kv_transfers = 0;  // Confirmed by the decode worker.
   uint64_t kv_transfer_bytes = 0;
   uint64_t kv_transfers_failed = 0;
+  // Prompt tokens looked up in the prefix cache (whole blocks) and those
+  // found there, over admitted jobs.
+  uint64_t prefix_cache_queried_tokens = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
 };
 
 // A reply to deliver: `done` must be called with `result`.
@@ -76,16 +87,23 @@ class PrefillScheduler {
   const ModelConfig& config() const { return engine_->config(); }
   const KvLayout& layout() const { return engine_->kv_layout(); }
   int total_blocks() { return engine_->block_pool().num_blocks(); }
+  // Free blocks, unused cached ones included (they are evicted on demand).
   int free_blocks() { return engine_->block_pool().num_free(); }
+  // Blocks in the prefix cache, in use or not.
+  int cached_blocks() { return engine_->block_pool().num_cached(); }
   // Admitted jobs not yet replied to (in compute or transfer).
   int active() const { return static_cast<int>(active_.size()); }
   bool has_compute() const;
   bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
   const SchedulerCounters& counters() const { return counters_; }
 
-  // Reserves the blocks of `job`'s whole prompt and takes it; false (and
-  // `job` untouched) when the pool cannot hold it now.
+  // Takes the cached blocks of `job`'s prompt prefix (all but its last
+  // token, which is always computed), reserves the rest and takes the job;
+  // false (and `job` untouched) when the pool cannot hold it now.
   bool TryAdmit(std::unique_ptr<internal::Job>& job);
+
+  // Frees every cached block no job uses; returns how many.
+  int FlushPrefixCache() { return engine_->block_pool().Flush(); }
 
   // Fails job `id` with CANCELLED (after its transfer let go of the blocks);
   // nothing if it is not here.
@@ -116,6 +134,8 @@ class PrefillScheduler {
   void AddPromptLogprobs(internal::Job& job, int start, std::span<const float> rows);
   // Samples one first token per choice from the prompt's last row.
   void SampleFirstTokens(internal::Job& job, std::span<const float> last_row);
+  // Registers the full blocks of `job`'s computed prompt in the prefix cache.
+  void CachePromptBlocks(const Job& job);
   absl::Status StartTransfer(Job& job);
   void HandleTransferEnds();
   void ExpireDeadlines();
@@ -131,6 +151,7 @@ class PrefillScheduler {
   const Clock* const clock_;
   const SchedulerOptions options_;
   const int max_logit_rows_;
+  const BlockHash salt_;
 
   std::unique_ptr<kvtransfer::TransferSender> sender_;
   kvtransfer::RegionId region_ = 0;

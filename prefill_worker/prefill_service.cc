@@ -40,6 +40,7 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
       response_->set_prefill_us(result->prefill_us);
       response_->set_kv_transfer_us(result->kv_transfer_us);
       response_->set_kv_bytes(result->kv_bytes);
+      response_->set_cached_tokens(result->cached_tokens);
       Finish(grpc::Status::OK);
     });
   }
@@ -79,6 +80,9 @@ void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto) {
   proto->set_kv_transfers(stats.kv_transfers);
   proto->set_kv_transfer_bytes(stats.kv_transfer_bytes);
   proto->set_kv_transfers_failed(stats.kv_transfers_failed);
+  proto->set_prefix_cache_queried_tokens(stats.prefix_cache_queried_tokens);
+  proto->set_prefix_cache_hit_tokens(stats.prefix_cache_hit_tokens);
+  proto->set_kv_blocks_cached(stats.kv_blocks_cached);
 }
 
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
