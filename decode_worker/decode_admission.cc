@@ -60,6 +60,16 @@ absl::Status DecodeLoop::Validate(const Request& r) const {
   return r.sampling.ValidateForVocab(config_.vocab_size);
 }
 
+std::vector<BlockHash> DecodeLoop::PromptHashes(const Request& request) const {
+  // A prompt's logprobs need every prompt token computed.
+  if (!options_.prefix_cache || request.prompt_logprobs) return {};
+  const int block_size = engine_->kv_layout().block_size;
+  // The last prompt token is always computed (or shipped): its logits give
+  // the first token.
+  const int max_blocks = (static_cast<int>(request.prompt.size()) - 1) / block_size;
+  return HashBlocks(salt_, request.prompt, block_size, max_blocks);
+}
+
 void DecodeLoop::Admit(SubmitCmd cmd) {
   auto fail_now = [&](const absl::Status& status) {
     cmd.sink->OnFailed(status);
@@ -75,48 +85,65 @@ void DecodeLoop::Admit(SubmitCmd cmd) {
   const int tokens = static_cast<int>(std::min<int64_t>(
       static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.max_tokens, config_.seq_len));
   BlockPool& pool = engine_->block_pool();
+  const int block_size = engine_->kv_layout().block_size;
   const int n = cmd.request.n;
-  const int needed = n * static_cast<int>(BlocksFor(tokens, engine_->kv_layout().block_size));
+  const int needed = n * static_cast<int>(BlocksFor(tokens, block_size));
   if (needed > pool.num_blocks()) {
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
         "request needs ", needed, " KV blocks (", n, " choices of ", tokens,
         " tokens) but this worker's pool has ", pool.num_blocks(),
         " in all; lower max_tokens or n, or shorten the prompt")));
   }
-  if (needed > pool.num_free()) {
+  // The prompt's cached prefix, which choice 0 starts from: it needs only
+  // the blocks after it fresh. Taken before counting free blocks, as an
+  // unused cached block counts as free until acquired.
+  std::vector<BlockHash> hashes = PromptHashes(cmd.request);
+  std::vector<int32_t> hits = pool.AcquirePrefix(hashes);
+  const int fresh = needed - static_cast<int>(hits.size());
+  if (fresh > pool.num_free()) {
+    pool.Release(hits);
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: request needs ", needed, " blocks (", n, " choices of ", tokens,
-        " tokens), ", pool.num_free(), " of ", pool.num_blocks(),
-        " are free; retry later or on another worker")));
+        "KV cache full: request needs ", fresh, " blocks (", n, " choices of ", tokens,
+        " tokens, ", hits.size(), " blocks cached), ", pool.num_free(), " of ",
+        pool.num_blocks(), " are free; retry later or on another worker")));
   }
+  cache_queried_tokens_ += hashes.size() * block_size;
+  cache_hit_tokens_ += hits.size() * block_size;
   auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink));
   Sequence& seq = *owned;
+  seq.cached_tokens = static_cast<int>(hits.size()) * block_size;
+  hashes.resize(hits.size());
   seq.choices.reserve(n);
   for (int i = 0; i < n; ++i) {
     BlockTable table = engine_->NewSequence();
+    if (i == 0) table.Adopt(std::move(hits), seq.cached_tokens);
     // Cannot fail: the free blocks were counted above.
-    CHECK_OK(table.Reserve(tokens, pool));
+    CHECK_OK(table.Reserve(tokens - table.num_tokens(), pool));
     seq.choices.emplace_back(i, seq.request, std::move(table));
   }
+  seq.choices[0].hashes = std::move(hashes);
   seq.admitted = cmd.admitted;
   sequences_[seq.ticket] = std::move(owned);
   by_request_id_[seq.request.request_id] = seq.ticket;
   if (seq.request.local_prefill) {
     seq.state = Sequence::State::kPrefilling;
     seq.started = seq.admitted;
+    seq.prefilled = seq.cached_tokens;
     return;
   }
   if (absl::Status s = ExpectKv(seq); !s.ok()) Fail(seq, s);
 }
 
 absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
-  // The prompt's blocks, layer by layer, runs of adjacent ids merged: the
-  // layout a prefill worker sends (see the contract's "Layer slices").
+  // The prompt's blocks after the cached ones, layer by layer, runs of
+  // adjacent ids merged: the layout a prefill worker sends (see the
+  // contract's "Layer slices").
   const KvLayout& layout = engine_->kv_layout();
   const int prompt_blocks = static_cast<int>(BlocksFor(seq.prompt_len(), layout.block_size));
+  const int first_block = seq.cached_tokens / layout.block_size;
   std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
-      kv_region_, layout.n_layers, layout.layer_bytes(),
-      layout.block_bytes(), seq.choices[0].table.blocks().first(prompt_blocks));
+      kv_region_, layout.n_layers, layout.layer_bytes(), layout.block_bytes(),
+      seq.choices[0].table.blocks().subspan(first_block, prompt_blocks - first_block));
   const Ticket ticket = seq.ticket;
   seq.reserved = clock_->Now();
   seq.lease_deadline = seq.reserved + options_.kv_timeout;
@@ -127,10 +154,13 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
                        .deadline = seq.lease_deadline,
                        .done = [this, ticket](uint64_t, uint64_t, const absl::Status& status) {
                          OnLeaseDone(ticket, status);
-                       }}));
+                       },
+                       .first_block = static_cast<uint32_t>(first_block)}));
   seq.lease_pending = true;
   seq.generation = lease.generation;
-  seq.sink->OnReserved(lease.Serialize(), lease.generation);
+  seq.sink->OnReserved(Reservation{.kv_descriptor = lease.Serialize(),
+                                   .generation = lease.generation,
+                                   .cached_tokens = seq.cached_tokens});
   return absl::OkStatus();
 }
 
@@ -203,11 +233,13 @@ void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
   }
   seq.kv_complete = true;
   seq.kv_wait = clock_->Now() - seq.reserved;
+  // The received blocks follow the cached ones; their K/V is final.
+  seq.choices[0].table.Advance(seq.prompt_len() - seq.cached_tokens);
+  CacheWrittenBlocks(seq.choices[0]);
   if (seq.first_tokens.has_value()) Commit(seq);
 }
 
 void DecodeLoop::Commit(Sequence& seq) {
-  seq.choices[0].table.Advance(seq.prompt_len());
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(absl::OkStatus());
   if (!ForkChoices(seq)) return;
   seq.state = Sequence::State::kRunning;

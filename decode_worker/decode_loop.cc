@@ -66,6 +66,8 @@ DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* 
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::Real()),
       config_(engine->config()),
+      salt_(BlockHashSalt(options_.weights_fingerprint, DTypeName(engine->kv_layout().dtype),
+                          engine->kv_layout().block_size)),
       engine_(std::move(engine)),
       transport_(transport),
       receiver_(
@@ -147,6 +149,11 @@ void DecodeLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void DecodeLoop::FlushPrefixCache() {
+  absl::MutexLock lock(&mu_);
+  if (!stop_) inbox_.flush = true;
+}
+
 void DecodeLoop::Drain() {
   absl::MutexLock lock(&mu_);
   draining_ = true;
@@ -174,6 +181,7 @@ void DecodeLoop::Run() {
     for (SubmitCmd& s : commands.submits) Admit(std::move(s));
     for (StartCmd& s : commands.starts) HandleStart(std::move(s));
     for (Ticket t : commands.cancels) HandleCancel(t);
+    if (commands.flush) engine_->block_pool().Flush();
     commands = Inbox();
     receiver_->Poll();
     ExpireDeadlines();
@@ -254,22 +262,43 @@ bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
   f.decode_queue = seq.decode_queue;
   f.prefill = seq.prefill;
   f.kv_wait = seq.kv_wait;
+  f.cached_tokens = seq.cached_tokens;
   seq.sink->OnFinished(f);
   if (last) {
     Remove(seq);
   } else if (!seq.lease_pending) {
     // Its blocks are no longer read or written; the other choices run on.
-    engine_->Release(choice.table);
+    ReleaseChoice(choice);
   }
   return last;
 }
 
 void DecodeLoop::Remove(Sequence& seq) {
-  for (Choice& choice : seq.choices) engine_->Release(choice.table);
+  for (Choice& choice : seq.choices) ReleaseChoice(choice);
   const int n = seq.request.n;
   sequences_.erase(seq.ticket);  // Destroys `seq`.
   absl::MutexLock lock(&mu_);
   held_ -= n;
+}
+
+void DecodeLoop::ReleaseChoice(Choice& choice) {
+  CacheWrittenBlocks(choice);
+  engine_->Release(choice.table);
+}
+
+void DecodeLoop::CacheWrittenBlocks(Choice& choice) {
+  if (!options_.prefix_cache) return;
+  // Only whole blocks whose every slot holds K/V: the last sampled token's
+  // K/V is never written, and a block still being filled is not registered.
+  const int block_size = choice.table.block_size();
+  const int full = choice.table.num_tokens() / block_size;
+  ExtendBlockHashes(salt_, choice.tokens, block_size, full, choice.hashes);
+  BlockPool& pool = engine_->block_pool();
+  const std::span<const int32_t> blocks = choice.table.blocks();
+  const int n = std::min(full, static_cast<int>(choice.hashes.size()));
+  // A block whose hash another block holds (a copy of the same prefix)
+  // stays uncached.
+  for (int i = 0; i < n; ++i) pool.SetCached(blocks[i], choice.hashes[i]);
 }
 
 void DecodeLoop::Shutdown() {
@@ -306,6 +335,9 @@ void DecodeLoop::PublishStats() {
   s.block_size = engine_->kv_layout().block_size;
   s.kv_blocks_total = engine_->block_pool().num_blocks();
   s.kv_blocks_free = engine_->block_pool().num_free();
+  s.kv_blocks_cached = engine_->block_pool().num_cached();
+  s.prefix_cache_queried_tokens = cache_queried_tokens_;
+  s.prefix_cache_hit_tokens = cache_hit_tokens_;
   for (const auto& [ticket, seq] : sequences_) {
     if (seq->ended) continue;
     for (const Choice& choice : seq->choices) {

@@ -23,6 +23,17 @@
 // destination the receiver may still write into is freed only after the
 // receiver's done callback ran.
 //
+// Prefix cache (DecodeLoopOptions::prefix_cache): full KV blocks are
+// registered in the pool under chained hashes of their tokens once their
+// K/V is complete: the prompt's once computed or received, and every full
+// block a choice wrote when it ends, so that the next turn of a chat finds
+// them. At admission the prompt's full blocks (all but the one holding its
+// last token, whose logits give the first token) are looked up and choice
+// 0 starts with the run found: a local prefill computes from the first
+// uncached token, a remote one leases only the blocks after the hits (the
+// lease's first_block), so the prefill worker ships only those. Cached
+// blocks no sequence uses count as free and are evicted on demand.
+//
 // Thread-safe: every public method may be called from any thread.
 #ifndef TANDEM_DECODE_WORKER_DECODE_LOOP_H_
 #define TANDEM_DECODE_WORKER_DECODE_LOOP_H_
@@ -46,6 +57,8 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/base/dtype.h"
+#include "common/kvcache/block_hash.h"
+#include "common/kvcache/block_table.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"
@@ -77,6 +90,9 @@ struct DecodeLoopOptions {
   absl::Duration kv_timeout = absl::Seconds(30);
   // Chunk size and checksums of the leases this worker issues.
   kvtransfer::ReceiverOptions receiver;
+  // Keep computed and received KV blocks in a prefix cache and reuse them
+  // for prompts that start with the same tokens.
+  bool prefix_cache = true;
   // Time source for deadlines and timings; null: the real clock.
   const Clock* clock = nullptr;
   // Prometheus metrics to feed; null = none. Must outlive the loop.
@@ -141,6 +157,10 @@ class DecodeLoop {
   // Waits until no request is held; false if `timeout` passed first.
   bool WaitUntilIdle(absl::Duration timeout);
 
+  // Frees every cached block no request uses, at the loop's next round (the
+  // stats show it afterwards).
+  void FlushPrefixCache();
+
   LoopStats Stats() const;
   const ModelConfig& config() const { return config_; }
 
@@ -166,7 +186,10 @@ class DecodeLoop {
     std::vector<SubmitCmd> submits;
     std::vector<StartCmd> starts;
     std::vector<Ticket> cancels;
-    bool empty() const { return submits.empty() && starts.empty() && cancels.empty(); }
+    bool flush = false;
+    bool empty() const {
+      return submits.empty() && starts.empty() && cancels.empty() && !flush;
+    }
   };
 
   DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
@@ -186,12 +209,21 @@ class DecodeLoop {
   bool Finish(Sequence& seq, Choice& choice, FinishReason reason);
   // Frees the sequence's blocks and forgets it.
   void Remove(Sequence& seq);
+  // Registers the full blocks the choice has written in the prefix cache,
+  // then gives its blocks back.
+  void ReleaseChoice(Choice& choice);
+  // Registers the full blocks `choice` has written in the prefix cache.
+  void CacheWrittenBlocks(Choice& choice);
   void Shutdown();
   void PublishStats();
 
   // Loop thread only. Admission and the remote-prefill protocol
   // (decode_admission.cc):
   void Admit(SubmitCmd cmd);
+  // The hashes of the prompt's blocks to look up in the prefix cache: its
+  // full blocks but the one holding its last token; none when the cache is
+  // off or the prompt's logprobs are wanted.
+  std::vector<BlockHash> PromptHashes(const Request& request) const;
   absl::Status ExpectKv(Sequence& seq);
   void HandleStart(StartCmd cmd);
   void HandleCancel(Ticket ticket);
@@ -216,6 +248,8 @@ class DecodeLoop {
   const DecodeLoopOptions options_;
   const Clock* const clock_;
   const ModelConfig config_;
+  // Salt of the prefix cache's block hashes.
+  const BlockHash salt_;
 
   // Loop thread only (after construction). The destructor destroys the
   // receiver first, while the sequences its callbacks name still exist.
@@ -226,6 +260,8 @@ class DecodeLoop {
   std::map<Ticket, std::unique_ptr<Sequence>> sequences_;   // Admission order.
   absl::flat_hash_map<std::string, Ticket> by_request_id_;  // Live requests.
   uint64_t failed_ = 0;  // Requests ended with an error (not a cancellation).
+  uint64_t cache_queried_tokens_ = 0;
+  uint64_t cache_hit_tokens_ = 0;
 
   static Ticket RandomTicketBase();
 

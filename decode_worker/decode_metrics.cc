@@ -20,9 +20,7 @@ class DecodeMetrics::CountingSink final : public EventSink {
   CountingSink(DecodeMetrics* metrics, std::shared_ptr<EventSink> inner)
       : metrics_(metrics), inner_(std::move(inner)) {}
 
-  void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
-    inner_->OnReserved(kv_descriptor, generation);
-  }
+  void OnReserved(const Reservation& reservation) override { inner_->OnReserved(reservation); }
   void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
     inner_->OnPromptLogprobs(logprobs);
   }
@@ -68,7 +66,16 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
                         "cache or Start, prefilling locally, or queued)")),
       kv_blocks_used_(
           AddGauge(registry, "tandem_decode_kv_blocks_used", "KV cache blocks held by requests")),
-      kv_blocks_free_(AddGauge(registry, "tandem_decode_kv_blocks_free", "Free KV cache blocks")),
+      kv_blocks_free_(AddGauge(registry, "tandem_decode_kv_blocks_free",
+                               "Free KV cache blocks (cached blocks no request uses included)")),
+      kv_blocks_cached_(AddGauge(registry, "tandem_decode_kv_blocks_cached",
+                                 "KV cache blocks in the prefix cache (in use or not)")),
+      prefix_cache_queried_tokens_(
+          AddCounter(registry, "tandem_decode_prefix_cache_queried_tokens_total",
+                     "Prompt tokens looked up in the prefix cache (whole blocks)")),
+      prefix_cache_hit_tokens_(
+          AddCounter(registry, "tandem_decode_prefix_cache_hit_tokens_total",
+                     "Prompt tokens whose KV the prefix cache held (not computed, not shipped)")),
       step_(AddHistogram(registry, "tandem_decode_step_seconds",
                          "Engine time of one batched decode step", metrics::StepBuckets())),
       generated_tokens_(AddCounter(
@@ -90,6 +97,10 @@ void DecodeMetrics::Publish(const LoopStats& stats) {
   waiting_.Set(stats.waiting);
   kv_blocks_used_.Set(stats.kv_blocks_total - stats.kv_blocks_free);
   kv_blocks_free_.Set(stats.kv_blocks_free);
+  kv_blocks_cached_.Set(stats.kv_blocks_cached);
+  metrics::AdvanceTo(prefix_cache_queried_tokens_,
+                     static_cast<double>(stats.prefix_cache_queried_tokens));
+  metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
   metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
   metrics::AdvanceTo(kv_bytes_received_, static_cast<double>(stats.kv_transfer_bytes));
   metrics::AdvanceTo(kv_transfer_failures_, static_cast<double>(stats.kv_transfers_failed));

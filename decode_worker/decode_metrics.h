@@ -36,6 +36,9 @@ class DecodeMetrics {
   prometheus::Gauge& waiting_;
   prometheus::Gauge& kv_blocks_used_;
   prometheus::Gauge& kv_blocks_free_;
+  prometheus::Gauge& kv_blocks_cached_;
+  prometheus::Counter& prefix_cache_queried_tokens_;
+  prometheus::Counter& prefix_cache_hit_tokens_;
   prometheus::Histogram& step_;
   prometheus::Counter& generated_tokens_;
   prometheus::Counter& kv_transfers_;

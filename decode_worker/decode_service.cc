@@ -35,10 +35,11 @@ class StreamSink final : public EventSink {
   explicit StreamSink(std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> writer)
       : writer_(std::move(writer)) {}
 
-  void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
+  void OnReserved(const Reservation& reservation) override {
     v1::DecodeEvent event;
-    event.mutable_reserved()->set_kv_descriptor(kv_descriptor);
-    event.mutable_reserved()->set_generation(generation);
+    event.mutable_reserved()->set_kv_descriptor(reservation.kv_descriptor);
+    event.mutable_reserved()->set_generation(reservation.generation);
+    event.mutable_reserved()->set_cached_tokens(reservation.cached_tokens);
     writer_->Write(std::move(event));
   }
   void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
@@ -102,6 +103,7 @@ v1::DecodeFinished ToProto(const Finished& finished) {
   f.set_prefill_us(absl::ToInt64Microseconds(finished.prefill));
   f.set_kv_wait_us(absl::ToInt64Microseconds(finished.kv_wait));
   f.set_index(finished.index);
+  f.set_cached_tokens(finished.cached_tokens);
   return f;
 }
 
@@ -124,6 +126,9 @@ v1::WorkerStats ToProto(const LoopStats& s) {
   w.set_kv_transfers(s.kv_transfers);
   w.set_kv_transfer_bytes(s.kv_transfer_bytes);
   w.set_kv_transfers_failed(s.kv_transfers_failed);
+  w.set_prefix_cache_queried_tokens(s.prefix_cache_queried_tokens);
+  w.set_prefix_cache_hit_tokens(s.prefix_cache_hit_tokens);
+  w.set_kv_blocks_cached(s.kv_blocks_cached);
   return w;
 }
 

@@ -92,13 +92,17 @@ bool DecodeLoop::StepOnce() {
     row += p.logit_rows;
     Sequence& seq = *sequences_.at(p.ticket);
     if (p.prefill_tokens == 0) {
-      SampleNext(seq, seq.choices[p.choice], chunk);
+      Choice& choice = seq.choices[p.choice];
+      // Its K/V is written now.
+      choice.tokens.push_back(choice.next_input);
+      SampleNext(seq, choice, chunk);
       continue;
     }
     seq.prefilled += p.prefill_tokens;
     if (seq.request.prompt_logprobs) EmitPromptLogprobs(seq, p.prefill_start, chunk);
     if (seq.prefilled < seq.prompt_len()) continue;  // More prompt chunks to go.
     seq.prefill = end - seq.prefill_start;
+    CacheWrittenBlocks(seq.choices[0]);
     if (!ForkChoices(seq)) continue;
     seq.state = Sequence::State::kRunning;
     const std::span<const float> last_row = chunk.subspan(chunk.size() - vocab);

@@ -65,6 +65,20 @@ struct Finished {
   absl::Duration prefill;
   // Reservation until every KV byte had arrived; zero when local.
   absl::Duration kv_wait;
+  // Prompt tokens whose KV came from the prefix cache (local prefill: not
+  // computed; remote: not shipped). The same for every choice.
+  int cached_tokens = 0;
+};
+
+// A remote prefill's KV destination, reserved (worker.proto Reserved).
+struct Reservation {
+  // The transfer lease, for the prefill worker.
+  std::string kv_descriptor;
+  // Comes back in Start.
+  uint64_t generation = 0;
+  // Prompt tokens (whole blocks from the start) already held in the prefix
+  // cache: the lease covers only the blocks after them.
+  int cached_tokens = 0;
 };
 
 // Receives one request's events, in order: at most one OnReserved (remote
@@ -75,9 +89,8 @@ struct Finished {
 class EventSink {
  public:
   virtual ~EventSink() = default;
-  // The KV destination is reserved; `kv_descriptor` (the transfer lease) goes
-  // to the prefill worker, `generation` comes back in Start.
-  virtual void OnReserved(const std::string& kv_descriptor, uint64_t generation) = 0;
+  // The KV destination is reserved; the lease goes to the prefill worker.
+  virtual void OnReserved(const Reservation& reservation) = 0;
   // The prompt's logprobs, one per prompt token after the first.
   virtual void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) = 0;
   // Tokens of choice `index` sampled since its previous event; with
@@ -103,7 +116,14 @@ struct LoopStats {
   int max_context = 0;
   int block_size = 0;
   int kv_blocks_total = 0;
+  // Free blocks, cached unused ones included (they are evicted on demand).
   int kv_blocks_free = 0;
+  // Blocks registered in the prefix cache, in use or not.
+  int kv_blocks_cached = 0;
+  // Prompt tokens looked up in the prefix cache (whole blocks) and those
+  // found there.
+  uint64_t prefix_cache_queried_tokens = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
   // Choices in the running batch; choices admitted but not yet in it
   // (waiting for the KV cache or Start, or prefilling locally).
   int running = 0;

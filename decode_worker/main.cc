@@ -64,6 +64,11 @@ ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
           "Bytes per KV transfer message (the lease's chunk size); 0 = one message per layer");
 ABSL_FLAG(bool, kv_checksums, false,
           "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
+ABSL_FLAG(bool, prefix_cache, true,
+          "Keep the KV blocks of computed and received prompts and of finished sequences in a "
+          "prefix cache (evicted least recently used when room is needed), so that a prompt "
+          "starting with cached tokens reuses them: a local prefill skips them and a remote "
+          "one has only the rest shipped (the next turn of a chat ships only its new tokens)");
 
 ABSL_FLAG(std::string, kv_net_devices, "lo",
           "Network devices the KV data plane (UCX) listens on and sends over, as "
@@ -108,6 +113,7 @@ absl::Status Run() {
   options.kv_timeout = absl::GetFlag(FLAGS_kv_timeout);
   options.receiver.chunk_bytes = absl::GetFlag(FLAGS_kv_chunk_bytes);
   options.receiver.checksums = absl::GetFlag(FLAGS_kv_checksums);
+  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   ASSIGN_OR_RETURN(
       std::unique_ptr<decode::DecodeLoop> loop,
       decode::DecodeLoop::Create(*weights, std::move(backend), transport.get(), options));

@@ -13,12 +13,12 @@
 #include "absl/time/time.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
+#include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_table.h"
 #include "common/kvcache/kv_layout.h"
 #include "decode_worker/decode_loop.h"
 
 namespace tandem::decode {
-
 
 // One of a request's n completions: its own KV cache (choice 0's receives
 // or computes the prompt; the others start from a copy of it) and sampler.
@@ -26,7 +26,7 @@ struct Choice {
   Choice(int index, const Request& request, BlockTable table)
       : index(index), sampler(ChoiceSampling(request, index), request.prompt,
                               request.stop_token_ids),
-        table(std::move(table)) {}
+        table(std::move(table)), tokens(request.prompt) {}
 
   static SamplingParams ChoiceSampling(const Request& request, int index) {
     SamplingParams params = request.sampling;
@@ -37,6 +37,12 @@ struct Choice {
   const int index;
   Sampler sampler;
   BlockTable table;
+  // The tokens behind `table`: the prompt, then each token fed back once a
+  // step wrote its K/V. The first table.num_tokens() have their K/V written.
+  std::vector<int32_t> tokens;
+  // Prefix-cache hashes of the first full blocks of `tokens`, extended as
+  // blocks are registered.
+  std::vector<BlockHash> hashes;
   bool running = false;  // In the batch: one decode token per step.
   bool finished = false;
   int32_t next_input = -1;
@@ -75,6 +81,9 @@ struct DecodeLoop::Sequence {
   // Set once the sink has heard the end; the sequence lingers only until
   // its lease's done callback lets the blocks go.
   bool ended = false;
+  // Prompt tokens choice 0's table took from the prefix cache (whole
+  // blocks): not prefilled locally, not leased remotely.
+  int cached_tokens = 0;
 
   // Remote prefill.
   uint64_t generation = 0;

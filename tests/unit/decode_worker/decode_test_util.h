@@ -36,6 +36,7 @@
 #include "kvtransfer/inproc_transport.h"
 #include "kvtransfer/slices.h"
 #include "kvtransfer/transfer_sender.h"
+#include "kvtransfer/wire_format.h"
 
 namespace tandem::decode::testing {
 
@@ -86,11 +87,12 @@ bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
 // Records one request's events, per choice. Thread-safe.
 class RecordingSink final : public EventSink {
  public:
-  void OnReserved(const std::string& kv_descriptor, uint64_t generation) override {
+  void OnReserved(const Reservation& reservation) override {
     absl::MutexLock lock(&mu_);
     ++reserved_count_;
-    descriptor_ = kv_descriptor;
-    generation_ = generation;
+    descriptor_ = reservation.kv_descriptor;
+    generation_ = reservation.generation;
+    cached_tokens_ = reservation.cached_tokens;
   }
   void OnPromptLogprobs(std::span<const TokenLogprob> logprobs) override {
     absl::MutexLock lock(&mu_);
@@ -145,6 +147,11 @@ class RecordingSink final : public EventSink {
     absl::MutexLock lock(&mu_);
     return generation_;
   }
+  // The reservation's prompt tokens held in the prefix cache.
+  int cached_tokens() const {
+    absl::MutexLock lock(&mu_);
+    return cached_tokens_;
+  }
   int reserved_count() const {
     absl::MutexLock lock(&mu_);
     return reserved_count_;
@@ -194,6 +201,7 @@ class RecordingSink final : public EventSink {
   int reserved_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::string descriptor_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, std::vector<int32_t>> tokens_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::vector<TokenLogprob>> logprobs_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<TokenLogprob>> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
@@ -297,11 +305,16 @@ class FakePrefill {
     BlockTable table = engine_->NewSequence();
     absl::Cleanup release = [&] { engine_->Release(table); };
     RETURN_IF_ERROR(table.Reserve(static_cast<int>(prompt.size()), engine_->block_pool()));
+    // The receiver holds the blocks before the lease's first one already.
+    ASSIGN_OR_RETURN(kvtransfer::TransferLease lease, kvtransfer::TransferLease::Parse(descriptor));
+    if (lease.first_block > table.blocks().size()) {
+      return absl::InvalidArgumentError("test prefill: lease starts past the prompt");
+    }
     std::optional<absl::Status> done;
     ASSIGN_OR_RETURN(uint64_t id,
                      sender_->Start(kvtransfer::SendRequest{
                          .descriptor = descriptor,
-                         .layers = LayerSlices(table.blocks()),
+                         .layers = LayerSlices(table.blocks().subspan(lease.first_block)),
                          .deadline = absl::Now() + kWait,
                          .done = [&done](uint64_t, const absl::Status& s) { done = s; }}));
     const BatchItem item{&table, prompt, true};
