@@ -27,6 +27,8 @@ ABSL_FLAG(std::string, synthetic, "",
           "Instead of --model, random weights of a named shape: stories15M, stories110M, "
           "llama3.2-1b");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
+ABSL_FLAG(int, seq_len, 0,
+          "Context length of --synthetic weights (1 to 131072); 0 = the shape's own");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer to write as tokenizer.json: llama2.c tokenizer.bin or SentencePiece .model "
           "(optional)");
@@ -56,6 +58,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--synthetic is '", synthetic, "'; use stories15M, stories110M or llama3.2-1b"));
+  }
+  if (const int seq_len = absl::GetFlag(FLAGS_seq_len); seq_len != 0) {
+    if (seq_len < 1 || seq_len > 131072) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--seq_len is ", seq_len, "; give 1 to 131072, or 0 for the shape's own"));
+    }
+    config.seq_len = seq_len;
   }
   ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
   return MakeSyntheticModel(config, absl::GetFlag(FLAGS_seed), dtype);

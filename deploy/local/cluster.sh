@@ -6,6 +6,7 @@
 #                              [--model DIR | --model FILE --tokenizer FILE]
 #                              [--kv_dtype f32|bf16|f16] [--served_model_name NAME]
 #                              [--threads T] [--router_args "ARGS"]
+#                              [--prefill_args "ARGS"] [--decode_args "ARGS"]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -25,7 +26,9 @@
 # line per request to $TANDEM_CLUSTER_DIR/requests.jsonl. `up --prefill 0` starts the
 # colocated baseline: decode workers that prefill every prompt themselves.
 # --router_args adds flags to the router's command line, split at spaces
-# (e.g. --router_args "--api_key KEY --max_inflight 8").
+# (e.g. --router_args "--api_key KEY --max_inflight 8"); --prefill_args and
+# --decode_args do the same for every prefill or decode worker (e.g.
+# --decode_args "--noprefix_cache").
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -78,7 +81,7 @@ synthetic_model() {
 
 cmd_up() {
   local n_prefill=2 n_decode=2 port=8100 model="" tokenizer="" threads=1 kv_dtype="" served_name=""
-  local router_args=()
+  local router_args=() prefill_args=() decode_args=()
   while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
@@ -91,6 +94,8 @@ cmd_up() {
       --served_model_name) served_name=$2; shift 2 ;;
       --threads) threads=$2; shift 2 ;;
       --router_args) read -r -a router_args <<<"$2"; shift 2 ;;
+      --prefill_args) read -r -a prefill_args <<<"$2"; shift 2 ;;
+      --decode_args) read -r -a decode_args <<<"$2"; shift 2 ;;
       *) usage ;;
     esac
   done
@@ -142,12 +147,14 @@ cmd_up() {
   for i in $(seq 0 $((n_prefill - 1))); do
     [ "$n_prefill" -gt 0 ] || break
     start "prefill-$i" "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1100 + i))" "${worker_model[@]}" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1100 + i))" "${worker_model[@]}" --threads "$threads" \
+      ${prefill_args[@]+"${prefill_args[@]}"}
     prefill_addrs+=("127.0.0.1:$((port + 100 + i))")
   done
   for i in $(seq 0 $((n_decode - 1))); do
     start "decode-$i" "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1200 + i))" "${worker_model[@]}" --threads "$threads"
+      --metrics_listen "127.0.0.1:$((port + 1200 + i))" "${worker_model[@]}" --threads "$threads" \
+      ${decode_args[@]+"${decode_args[@]}"}
     decode_addrs+=("127.0.0.1:$((port + 200 + i))")
   done
   for f in "$dir"/prefill-*.pid "$dir"/decode-*.pid; do

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Prefix caching benchmarks (not tests). Run after scripts/build.sh.
+#
+#   scripts/bench-prefix.sh ttft [REQUESTS]
+#     TTFT of a 512-token prompt whose first 0, 25, 50 or 90% is a prefix the
+#     workers have seen (one warm-up request first), stories15M-shaped
+#     model (context stretched to 2048),
+#     one request at a time; disaggregated (1 prefill + 1 decode) and
+#     colocated (decode only), each worker on one thread. Prints TTFT p50
+#     and its ratio to the uncached case, and the 90% case with the cache
+#     off as a control.
+#   scripts/bench-prefix.sh chat [CONVERSATIONS] [TURNS]
+#     Multi-turn chat through /v1/chat/completions: each turn sends the whole
+#     history plus a new user message. Prints the KV bytes the prefill
+#     worker shipped per turn (from the router's request log), with the
+#     decode worker's prefix cache on and off.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+models="${TANDEM_MODELS:-$root/../shared/models}"
+bin="$root/build/bin"
+mode="${1:-ttft}"
+port=$((22000 + $$ % 5000))
+work="$(mktemp -d)"
+export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
+trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+model="$work/stories15M"
+"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
+  --dtype f32 --output "$model" >/dev/null
+
+up() {  # up PREFILL_WORKERS EXTRA_ARGS...
+  local n=$1
+  shift
+  "$root/deploy/local/cluster.sh" up --port "$port" --prefill "$n" --decode 1 --model "$model" \
+    "$@" >/dev/null
+}
+down() { "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; }
+
+ttft_p50() {  # ttft_p50 SHARE_PERCENT REQUESTS -> TTFT p50 in ms
+  local share=$1 requests=$2 prefix=$((512 * $1 / 100))
+  local data=(--dataset synthetic --input_len 512)
+  [ "$prefix" -eq 0 ] || data=(--dataset shared_prefix --num_prefixes 1 --prefix_len "$prefix"
+    --input_len $((512 - prefix)))
+  # One request warms the prefix; then the measured ones.
+  for n in 1 "$requests"; do
+    "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" "${data[@]}" --range_ratio 0 \
+      --output_len 2 --vocab_size 32000 --max_concurrency 1 --num_requests "$n" --seed 7 \
+      --progress=false --result_json "$work/r.json" >/dev/null
+  done
+  python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["ttft_ms"]["median"])' \
+    "$work/r.json"
+}
+
+if [ "$mode" = ttft ]; then
+  requests="${2:-20}"
+  printf "%-14s %-13s %10s %8s\n" layout "cached share" "TTFT p50" "ratio"
+  for layout in disaggregated colocated; do
+    n=1
+    [ "$layout" = colocated ] && n=0
+    up "$n"
+    base=""
+    for share in 0 25 50 90; do
+      t=$(ttft_p50 "$share" "$requests")
+      [ -n "$base" ] || base=$t
+      printf "%-14s %12s%% %8s ms %8s\n" "$layout" "$share" "$t" \
+        "$(python3 -c "print('%.2fx' % ($t / $base))")"
+    done
+    down
+    # Control: the same 90% share with both caches off.
+    up "$n" --prefill_args "--noprefix_cache" --decode_args "--noprefix_cache"
+    t=$(ttft_p50 90 "$requests")
+    printf "%-14s %12s%% %8s ms %8s  (prefix cache off)\n" "$layout" 90 "$t" \
+      "$(python3 -c "print('%.2fx' % ($t / $base))")"
+    down
+  done
+elif [ "$mode" = chat ]; then
+  conversations="${2:-3}"
+  turns="${3:-20}"
+  for cache in on off; do
+    args=()
+    [ "$cache" = on ] || args=(--decode_args "--noprefix_cache")
+    up 1 ${args[@]+"${args[@]}"}
+    : >"$work/cluster/requests.jsonl"
+    python3 "$root/scripts/chat_turns.py" "http://127.0.0.1:$((port + 1))" "$conversations" \
+      "$turns"
+    python3 - "$work/cluster/requests.jsonl" "$cache" "$turns" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+turns = int(sys.argv[3])
+by_turn = {}
+for i, r in enumerate(lines):
+    by_turn.setdefault(i % turns, []).append(r)
+print(f"decode prefix cache {sys.argv[2]}:")
+print(f"{'turn':>4} {'prompt tokens':>13} {'held by decode':>14} {'KV bytes shipped':>16}")
+for t in sorted(by_turn):
+    rs = by_turn[t]
+    avg = lambda k: sum(r.get(k, 0) for r in rs) / len(rs)
+    print(f"{t + 1:>4} {avg('prompt_tokens'):>13.0f} {avg('decode_held_tokens'):>14.0f} "
+          f"{avg('kv_bytes'):>16.0f}")
+print(f"total KV bytes shipped: {sum(r.get('kv_bytes', 0) for r in lines)}")
+PY
+    down
+  done
+else
+  echo "usage: $0 ttft [REQUESTS] | chat [CONVERSATIONS] [TURNS]" >&2
+  exit 2
+fi
