@@ -113,6 +113,8 @@ class DecodeSide {
     uint64_t request_id = 0;
     int prompt_len = 0;
     BlockTable table;
+    // The prompt blocks before this one are not leased (held already).
+    int first_block = 0;
     std::string descriptor = "";
     bool ended = false;
     absl::Status status = absl::UnknownError("transfer still open");
@@ -136,21 +138,23 @@ class DecodeSide {
   kvtransfer::TransferReceiver& receiver() { return receiver_; }
 
   // Reserves room for `prompt_len` + `extra` tokens and leases the prompt's
-  // blocks. The layer slices are built here independently of the worker's
-  // code (one slice per block, no merging), so the test also checks that
-  // both sides agree on the byte order.
+  // blocks from `first_block` on. The layer slices are built here
+  // independently of the worker's code (one slice per block, no merging), so
+  // the test also checks that both sides agree on the byte order.
   Lease* Expect(int prompt_len, int extra = 16,
-                absl::Time deadline = absl::Now() + absl::Seconds(60)) {
-    auto lease = std::make_unique<Lease>(Lease{next_id_++, prompt_len, engine_->NewSequence()});
+                absl::Time deadline = absl::Now() + absl::Seconds(60), int first_block = 0) {
+    auto lease = std::make_unique<Lease>(
+        Lease{next_id_++, prompt_len, engine_->NewSequence(), first_block});
     CHECK_OK(lease->table.Reserve(prompt_len + extra, engine_->block_pool()));
     const KvLayout& layout = engine_->kv_layout();
     const int prompt_blocks = (prompt_len + layout.block_size - 1) / layout.block_size;
     kvtransfer::ReceiveRequest request;
     request.request_id = lease->request_id;
     request.deadline = deadline;
+    request.first_block = static_cast<uint32_t>(first_block);
     for (int l = 0; l < layout.n_layers; ++l) {
       std::vector<kvtransfer::Slice>& slices = request.layers.emplace_back();
-      for (int b = 0; b < prompt_blocks; ++b) {
+      for (int b = first_block; b < prompt_blocks; ++b) {
         slices.push_back(kvtransfer::Slice{
             region_, layout.BlockOffset(l, lease->table.blocks()[b]) * layout.element_bytes(),
             layout.block_bytes()});
@@ -195,6 +199,20 @@ class DecodeSide {
   }
 
   void Release(Lease& lease) { engine_->Release(lease.table); }
+
+  // The bytes of prompt block `block` of `lease` in this side's cache, every
+  // layer in order.
+  std::string BlockBytes(const Lease& lease, int block) {
+    const KvLayout& layout = engine_->kv_layout();
+    const auto* cache = static_cast<const char*>(engine_->kv_cache());
+    std::string bytes;
+    for (int l = 0; l < layout.n_layers; ++l) {
+      const size_t offset = layout.BlockOffset(l, lease.table.blocks()[block]) *
+                            layout.element_bytes();
+      bytes.append(cache + offset, layout.block_bytes());
+    }
+    return bytes;
+  }
 
  private:
   std::unique_ptr<Engine> engine_;

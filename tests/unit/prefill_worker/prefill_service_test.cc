@@ -133,6 +133,24 @@ TEST_F(PrefillServiceTest, PrefillOverGrpcIsExactAndStatsShowIt) {
   EXPECT_EQ(stats.kv_transfer_bytes(), static_cast<uint64_t>(response.kv_bytes()));
 }
 
+TEST_F(PrefillServiceTest, CachedTokensAndPrefixCacheStatsComeBackOverGrpc) {
+  const std::vector<int32_t> prompt = RandomTokens(37, weights_->config.vocab_size, 5);
+  std::vector<int32_t> cached;
+  for (int i = 0; i < 2; ++i) {
+    DecodeSide::Lease* lease = decode_->Expect(37);
+    ASSERT_OK_AND_ASSIGN(v1::PrefillResponse response,
+                         Prefill(Request(prompt, *lease), absl::Seconds(60)));
+    cached.push_back(response.cached_tokens());
+  }
+  // The second call finds the first's two full blocks.
+  EXPECT_EQ(cached, (std::vector<int32_t>{0, 32}));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
+  EXPECT_EQ(stats.prefix_cache_queried_tokens(), 64u);
+  EXPECT_EQ(stats.prefix_cache_hit_tokens(), 32u);
+  EXPECT_EQ(stats.kv_blocks_cached(), 2);
+  EXPECT_EQ(stats.kv_blocks_free(), stats.kv_blocks_total());
+}
+
 TEST_F(PrefillServiceTest, ChoicesAndLogprobsComeBackOverGrpc) {
   const std::vector<int32_t> prompt = RandomTokens(20, weights_->config.vocab_size, 2);
   DecodeSide::Lease* lease = decode_->Expect(20);
