@@ -3,10 +3,14 @@
 // Any thread Submit()s a job (prompt, sampling, the decode worker's KV
 // lease, deadline) with a callback. The job is validated at once, queued
 // (FIFO, bounded by max_queue) and admitted when the KV pool can hold its
-// whole prompt; the scheduling thread then computes it in chunks, batched
-// with other jobs under max_batch_tokens, streams its KV cache layer by
-// layer to the decode worker named in the lease, samples the first token,
-// and calls back once the decode worker confirmed every byte. The callback
+// whole prompt. With the prefix cache, the full blocks a prompt shares with
+// an earlier one are taken from the cache (all but its last token, whose
+// logits give the first token); the scheduling thread computes the rest in
+// chunks, batched with other jobs under max_batch_tokens, streams the KV
+// cache layer by layer to the decode worker named in the lease (from the
+// lease's first_block on: the blocks before it the decode worker holds
+// already), samples the first token, and calls back once the decode worker
+// confirmed every byte. The callback
 // runs exactly once, with the result or an error:
 //   INVALID_ARGUMENT   bad prompt, sampling parameters or lease;
 //   RESOURCE_EXHAUSTED queue full, or a prompt the KV pool can never hold;

@@ -5,6 +5,13 @@
 // samples first tokens, and releases every job's blocks exactly when the
 // sender no longer reads them.
 //
+// Prefix cache: a job starts with the cached blocks of its prompt's prefix
+// (whole blocks, never the one holding the last token) and computes only
+// the rest; once its prompt is computed its full blocks are registered
+// under their chained hashes (salted with the weights' fingerprint, the KV
+// type and the block size) and are never written again. Released, they stay
+// cached until the pool evicts them for room.
+//
 // Thread-compatible: one thread (PrefillLoop's) drives it, and it is the
 // only user of the engine, the sender and the transport. Replies are queued
 // (TakeReplies) rather than called, so that the driving thread can run them
@@ -37,7 +44,7 @@ namespace tandem::prefill {
 struct SchedulerOptions {
   int block_size = 16;
   // Element type of the KV cache; unset: the weights' type.
-  std::optional<DType> kv_dtype;
+  std::optional<DType> kv_dtype = std::nullopt;
   // KV blocks in the pool; 0 = room for 8 full-context sequences.
   int kv_blocks = 0;
   // Most prompt tokens one engine step carries (over all its jobs).
