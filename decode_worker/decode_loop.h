@@ -58,7 +58,6 @@
 #include "common/engine/engine.h"
 #include "common/base/dtype.h"
 #include "common/kvcache/block_hash.h"
-#include "common/kvcache/block_table.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_worker/decode_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/wire_format.h"
@@ -277,6 +278,20 @@ TEST(DecodePrefixCache, StatsAndMetricsShowTheHitRate) {
   EXPECT_EQ(MetricValue(registry, "tandem_decode_prefix_cache_hit_tokens_total"), 2 * kBlock);
   EXPECT_EQ(MetricValue(registry, "tandem_decode_kv_blocks_cached"), 2);
   EXPECT_EQ(MetricValue(registry, "tandem_decode_kv_blocks_used"), 0);
+}
+
+TEST(DecodePrefixCache, TheServiceReportsTheCacheInItsProtos) {
+  Finished f;
+  f.cached_tokens = 48;
+  EXPECT_EQ(ToProto(f).cached_tokens(), 48);
+  LoopStats s;
+  s.prefix_cache_queried_tokens = 640;
+  s.prefix_cache_hit_tokens = 320;
+  s.kv_blocks_cached = 7;
+  const v1::WorkerStats w = ToProto(s);
+  EXPECT_EQ(w.prefix_cache_queried_tokens(), 640u);
+  EXPECT_EQ(w.prefix_cache_hit_tokens(), 320u);
+  EXPECT_EQ(w.kv_blocks_cached(), 7);
 }
 
 }  // namespace
