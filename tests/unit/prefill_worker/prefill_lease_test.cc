@@ -63,6 +63,17 @@ TEST_F(PrefillCacheTest, LeaseFromFirstBlockShipsOnlyTheRest) {
     }
   }
 
+  // The decode side holds every block of a prompt that ends on a block
+  // boundary: the last block is still computed (for the first token), and
+  // nothing is shipped.
+  const std::vector<int32_t> whole_blocks = Prefix(prompt, 48);
+  DecodeSide::Lease* all = decode_->Expect(48, 16, absl::Now() + kWait, 3);
+  ASSERT_OK_AND_ASSIGN(PrefillResult none, Run(*cached_, Job(whole_blocks, *all), *all));
+  EXPECT_OK(all->status);
+  EXPECT_EQ(none.kv_bytes, 0);
+  EXPECT_EQ(none.cached_tokens, 32);
+  EXPECT_EQ(none.first_token, ReferenceTokens(*reference_, whole_blocks, 1).front());
+
   DecodeSide::Lease* past = decode_->Expect(52, 16, absl::Now() + kWait, 5);
   EXPECT_THAT(Run(*cached_, Job(prompt, *past), *past).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("starts at block 5")));
