@@ -60,7 +60,14 @@ ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
           "disaggregation); 0 = always use a prefill worker when one is healthy");
 ABSL_FLAG(int, max_inflight, 4096,
-          "Requests served at once; more are refused at once with RESOURCE_EXHAUSTED");
+          "Requests served at once; more wait in the router's queue (--max_queued), larger "
+          "priority first");
+ABSL_FLAG(int, max_queued, 4096,
+          "Requests that may wait for a serving slot; more are refused at once with "
+          "RESOURCE_EXHAUSTED (0 = refuse at once above --max_inflight)");
+ABSL_FLAG(absl::Duration, queue_timeout, absl::Seconds(30),
+          "Longest wait in the router's queue; then the request is refused with "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
           "still applies)");
@@ -193,6 +200,12 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_max_inflight) < 1) {
     return absl::InvalidArgumentError("--max_inflight must be at least 1");
   }
+  if (absl::GetFlag(FLAGS_max_queued) < 0) {
+    return absl::InvalidArgumentError("--max_queued must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_queue_timeout) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--queue_timeout must be positive, e.g. 30s");
+  }
   if (absl::GetFlag(FLAGS_local_prefill_tokens) < 0) {
     return absl::InvalidArgumentError("--local_prefill_tokens must be >= 0");
   }
@@ -259,6 +272,8 @@ absl::Status Run() {
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  options.queue_timeout = absl::GetFlag(FLAGS_queue_timeout);
   options.served_model_name = served_model_name;
   auto core = std::make_unique<router::RouterCore>(registry.get(), tokenizer.get(), &chat_template,
                                                    options);

@@ -261,6 +261,10 @@ absl::Status ParseCommon(const json& j, ApiRequest& out) {
     ASSIGN_OR_RETURN(int64_t n, IntField("n", *v, 1, kMaxChoices));
     p.n = static_cast<int>(n);
   }
+  if (const json* v = Field(j, "priority")) {
+    ASSIGN_OR_RETURN(int64_t priority, IntField("priority", *v, kMinPriority, kMaxPriority));
+    p.priority = static_cast<int>(priority);
+  }
   if (const json* v = Field(j, "stream")) {
     ASSIGN_OR_RETURN(out.stream, BoolField("stream", *v));
   }
@@ -300,6 +304,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
                                    "logit_bias",
                                    "user",
                                    "seed",
+                                   "priority",
                                    "top_k",
                                    "repetition_penalty",
                                    "min_tokens",
@@ -356,6 +361,7 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
                                    "logit_bias",
                                    "user",
                                    "seed",
+                                   "priority",
                                    "top_k",
                                    "repetition_penalty",
                                    "min_tokens",

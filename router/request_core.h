@@ -35,6 +35,8 @@ inline constexpr int kMaxChatMessages = 1024;   // messages
 inline constexpr size_t kMaxChatBytes = size_t{2} << 20;  // roles + contents
 inline constexpr size_t kMaxPromptBytes = size_t{8} << 20;  // text prompts
 inline constexpr int kMaxPromptTokenIds = 1 << 20;         // token-id prompts
+inline constexpr int kMinPriority = -1000;                 // priority
+inline constexpr int kMaxPriority = 1000;
 
 struct ChatTurn {
   std::string role;  // system, user, assistant or tool
@@ -70,6 +72,7 @@ struct GenerateParams {
   int n = 1;
   std::optional<int> logprobs;  // unset = none; else 0..kMaxTopLogprobs alternatives
   bool echo = false;
+  // Larger is started first when requests wait (kMinPriority..kMaxPriority).
   int priority = 0;
   // Whole-request limit; zero = the router's default. The transport's own
   // deadline (gRPC's) goes in `deadline`; the earlier wins.

@@ -214,10 +214,6 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
         absl::StrCat("timeout_ms is ", absl::ToInt64Milliseconds(params.timeout),
                      "; it must be >= 0 (0 = the router's default)"));
   }
-  if (params.priority != 0) {
-    return absl::InvalidArgumentError(
-        "priority is not served yet: the router does not queue requests; leave it 0");
-  }
   s.set_temperature(params.temperature);
   s.set_top_k(params.top_k);
   if (params.top_p.has_value()) s.set_top_p(*params.top_p);

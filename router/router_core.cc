@@ -1,5 +1,7 @@
 #include "router/router_core.h"
 
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -27,6 +29,16 @@ uint64_t SplitMix64(uint64_t x) {
 
 }  // namespace
 
+class RouterCore::Handle final : public RequestHandle {
+ public:
+  Handle(RouterCore* core, uint64_t id) : core_(core), id_(id) {}
+  void Cancel() override { core_->CancelRequest(id_); }
+
+ private:
+  RouterCore* const core_;
+  const uint64_t id_;
+};
+
 RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
                        const ChatTemplate* chat_template, RouterCoreOptions options)
     : env_{.registry = registry,
@@ -37,10 +49,12 @@ RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
            .options = options.driver},
       options_(std::move(options)),
       created_unix_(absl::ToUnixSeconds(absl::Now())),
-      seed_base_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
+      seed_base_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
+      queue_(options_.max_inflight, options_.max_queued, options_.queue_timeout) {
   for (int i = 0; i < std::max(1, options_.prepare_threads); ++i) {
     threads_.emplace_back([this] { PrepareLoop(); });
   }
+  timer_ = std::thread([this] { TimerLoop(); });
 }
 
 RouterCore::~RouterCore() {
@@ -54,6 +68,7 @@ RouterCore::~RouterCore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  timer_.join();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -81,20 +96,43 @@ std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
   const absl::Time arrival = options_.clock->Now();
   RouterMetrics* const metrics = options_.driver.metrics;
   absl::MutexLock lock(&mu_);
-  std::optional<absl::Status> refusal;
-  if (draining_) {
-    refusal = absl::UnavailableError("the router is draining; send the request to another router");
-  } else if (static_cast<int>(running_.size()) >= options_.max_inflight) {
-    refusal = absl::ResourceExhaustedError(
-        absl::StrCat("the router is serving its limit of ", options_.max_inflight,
-                     " requests (--max_inflight); retry later"));
-  }
-  if (refusal.has_value()) {
-    if (metrics != nullptr) metrics->requests.Count(refusal->code());
-    Enqueue([sink, status = *std::move(refusal)] { sink->OnDone(status); });
+  auto refuse = [&](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (metrics != nullptr) metrics->requests.Count(status.code());
+    Enqueue([sink, status = std::move(status)] { sink->OnDone(status); });
     return std::make_shared<NoOpHandle>();
+  };
+  if (draining_) {
+    return refuse(
+        absl::UnavailableError("the router is draining; send the request to another router"));
+  }
+  if (params.priority < kMinPriority || params.priority > kMaxPriority) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("priority is ", params.priority, "; it must be ", kMinPriority, " to ",
+                     kMaxPriority, " (larger is served first)")));
   }
   const uint64_t id = next_id_++;
+  switch (queue_.Arrive(id, params.priority, arrival)) {
+    case AdmissionQueue::Decision::kFull:
+      return refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "the router is serving its limit of ", options_.max_inflight,
+          " requests (--max_inflight) and ", options_.max_queued,
+          " more are waiting (--max_queued); retry later")));
+    case AdmissionQueue::Decision::kQueued:
+      pending_.emplace(id, Pending{std::move(params), std::move(sink), arrival});
+      ++queue_version_;
+      if (metrics != nullptr) metrics->requests_queued.Increment();
+      break;
+    case AdmissionQueue::Decision::kRun:
+      StartLocked(id, std::move(params), std::move(sink), arrival);
+      break;
+  }
+  auto handle = std::make_shared<Handle>(this, id);
+  handles_.emplace(id, handle);
+  return handle;
+}
+
+void RouterCore::StartLocked(uint64_t id, GenerateParams params,
+                             std::shared_ptr<ResponseSink> sink, absl::Time arrival) {
   std::string request_id = std::move(params.request_id);
   if (request_id.size() > 256) request_id.resize(256);
   if (request_id.empty()) {
@@ -107,15 +145,90 @@ std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
       env_, std::move(params), std::move(request_id), std::move(worker_request_id),
       SplitMix64(seed_base_ + id), arrival, std::move(sink), [this, id] { OnEnd(id); });
   running_.emplace(id, driver);
-  if (metrics != nullptr) metrics->requests_in_flight.Increment();
+  if (options_.driver.metrics != nullptr) options_.driver.metrics->requests_in_flight.Increment();
   Enqueue([driver] { driver->Run(); });
-  return driver;
 }
 
 void RouterCore::OnEnd(uint64_t id) {
-  if (options_.driver.metrics != nullptr) options_.driver.metrics->requests_in_flight.Decrement();
+  RouterMetrics* const metrics = options_.driver.metrics;
+  if (metrics != nullptr) metrics->requests_in_flight.Decrement();
   absl::MutexLock lock(&mu_);
   running_.erase(id);
+  handles_.erase(id);
+  if (std::optional<uint64_t> next = queue_.Finish(); next.has_value()) {
+    auto it = pending_.find(*next);
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    ++queue_version_;
+    if (metrics != nullptr) metrics->requests_queued.Decrement();
+    StartLocked(*next, std::move(p.params), std::move(p.sink), p.arrival);
+  }
+}
+
+void RouterCore::CancelRequest(uint64_t id) {
+  std::shared_ptr<RequestDriver> driver;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.Remove(id)) {
+      auto it = pending_.find(id);
+      std::shared_ptr<ResponseSink> sink = std::move(it->second.sink);
+      pending_.erase(it);
+      handles_.erase(id);
+      ++queue_version_;
+      if (RouterMetrics* m = options_.driver.metrics; m != nullptr) {
+        m->requests_queued.Decrement();
+        m->requests.Count(absl::StatusCode::kCancelled);
+      }
+      Enqueue([sink] { sink->OnDone(absl::CancelledError("the client went away")); });
+      return;
+    }
+    auto it = running_.find(id);
+    if (it != running_.end()) driver = it->second.lock();
+  }
+  if (driver != nullptr) driver->Cancel();
+}
+
+void RouterCore::ExpireQueued() {
+  absl::MutexLock lock(&mu_);
+  ExpireQueuedLocked();
+}
+
+void RouterCore::ExpireQueuedLocked() {
+  const std::vector<uint64_t> expired = queue_.Expire(options_.clock->Now());
+  if (expired.empty()) return;
+  ++queue_version_;
+  for (uint64_t id : expired) {
+    auto it = pending_.find(id);
+    std::shared_ptr<ResponseSink> sink = std::move(it->second.sink);
+    pending_.erase(it);
+    handles_.erase(id);
+    const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+        "the request waited ", absl::FormatDuration(options_.queue_timeout),
+        " in the router's queue (--queue_timeout) without a free slot; retry later"));
+    if (RouterMetrics* m = options_.driver.metrics; m != nullptr) {
+      m->requests_queued.Decrement();
+      m->requests.Count(status.code());
+    }
+    Enqueue([sink, status] { sink->OnDone(status); });
+  }
+}
+
+void RouterCore::TimerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const uint64_t seen = queue_version_;
+    const absl::Time next = queue_.next_expiry();
+    // The clock may be a fake one: wait in real time for the time left on
+    // it, and at most a second, then look again.
+    const absl::Duration left =
+        next == absl::InfiniteFuture() ? absl::Seconds(1) : next - options_.clock->Now();
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || queue_version_ != seen;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&changed),
+                         std::clamp(left, absl::ZeroDuration(), absl::Seconds(1)));
+    if (!stopping_) ExpireQueuedLocked();
+  }
 }
 
 ServedModelInfo RouterCore::ModelInfo() const {
@@ -182,7 +295,9 @@ void RouterCore::StartDraining() {
 
 bool RouterCore::WaitForIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.empty(); };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return running_.empty() && pending_.empty();
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
@@ -190,6 +305,20 @@ void RouterCore::CancelAll() {
   std::vector<std::shared_ptr<RequestDriver>> drivers;
   {
     absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> queued;
+    for (const auto& [id, p] : pending_) queued.push_back(id);
+    for (uint64_t id : queued) {
+      queue_.Remove(id);
+      std::shared_ptr<ResponseSink> sink = std::move(pending_.at(id).sink);
+      pending_.erase(id);
+      handles_.erase(id);
+      if (RouterMetrics* m = options_.driver.metrics; m != nullptr) {
+        m->requests_queued.Decrement();
+        m->requests.Count(absl::StatusCode::kCancelled);
+      }
+      Enqueue([sink] { sink->OnDone(absl::CancelledError("the router is stopping")); });
+    }
+    ++queue_version_;
     for (auto& [id, weak] : running_) {
       if (std::shared_ptr<RequestDriver> d = weak.lock()) drivers.push_back(std::move(d));
     }
@@ -200,6 +329,11 @@ void RouterCore::CancelAll() {
 int RouterCore::inflight() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(running_.size());
+}
+
+int RouterCore::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.queued();
 }
 
 }  // namespace tandem::router

@@ -1,7 +1,9 @@
 // RouterCore: the RequestCore the router's front ends share. It admits a
-// request (or refuses it at once: UNAVAILABLE while draining,
-// RESOURCE_EXHAUSTED above max_inflight) and hands it to a RequestDriver,
-// whose state machine runs on gRPC's callback threads. Validation and
+// request and hands it to a RequestDriver, whose state machine runs on
+// gRPC's callback threads. Beyond max_inflight requests wait in a bounded
+// queue, higher priority first (AdmissionQueue), for at most queue_timeout;
+// a request is refused at once only while draining (UNAVAILABLE) or when the
+// queue is full (RESOURCE_EXHAUSTED). Validation and
 // prompt tokenization, the only CPU-heavy part of a request on the router,
 // run on a few threads of the core's own, so that a long prompt never holds
 // a network thread. No thread per request.
@@ -23,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "router/admission_queue.h"
 #include "router/request_core.h"
 #include "router/request_driver.h"
 
@@ -30,8 +33,12 @@ namespace tandem::router {
 
 struct RouterCoreOptions {
   DriverOptions driver;
-  // Requests served at once; more are refused with RESOURCE_EXHAUSTED.
+  // Requests served at once; more wait in the queue.
   int max_inflight = 256;
+  // Requests that may wait; more are refused with RESOURCE_EXHAUSTED.
+  int max_queued = 1024;
+  // How long a request may wait before it is refused (RESOURCE_EXHAUSTED).
+  absl::Duration queue_timeout = absl::Seconds(30);
   // Threads that validate and tokenize prompts.
   int prepare_threads = 2;
   // Timeline stamps. Must outlive the core.
@@ -61,15 +68,29 @@ class RouterCore final : public RequestCore {
   void StartDraining();
   // Waits up to `timeout` until no request is in flight.
   bool WaitForIdle(absl::Duration timeout);
-  // Cancels every request in flight (as if each client had gone away).
+  // Cancels every request in flight or queued (as if each client had gone
+  // away).
   void CancelAll();
   int inflight() const;
+  int queued() const;
+  // Refuses the queued requests whose queue_timeout has passed by the
+  // clock's time. The core's timer thread calls it; tests on a fake clock
+  // call it after advancing the clock.
+  void ExpireQueued();
 
  private:
   void PrepareLoop();
   // Runs `job` on a prepare thread.
   void Enqueue(std::function<void()> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnEnd(uint64_t id);
+  // Creates the request's driver and starts it on a prepare thread.
+  void StartLocked(uint64_t id, GenerateParams params, std::shared_ptr<ResponseSink> sink,
+                   absl::Time arrival) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TimerLoop();
+  // What Submit returns: cancels the request, queued or running.
+  class Handle;
+  void CancelRequest(uint64_t id);
 
   // Constant after construction.
   DriverEnv env_;
@@ -83,8 +104,22 @@ class RouterCore final : public RequestCore {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Requests in flight, to cancel them all.
   std::map<uint64_t, std::weak_ptr<RequestDriver>> running_ ABSL_GUARDED_BY(mu_);
+  // Requests waiting for a slot.
+  struct Pending {
+    GenerateParams params;
+    std::shared_ptr<ResponseSink> sink;
+    absl::Time arrival;
+  };
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // The handle of every request queued or running: front ends may hold
+  // theirs weakly, so the core keeps it until the request ends.
+  std::map<uint64_t, std::shared_ptr<Handle>> handles_ ABSL_GUARDED_BY(mu_);
+  AdmissionQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Bumped when the queue's next expiry may have moved (wakes the timer).
+  uint64_t queue_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
+  std::thread timer_;
 };
 
 }  // namespace tandem::router

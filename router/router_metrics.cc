@@ -16,6 +16,8 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
                "included)"),
       requests_in_flight(AddGauge(registry, "tandem_router_requests_in_flight",
                                   "Requests being served right now")),
+      requests_queued(AddGauge(registry, "tandem_router_requests_queued",
+                               "Requests waiting in the router's queue for a serving slot")),
       time_to_first_token(AddHistogram(registry, "tandem_router_time_to_first_token_seconds",
                                        "Arrival at the router until the first token was sent",
                                        metrics::LatencyBuckets())),

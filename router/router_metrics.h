@@ -22,6 +22,7 @@ struct RouterMetrics {
   // Every client request, by how it ended (refusals included).
   metrics::OutcomeCounter requests;
   prometheus::Gauge& requests_in_flight;
+  prometheus::Gauge& requests_queued;
   // Latencies as vLLM defines them, seen by the router: TTFT and ITL as
   // tokens are sent; TPOT and E2E for requests that ended OK.
   prometheus::Histogram& time_to_first_token;

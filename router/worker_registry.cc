@@ -456,7 +456,10 @@ void WorkerRegistry::PollNow() {
     absl::MutexLock lock(&round->mu);
     round->outstanding = static_cast<int>(calls.size());
   }
-  for (const std::shared_ptr<Call>& call : calls) {
+  // The callbacks hold no reference to the calls (nor their workers): the
+  // round's thread owns them, and releases them once every callback ran.
+  for (const std::shared_ptr<Call>& shared : calls) {
+    Call* const call = shared.get();
     auto done = [call, round](grpc::Status status) {
       if (status.ok()) {
         call->worker->RecordPoll(call->poll, call->response);
@@ -484,7 +487,12 @@ void WorkerRegistry::PollNow() {
                                     options_.health_timeout + absl::Seconds(2))) {
       LOG(WARNING) << "health poll round did not end in time; cancelling it";
       for (const std::shared_ptr<Call>& call : calls) call->ctx.TryCancel();
-      round->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(2));
+      if (!round->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(2))) {
+        // gRPC still holds the calls: leave them rather than free memory
+        // it may write.
+        LOG(ERROR) << round->outstanding << " health polls ignored their cancellation";
+        new std::vector<std::shared_ptr<Call>>(std::move(calls));
+      }
     }
   }
   CheckPool();

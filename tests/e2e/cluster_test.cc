@@ -278,7 +278,7 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentSayingWhatToChange) {
 
 TEST_F(ClusterTest, OverloadIsResourceExhaustedQuickly) {
   REQUIRE_FIXTURES();
-  StartCluster({.prefill = 1, .decode = 1, .router_flags = {"--max_inflight=2"}});
+  StartCluster({.prefill = 1, .decode = 1, .router_flags = {"--max_inflight=2", "--max_queued=0"}});
   constexpr int kStreams = 24;
   std::vector<Completion> got(kStreams);
   std::vector<std::thread> threads;

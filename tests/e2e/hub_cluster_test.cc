@@ -32,6 +32,10 @@ std::vector<int32_t> LocalGreedy(const std::string& dir, const std::string& prom
 constexpr char kLongPrompt[] =
     "One day, a girl named Sue found a shiny red ball in the garden. She wanted to show it to "
     "her mom, so she ran inside and";
+// Shares no block with kLongPrompt, so that nothing of it is cached.
+constexpr char kOtherLongPrompt[] =
+    "Tim had a big blue kite. On a windy morning he took it to the hill with his dad, and the "
+    "kite flew up so high that";
 
 TEST(HubClusterTest, Bf16FolderServesTheSameTokensAndShipsBf16Kv) {
   TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");
@@ -47,11 +51,11 @@ TEST(HubClusterTest, Bf16FolderServesTheSameTokensAndShipsBf16Kv) {
     EXPECT_EQ(got.tokens, want) << prompt;
   }
 
-  // The long prompt goes through the prefill worker; its KV crosses as
+  // A new long prompt goes through the prefill worker; its KV crosses as
   // bf16: 5 layers x blocks x (K and V of 16 slots x 32 dims x 2 bytes),
   // half of what f32 would ship.
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats before, (*cluster)->Stats((*cluster)->prefill(0)));
-  const Completion c = RunGenerate((*cluster)->router(), TextRequest(kLongPrompt, 4));
+  const Completion c = RunGenerate((*cluster)->router(), TextRequest(kOtherLongPrompt, 4));
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();
   ASSERT_TRUE(c.finished.disaggregated()) << (*cluster)->Logs();
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats prefill, (*cluster)->Stats((*cluster)->prefill(0)));

@@ -192,7 +192,9 @@ TEST_F(MetricsTest, CountersMoveByTheRequestsServed) {
   EXPECT_GE(delta(p0, p1, "tandem_prefill_step_seconds_count"), 1);
   EXPECT_EQ(delta(p0, p1, "tandem_prefill_kv_transfers_total"), kRequests);
   EXPECT_EQ(Get(p1, "tandem_prefill_kv_transfer_failures_total"), 0);
-  EXPECT_EQ(Get(p1, "tandem_prefill_prefix_cache_hits_total"), 0);
+  EXPECT_GT(delta(p0, p1, "tandem_prefill_prefix_cache_queried_tokens_total"), 0);
+  EXPECT_LE(Get(p1, "tandem_prefill_prefix_cache_hit_tokens_total"),
+            Get(p1, "tandem_prefill_prefix_cache_queried_tokens_total"));
   EXPECT_EQ(Get(p1, "tandem_prefill_kv_blocks_used"), 0);
   EXPECT_GT(Get(p1, "tandem_prefill_kv_blocks_free"), 0);
   EXPECT_EQ(Get(p1, "tandem_prefill_requests_waiting"), 0);

@@ -2,7 +2,7 @@
 # The official OpenAI SDK for Node (npm package `openai`) against a real
 # local cluster: deploy/local/cluster.sh starts a router with an API key, one
 # prefill and one decode worker; a second router over the same workers runs
-# with --max_inflight=1 for the 429 check. openai_sdk_conformance.mjs runs
+# with --max_inflight=1 and no queue for the 429 check. openai_sdk_conformance.mjs runs
 # the checks. The SDK is installed into CACHE_DIR/npm-openai on first use.
 # Usage: openai_sdk_test.sh BIN_DIR MODELS_DIR CACHE_DIR
 set -uo pipefail
@@ -58,7 +58,7 @@ key="tandem-sdk-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 "$bin/tandem-router" --listen "127.0.0.1:$((port + 2))" --http_listen "127.0.0.1:$((port + 3))" \
   --http_port_file "$tmp/limited.port" --tokenizer "$models/tok512.bin" \
   --served_model_name stories260K.bin --prefill_workers "127.0.0.1:$((port + 100))" \
-  --decode_workers "127.0.0.1:$((port + 200))" --max_inflight 1 --api_key "$key" \
+  --decode_workers "127.0.0.1:$((port + 200))" --max_inflight 1 --max_queued 0 --api_key "$key" \
   >"$tmp/limited.log" 2>&1 &
 limited_pid=$!
 deadline=$((SECONDS + 60))

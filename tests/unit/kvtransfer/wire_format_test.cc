@@ -54,9 +54,10 @@ TEST(MessageHeaderTest, RejectsGarbage) {
   EXPECT_THAT(MessageHeader::Parse(std::string(MessageHeader::kEncodedBytes, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad magic")));
   std::string newer = bytes;
-  newer[4] = 2;
+  newer[4] = static_cast<char>(kWireVersion + 1);
   EXPECT_THAT(MessageHeader::Parse(newer),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 2")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("version ", kWireVersion + 1))));
   std::string bad_type = bytes;
   bad_type[6] = 9;
   EXPECT_THAT(MessageHeader::Parse(bad_type),

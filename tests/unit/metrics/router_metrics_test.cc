@@ -103,6 +103,7 @@ TEST_F(RouterMetricsTest, RetriedDisaggregatedRequestIsCountedAndTraced) {
 TEST_F(RouterMetricsTest, RefusalsAndDeadlinesAreCountedByOutcome) {
   HarnessOptions options{.prefill = 0, .decode = 1};
   options.router.max_inflight = 1;
+  options.router.max_queued = 0;
   auto h = Start(std::move(options));
   ASSERT_NE(h, nullptr);
   h->decode(0).SetBehaviour({.hold_after = 1});

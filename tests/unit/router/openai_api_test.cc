@@ -82,6 +82,9 @@ TEST(OpenAiApiTest, EveryCompletionOptionIsMapped) {
   EXPECT_EQ(r->params.top_k, 0);
   EXPECT_THAT(r->params.stop, ElementsAre("x"));
   EXPECT_EQ(*r->params.seed, ~uint64_t{0});
+  r = ParseCompletionRequest(R"({"prompt": "x", "priority": -7})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.priority, -7);
   r = ParseCompletionRequest(R"({"prompt": []})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->params.token_ids.has_value() && r->params.token_ids->empty());
@@ -138,6 +141,8 @@ TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
       {R"({"prompt": "x", "stream": true, "stream_options": {"x": 1}})", "`x`"},
       {R"({"prompt": "x", "n": 0})", "n"},
       {R"({"prompt": "x", "n": 17})", "n"},
+      {R"({"prompt": "x", "priority": 1001})", "priority"},
+      {R"({"prompt": "x", "priority": "high"})", "priority"},
       {R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of"},
       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {R"({"prompt": "x", "logprobs": true})", "logprobs"},

@@ -421,11 +421,6 @@ TEST(RouterServiceTest, BadInputIsInvalidArgumentSayingWhatToChange) {
   }
   {
     v1::GenerateRequest r = TokenRequest({1, 5}, 4);
-    r.set_priority(1);
-    cases.push_back({r, "priority"});
-  }
-  {
-    v1::GenerateRequest r = TokenRequest({1, 5}, 4);
     r.mutable_sampling()->set_temperature(-0.5f);
     cases.push_back({r, "temperature"});
   }
@@ -510,9 +505,10 @@ TEST(RouterServiceTest, NoHealthyDecodeWorkerIsUnavailable) {
   EXPECT_THAT(r.status.error_message(), HasSubstr(h->decode_address(0)));
 }
 
-TEST(RouterServiceTest, OverMaxInflightIsResourceExhaustedAtOnce) {
+TEST(RouterServiceTest, OverMaxInflightWithNoQueueIsResourceExhaustedAtOnce) {
   HarnessOptions options{.prefill = 1, .decode = 1};
   options.router.max_inflight = 1;
+  options.router.max_queued = 0;
   auto h = StartHarness(options);
   ASSERT_NE(h, nullptr);
   h->decode(0).SetBehaviour({.hold_after = 0});

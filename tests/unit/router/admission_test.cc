@@ -1,0 +1,219 @@
+// The router's admission queue: the bookkeeping alone, then through the
+// gRPC front end with fake workers (a queued request starts when a slot
+// frees, larger priority first; a full queue or a timed-out wait is
+// RESOURCE_EXHAUSTED; a client that leaves the queue is gone at once).
+#include "router/admission_queue.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/base/clock.h"
+#include "common/rpc/grpc_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/router/router_harness.h"
+
+namespace tandem::router {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::HarnessOptions;
+using testing::Result;
+using testing::RouterHarness;
+using testing::TokenRequest;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
+
+TEST(AdmissionQueue, RunsUpToTheLimitThenQueuesLargerPriorityFirst) {
+  AdmissionQueue q(/*max_running=*/2, /*max_queued=*/3, absl::Seconds(10));
+  EXPECT_EQ(q.Arrive(1, 0, kT0), AdmissionQueue::Decision::kRun);
+  EXPECT_EQ(q.Arrive(2, 0, kT0), AdmissionQueue::Decision::kRun);
+  EXPECT_EQ(q.Arrive(3, 0, kT0), AdmissionQueue::Decision::kQueued);
+  EXPECT_EQ(q.Arrive(4, 5, kT0), AdmissionQueue::Decision::kQueued);
+  EXPECT_EQ(q.Arrive(5, 0, kT0), AdmissionQueue::Decision::kQueued);
+  EXPECT_EQ(q.Arrive(6, 9, kT0), AdmissionQueue::Decision::kFull);
+  EXPECT_EQ(q.running(), 2);
+  EXPECT_EQ(q.queued(), 3);
+  // Priority 5 first, then priority 0 in arrival order.
+  EXPECT_EQ(q.Finish(), std::optional<uint64_t>(4));
+  EXPECT_EQ(q.Finish(), std::optional<uint64_t>(3));
+  EXPECT_EQ(q.Finish(), std::optional<uint64_t>(5));
+  EXPECT_EQ(q.running(), 2);
+  EXPECT_EQ(q.Finish(), std::nullopt);
+  EXPECT_EQ(q.Finish(), std::nullopt);
+  EXPECT_EQ(q.running(), 0);
+  EXPECT_EQ(q.Arrive(7, -3, kT0), AdmissionQueue::Decision::kRun);
+}
+
+TEST(AdmissionQueue, WaitsExpireInOrderAndRemovedOnesAreGone) {
+  AdmissionQueue q(1, 10, absl::Seconds(10));
+  ASSERT_EQ(q.Arrive(1, 0, kT0), AdmissionQueue::Decision::kRun);
+  ASSERT_EQ(q.Arrive(2, 0, kT0 + absl::Seconds(1)), AdmissionQueue::Decision::kQueued);
+  ASSERT_EQ(q.Arrive(3, 7, kT0 + absl::Seconds(2)), AdmissionQueue::Decision::kQueued);
+  ASSERT_EQ(q.Arrive(4, 0, kT0 + absl::Seconds(3)), AdmissionQueue::Decision::kQueued);
+  EXPECT_EQ(q.next_expiry(), kT0 + absl::Seconds(11));
+  EXPECT_THAT(q.Expire(kT0 + absl::Seconds(10)), IsEmpty());
+  EXPECT_TRUE(q.Remove(3));
+  EXPECT_FALSE(q.Remove(3));
+  EXPECT_THAT(q.Expire(kT0 + absl::Seconds(12)), ElementsAre(2));
+  EXPECT_EQ(q.queued(), 1);
+  EXPECT_EQ(q.Finish(), std::optional<uint64_t>(4));
+  EXPECT_EQ(q.next_expiry(), absl::InfiniteFuture());
+}
+
+TEST(AdmissionQueue, ZeroQueueRefusesAtOnceAboveTheLimit) {
+  AdmissionQueue q(1, 0, absl::Seconds(10));
+  EXPECT_EQ(q.Arrive(1, 0, kT0), AdmissionQueue::Decision::kRun);
+  EXPECT_EQ(q.Arrive(2, 100, kT0), AdmissionQueue::Decision::kFull);
+}
+
+// A client stream that runs on its own thread.
+struct Client {
+  grpc::ClientContext ctx;
+  Result result;
+  std::thread thread;
+
+  void Run(v1::Router::Stub& stub, v1::GenerateRequest request) {
+    ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(60)));
+    thread = std::thread([this, &stub, request] {
+      auto reader = stub.Generate(&ctx, request);
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        result.tokens.insert(result.tokens.end(), response.token_ids().begin(),
+                             response.token_ids().end());
+      }
+      result.status = reader->Finish();
+    });
+  }
+  void Join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+v1::GenerateRequest WithPriority(v1::GenerateRequest r, int priority) {
+  r.set_priority(priority);
+  return r;
+}
+
+bool WaitForQueued(RouterHarness& h, int n) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (h.core().queued() != n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  return h.core().queued() == n;
+}
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  void Start(int max_queued, absl::Duration queue_timeout = absl::Seconds(30)) {
+    HarnessOptions options{.prefill = 0, .decode = 1};
+    options.router.max_inflight = 1;
+    options.router.max_queued = max_queued;
+    options.router.queue_timeout = queue_timeout;
+    options.router.clock = &clock_;
+    h_ = std::make_unique<RouterHarness>(options);
+    ASSERT_TRUE(h_->Start().ok());
+    // The first request holds the only slot until it is cancelled.
+    h_->decode(0).SetBehaviour({.hold_after = 0});
+    holder_.Run(h_->stub(), TokenRequest({1, 5, 6}, 100));
+    const absl::Time deadline = absl::Now() + kWait;
+    while (h_->core().inflight() != 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(h_->core().inflight(), 1);
+  }
+  void ReleaseHolder() {
+    h_->decode(0).SetBehaviour({});
+    holder_.ctx.TryCancel();
+    holder_.Join();
+  }
+  void TearDown() override {
+    holder_.ctx.TryCancel();
+    holder_.Join();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<RouterHarness> h_;
+  Client holder_;
+};
+
+TEST_F(AdmissionTest, QueuedRequestsStartLargerPriorityFirstWhenASlotFrees) {
+  Start(/*max_queued=*/4);
+  Client low, high;
+  low.Run(h_->stub(), WithPriority(TokenRequest({1, 7}, 3), 1));
+  ASSERT_TRUE(WaitForQueued(*h_, 1));
+  high.Run(h_->stub(), WithPriority(TokenRequest({1, 8}, 3), 50));
+  ASSERT_TRUE(WaitForQueued(*h_, 2));
+  ReleaseHolder();
+  low.Join();
+  high.Join();
+  ASSERT_TRUE(low.result.status.ok()) << low.result.status.error_message();
+  ASSERT_TRUE(high.result.status.ok()) << high.result.status.error_message();
+  EXPECT_EQ(low.result.tokens.size(), 3u);
+  // The decode worker saw the holder, then the priority-50 request.
+  const std::vector<v1::DecodeRequest> seen = h_->decode(0).requests();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_THAT(seen[1].prompt(), ElementsAre(1, 8));
+  EXPECT_THAT(seen[2].prompt(), ElementsAre(1, 7));
+  EXPECT_EQ(h_->core().queued(), 0);
+}
+
+TEST_F(AdmissionTest, AFullQueueRefusesAtOnceNamingTheFlags) {
+  Start(/*max_queued=*/1);
+  Client waiting;
+  waiting.Run(h_->stub(), TokenRequest({1, 7}, 2));
+  ASSERT_TRUE(WaitForQueued(*h_, 1));
+  const Result refused = h_->Run(TokenRequest({1, 8}, 2));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("--max_queued"));
+  ReleaseHolder();
+  waiting.Join();
+  EXPECT_TRUE(waiting.result.status.ok()) << waiting.result.status.error_message();
+}
+
+TEST_F(AdmissionTest, AWaitLongerThanTheQueueTimeoutIsRefused) {
+  Start(/*max_queued=*/4, absl::Seconds(5));
+  Client waiting;
+  waiting.Run(h_->stub(), TokenRequest({1, 7}, 2));
+  ASSERT_TRUE(WaitForQueued(*h_, 1));
+  clock_.Advance(absl::Seconds(4));
+  h_->core().ExpireQueued();
+  EXPECT_EQ(h_->core().queued(), 1);
+  clock_.Advance(absl::Seconds(2));
+  h_->core().ExpireQueued();
+  waiting.Join();
+  EXPECT_EQ(waiting.result.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(waiting.result.status.error_message(), HasSubstr("--queue_timeout"));
+  EXPECT_EQ(h_->core().queued(), 0);
+  ReleaseHolder();
+  EXPECT_EQ(h_->decode(0).requests().size(), 1u);  // The expired one never ran.
+}
+
+TEST_F(AdmissionTest, AClientThatLeavesTheQueueIsGoneAtOnce) {
+  Start(/*max_queued=*/4);
+  Client waiting;
+  waiting.Run(h_->stub(), TokenRequest({1, 7}, 2));
+  ASSERT_TRUE(WaitForQueued(*h_, 1));
+  waiting.ctx.TryCancel();
+  waiting.Join();
+  EXPECT_EQ(waiting.result.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForQueued(*h_, 0));
+  ReleaseHolder();
+  EXPECT_TRUE(h_->core().WaitForIdle(kWait));
+  EXPECT_EQ(h_->decode(0).requests().size(), 1u);
+}
+
+TEST_F(AdmissionTest, APriorityOutOfRangeIsRefusedNamingTheRange) {
+  Start(/*max_queued=*/4);
+  const Result r = h_->Run(WithPriority(TokenRequest({1, 7}, 2), 5000));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("-1000 to 1000"));
+}
+
+}  // namespace
+}  // namespace tandem::router
