@@ -7,8 +7,8 @@
 #     model (context stretched to 2048),
 #     one request at a time; disaggregated (1 prefill + 1 decode) and
 #     colocated (decode only), each worker on one thread. Prints TTFT p50
-#     and its ratio to the uncached case, and the 90% case with the cache
-#     off as a control.
+#     and its ratio to the uncached case with the caches off (the 0% and 90%
+#     shares run with the caches off too, as controls).
 #   scripts/bench-prefix.sh chat [CONVERSATIONS] [TURNS]
 #     Multi-turn chat through /v1/chat/completions: each turn sends the whole
 #     history plus a new user message. Prints the KV bytes the prefill
@@ -32,7 +32,7 @@ up() {  # up PREFILL_WORKERS EXTRA_ARGS...
   local n=$1
   shift
   "$root/deploy/local/cluster.sh" up --port "$port" --prefill "$n" --decode 1 --model "$model" \
-    "$@" >/dev/null
+    "$@" >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
 }
 down() { "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; }
 
@@ -53,25 +53,25 @@ ttft_p50() {  # ttft_p50 SHARE_PERCENT REQUESTS -> TTFT p50 in ms
 
 if [ "$mode" = ttft ]; then
   requests="${2:-20}"
-  printf "%-14s %-13s %10s %8s\n" layout "cached share" "TTFT p50" "ratio"
+  printf "%-14s %-13s %-12s %10s %8s\n" layout "cached share" "prefix cache" "TTFT p50" "ratio"
   for layout in disaggregated colocated; do
     n=1
     [ "$layout" = colocated ] && n=0
-    up "$n"
     base=""
-    for share in 0 25 50 90; do
-      t=$(ttft_p50 "$share" "$requests")
-      [ -n "$base" ] || base=$t
-      printf "%-14s %12s%% %8s ms %8s\n" "$layout" "$share" "$t" \
-        "$(python3 -c "print('%.2fx' % ($t / $base))")"
+    for cache in off on; do
+      args=()
+      [ "$cache" = on ] || args=(--prefill_args "--noprefix_cache" --decode_args "--noprefix_cache")
+      up "$n" ${args[@]+"${args[@]}"}
+      shares="0 25 50 90"
+      [ "$cache" = on ] || shares="0 90"
+      for share in $shares; do
+        t=$(ttft_p50 "$share" "$requests")
+        [ -n "$base" ] || base=$t
+        printf "%-14s %12s%% %-12s %8s ms %8s\n" "$layout" "$share" "$cache" "$t" \
+          "$(python3 -c "print('%.2fx' % ($t / $base))")"
+      done
+      down
     done
-    down
-    # Control: the same 90% share with both caches off.
-    up "$n" --prefill_args "--noprefix_cache" --decode_args "--noprefix_cache"
-    t=$(ttft_p50 90 "$requests")
-    printf "%-14s %12s%% %8s ms %8s  (prefix cache off)\n" "$layout" 90 "$t" \
-      "$(python3 -c "print('%.2fx' % ($t / $base))")"
-    down
   done
 elif [ "$mode" = chat ]; then
   conversations="${2:-3}"

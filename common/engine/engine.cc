@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
     return absl::InvalidArgumentError(
         "num_blocks must be >= 0, max_batch_tokens and max_logit_rows > 0");
   }
+  if (opts.num_blocks > kMaxKvBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a KV cache of ", opts.num_blocks, " blocks; at most ", kMaxKvBlocks,
+        " are supported (give fewer --kv_blocks)"));
+  }
   const DType wtype = weights.dtype();
   for (const LayerWeights& l : weights.layers) {
     for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
@@ -161,7 +166,14 @@ absl::Status Engine::Init(const ModelWeights& w) {
   }
   ASSIGN_OR_RETURN(rope_, upload_f32({Tensor(std::span<const float>(rope))}));
 
-  ASSIGN_OR_RETURN(cache_, alloc_bytes(layout_.total_bytes()));
+  if (absl::StatusOr<void*> cache = alloc_bytes(layout_.total_bytes()); cache.ok()) {
+    cache_ = *cache;
+  } else {
+    return absl::Status(cache.status().code(),
+                        absl::StrCat("the KV cache of ", layout_.num_blocks, " blocks (",
+                                     layout_.total_bytes() >> 20, " MiB): ",
+                                     cache.status().message(), "; give fewer --kv_blocks"));
+  }
   const size_t t = options_.max_batch_tokens;
   ASSIGN_OR_RETURN(x_, alloc(t * d));
   ASSIGN_OR_RETURN(xb_, alloc(t * d));

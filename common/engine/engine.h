@@ -25,6 +25,10 @@
 
 namespace tandem {
 
+// Most KV blocks an engine's cache may hold (a lease's first block must fit
+// its 24-bit range too).
+inline constexpr int kMaxKvBlocks = 1 << 24;
+
 struct EngineOptions {
   int block_size = 16;
   // KV blocks in the pool; 0 sizes the pool for one full-context sequence.

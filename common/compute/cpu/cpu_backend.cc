@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -85,11 +86,24 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuBackend::Allocate(size_t bytes)
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t align = bytes >= kHugePage ? kHugePage : 64;
   const size_t rounded = (bytes + align - 1) / align * align;
+  // Every byte is touched below: more than the machine has cannot work.
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && rounded / static_cast<size_t>(page) > static_cast<size_t>(pages)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", bytes >> 20, " MiB: the machine has ",
+        (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20, " MiB of memory"));
+  }
   void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  if (align == kHugePage) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
+  if (align == kHugePage) {
+    ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
+    // Fault every page in now rather than on first touch inside a step: the
+    // KV pool hands out blocks no request has touched yet for as long as
+    // its prefix cache keeps the freed ones.
+    std::memset(p, 0, rounded);
+  }
   return std::make_unique<HostBuffer>(p, bytes);
 }
 

@@ -203,6 +203,19 @@ TEST(Engine, EveryBlockIsFreeAfterSequencesFinishOrAbort) {
   EXPECT_EQ(pool.num_free(), pool.num_blocks());
 }
 
+// A KV pool beyond the block limit, or beyond the machine's memory, is a
+// clear error naming the flag, not an allocation failure or a later
+// out-of-memory kill (the CPU backend touches every page it hands out).
+TEST(Engine, AnImpossibleKvCacheIsRefusedNamingTheFlag) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 1));
+  auto backend = CpuBackend::Create();
+  ASSERT_OK(backend.status());
+  EngineOptions options;
+  options.num_blocks = kMaxKvBlocks + 1;
+  EXPECT_THAT(Engine::Create(*weights, std::move(backend).value(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--kv_blocks")));
+}
+
 TEST(Engine, BadInputIsRejectedWithoutSideEffects) {
   ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 1));
   EngineOptions options;
