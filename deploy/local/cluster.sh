@@ -7,6 +7,7 @@
 #                              [--kv_dtype f32|bf16|f16] [--served_model_name NAME]
 #                              [--threads T] [--router_args "ARGS"]
 #                              [--prefill_args "ARGS"] [--decode_args "ARGS"]
+#                              [--prefill_cpus LIST] [--decode_cpus LIST]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -28,7 +29,8 @@
 # --router_args adds flags to the router's command line, split at spaces
 # (e.g. --router_args "--api_key KEY --max_inflight 8"); --prefill_args and
 # --decode_args do the same for every prefill or decode worker (e.g.
-# --decode_args "--noprefix_cache").
+# --decode_args "--noprefix_cache"). --prefill_cpus and --decode_cpus pin
+# those workers to CPUs (taskset lists, e.g. 0 or 2-3), for benchmarks.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -81,7 +83,7 @@ synthetic_model() {
 
 cmd_up() {
   local n_prefill=2 n_decode=2 port=8100 model="" tokenizer="" threads=1 kv_dtype="" served_name=""
-  local router_args=() prefill_args=() decode_args=()
+  local router_args=() prefill_args=() decode_args=() prefill_pin=() decode_pin=()
   while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || usage
     case "$1" in
@@ -96,6 +98,8 @@ cmd_up() {
       --router_args) read -r -a router_args <<<"$2"; shift 2 ;;
       --prefill_args) read -r -a prefill_args <<<"$2"; shift 2 ;;
       --decode_args) read -r -a decode_args <<<"$2"; shift 2 ;;
+      --prefill_cpus) prefill_pin=(taskset -c "$2"); shift 2 ;;
+      --decode_cpus) decode_pin=(taskset -c "$2"); shift 2 ;;
       *) usage ;;
     esac
   done
@@ -146,13 +150,13 @@ cmd_up() {
   local prefill_addrs=() decode_addrs=()
   for i in $(seq 0 $((n_prefill - 1))); do
     [ "$n_prefill" -gt 0 ] || break
-    start "prefill-$i" "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
+    start "prefill-$i" ${prefill_pin[@]+"${prefill_pin[@]}"} "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
       --metrics_listen "127.0.0.1:$((port + 1100 + i))" "${worker_model[@]}" --threads "$threads" \
       ${prefill_args[@]+"${prefill_args[@]}"}
     prefill_addrs+=("127.0.0.1:$((port + 100 + i))")
   done
   for i in $(seq 0 $((n_decode - 1))); do
-    start "decode-$i" "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
+    start "decode-$i" ${decode_pin[@]+"${decode_pin[@]}"} "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
       --metrics_listen "127.0.0.1:$((port + 1200 + i))" "${worker_model[@]}" --threads "$threads" \
       ${decode_args[@]+"${decode_args[@]}"}
     decode_addrs+=("127.0.0.1:$((port + 200 + i))")

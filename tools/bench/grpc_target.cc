@@ -28,6 +28,7 @@ class GrpcTarget : public Target {
                                                       request.token_ids.end());
     }
     req.set_max_tokens(request.max_tokens);
+    req.set_ignore_eos(options_.ignore_eos);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1e3)));

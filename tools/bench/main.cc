@@ -32,6 +32,9 @@ ABSL_FLAG(double, request_rate, std::numeric_limits<double>::infinity(),
           "Requests per second; inf = all at once (or as --max_concurrency allows)");
 ABSL_FLAG(double, burstiness, 1.0, "Gamma shape of arrivals; 1 = Poisson, < 1 burstier");
 ABSL_FLAG(int, max_concurrency, 0, "Most requests in flight; 0 = no limit");
+ABSL_FLAG(bool, waves, false,
+          "Send in waves of --max_concurrency requests, each when the previous wave has "
+          "wholly ended (static batching, for comparison with continuous batching)");
 ABSL_FLAG(int, num_requests, 100, "Requests to send (when --duration is 0)");
 ABSL_FLAG(double, duration, 0, "Send for this many seconds instead of --num_requests");
 ABSL_FLAG(uint64_t, seed, 0, "Seed for prompts and arrivals");
@@ -99,6 +102,7 @@ absl::Status Main() {
       {"prefix_len", data.prefix_len}, {"token_ids", data.token_ids},
       {"burstiness", absl::GetFlag(FLAGS_burstiness)},
       {"max_concurrency", absl::GetFlag(FLAGS_max_concurrency)},
+      {"waves", absl::GetFlag(FLAGS_waves)},
       {"num_requests", absl::GetFlag(FLAGS_num_requests)},
       {"duration", absl::GetFlag(FLAGS_duration)}, {"seed", data.seed},
       {"slo", absl::GetFlag(FLAGS_slo)}, {"sweep", absl::GetFlag(FLAGS_sweep)}};
@@ -108,6 +112,7 @@ absl::Status Main() {
     const RunOptions options{.request_rate = rate,
                              .burstiness = absl::GetFlag(FLAGS_burstiness),
                              .max_concurrency = absl::GetFlag(FLAGS_max_concurrency),
+                             .waves = absl::GetFlag(FLAGS_waves),
                              .num_requests = absl::GetFlag(FLAGS_num_requests),
                              .duration_s = absl::GetFlag(FLAGS_duration),
                              .seed = data.seed,

@@ -145,6 +145,9 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
     return absl::InvalidArgumentError("give --num_requests >= 1 or a --duration");
   }
   if (o.burstiness <= 0) return absl::InvalidArgumentError("--burstiness must be > 0");
+  if (o.waves && o.max_concurrency <= 0) {
+    return absl::InvalidArgumentError("--waves needs a --max_concurrency (the wave size)");
+  }
 
   ArrivalGenerator arrivals(o.request_rate, o.burstiness, o.seed);
   std::deque<RequestRecord> records;  // stable addresses while growing
@@ -165,7 +168,11 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
                                              std::chrono::duration<double>(next)));
       if (o.max_concurrency > 0) {
         std::unique_lock lock(mu);
-        slot_freed.wait(lock, [&] { return in_flight < o.max_concurrency; });
+        // A wave starts only once the previous one has wholly ended.
+        const bool wave_start = o.waves && i % o.max_concurrency == 0;
+        slot_freed.wait(lock, [&] {
+          return wave_start ? in_flight == 0 : in_flight < o.max_concurrency;
+        });
         ++in_flight;
         // A slot may free long after the duration is over.
         if (o.duration_s > 0 && Since(t0) >= o.duration_s) break;

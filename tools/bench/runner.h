@@ -17,6 +17,10 @@ struct RunOptions {
   double request_rate = 0;  // req/s; 0 or inf = send as fast as the concurrency allows
   double burstiness = 1;    // gamma shape; 1 = Poisson
   int max_concurrency = 0;  // most streams in flight; 0 = no limit
+  // With max_concurrency: send in waves of max_concurrency requests, each
+  // only when the whole previous wave has ended, as a server without
+  // continuous batching runs them (static batching).
+  bool waves = false;
   int num_requests = 100;   // used when duration_s is 0
   double duration_s = 0;    // stop sending after this long (seconds)
   uint64_t seed = 0;

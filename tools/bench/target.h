@@ -18,7 +18,7 @@ namespace tandem::bench {
 struct TargetOptions {
   std::string model = "";       // the "model" field for OpenAI servers
   double timeout_s = 600;       // per request
-  bool ignore_eos = true;       // ask OpenAI servers (vLLM) to generate max_tokens
+  bool ignore_eos = true;       // ask the server to generate max_tokens (EOS ignored)
 };
 
 class Target {

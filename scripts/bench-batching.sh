@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Continuous against static batching (a benchmark, not a test). Run after
+# scripts/build.sh, on an otherwise idle machine.
+#
+#   scripts/bench-batching.sh [REQUESTS]
+#
+# REQUESTS requests (default 96), 32 at a time, 32-token prompts, output
+# lengths uniform in [16, 256] (ignore_eos), stories15M-shaped model, one
+# decode worker (colocated) with 2 threads. Continuous: a finished sequence's
+# slot is refilled at once. Static: the client sends waves of 32 and the
+# next only when the whole wave has ended (tandem-bench --waves), which is
+# what a server without continuous batching does. Prints output tokens/s and
+# mean end-to-end latency.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+models="${TANDEM_MODELS:-$root/../shared/models}"
+bin="$root/build/bin"
+requests="${1:-96}"
+port=$((24000 + $$ % 5000))
+work="$(mktemp -d)"
+export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
+trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+model="$work/stories15M"
+"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
+  --dtype f32 --output "$model" >/dev/null
+"$root/deploy/local/cluster.sh" up --port "$port" --model "$model" --prefill 0 --decode 1 \
+  --threads 2 >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+
+printf "%-12s %14s %14s %12s\n" batching "output tok/s" "mean E2E ms" "requests"
+for mode in continuous static; do
+  extra=()
+  [ "$mode" = static ] && extra=(--waves)
+  "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" --dataset synthetic --input_len 32 \
+    --output_len 136 --range_ratio 0.88 --vocab_size 32000 --max_concurrency 32 \
+    --num_requests "$requests" --seed 3 --progress=false --result_json "$work/$mode.json" \
+    ${extra[@]+"${extra[@]}"} >/dev/null
+  python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print("%-12s %14.1f %14.1f %12d" % (sys.argv[2], m["output_throughput"], m["e2el_ms"]["mean"], m["completed"]))' \
+    "$work/$mode.json" "$mode"
+done

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Interference between prefill and decode (a benchmark, not a test). Run
+# after scripts/build.sh, on an otherwise idle machine.
+#
+#   scripts/bench-interference.sh [PROMPTS] [RATE]
+#
+# 16 streams decode 256 tokens each (32 requests, 16 at a time) while
+# PROMPTS requests with 1,024-token prompts arrive at RATE per second
+# (Poisson), stories15M-shaped model (context 2048). Three layouts:
+#   - colocated, prefill-first: a waiting prompt is computed whole before
+#     the decodes continue (--schedule_policy=prefill_first), 2 threads;
+#   - colocated, chunked prefill: prompts are cut into chunks that share
+#     each step's token budget with the decodes (--schedule_policy=chunked),
+#     2 threads;
+#   - disaggregated: one prefill worker on CPU 0 and one decode worker on
+#     CPU 1, 1 thread each.
+# Prints TPOT p50/p99 of the decoding streams and TTFT p50/p99 of the
+# long prompts.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+models="${TANDEM_MODELS:-$root/../shared/models}"
+bin="$root/build/bin"
+prompts="${1:-12}"
+rate="${2:-2}"
+port=$((23000 + $$ % 5000))
+work="$(mktemp -d)"
+export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
+trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+model="$work/stories15M"
+"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
+  --dtype f32 --output "$model" >/dev/null
+
+summary() {  # summary FILE METRIC -> "p50 p99"
+  python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))[sys.argv[2]]; print("%.1f %.1f" % (m["median"], m["p99"]))' "$1" "$2"
+}
+
+run() {  # run LABEL CLUSTER_ARGS...
+  local label=$1
+  shift
+  "$root/deploy/local/cluster.sh" up --port "$port" --model "$model" "$@" \
+    >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+  local common=(--target "grpc://127.0.0.1:$port" --dataset synthetic --range_ratio 0
+    --vocab_size 32000 --progress=false)
+  "$bin/tandem-bench" "${common[@]}" --input_len 32 --output_len 256 --max_concurrency 16 \
+    --num_requests 32 --seed 1 --result_json "$work/decode.json" >/dev/null &
+  local decoders=$!
+  sleep 1  # the decodes are running when the prompts start arriving
+  "$bin/tandem-bench" "${common[@]}" --input_len 1024 --output_len 4 --request_rate "$rate" \
+    --num_requests "$prompts" --seed 2 --result_json "$work/prompt.json" >/dev/null
+  wait "$decoders"
+  "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true
+  read -r tpot50 tpot99 < <(summary "$work/decode.json" tpot_ms)
+  read -r ttft50 ttft99 < <(summary "$work/prompt.json" ttft_ms)
+  printf "%-34s %9s %9s %10s %10s\n" "$label" "$tpot50" "$tpot99" "$ttft50" "$ttft99"
+}
+
+printf "%-34s %9s %9s %10s %10s\n" layout "TPOT p50" "TPOT p99" "TTFT p50" "TTFT p99"
+run "colocated, prefill-first" --prefill 0 --decode 1 --threads 2 \
+  --decode_args "--schedule_policy=prefill_first"
+run "colocated, chunked prefill" --prefill 0 --decode 1 --threads 2 \
+  --decode_args "--schedule_policy=chunked"
+run "disaggregated, 1 core each" --prefill 1 --decode 1 --threads 1 \
+  --prefill_cpus 0 --decode_cpus 1
