@@ -33,6 +33,7 @@
 #include "router/api_keys.h"
 #include "router/http_server.h"
 #include "router/openai_routes.h"
+#include "router/prefix_routing.h"
 #include "router/router_metrics.h"
 #include "router/router_core.h"
 #include "router/router_service.h"
@@ -59,6 +60,14 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
           "disaggregation); 0 = always use a prefill worker when one is healthy");
+ABSL_FLAG(std::string, routing_policy, "prefix",
+          "How workers are picked: 'prefix' (by the prompt tokens a worker holds in its prefix "
+          "cache, per the router's index of where it sent prompts, against its load) or 'load' "
+          "(by load alone)");
+ABSL_FLAG(int, prefix_routing_load_tokens, 256,
+          "With --routing_policy=prefix: what one request queued or running on a worker costs, "
+          "in prompt tokens; a worker holding N more cached prompt tokens than another wins "
+          "until it has more than N / this many requests more");
 ABSL_FLAG(int, max_inflight, 4096,
           "Requests served at once; more wait in the router's queue (--max_queued), larger "
           "priority first");
@@ -209,6 +218,14 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_local_prefill_tokens) < 0) {
     return absl::InvalidArgumentError("--local_prefill_tokens must be >= 0");
   }
+  const std::string routing_policy = absl::GetFlag(FLAGS_routing_policy);
+  if (routing_policy != "prefix" && routing_policy != "load") {
+    return absl::InvalidArgumentError(absl::StrCat("--routing_policy is '", routing_policy,
+                                                   "'; it must be 'prefix' or 'load'"));
+  }
+  if (absl::GetFlag(FLAGS_prefix_routing_load_tokens) < 0) {
+    return absl::InvalidArgumentError("--prefix_routing_load_tokens must be >= 0");
+  }
   if (absl::GetFlag(FLAGS_request_timeout) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_health_interval) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration()) {
@@ -271,6 +288,10 @@ absl::Status Run() {
   options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  if (routing_policy == "prefix") {
+    options.driver.prefix_router = std::make_shared<router::PrefixRouter>(
+        router::PrefixRoutingOptions{.load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)});
+  }
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
   options.queue_timeout = absl::GetFlag(FLAGS_queue_timeout);

@@ -130,6 +130,7 @@ void RequestDriver::Begin() {
     Finish(s);
     return;
   }
+  if (env_.options.prefix_router != nullptr) prompt_blocks_.emplace(req_.prompt);
   phase_ = Phase::kOpening;
   const PrefillDecision decision =
       DecidePrefill(env_.registry->Snapshot(WorkerRole::kPrefill),
@@ -208,9 +209,13 @@ void RequestDriver::RunLocal() {
 void RequestDriver::OpenDecode() {
   std::optional<Pick> pick;
   std::shared_ptr<Worker> worker;
+  PrefixRouter* const prefix = env_.options.prefix_router.get();
   while (decode_tried_.size() < 2) {
-    pick = PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
-                            static_cast<int>(req_.prompt.size()), *req_.max_tokens, decode_tried_);
+    const std::vector<WorkerSnapshot> pool = env_.registry->Snapshot(WorkerRole::kDecode);
+    pick = prefix != nullptr
+               ? prefix->PickDecode(pool, *prompt_blocks_, *req_.max_tokens, decode_tried_)
+               : PickDecodeWorker(pool, static_cast<int>(req_.prompt.size()), *req_.max_tokens,
+                                  decode_tried_);
     if (!pick.has_value()) break;
     worker = env_.registry->Find(WorkerRole::kDecode, pick->address);
     if (worker != nullptr) break;
@@ -231,6 +236,7 @@ void RequestDriver::OpenDecode() {
   absl::StrAppend(&why_, "; ", pick->reason);
   decode_worker_ = std::move(worker);
   decode_address_ = decode_worker_->address();
+  if (prefix != nullptr) prefix->RecordPrompt(WorkerRole::kDecode, decode_address_, *prompt_blocks_);
   decode_load_ = decode_worker_->StartRequest();
   const int64_t tokens = static_cast<int64_t>(req_.prompt.size()) + *req_.max_tokens;
   decode_load_->ReserveBlocks(
@@ -256,9 +262,12 @@ void RequestDriver::OpenDecode() {
 }
 
 void RequestDriver::StartPrefill() {
+  PrefixRouter* const prefix = env_.options.prefix_router.get();
   while (true) {
-    std::optional<Pick> pick =
-        PickPrefillWorker(env_.registry->Snapshot(WorkerRole::kPrefill), prefill_tried_);
+    const std::vector<WorkerSnapshot> pool = env_.registry->Snapshot(WorkerRole::kPrefill);
+    std::optional<Pick> pick = prefix != nullptr
+                                   ? prefix->PickPrefill(pool, *prompt_blocks_, prefill_tried_)
+                                   : PickPrefillWorker(pool, prefill_tried_);
     if (!pick.has_value()) {
       if (prefill_attempt_ == 0) {
         // The pool emptied since the decision: the decode worker can serve.
@@ -275,6 +284,9 @@ void RequestDriver::StartPrefill() {
     prefill_worker_ = env_.registry->Find(WorkerRole::kPrefill, pick->address);
     if (prefill_worker_ != nullptr) {
       absl::StrAppend(&why_, "; ", pick->reason);
+      if (prefix != nullptr) {
+        prefix->RecordPrompt(WorkerRole::kPrefill, pick->address, *prompt_blocks_);
+      }
       break;
     }
     prefill_tried_.insert(pick->address);
@@ -332,6 +344,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
       return;
     }
     phase_ = Phase::kStreaming;
+    decode_began_ = true;
   }
   HandleStreamEvent(event);
 }
@@ -484,6 +497,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
     MaybeComplete();
     return;
   }
+  decode_began_ = true;
   v1::StartRequest start;
   start.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1));
   start.set_generation(reserved_.generation());
@@ -606,6 +620,7 @@ void RequestDriver::Emit(int index, const std::vector<int32_t>& ids,
       break;
     }
     event.token_ids.push_back(id);
+    if (prompt_blocks_.has_value()) c.ids.push_back(id);
     if (logprobs != nullptr) *kept.Add() = (*logprobs)[static_cast<int>(k)];
     ++c.tokens;
     if (c.detok.has_value()) {
@@ -694,6 +709,11 @@ void RequestDriver::Finish(absl::Status status) {
   }
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
+  if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
+    for (const Choice& c : choices_) {
+      env_.options.prefix_router->RecordFinished(decode_address_, *prompt_blocks_, c.ids);
+    }
+  }
   if (timeline_.end_us == 0) timeline_.end_us = SinceArrivalUs();
   // Counted before the client learns the status, so that a client that
   // scrapes the metrics after its request ended sees it counted.

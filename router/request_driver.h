@@ -48,6 +48,7 @@
 #include "common/model/chat_template.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/tokenizer.h"
+#include "router/prefix_routing.h"
 #include "router/request_core.h"
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
@@ -70,6 +71,11 @@ struct DriverOptions {
   RouterMetrics* metrics = nullptr;
   // Where the request's JSON trace line goes; null = the INFO log.
   RequestLog* request_log = nullptr;
+  // Prefix-aware routing (--routing_policy=prefix): workers are picked by
+  // cached prompt tokens against load, and the requests' prompts (and
+  // finished decode sequences) are recorded in its index. Null: by load
+  // alone (--routing_policy=load).
+  std::shared_ptr<PrefixRouter> prefix_router;
 };
 
 // What every driver of a router shares; must outlive the drivers.
@@ -110,6 +116,8 @@ class RequestDriver final : public RequestHandle,
     std::optional<FinishReason> finish;  // Decided by the router or the worker.
     int tokens = 0;
     int32_t prev = -1;   // The last token, for logprob texts.
+    // The tokens sent to the client, kept for the prefix index only.
+    std::vector<int32_t> ids;
     bool ended = false;  // Its kFinished was sent.
   };
 
@@ -172,6 +180,11 @@ class RequestDriver final : public RequestHandle,
   // Only strand steps touch these.
   Phase phase_ = Phase::kNew;
   ValidRequest req_;
+  // The prompt's block hashes, with a prefix router.
+  std::optional<PromptBlocks> prompt_blocks_;
+  // Decoding began on the decode worker (Start sent, or local prefill
+  // admitted): its sequences leave their blocks cached.
+  bool decode_began_ = false;
   absl::Time deadline_ = absl::InfiniteFuture();
   std::vector<Choice> choices_;
   int ended_choices_ = 0;

@@ -39,7 +39,98 @@ std::tuple<bool, int64_t, int64_t, std::string_view> DecodeKey(const WorkerSnaps
   return {true, -FreeBlocks(w), DecodeLoad(w), w.address};
 }
 
+int CachedTokens(const PrefixAffinity& a, const std::string& address, int prompt_len) {
+  auto it = a.cached_tokens.find(address);
+  if (it == a.cached_tokens.end()) return 0;
+  return std::clamp(it->second, 0, std::max(prompt_len, 0));
+}
+
+int64_t IndexedBlocks(const PrefixAffinity& a, const std::string& address) {
+  auto it = a.indexed_blocks.find(address);
+  return it == a.indexed_blocks.end() ? 0 : it->second;
+}
+
+// Estimated cost in tokens: those the worker must compute (or receive) plus
+// the tokens-equivalent of the requests ahead of this one.
+int64_t PrefixCost(int prompt_len, int cached, int64_t load, int load_tokens) {
+  return int64_t{prompt_len} - cached + int64_t{std::max(load_tokens, 0)} * load;
+}
+
+std::string CostText(int prompt_len, int cached, int64_t load, int load_tokens) {
+  return absl::StrCat(cached, " of ", prompt_len, " prompt tokens cached per the prefix index, cost ",
+                      PrefixCost(prompt_len, cached, load, load_tokens), " = ",
+                      prompt_len - cached, " uncached + ", load, " x ", load_tokens);
+}
+
 }  // namespace
+
+std::optional<Pick> PickPrefillWorkerByPrefix(const std::vector<WorkerSnapshot>& prefill,
+                                              int prompt_len, const PrefixAffinity& affinity,
+                                              const absl::flat_hash_set<std::string>& exclude) {
+  using Key = std::tuple<int64_t, int64_t, int32_t, int64_t, std::string_view>;
+  const WorkerSnapshot* best = nullptr;
+  Key best_key;
+  int candidates = 0;
+  for (const WorkerSnapshot& w : prefill) {
+    if (!w.routable() || exclude.contains(w.address)) continue;
+    ++candidates;
+    const Key key{PrefixCost(prompt_len, CachedTokens(affinity, w.address, prompt_len),
+                             PrefillQueue(w), affinity.load_tokens),
+                  PrefillQueue(w), w.running, IndexedBlocks(affinity, w.address), w.address};
+    if (best == nullptr || key < best_key) {
+      best = &w;
+      best_key = key;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return Pick{best->address,
+              absl::StrCat("prefill ", best->address, ": ",
+                           CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
+                                    PrefillQueue(*best), affinity.load_tokens),
+                           " (queue), best of ", candidates,
+                           exclude.empty() ? "" : " not yet tried")};
+}
+
+std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& decode,
+                                             int prompt_len, int max_tokens,
+                                             const PrefixAffinity& affinity,
+                                             const absl::flat_hash_set<std::string>& exclude) {
+  // Workers with room: least cost, load, most free blocks; without: most
+  // free blocks, then load (as PickDecodeWorker).
+  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, std::string_view>;
+  const int tokens = SequenceTokens(prompt_len, max_tokens);
+  auto key_of = [&](const WorkerSnapshot& w, bool fits) -> Key {
+    if (!fits) return {true, -FreeBlocks(w), DecodeLoad(w), 0, 0, w.address};
+    return {false,
+            PrefixCost(prompt_len, CachedTokens(affinity, w.address, prompt_len), DecodeLoad(w),
+                       affinity.load_tokens),
+            DecodeLoad(w), -FreeBlocks(w), IndexedBlocks(affinity, w.address), w.address};
+  };
+  const WorkerSnapshot* best = nullptr;
+  bool best_fits = false;
+  Key best_key;
+  int routable = 0;
+  for (const WorkerSnapshot& w : decode) {
+    if (!w.routable() || exclude.contains(w.address)) continue;
+    ++routable;
+    const bool fits = FreeBlocks(w) >= BlocksFor(tokens, w.block_size);
+    const Key key = key_of(w, fits);
+    if (best == nullptr || key < best_key) {
+      best = &w;
+      best_fits = fits;
+      best_key = key;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  const int needed = static_cast<int>(BlocksFor(tokens, best->block_size));
+  return Pick{best->address,
+              absl::StrCat("decode ", best->address, ": ",
+                           CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
+                                    DecodeLoad(*best), affinity.load_tokens),
+                           " (load); ", FreeBlocks(*best), " free KV blocks (", needed, " wanted",
+                           best_fits ? "" : ", no worker has room", "), best of ", routable,
+                           " routable")};
+}
 
 std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,
                                      int max_tokens,

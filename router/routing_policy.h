@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "common/kvcache/kv_layout.h"
 #include "router/worker_snapshot.h"
@@ -39,6 +40,43 @@ std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, 
 // (workers that already failed this request). nullopt when none is left.
 std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill,
                                       const absl::flat_hash_set<std::string>& exclude = {});
+
+// Prefix-aware routing (--routing_policy=prefix): what the router's prefix
+// index (router/prefix_index.h) says the workers of one pool hold of a
+// prompt, and how a queued request weighs against a cached token.
+struct PrefixAffinity {
+  // Tokens-equivalent cost of one request queued or running on a worker
+  // (--prefix_routing_load_tokens): a worker holding C more prompt tokens
+  // than another wins until it has more than C / load_tokens more requests.
+  int load_tokens = 256;
+  // Per worker address: the prompt's leading tokens it holds (absent: 0).
+  absl::flat_hash_map<std::string, int> cached_tokens;
+  // Per worker address: the blocks the index holds for it (absent: 0).
+  // Ties of cost and load go to the fewer, spreading unrelated prompts
+  // over the pool's caches.
+  absl::flat_hash_map<std::string, int64_t> indexed_blocks;
+};
+
+// The prefill worker of least estimated cost: uncached prompt tokens +
+// load_tokens x its queue (waiting in its stats plus the router's in-flight
+// requests there). Ties go to the shorter queue, the fewer running, the
+// fewer indexed blocks, then the address. Addresses in `exclude` are
+// skipped. The reason tells the cached tokens the chosen worker had per the
+// index.
+std::optional<Pick> PickPrefillWorkerByPrefix(const std::vector<WorkerSnapshot>& prefill,
+                                              int prompt_len, const PrefixAffinity& affinity,
+                                              const absl::flat_hash_set<std::string>& exclude = {});
+
+// The decode worker by the room rule of PickDecodeWorker (workers with room
+// for the whole sequence come first; with none, the most free blocks), and
+// among those with room, the least estimated cost: uncached prompt tokens +
+// load_tokens x its load (running + waiting, or the router's in-flight
+// count when larger); ties as PickDecodeWorker, then the fewer indexed
+// blocks, then the address.
+std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& decode,
+                                             int prompt_len, int max_tokens,
+                                             const PrefixAffinity& affinity,
+                                             const absl::flat_hash_set<std::string>& exclude = {});
 
 struct PrefillDecision {
   // Prefill on the decode worker instead of a prefill worker.

@@ -163,6 +163,10 @@ WorkerSnapshot Worker::Snapshot() const {
   s.kv_blocks_free = stats_.kv_blocks_free();
   s.running = stats_.running();
   s.waiting = stats_.waiting();
+  s.requests_total = stats_.requests_total();
+  s.prefix_cache_queried_tokens = stats_.prefix_cache_queried_tokens();
+  s.prefix_cache_hit_tokens = stats_.prefix_cache_hit_tokens();
+  s.kv_blocks_cached = stats_.kv_blocks_cached();
   s.inflight = inflight_;
   // Saturated: thousands of long requests may reserve more than 2^31 blocks.
   s.reserved_blocks = static_cast<int32_t>(

@@ -48,6 +48,12 @@ struct WorkerSnapshot {
   int32_t kv_blocks_free = 0;
   int32_t running = 0;
   int32_t waiting = 0;
+  // Counters since the worker started (a drop means it restarted), and the
+  // KV blocks its prefix cache holds.
+  uint64_t requests_total = 0;
+  uint64_t prefix_cache_queried_tokens = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
+  int32_t kv_blocks_cached = 0;
 
   // Router-side view, live (not from stats): requests this router has open
   // on the worker, and KV blocks it has asked the worker to reserve that the

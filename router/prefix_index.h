@@ -1,0 +1,113 @@
+// PrefixIndex: the router's approximate view of which KV blocks each worker
+// of one pool holds in its prefix cache, built from the router's own routing
+// history (a prompt sent to a worker leaves its full blocks cached there).
+// Blocks are named by their chained hashes (common/kvcache/block_hash.h), so
+// the leading blocks of a prompt that a worker holds are found by walking
+// the prompt's chain until the first miss.
+//
+// The view is kept in bounds and near the truth with the workers' stats
+// (Sync, with the pool's latest snapshots):
+//   - at most kv_blocks_total entries per worker (kDefaultCapacityBlocks
+//     before its first stats), evicting its least recently used first; a
+//     prompt's chain is recorded tail first, so a worker's shared prefixes
+//     outlive the prompt-specific blocks after them, as in the worker's own
+//     cache;
+//   - a worker's entries are cleared when it restarted (requests_total or
+//     prefix_cache_queried_tokens went down), changed model or KV layout,
+//     or left the pool;
+//   - when its kv_blocks_cached drops well below what the index holds for
+//     it (its cache was flushed, or evicted for running sequences), its
+//     least recently used entries are trimmed to kv_blocks_cached;
+//   - a worker that has served requests but never looked a prompt up (its
+//     prefix cache is off) has no entries.
+//
+// Thread-safe; every call is O(blocks given + workers in the pool).
+#ifndef TANDEM_ROUTER_PREFIX_INDEX_H_
+#define TANDEM_ROUTER_PREFIX_INDEX_H_
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/kvcache/block_hash.h"
+#include "router/worker_snapshot.h"
+
+namespace tandem::router {
+
+// What a worker's block hashes depend on: its salt's inputs.
+struct BlockHashKey {
+  std::string weights_fingerprint;
+  std::string kv_dtype;
+  int32_t block_size = 0;
+
+  bool operator==(const BlockHashKey&) const = default;
+};
+
+inline BlockHashKey HashKeyOf(const WorkerSnapshot& w) {
+  return {w.weights_fingerprint, w.kv_dtype, w.block_size};
+}
+
+class PrefixIndex {
+ public:
+  // Entries per worker before its stats say how many KV blocks it has.
+  static constexpr int kDefaultCapacityBlocks = 4096;
+  // A drop of kv_blocks_cached trims the index only when it holds more
+  // than kv_blocks_cached * 5/4 + this many blocks for the worker (recent
+  // requests may not be counted in the stats yet).
+  static constexpr int kTrimSlackBlocks = 16;
+
+  PrefixIndex() = default;
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  // Brings the index in line with the pool's latest snapshots (every worker
+  // of the pool, as WorkerRegistry::Snapshot lists them): see above.
+  void Sync(const std::vector<WorkerSnapshot>& pool);
+
+  // Records that `worker` holds the chain `hashes` (block 0 first); they
+  // become its most recently used entries.
+  void Insert(const std::string& worker, std::span<const BlockHash> hashes);
+
+  // How many leading blocks of `hashes` the index says `worker` holds.
+  int Match(const std::string& worker, std::span<const BlockHash> hashes) const;
+
+  // The entries held for `worker` (0 when unknown).
+  int64_t size(const std::string& worker) const;
+
+  // The hash inputs of `worker` per its last synced snapshot; nullopt when
+  // it has none yet (no stats, or not synced).
+  std::optional<BlockHashKey> KeyOf(const std::string& worker) const;
+
+ private:
+  struct Entries {
+    // Most recently used first.
+    std::list<BlockHash> lru;
+    absl::flat_hash_map<BlockHash, std::list<BlockHash>::iterator> where;
+    int64_t capacity = kDefaultCapacityBlocks;
+    // The last snapshot's stats, to see restarts and drops.
+    bool synced = false;
+    BlockHashKey key;
+    uint64_t requests_total = 0;
+    uint64_t queried_tokens = 0;
+    int32_t cached_blocks = 0;
+    // Its prefix cache is off: nothing is recorded.
+    bool cache_off = false;
+
+    void Clear();
+    // Evicts least recently used entries until at most `n` are left.
+    void TrimTo(int64_t n);
+  };
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entries> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_PREFIX_INDEX_H_
