@@ -153,7 +153,14 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
                        .layers = std::move(layers),
                        .deadline = seq.lease_deadline,
                        .done = [this, ticket](uint64_t, uint64_t, const absl::Status& status) {
-                         OnLeaseDone(ticket, status);
+                         // Mid-step the engine's batch and the pool are in
+                         // use: the lease's end is handled once the step
+                         // has returned.
+                         if (in_step_) {
+                           ended_mid_step_.emplace_back(ticket, status);
+                         } else {
+                           OnLeaseDone(ticket, status);
+                         }
                        },
                        .first_block = static_cast<uint32_t>(first_block)}));
   seq.lease_pending = true;

@@ -4,10 +4,15 @@
 //
 // Each round of that thread: take the commands other threads queued
 // (Submit, Start, Cancel); poll the receiver (KV arriving, leases ending);
-// end requests whose deadline passed; run one Engine::Step over every
-// running sequence (one decode token each) plus chunks of local prefills
-// within max_batch_tokens (decode tokens first); sample each sequence's
-// next token with its own Sampler; emit tokens and finish sequences.
+// end requests whose deadline passed; run one Engine::Step over the batch
+// the schedule policy plans (running sequences' decode tokens and chunks of
+// local prefills); sample each sequence's next token with its own Sampler;
+// emit tokens and finish sequences.
+//
+// The receiver also progresses inside the step, after each layer, so that
+// KV arriving for a waiting request lands and its lease completes (the
+// sender hears so) while the batch computes; a lease that ended mid-step is
+// committed right after the step, and joins the next one.
 //
 // A request of n choices holds n sequences: the prompt is received (or
 // prefilled) once into choice 0's, then copied into the others' blocks;
@@ -45,6 +50,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -236,6 +242,11 @@ class DecodeLoop {
   // Loop thread only. Batching (decode_step.cc): one engine step; false if
   // there was nothing to step.
   bool StepOnce();
+  // Engine::Step over `items`, progressing the KV receiver after each
+  // layer, so that KV arriving for waiting requests lands and its leases
+  // complete while the step computes; the leases that ended meanwhile are
+  // handled (committed or failed) once the step has returned.
+  absl::StatusOr<std::vector<float>> StepEngine(std::span<const BatchItem> items);
   // Samples the choice's next token from `row` and emits it or finishes
   // the choice; true when that ended the request (`seq` is destroyed).
   bool SampleNext(Sequence& seq, Choice& choice, std::span<const float> row);
@@ -256,6 +267,10 @@ class DecodeLoop {
   kvtransfer::KvTransport* const transport_;
   std::unique_ptr<kvtransfer::TransferReceiver> receiver_;
   kvtransfer::RegionId kv_region_ = 0;
+  // Set while Engine::Step runs; leases that end then are queued in
+  // ended_mid_step_ and handled after the step.
+  bool in_step_ = false;
+  std::vector<std::pair<Ticket, absl::Status>> ended_mid_step_;
   std::map<Ticket, std::unique_ptr<Sequence>> sequences_;   // Admission order.
   absl::flat_hash_map<std::string, Ticket> by_request_id_;  // Live requests.
   uint64_t failed_ = 0;  // Requests ended with an error (not a cancellation).

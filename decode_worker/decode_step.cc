@@ -69,7 +69,7 @@ bool DecodeLoop::StepOnce() {
     seq.decode_queue = start - seq.started;
     if (p.prefill_tokens > 0) seq.prefill_start = start;
   }
-  absl::StatusOr<std::vector<float>> logits = engine_->Step(items);
+  absl::StatusOr<std::vector<float>> logits = StepEngine(items);
   if (!logits.ok()) {
     // Blocks were reserved up front, so this is a bug or a backend failure:
     // end the sequences of this step rather than retry forever.
@@ -112,6 +112,21 @@ bool DecodeLoop::StepOnce() {
     }
   }
   return true;
+}
+
+absl::StatusOr<std::vector<float>> DecodeLoop::StepEngine(std::span<const BatchItem> items) {
+  in_step_ = true;
+  // Only the transport and the receiver move inside the step: the done
+  // callbacks of leases that end are deferred (in_step_), so nothing here
+  // touches the batch, the block pool or a sink.
+  absl::StatusOr<std::vector<float>> logits = engine_->Step(items, [this](int) {
+    if (!receiver_->idle()) receiver_->Poll();
+  });
+  in_step_ = false;
+  std::vector<std::pair<Ticket, absl::Status>> ended = std::move(ended_mid_step_);
+  ended_mid_step_.clear();
+  for (const auto& [ticket, status] : ended) OnLeaseDone(ticket, status);
+  return logits;
 }
 
 void DecodeLoop::EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows) {

@@ -6,6 +6,7 @@
 #define TANDEM_TESTS_UNIT_DECODE_WORKER_DECODE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -302,7 +303,30 @@ class FakePrefill {
                                                       int abort_after_layer,
                                                       const SamplingParams& sampling, int n,
                                                       const std::vector<int32_t>& stop_ids) {
-    BlockTable table = engine_->NewSequence();
+    ASSIGN_OR_RETURN(std::unique_ptr<Sent> sent,
+                     Send(prompt, descriptor, abort_after_layer, sampling, n, stop_ids));
+    return Finish(*sent);
+  }
+
+  // A prefill whose KV has been posted and whose transfer may not have
+  // ended yet; its source blocks are held until Finish.
+  struct Sent {
+    BlockTable table{16};
+    uint64_t id = 0;
+    std::optional<absl::Status> done;
+    absl::StatusOr<std::vector<int32_t>> first_tokens = std::vector<int32_t>();
+  };
+
+  // The first half of PrefillChoices: computes `prompt`, posts every
+  // layer's KV as it is written and samples the first tokens, without
+  // waiting for the receiver.
+  absl::StatusOr<std::unique_ptr<Sent>> Send(const std::vector<int32_t>& prompt,
+                                             const std::string& descriptor,
+                                             int abort_after_layer,
+                                             const SamplingParams& sampling, int n,
+                                             const std::vector<int32_t>& stop_ids) {
+    auto sent = std::make_unique<Sent>();
+    BlockTable& table = sent->table;
     absl::Cleanup release = [&] { engine_->Release(table); };
     RETURN_IF_ERROR(table.Reserve(static_cast<int>(prompt.size()), engine_->block_pool()));
     // The receiver holds the blocks before the lease's first one already.
@@ -310,28 +334,25 @@ class FakePrefill {
     if (lease.first_block > table.blocks().size()) {
       return absl::InvalidArgumentError("test prefill: lease starts past the prompt");
     }
-    std::optional<absl::Status> done;
-    ASSIGN_OR_RETURN(uint64_t id,
+    Sent* s = sent.get();
+    ASSIGN_OR_RETURN(sent->id,
                      sender_->Start(kvtransfer::SendRequest{
                          .descriptor = descriptor,
                          .layers = LayerSlices(table.blocks().subspan(lease.first_block)),
                          .deadline = absl::Now() + kWait,
-                         .done = [&done](uint64_t, const absl::Status& s) { done = s; }}));
+                         .done = [s](uint64_t, const absl::Status& status) { s->done = status; }}));
+    std::move(release).Cancel();
+    const uint64_t id = sent->id;
     const BatchItem item{&table, prompt, true};
     absl::StatusOr<std::vector<float>> logits = engine_->Step({&item, 1}, [&](int layer) {
       if (abort_after_layer >= 0 && layer > abort_after_layer) return;
       (void)sender_->MarkLayerReady(id, layer);
       if (layer == abort_after_layer) (void)sender_->Cancel(id);
     });
-    // The source blocks stay untouched until the transfer has ended.
-    const absl::Time deadline = absl::Now() + kWait;
-    while (!done.has_value() && absl::Now() < deadline) {
-      sender_->Poll();
-      if (!done.has_value()) sender_->WaitForActivity(absl::Now() + absl::Milliseconds(2));
+    if (!logits.ok()) {
+      sent->first_tokens = logits.status();
+      return sent;
     }
-    if (!done.has_value()) return absl::DeadlineExceededError("test prefill: transfer hung");
-    RETURN_IF_ERROR(*done);
-    RETURN_IF_ERROR(logits.status());
     std::vector<int32_t> first;
     for (int i = 0; i < n; ++i) {
       SamplingParams params = sampling;
@@ -339,7 +360,33 @@ class FakePrefill {
       Sampler sampler(params, prompt, stop_ids);
       first.push_back(sampler.Sample(*logits));
     }
-    return first;
+    sent->first_tokens = std::move(first);
+    return sent;
+  }
+
+  // Polls the sender `polls` times without waiting; true once the transfer
+  // of `sent` has ended.
+  bool PollEnded(Sent& sent, int polls) {
+    for (int i = 0; i < polls && !sent.done.has_value(); ++i) sender_->Poll();
+    return sent.done.has_value();
+  }
+
+  // The second half: waits for the transfer's end (the source blocks stay
+  // untouched until then), frees the source blocks and returns the first
+  // tokens once the receiver confirmed the whole transfer.
+  absl::StatusOr<std::vector<int32_t>> Finish(Sent& sent) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (!sent.done.has_value() && absl::Now() < deadline) {
+      sender_->Poll();
+      if (!sent.done.has_value()) sender_->WaitForActivity(absl::Now() + absl::Milliseconds(2));
+    }
+    if (!sent.done.has_value()) {
+      // The sender may still read the blocks: keep them out of the pool.
+      return absl::DeadlineExceededError("test prefill: transfer hung");
+    }
+    engine_->Release(sent.table);
+    RETURN_IF_ERROR(*sent.done);
+    return sent.first_tokens;
   }
 
  private:
@@ -350,18 +397,32 @@ class FakePrefill {
   BlockTable offset_{16};
 };
 
+// What a DecodeHarness test may put in place of the defaults.
+struct HarnessSetup {
+  ModelConfig shape = SmallShape();
+  // The decode loop's backend; null: OneThreadBackend().
+  std::unique_ptr<Backend> backend;
+  // Wraps the decode loop's transport; null: none.
+  std::function<std::unique_ptr<kvtransfer::KvTransport>(std::unique_ptr<kvtransfer::KvTransport>)>
+      wrap_transport;
+};
+
 // A decode loop over an in-process transport, a stand-in prefill worker on
 // the same fabric, and a reference engine for expected tokens.
 class DecodeHarness {
  public:
   explicit DecodeHarness(DecodeLoopOptions options = {},
-                         kvtransfer::FaultPlan prefill_faults = {}) {
+                         kvtransfer::FaultPlan prefill_faults = {},
+                         HarnessSetup setup = HarnessSetup()) {
     constexpr uint64_t model_seed = 7;
-    weights_ = MakeSyntheticModel(SmallShape(), model_seed).value();
+    weights_ = MakeSyntheticModel(setup.shape, model_seed).value();
     fabric_ = kvtransfer::InProcFabric::Create();
     transport_ = kvtransfer::InProcTransport::Create(fabric_);
+    if (setup.wrap_transport) transport_ = setup.wrap_transport(std::move(transport_));
     if (options.model_name.empty()) options.model_name = "synthetic-small";
-    auto loop = DecodeLoop::Create(*weights_, OneThreadBackend(), transport_.get(), options);
+    std::unique_ptr<Backend> backend =
+        setup.backend != nullptr ? std::move(setup.backend) : OneThreadBackend();
+    auto loop = DecodeLoop::Create(*weights_, std::move(backend), transport_.get(), options);
     CHECK_OK(loop.status());
     loop_ = std::move(loop).value();
     prefill_ = std::make_unique<FakePrefill>(*weights_, fabric_, std::move(prefill_faults));
@@ -447,7 +508,7 @@ class DecodeHarness {
  private:
   std::unique_ptr<ModelWeights> weights_;
   std::shared_ptr<kvtransfer::InProcFabric> fabric_;
-  std::unique_ptr<kvtransfer::InProcTransport> transport_;
+  std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<DecodeLoop> loop_;
   std::unique_ptr<FakePrefill> prefill_;
   std::unique_ptr<Engine> reference_;
