@@ -12,20 +12,9 @@
 # what a server without continuous batching does. Prints output tokens/s and
 # mean end-to-end latency.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-models="${TANDEM_MODELS:-$root/../shared/models}"
-bin="$root/build/bin"
 requests="${1:-96}"
-port=$((24000 + $$ % 5000))
-work="$(mktemp -d)"
-export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
-trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-
-model="$work/stories15M"
-"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
-  --dtype f32 --output "$model" >/dev/null
-"$root/deploy/local/cluster.sh" up --port "$port" --model "$model" --prefill 0 --decode 1 \
-  --threads 2 >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+source "$(dirname "$0")/bench-common.sh" 24000
+cluster_up --prefill 0 --decode 1 --threads 2
 
 printf "%-12s %14s %14s %12s\n" batching "output tok/s" "mean E2E ms" "requests"
 for mode in continuous static; do

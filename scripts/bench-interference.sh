@@ -17,19 +17,9 @@
 # Prints TPOT p50/p99 of the decoding streams and TTFT p50/p99 of the
 # long prompts.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-models="${TANDEM_MODELS:-$root/../shared/models}"
-bin="$root/build/bin"
 prompts="${1:-12}"
 rate="${2:-2}"
-port=$((23000 + $$ % 5000))
-work="$(mktemp -d)"
-export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
-trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-
-model="$work/stories15M"
-"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
-  --dtype f32 --output "$model" >/dev/null
+source "$(dirname "$0")/bench-common.sh" 23000
 
 summary() {  # summary FILE METRIC -> "p50 p99"
   python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))[sys.argv[2]]; print("%.1f %.1f" % (m["median"], m["p99"]))' "$1" "$2"
@@ -38,8 +28,7 @@ summary() {  # summary FILE METRIC -> "p50 p99"
 run() {  # run LABEL CLUSTER_ARGS...
   local label=$1
   shift
-  "$root/deploy/local/cluster.sh" up --port "$port" --model "$model" "$@" \
-    >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+  cluster_up "$@"
   local common=(--target "grpc://127.0.0.1:$port" --dataset synthetic --range_ratio 0
     --vocab_size 32000 --progress=false)
   "$bin/tandem-bench" "${common[@]}" --input_len 32 --output_len 256 --max_concurrency 16 \
@@ -49,7 +38,7 @@ run() {  # run LABEL CLUSTER_ARGS...
   "$bin/tandem-bench" "${common[@]}" --input_len 1024 --output_len 4 --request_rate "$rate" \
     --num_requests "$prompts" --seed 2 --result_json "$work/prompt.json" >/dev/null
   wait "$decoders"
-  "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true
+  cluster_down
   read -r tpot50 tpot99 < <(summary "$work/decode.json" tpot_ms)
   read -r ttft50 ttft99 < <(summary "$work/prompt.json" ttft_ms)
   printf "%-34s %9s %9s %10s %10s\n" "$label" "$tpot50" "$tpot99" "$ttft50" "$ttft99"

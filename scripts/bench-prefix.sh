@@ -15,26 +15,15 @@
 #     worker shipped per turn (from the router's request log), with the
 #     decode worker's prefix cache on and off.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-models="${TANDEM_MODELS:-$root/../shared/models}"
-bin="$root/build/bin"
 mode="${1:-ttft}"
-port=$((22000 + $$ % 5000))
-work="$(mktemp -d)"
-export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
-trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-
-model="$work/stories15M"
-"$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
-  --dtype f32 --output "$model" >/dev/null
+source "$(dirname "$0")/bench-common.sh" 22000
 
 up() {  # up PREFILL_WORKERS EXTRA_ARGS...
   local n=$1
   shift
-  "$root/deploy/local/cluster.sh" up --port "$port" --prefill "$n" --decode 1 --model "$model" \
-    "$@" >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+  cluster_up --prefill "$n" --decode 1 "$@"
 }
-down() { "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; }
+down() { cluster_down; }
 
 ttft_p50() {  # ttft_p50 SHARE_PERCENT REQUESTS -> TTFT p50 in ms
   local share=$1 requests=$2 prefix=$((512 * $1 / 100))

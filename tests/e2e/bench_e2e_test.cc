@@ -7,8 +7,6 @@
 #include <string>
 
 #include "common/base/logging.h"
-#include "common/model/llama2c_checkpoint.h"
-#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -34,14 +32,10 @@ class BenchE2eTest : public ::testing::Test {
     // Small and random: fast enough that a few requests a second stay easy.
     const ModelConfig shape{.dim = 64, .hidden_dim = 172, .n_layers = 2, .n_heads = 4,
                             .n_kv_heads = 4, .vocab_size = 512, .seq_len = 512};
-    model_ = TempDir() + "/bench-model.bin";
-    tokenizer_ = TempDir() + "/bench-tokenizer.bin";
-    auto weights = MakeSyntheticModel(shape, 11);
-    CHECK_OK(weights.status());
-    CHECK_OK(WriteLlama2cCheckpoint(**weights, model_));
-    auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
-    CHECK_OK(bytes.status());
-    std::ofstream(tokenizer_, std::ios::binary) << *bytes;
+    auto files = WriteSyntheticModel(shape, 11, "bench");
+    CHECK_OK(files.status());
+    model_ = files->model;
+    tokenizer_ = files->tokenizer;
   }
   static std::string model_, tokenizer_;
 };

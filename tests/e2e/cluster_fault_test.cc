@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,8 +13,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
-#include "common/model/llama2c_checkpoint.h"
-#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
@@ -31,14 +28,10 @@ class ClusterFaultTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const ModelConfig shape{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6,
                             .n_kv_heads = 6, .vocab_size = 512, .seq_len = 2048};
-    model_ = TempDir() + "/fault-model.bin";
-    tokenizer_ = TempDir() + "/fault-tokenizer.bin";
-    auto weights = MakeSyntheticModel(shape, 7);
-    CHECK_OK(weights.status());
-    CHECK_OK(WriteLlama2cCheckpoint(**weights, model_));
-    auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
-    CHECK_OK(bytes.status());
-    std::ofstream(tokenizer_, std::ios::binary) << *bytes;
+    auto files = WriteSyntheticModel(shape, 7, "fault");
+    CHECK_OK(files.status());
+    model_ = files->model;
+    tokenizer_ = files->tokenizer;
   }
 
   void StartCluster(ClusterOptions options) {

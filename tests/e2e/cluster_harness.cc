@@ -12,6 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/rpc/grpc_status.h"
+#include "common/base/status_macros.h"
+#include "common/model/llama2c_checkpoint.h"
+#include "common/model/synthetic.h"
 #include "common/rpc/server.h"
 #include "tests/testing/model_files.h"
 
@@ -211,6 +214,21 @@ v1::GenerateRequest TextRequest(const std::string& text, int max_tokens) {
   r.set_text(text);
   r.set_max_tokens(max_tokens);
   return r;
+}
+
+absl::StatusOr<SyntheticModelFiles> WriteSyntheticModel(const ModelConfig& shape, uint64_t seed,
+                                                        const std::string& name) {
+  SyntheticModelFiles files{.model = TempDir() + "/" + name + "-model.bin",
+                            .tokenizer = TempDir() + "/" + name + "-tokenizer.bin"};
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, seed));
+  RETURN_IF_ERROR(WriteLlama2cCheckpoint(*weights, files.model));
+  ASSIGN_OR_RETURN(std::string bytes, SyntheticTokenizerBytes(shape.vocab_size));
+  std::ofstream out(files.tokenizer, std::ios::binary);
+  out << bytes;
+  if (!out.flush()) {
+    return absl::InternalError(absl::StrCat("cannot write ", files.tokenizer));
+  }
+  return files;
 }
 
 }  // namespace tandem::testing

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/model/model_config.h"
 #include "tandem/v1/generate.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/testing/child_process.h"
@@ -104,6 +105,15 @@ Completion RunGenerate(v1::Router::Stub& router, const v1::GenerateRequest& requ
                        absl::Duration timeout = absl::Seconds(60));
 
 v1::GenerateRequest TextRequest(const std::string& text, int max_tokens);
+
+// A llama2.c checkpoint of random weights of `shape` and its byte-level
+// tokenizer, written as TempDir()/NAME-model.bin and NAME-tokenizer.bin.
+struct SyntheticModelFiles {
+  std::string model;
+  std::string tokenizer;
+};
+absl::StatusOr<SyntheticModelFiles> WriteSyntheticModel(const ModelConfig& shape, uint64_t seed,
+                                                        const std::string& name);
 
 }  // namespace tandem::testing
 

@@ -17,8 +17,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
-#include "common/model/llama2c_checkpoint.h"
-#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -74,14 +72,10 @@ class MetricsTest : public ::testing::Test {
                             .n_kv_heads = 4,
                             .vocab_size = 512,
                             .seq_len = 256};
-    model_ = TempDir() + "/metrics-model.bin";
-    tokenizer_ = TempDir() + "/metrics-tokenizer.bin";
-    auto weights = MakeSyntheticModel(shape, 11);
-    CHECK_OK(weights.status());
-    CHECK_OK(WriteLlama2cCheckpoint(**weights, model_));
-    auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
-    CHECK_OK(bytes.status());
-    std::ofstream(tokenizer_, std::ios::binary) << *bytes;
+    auto files = WriteSyntheticModel(shape, 11, "metrics");
+    CHECK_OK(files.status());
+    model_ = files->model;
+    tokenizer_ = files->tokenizer;
   }
 
   // One prefill and one decode worker, every process with a metrics

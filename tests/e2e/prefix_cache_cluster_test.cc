@@ -1,14 +1,11 @@
 // Prefix caching across the pools: greedy outputs are the same with the
 // caches on and off, colocated and disaggregated; repeated prefixes are not
 // computed again; a multi-turn chat ships only its new blocks.
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/base/logging.h"
-#include "common/model/llama2c_checkpoint.h"
-#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
@@ -24,14 +21,10 @@ class PrefixCacheClusterTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const ModelConfig shape{.dim = 64, .hidden_dim = 160, .n_layers = 4, .n_heads = 4,
                             .n_kv_heads = 2, .vocab_size = 512, .seq_len = 1024};
-    model_ = TempDir() + "/prefix-model.bin";
-    tokenizer_ = TempDir() + "/prefix-tokenizer.bin";
-    auto weights = MakeSyntheticModel(shape, 11);
-    CHECK_OK(weights.status());
-    CHECK_OK(WriteLlama2cCheckpoint(**weights, model_));
-    auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
-    CHECK_OK(bytes.status());
-    std::ofstream(tokenizer_, std::ios::binary) << *bytes;
+    auto files = WriteSyntheticModel(shape, 11, "prefix");
+    CHECK_OK(files.status());
+    model_ = files->model;
+    tokenizer_ = files->tokenizer;
   }
 
   static std::unique_ptr<Cluster> Start(int prefill, bool cache) {

@@ -3,11 +3,11 @@
 // listeners, mutual TLS from the router to its workers, gRPC and HTTP health
 // following the decode pool, disconnected HTTP clients freeing every KV
 // block, client-controlled limits, and tandem-cli's --api_key and --tls_ca.
+#include <fstream>
 #include <sys/wait.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -19,8 +19,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/model/llama2c_checkpoint.h"
-#include "common/model/synthetic.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "common/rpc/tls.h"
@@ -365,14 +363,10 @@ TEST_F(RouterFrontTest, HttpClientsThatGoAwayFreeEveryKvBlock) {
                           .n_kv_heads = 6,
                           .vocab_size = 512,
                           .seq_len = 2048};
-  const std::string model = dir_ + "/long-model.bin";
-  const std::string tokenizer = dir_ + "/long-tokenizer.bin";
-  auto weights = MakeSyntheticModel(shape, 7);
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  ASSERT_TRUE(WriteLlama2cCheckpoint(**weights, model).ok());
-  auto bytes = SyntheticTokenizerBytes(shape.vocab_size);
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  std::ofstream(tokenizer, std::ios::binary) << *bytes;
+  auto files = WriteSyntheticModel(shape, 7, "long");
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string& model = files->model;
+  const std::string& tokenizer = files->tokenizer;
   const std::string request_log = dir_ + "/requests.jsonl";
   ASSERT_NO_FATAL_FAILURE(StartCluster({.model = model,
                                         .tokenizer = tokenizer,
