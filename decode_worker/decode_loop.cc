@@ -37,6 +37,14 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
         "max_sequences (", options.max_sequences, ") must be > 0 and at most max_batch_tokens (",
         options.max_batch_tokens, "): every running sequence steps one token per batch"));
   }
+  if (options.schedule_policy == SchedulePolicyKind::kChunked &&
+      (options.prefill_chunk_tokens < options.max_sequences ||
+       options.prefill_chunk_tokens > options.max_batch_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefill_chunk_tokens (", options.prefill_chunk_tokens, ") must be at least max_sequences (",
+        options.max_sequences, ") and at most max_batch_tokens (", options.max_batch_tokens,
+        ") with the chunked schedule policy"));
+  }
   if (options.kv_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("kv_timeout must be positive");
   }
@@ -68,6 +76,7 @@ DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* 
       config_(engine->config()),
       salt_(BlockHashSalt(options_.weights_fingerprint, DTypeName(engine->kv_layout().dtype),
                           engine->kv_layout().block_size)),
+      policy_(MakeSchedulePolicy(options_.schedule_policy, options_.prefill_chunk_tokens)),
       engine_(std::move(engine)),
       transport_(transport),
       receiver_(

@@ -67,6 +67,7 @@
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"
+#include "decode_worker/schedule_policy.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_receiver.h"
 
@@ -86,8 +87,14 @@ struct DecodeLoopOptions {
   std::optional<DType> kv_dtype;
   // KV blocks in the pool; 0 sizes it for 8 full-context sequences.
   int kv_blocks = 0;
-  // Most tokens one step carries (decode tokens first, then prefill chunks).
+  // Most tokens one step carries (decode tokens and prefill chunks).
   int max_batch_tokens = 2048;
+  // How a step is filled (schedule_policy.h).
+  SchedulePolicyKind schedule_policy = SchedulePolicyKind::kDecodePriority;
+  // The chunked policy's tokens per step, decode tokens included: at least
+  // max_sequences (so that a waiting prompt always gains a chunk) and at
+  // most max_batch_tokens.
+  int prefill_chunk_tokens = 512;
   // Most sequences held at once (running, waiting and being admitted): a
   // request counts once per choice.
   int max_sequences = 64;
@@ -260,6 +267,7 @@ class DecodeLoop {
   const ModelConfig config_;
   // Salt of the prefix cache's block hashes.
   const BlockHash salt_;
+  const std::unique_ptr<const SchedulePolicy> policy_;
 
   // Loop thread only (after construction). The destructor destroys the
   // receiver first, while the sequences its callbacks name still exist.

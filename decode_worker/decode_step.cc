@@ -1,6 +1,6 @@
-// One scheduling step of the decode loop: build the batch (decode tokens
-// first, then local prefill chunks within the token and logit-row budgets),
-// run the engine, sample and emit.
+// One scheduling step of the decode loop: build the batch the schedule
+// policy plans (decode tokens and local prefill chunks within the token and
+// logit-row budgets), run the engine, sample and emit.
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -27,37 +27,49 @@ struct Planned {
 }  // namespace
 
 bool DecodeLoop::StepOnce() {
-  std::vector<BatchItem> items;
-  std::vector<Planned> plan;
-  int budget = options_.max_batch_tokens;
+  // The held sequences as the policy sees them, in admission order.
+  std::vector<Sequence*> held;
+  std::vector<ScheduleEntry> entries;
+  for (auto& [ticket, seq] : sequences_) {
+    if (seq->ended) continue;
+    ScheduleEntry e;
+    if (seq->state == Sequence::State::kRunning) {
+      e.decodes = static_cast<int>(std::count_if(seq->choices.begin(), seq->choices.end(),
+                                                 [](const Choice& c) { return c.running; }));
+    } else if (seq->state == Sequence::State::kPrefilling) {
+      e.prompt_left = seq->prompt_len() - seq->prefilled;
+      e.prompt_rows = seq->request.prompt_logprobs;
+    }
+    if (e.decodes == 0 && e.prompt_left == 0) continue;
+    held.push_back(seq.get());
+    entries.push_back(e);
+  }
   // The engine returns at most max_sequences rows; running choices take one
   // each and never more than max_sequences are held, so they all fit.
-  int rows = options_.max_sequences;
-  for (auto& [ticket, seq] : sequences_) {
-    if (seq->ended || seq->state != Sequence::State::kRunning) continue;
-    for (Choice& choice : seq->choices) {
-      if (!choice.running) continue;
-      items.push_back(BatchItem{&choice.table, std::span<const int32_t>(&choice.next_input, 1)});
-      plan.push_back(Planned{ticket, choice.index, 0, 0, 1});
-      --budget;
-      --rows;
+  const std::vector<ScheduledWork> work = policy_->Plan(
+      entries, ScheduleBudget{.max_tokens = options_.max_batch_tokens,
+                              .max_rows = options_.max_sequences});
+  std::vector<BatchItem> items;
+  std::vector<Planned> plan;
+  for (const ScheduledWork& w : work) {
+    Sequence& seq = *held[w.entry];
+    if (w.decode) {
+      for (Choice& choice : seq.choices) {
+        if (!choice.running) continue;
+        items.push_back(BatchItem{&choice.table, std::span<const int32_t>(&choice.next_input, 1)});
+        plan.push_back(Planned{seq.ticket, choice.index, 0, 0, 1});
+      }
     }
-  }
-  // Then local prefills, oldest first, chunked to what is left. A prompt
-  // whose logprobs are wanted takes one row per token.
-  for (auto& [ticket, seq] : sequences_) {
-    if (budget <= 0 || rows <= 0) break;
-    if (seq->ended || seq->state != Sequence::State::kPrefilling) continue;
-    const bool all_rows = seq->request.prompt_logprobs;
-    const int n = std::min({budget, seq->prompt_len() - seq->prefilled, all_rows ? rows : budget});
-    const bool last = seq->prefilled + n == seq->prompt_len();
-    BatchItem item{&seq->choices[0].table,
-                   std::span<const int32_t>(seq->request.prompt).subspan(seq->prefilled, n), last};
-    item.all_logits = all_rows;
-    items.push_back(item);
-    plan.push_back(Planned{ticket, 0, n, seq->prefilled, item.logit_rows()});
-    budget -= n;
-    rows -= item.logit_rows();
+    if (w.prompt_tokens > 0) {
+      // A prompt whose logprobs are wanted takes one row per token.
+      const int n = w.prompt_tokens;
+      const bool last = seq.prefilled + n == seq.prompt_len();
+      BatchItem item{&seq.choices[0].table,
+                     std::span<const int32_t>(seq.request.prompt).subspan(seq.prefilled, n), last};
+      item.all_logits = seq.request.prompt_logprobs;
+      items.push_back(item);
+      plan.push_back(Planned{seq.ticket, 0, n, seq.prefilled, item.logit_rows()});
+    }
   }
   if (items.empty()) return false;
 

@@ -28,6 +28,7 @@
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_service.h"
+#include "decode_worker/schedule_policy.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:8300",
@@ -52,6 +53,14 @@ ABSL_FLAG(int, block_size, 16, "Tokens per KV block (must match the prefill work
 ABSL_FLAG(int, max_batch_tokens, 2048,
           "Most tokens one engine step carries: one per running sequence, then chunks of local "
           "prefills");
+ABSL_FLAG(std::string, schedule_policy, "decode_priority",
+          "How an engine step is filled: decode_priority (every running sequence decodes, local "
+          "prompt chunks fill the rest of --max_batch_tokens), chunked (the same within "
+          "--prefill_chunk_tokens per step) or prefill_first (a waiting local prompt is computed "
+          "whole in its own step before decodes go on)");
+ABSL_FLAG(int, prefill_chunk_tokens, 512,
+          "Tokens per step under --schedule_policy=chunked, decode tokens included; at least "
+          "--max_sequences, at most --max_batch_tokens");
 ABSL_FLAG(int, max_sequences, 64,
           "Most requests held at once (running, waiting for KV or Start, prefilling); more are "
           "refused with RESOURCE_EXHAUSTED");
@@ -110,6 +119,9 @@ absl::Status Run() {
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  ASSIGN_OR_RETURN(options.schedule_policy,
+                   decode::ParseSchedulePolicy(absl::GetFlag(FLAGS_schedule_policy)));
+  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.kv_timeout = absl::GetFlag(FLAGS_kv_timeout);
   options.receiver.chunk_bytes = absl::GetFlag(FLAGS_kv_chunk_bytes);
   options.receiver.checksums = absl::GetFlag(FLAGS_kv_checksums);
