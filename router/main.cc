@@ -289,8 +289,9 @@ absl::Status Run() {
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   if (routing_policy == "prefix") {
-    options.driver.prefix_router = std::make_shared<router::PrefixRouter>(
-        router::PrefixRoutingOptions{.load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)});
+    const router::PrefixRoutingOptions prefix_options{
+        .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};
+    options.driver.prefix_router = std::make_shared<router::PrefixRouter>(prefix_options);
   }
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);
   options.max_queued = absl::GetFlag(FLAGS_max_queued);

@@ -30,14 +30,14 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     Entries& e = workers_[w.address];
     const BlockHashKey key = HashKeyOf(w);
     if (e.synced) {
-      const bool restarted = w.requests_total < e.requests_total ||
-                             w.prefix_cache_queried_tokens < e.queried_tokens;
+      const bool restarted =
+          w.requests_total < e.requests_total || w.prefix_cache_queried_tokens < e.queried_tokens;
+      const int64_t held = static_cast<int64_t>(e.lru.size());
+      const int64_t cached = w.kv_blocks_cached;
       if (restarted || key != e.key) {
         e.Clear();
-      } else if (w.kv_blocks_cached < e.cached_blocks &&
-                 static_cast<int64_t>(e.lru.size()) >
-                     int64_t{w.kv_blocks_cached} + w.kv_blocks_cached / 4 + kTrimSlackBlocks) {
-        e.TrimTo(w.kv_blocks_cached);
+      } else if (cached < e.cached_blocks && held > cached + cached / 4 + kTrimSlackBlocks) {
+        e.TrimTo(cached);
       }
     }
     e.synced = true;
@@ -45,8 +45,8 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     e.requests_total = w.requests_total;
     e.queried_tokens = w.prefix_cache_queried_tokens;
     e.cached_blocks = w.kv_blocks_cached;
-    e.cache_off = w.requests_total > 0 && w.prefix_cache_queried_tokens == 0 &&
-                  w.kv_blocks_cached == 0;
+    e.cache_off =
+        w.requests_total > 0 && w.prefix_cache_queried_tokens == 0 && w.kv_blocks_cached == 0;
     if (e.cache_off) e.Clear();
     e.capacity = w.kv_blocks_total > 0 ? w.kv_blocks_total : kDefaultCapacityBlocks;
     e.TrimTo(e.capacity);

@@ -56,8 +56,7 @@ std::optional<Pick> PrefixRouter::PickDecode(const std::vector<WorkerSnapshot>& 
                                   Affinity(WorkerRole::kDecode, decode, prompt, exclude), exclude);
 }
 
-void PrefixRouter::RecordPrompt(WorkerRole role, const std::string& address,
-                                PromptBlocks& prompt) {
+void PrefixRouter::RecordPrompt(WorkerRole role, const std::string& address, PromptBlocks& prompt) {
   PrefixIndex& idx = index(role);
   const std::optional<BlockHashKey> key = idx.KeyOf(address);
   if (!key.has_value()) return;

@@ -236,7 +236,9 @@ void RequestDriver::OpenDecode() {
   absl::StrAppend(&why_, "; ", pick->reason);
   decode_worker_ = std::move(worker);
   decode_address_ = decode_worker_->address();
-  if (prefix != nullptr) prefix->RecordPrompt(WorkerRole::kDecode, decode_address_, *prompt_blocks_);
+  if (prefix != nullptr) {
+    prefix->RecordPrompt(WorkerRole::kDecode, decode_address_, *prompt_blocks_);
+  }
   decode_load_ = decode_worker_->StartRequest();
   const int64_t tokens = static_cast<int64_t>(req_.prompt.size()) + *req_.max_tokens;
   decode_load_->ReserveBlocks(

@@ -57,9 +57,10 @@ int64_t PrefixCost(int prompt_len, int cached, int64_t load, int load_tokens) {
 }
 
 std::string CostText(int prompt_len, int cached, int64_t load, int load_tokens) {
-  return absl::StrCat(cached, " of ", prompt_len, " prompt tokens cached per the prefix index, cost ",
-                      PrefixCost(prompt_len, cached, load, load_tokens), " = ",
-                      prompt_len - cached, " uncached + ", load, " x ", load_tokens);
+  return absl::StrCat(cached, " of ", prompt_len,
+                      " prompt tokens cached per the prefix index, cost ",
+                      PrefixCost(prompt_len, cached, load, load_tokens), " = ", prompt_len - cached,
+                      " uncached + ", load, " x ", load_tokens);
 }
 
 }  // namespace

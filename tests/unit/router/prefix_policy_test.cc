@@ -154,7 +154,8 @@ TEST(PickDecodeWorkerByPrefix, AmongWorkersWithRoomCacheAgainstLoad) {
   ASSERT_TRUE(pick.has_value());
   EXPECT_EQ(pick->address, "b");
   // Exclusions hold.
-  pick = PickDecodeWorkerByPrefix({Decode("a", 100), Decode("b", 100, 9)}, 448, 64, affinity, {"a"});
+  pick =
+      PickDecodeWorkerByPrefix({Decode("a", 100), Decode("b", 100, 9)}, 448, 64, affinity, {"a"});
   ASSERT_TRUE(pick.has_value());
   EXPECT_EQ(pick->address, "b");
   EXPECT_FALSE(PickDecodeWorkerByPrefix({Decode("a", 100)}, 448, 64, affinity, {"a"}).has_value());
