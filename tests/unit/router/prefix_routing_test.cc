@@ -115,6 +115,29 @@ TEST_P(PrefixRoutingTest, AFailedPrefillIsStillRetriedOnTheOtherWorker) {
   EXPECT_EQ(h_->prefill(holder).requests().size(), 2u);
 }
 
+TEST(PrefixRoutingIndexTest, AFinishedSequenceLeavesItsGeneratedBlocksOnTheDecodeWorker) {
+  auto prefix = std::make_shared<PrefixRouter>();
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.router.driver.prefix_router = prefix;
+  RouterHarness h(std::move(options));
+  ASSERT_OK(h.Start());
+  const std::vector<int32_t> prompt = Tokens(40, 1);
+  const Result r = h.Run(TokenRequest(prompt, 30));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.tokens.size(), 30u);
+  // The prompt's 2 full blocks on the prefill worker; on the decode worker
+  // the 4 full blocks of prompt + completion (70 tokens, the last one's K/V
+  // never written), recorded before the client saw the end.
+  EXPECT_EQ(prefix->index(WorkerRole::kPrefill).size(h.prefill_address(0)), 2);
+  EXPECT_EQ(prefix->index(WorkerRole::kDecode).size(h.decode_address(0)), 4);
+
+  // A failed request records no completion.
+  h.decode(0).SetBehaviour({.fail_after = 5});
+  const Result failed = h.Run(TokenRequest(Tokens(40, 7), 30));
+  EXPECT_FALSE(failed.status.ok());
+  EXPECT_EQ(prefix->index(WorkerRole::kDecode).size(h.decode_address(0)), 6);  // + 2 prompt blocks.
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, PrefixRoutingTest, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Prefix" : "Load";
