@@ -126,7 +126,7 @@ void DecodeLoop::Admit(SubmitCmd cmd) {
   sequences_[seq.ticket] = std::move(owned);
   by_request_id_[seq.request.request_id] = seq.ticket;
   if (seq.request.local_prefill) {
-    seq.state = Sequence::State::kPrefilling;
+    seq.MoveTo(Sequence::State::kPrefilling);
     seq.started = seq.admitted;
     seq.prefilled = seq.cached_tokens;
     return;
@@ -163,7 +163,7 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
                          }
                        },
                        .first_block = static_cast<uint32_t>(first_block)}));
-  seq.lease_pending = true;
+  seq.MoveTo(Sequence::State::kReceiving);
   seq.generation = lease.generation;
   seq.sink->OnReserved(Reservation{.kv_descriptor = lease.Serialize(),
                                    .generation = lease.generation,
@@ -215,12 +215,12 @@ void DecodeLoop::HandleStart(StartCmd cmd) {
   seq.started = cmd.received;
   seq.start_done = std::move(cmd.done);
   // Otherwise it waits for the lease: OnLeaseDone commits or fails it.
-  if (seq.kv_complete) Commit(seq);
+  if (seq.state == Sequence::State::kKvReady) Commit(seq);
 }
 
 void DecodeLoop::HandleCancel(Ticket ticket) {
   auto it = sequences_.find(ticket);
-  if (it == sequences_.end() || it->second->ended) return;
+  if (it == sequences_.end() || it->second->ended()) return;
   Fail(*it->second, absl::CancelledError(absl::StrCat("request '", it->second->request.request_id,
                                                       "' cancelled by the client")));
 }
@@ -229,16 +229,17 @@ void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
   auto it = sequences_.find(ticket);
   if (it == sequences_.end()) return;
   Sequence& seq = *it->second;
-  seq.lease_pending = false;
-  if (seq.ended) {
-    Remove(seq);  // The receiver has let go of the destination at last.
+  if (seq.state == Sequence::State::kCancelling) {
+    // The receiver has let go of the destination at last.
+    seq.MoveTo(Sequence::State::kEnded);
+    Remove(seq);
     return;
   }
   if (!status.ok()) {
-    Fail(seq, status);
+    Fail(seq, status, /*lease_ended=*/true);
     return;
   }
-  seq.kv_complete = true;
+  seq.MoveTo(Sequence::State::kKvReady);
   seq.kv_wait = clock_->Now() - seq.reserved;
   // The received blocks follow the cached ones; their K/V is final.
   seq.choices[0].table.Advance(seq.prompt_len() - seq.cached_tokens);
@@ -249,7 +250,7 @@ void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
 void DecodeLoop::Commit(Sequence& seq) {
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(absl::OkStatus());
   if (!ForkChoices(seq)) return;
-  seq.state = Sequence::State::kRunning;
+  seq.MoveTo(Sequence::State::kRunning);
   const std::vector<int32_t> first = *seq.first_tokens;
   for (int i = 0; i < seq.n(); ++i) {
     Choice& choice = seq.choices[i];

@@ -219,11 +219,11 @@ void DecodeLoop::ExpireDeadlines() {
   const absl::Time now = clock_->Now();
   std::vector<Sequence*> expired;
   for (auto& [ticket, seq] : sequences_) {
-    if (seq->ended) continue;
-    // A pending lease expires in the receiver (which tells the sender);
-    // a complete one still needs its Start by the lease deadline.
-    const bool reservation_expired = seq->state == Sequence::State::kAwaitingKv &&
-                                     seq->kv_complete && !seq->first_tokens.has_value() &&
+    if (seq->ended()) continue;
+    // An open lease expires in the receiver (which tells the sender); a
+    // complete one still needs its Start by the lease deadline.
+    const bool reservation_expired = seq->state == Sequence::State::kKvReady &&
+                                     !seq->first_tokens.has_value() &&
                                      now >= seq->lease_deadline;
     if (reservation_expired || now >= seq->request.deadline) expired.push_back(seq.get());
   }
@@ -240,18 +240,19 @@ void DecodeLoop::ExpireDeadlines() {
   }
 }
 
-void DecodeLoop::Fail(Sequence& seq, const absl::Status& status) {
-  if (seq.ended) return;
-  seq.ended = true;
+void DecodeLoop::Fail(Sequence& seq, const absl::Status& status, bool lease_ended) {
+  if (seq.ended()) return;
   by_request_id_.erase(seq.request.request_id);
   if (!absl::IsCancelled(status)) ++failed_;
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(status);
   seq.sink->OnFailed(status);
-  if (seq.lease_pending) {
+  if (seq.lease_open() && !lease_ended) {
     // The blocks go when the receiver's done callback runs (OnLeaseDone).
+    seq.MoveTo(Sequence::State::kCancelling);
     (void)receiver_->Cancel(seq.ticket);
     return;
   }
+  seq.MoveTo(Sequence::State::kEnded);
   Remove(seq);
 }
 
@@ -260,7 +261,7 @@ bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
   choice.running = false;
   const bool last = seq.unfinished() == 0;
   if (last) {
-    seq.ended = true;
+    seq.MoveTo(Sequence::State::kEnded);
     by_request_id_.erase(seq.request.request_id);
   }
   Finished f;
@@ -275,7 +276,7 @@ bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
   seq.sink->OnFinished(f);
   if (last) {
     Remove(seq);
-  } else if (!seq.lease_pending) {
+  } else {
     // Its blocks are no longer read or written; the other choices run on.
     ReleaseChoice(choice);
   }
@@ -283,6 +284,7 @@ bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
 }
 
 void DecodeLoop::Remove(Sequence& seq) {
+  CHECK(seq.state == Sequence::State::kEnded);
   for (Choice& choice : seq.choices) ReleaseChoice(choice);
   const int n = seq.request.n;
   sequences_.erase(seq.ticket);  // Destroys `seq`.
@@ -348,7 +350,7 @@ void DecodeLoop::PublishStats() {
   s.prefix_cache_queried_tokens = cache_queried_tokens_;
   s.prefix_cache_hit_tokens = cache_hit_tokens_;
   for (const auto& [ticket, seq] : sequences_) {
-    if (seq->ended) continue;
+    if (seq->ended()) continue;
     for (const Choice& choice : seq->choices) {
       if (choice.running) {
         ++s.running;

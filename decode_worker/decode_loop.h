@@ -214,8 +214,9 @@ class DecodeLoop {
   bool TakeCommands(Inbox& commands);
   void ExpireDeadlines();
   // Ends `seq` with `status` (an error): tells the sink and any waiting
-  // Start, cancels a pending lease, frees the blocks when it is safe.
-  void Fail(Sequence& seq, const absl::Status& status);
+  // Start, cancels its open lease (unless `lease_ended`: its done callback
+  // is being handled), frees the blocks when it is safe.
+  void Fail(Sequence& seq, const absl::Status& status, bool lease_ended = false);
   // Ends one choice well; the request ends with its last choice, and then
   // `seq` is destroyed: true.
   bool Finish(Sequence& seq, Choice& choice, FinishReason reason);

@@ -31,7 +31,7 @@ bool DecodeLoop::StepOnce() {
   std::vector<Sequence*> held;
   std::vector<ScheduleEntry> entries;
   for (auto& [ticket, seq] : sequences_) {
-    if (seq->ended) continue;
+    if (seq->ended()) continue;
     ScheduleEntry e;
     if (seq->state == Sequence::State::kRunning) {
       e.decodes = static_cast<int>(std::count_if(seq->choices.begin(), seq->choices.end(),
@@ -116,7 +116,7 @@ bool DecodeLoop::StepOnce() {
     seq.prefill = end - seq.prefill_start;
     CacheWrittenBlocks(seq.choices[0]);
     if (!ForkChoices(seq)) continue;
-    seq.state = Sequence::State::kRunning;
+    seq.MoveTo(Sequence::State::kRunning);
     const std::span<const float> last_row = chunk.subspan(chunk.size() - vocab);
     const int n = seq.n();
     for (int i = 0; i < n; ++i) {

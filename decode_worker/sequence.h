@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/base/logging.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_hash.h"
@@ -50,11 +51,47 @@ struct Choice {
 };
 
 struct DecodeLoop::Sequence {
+  // The request's life cycle. A remote prefill goes kAdmitted, kReceiving,
+  // kKvReady, kRunning; a local one kPrefilling, kRunning; any of them may
+  // end at any point: kEnded, or kCancelling first while the receiver may
+  // still write into its blocks. MoveTo checks every transition.
   enum class State {
-    kAwaitingKv,  // Remote prefill: the KV cache or the Start is not in yet.
-    kPrefilling,  // Local prefill: prompt chunks still to step (on choice 0).
+    kAdmitted,    // Remote: blocks held, no lease issued yet.
+    kReceiving,   // Remote: its lease is open (the Start may be in already).
+    kKvReady,     // Remote: every KV byte landed; waiting for the Start.
+    kPrefilling,  // Local: prompt chunks still to step (on choice 0).
     kRunning,     // Its unfinished choices are in the batch.
+    kCancelling,  // Ended (the sink knows); its blocks go once the lease's
+                  // done callback runs.
+    kEnded,       // Ended and its blocks given back; about to be destroyed.
   };
+
+  static bool Legal(State from, State to) {
+    switch (from) {
+      case State::kAdmitted:
+        return to == State::kReceiving || to == State::kPrefilling || to == State::kEnded;
+      case State::kReceiving:
+        return to == State::kKvReady || to == State::kCancelling || to == State::kEnded;
+      case State::kKvReady:
+      case State::kPrefilling:
+        return to == State::kRunning || to == State::kEnded;
+      case State::kRunning:
+      case State::kCancelling:
+        return to == State::kEnded;
+      case State::kEnded:
+        return false;
+    }
+    return false;
+  }
+  void MoveTo(State next) {
+    CHECK(Legal(state, next)) << "request '" << request.request_id << "': illegal transition "
+                              << static_cast<int>(state) << " -> " << static_cast<int>(next);
+    state = next;
+  }
+  // The sink has heard the end.
+  bool ended() const { return state == State::kCancelling || state == State::kEnded; }
+  // Expect()ed and its done callback not handled yet.
+  bool lease_open() const { return state == State::kReceiving || state == State::kCancelling; }
 
   Sequence(Ticket ticket, Request request, std::shared_ptr<EventSink> sink)
       : ticket(ticket), request(std::move(request)), sink(std::move(sink)) {}
@@ -77,10 +114,7 @@ struct DecodeLoop::Sequence {
   const Request request;
   const std::shared_ptr<EventSink> sink;
   std::vector<Choice> choices;
-  State state = State::kAwaitingKv;
-  // Set once the sink has heard the end; the sequence lingers only until
-  // its lease's done callback lets the blocks go.
-  bool ended = false;
+  State state = State::kAdmitted;
   // Prompt tokens choice 0's table took from the prefix cache (whole
   // blocks): not prefilled locally, not leased remotely.
   int cached_tokens = 0;
@@ -88,8 +122,6 @@ struct DecodeLoop::Sequence {
   // Remote prefill.
   uint64_t generation = 0;
   absl::Time lease_deadline = absl::InfiniteFuture();
-  bool lease_pending = false;  // Expect()ed and its done callback not run yet.
-  bool kv_complete = false;    // Every KV byte of the prompt has landed.
   // From Start: every choice's first token, choice 0's first.
   std::optional<std::vector<int32_t>> first_tokens;
   StartDoneFn start_done;  // Start waiting for the KV cache.
