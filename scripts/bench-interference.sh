@@ -10,15 +10,16 @@
 #   - colocated, prefill-first: a waiting prompt is computed whole before
 #     the decodes continue (--schedule_policy=prefill_first), 2 threads;
 #   - colocated, chunked prefill: prompts are cut into chunks that share
-#     each step's token budget with the decodes (--schedule_policy=chunked),
-#     2 threads;
+#     each step's budget of 256 tokens with the decodes
+#     (--schedule_policy=chunked --prefill_chunk_tokens=256), 2 threads;
 #   - disaggregated: one prefill worker on CPU 0 and one decode worker on
 #     CPU 1, 1 thread each.
-# Prints TPOT p50/p99 of the decoding streams and TTFT p50/p99 of the
-# long prompts.
+# Prints TPOT p50/p99 and the inter-token latency p99 of the decoding
+# streams (a prompt computed in the decode worker's step shows as one long
+# gap), and TTFT p50/p99 of the long prompts.
 set -euo pipefail
-prompts="${1:-12}"
-rate="${2:-2}"
+prompts="${1:-10}"
+rate="${2:-1}"
 source "$(dirname "$0")/bench-common.sh" 23000
 
 summary() {  # summary FILE METRIC -> "p50 p99"
@@ -40,14 +41,17 @@ run() {  # run LABEL CLUSTER_ARGS...
   wait "$decoders"
   cluster_down
   read -r tpot50 tpot99 < <(summary "$work/decode.json" tpot_ms)
+  read -r itl50 itl99 < <(summary "$work/decode.json" itl_ms)
   read -r ttft50 ttft99 < <(summary "$work/prompt.json" ttft_ms)
-  printf "%-34s %9s %9s %10s %10s\n" "$label" "$tpot50" "$tpot99" "$ttft50" "$ttft99"
+  printf "%-28s %9s %9s %9s %10s %10s\n" "$label" "$tpot50" "$tpot99" "$itl99" "$ttft50" \
+    "$ttft99"
 }
 
-printf "%-34s %9s %9s %10s %10s\n" layout "TPOT p50" "TPOT p99" "TTFT p50" "TTFT p99"
+printf "%-28s %9s %9s %9s %10s %10s\n" layout "TPOT p50" "TPOT p99" "ITL p99" "TTFT p50" \
+  "TTFT p99"
 run "colocated, prefill-first" --prefill 0 --decode 1 --threads 2 \
   --decode_args "--schedule_policy=prefill_first"
 run "colocated, chunked prefill" --prefill 0 --decode 1 --threads 2 \
-  --decode_args "--schedule_policy=chunked"
+  --decode_args "--schedule_policy=chunked --prefill_chunk_tokens=256"
 run "disaggregated, 1 core each" --prefill 1 --decode 1 --threads 1 \
   --prefill_cpus 0 --decode_cpus 1

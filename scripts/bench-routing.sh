@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prefix-aware routing benchmark (not a test). Run after scripts/build.sh.
 #
-#   scripts/bench-routing.sh [REQUESTS] [CONCURRENCY] [OUTPUT_LEN]
+#   scripts/bench-routing.sh [REQUESTS] [CONCURRENCY] [OUTPUT_LEN] [PREFILL_KV_BLOCKS]
 #
 # 2 prefill workers + 1 decode worker, stories15M-shaped model (context
 # stretched to 2048), prefix caches on. The load: 8 shared system prompts of
@@ -18,6 +18,12 @@ set -euo pipefail
 requests="${1:-200}"
 concurrency="${2:-8}"
 output_len="${3:-16}"
+# Each prefill worker's KV pool: 160 blocks of 16 tokens hold the blocks of
+# the requests in flight (a shared prompt's blocks are not copied) and about
+# 6 of the 8 system prompts (24 blocks each). A worker that sees all 8 keeps
+# evicting them; one that sees half of them keeps them all. With room for
+# every prompt on every worker, both policies hit alike.
+prefill_kv_blocks="${4:-160}"
 source "$(dirname "$0")/bench-common.sh" 23000
 
 # prefill_hit_rate: the prefill workers' own counters, summed over both.
@@ -54,7 +60,8 @@ PY
 printf "%-7s %15s %15s %13s %7s %10s %10s\n" policy "prefill hits" "cached tokens" \
   "prefill split" failed "TTFT p50" "TTFT p99"
 for policy in prefix load; do
-  cluster_up --prefill 2 --decode 1 --router_args "--routing_policy=$policy"
+  cluster_up --prefill 2 --decode 1 --router_args "--routing_policy=$policy" \
+    --prefill_args "--kv_blocks=$prefill_kv_blocks"
   : >"$work/cluster/requests.jsonl"
   "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" --dataset shared_prefix \
     --num_prefixes 8 --prefix_len 384 --input_len 64 --range_ratio 0 --vocab_size 32000 \
