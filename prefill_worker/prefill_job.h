@@ -54,6 +54,8 @@ struct PrefillResult {
   std::vector<int32_t> extra_first_tokens;
   // With `logprobs`: one per choice, in order (raw model distribution).
   std::vector<TokenLogprob> first_logprobs;
+  // Per choice: the random numbers its sampler drew for the first token.
+  std::vector<uint64_t> sampler_draws;
   // With `prompt_logprobs`: one per prompt token after the first.
   std::vector<TokenLogprob> prompt_logprobs;
   // Arrival until the job's first step.
@@ -102,6 +104,7 @@ struct Job {
   absl::Time computed;                        // First token sampled.
   absl::Time last_layer;                      // Last layer's KV written in the final step.
   std::vector<int32_t> first_tokens;  // One per choice.
+  std::vector<uint64_t> sampler_draws;  // One per choice.
   std::vector<TokenLogprob> first_logprobs;
   std::vector<TokenLogprob> prompt_logprobs;  // Filled chunk by chunk.
 

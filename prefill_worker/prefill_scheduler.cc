@@ -258,6 +258,7 @@ void PrefillScheduler::SampleFirstTokens(Job& job, std::span<const float> last_r
     Sampler sampler(params, request.tokens, request.stop_token_ids);
     const int32_t token = sampler.Sample(last_row);
     job.first_tokens.push_back(token);
+    job.sampler_draws.push_back(sampler.draws());
     if (request.logprobs.has_value()) {
       job.first_logprobs.push_back(ComputeLogprob(last_row, token, *request.logprobs));
     }
@@ -328,6 +329,7 @@ void PrefillScheduler::HandleTransferEnds() {
       result.first_token = job->first_tokens.front();
       result.extra_first_tokens.assign(job->first_tokens.begin() + 1, job->first_tokens.end());
       result.first_logprobs = std::move(job->first_logprobs);
+      result.sampler_draws = std::move(job->sampler_draws);
       result.prompt_logprobs = std::move(job->prompt_logprobs);
       result.queue_us = Micros(job->started - job->arrived);
       result.prefill_us = Micros(job->computed - job->started);

@@ -30,6 +30,8 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
       response_->set_first_token(result->first_token);
       response_->mutable_extra_first_tokens()->Assign(result->extra_first_tokens.begin(),
                                                      result->extra_first_tokens.end());
+      response_->mutable_sampler_draws()->Assign(result->sampler_draws.begin(),
+                                                 result->sampler_draws.end());
       for (const TokenLogprob& lp : result->first_logprobs) {
         LogprobToProto(lp, response_->add_first_logprobs());
       }

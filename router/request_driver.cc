@@ -195,6 +195,7 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   r.set_n(req_.n);
   if (req_.logprobs.has_value()) r.set_logprobs(*req_.logprobs);
   r.set_prompt_logprobs(local && req_.echo && req_.logprobs.has_value());
+  r.set_priority(params_.priority);
   return r;
 }
 
@@ -469,7 +470,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
     return;
   }
   const v1::PrefillResponse& r = *response;
-  if (r.extra_first_tokens_size() != req_.n - 1 ||
+  if (r.extra_first_tokens_size() != req_.n - 1 || r.sampler_draws_size() != req_.n ||
       (req_.logprobs.has_value() && r.first_logprobs_size() != req_.n)) {
     Finish(absl::InternalError(absl::StrCat(
         "prefill worker ", prefill_worker_->address(), " answered with ",
@@ -505,6 +506,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   start.set_generation(reserved_.generation());
   start.set_first_token(r.first_token());
   start.mutable_extra_first_tokens()->CopyFrom(r.extra_first_tokens());
+  start.mutable_sampler_draws()->CopyFrom(r.sampler_draws());
   auto self = shared_from_this();
   const int stream = stream_;
   v1::DecodeWorker::Stub* stub = decode_worker_->decode_stub();

@@ -116,7 +116,17 @@ void Sampler::Accept(int32_t token) {
 }
 
 void Sampler::SkipDraw() {
-  if (!greedy()) (void)rng_();
+  if (!greedy()) {
+    (void)rng_();
+    ++draws_;
+  }
+}
+
+bool Sampler::Advance(uint64_t n) {
+  if (n > kMaxAdvance) return false;
+  rng_.discard(n);
+  draws_ += n;
+  return true;
 }
 
 std::span<const float> Sampler::Processed(std::span<const float> logits) {
@@ -175,6 +185,7 @@ int32_t Sampler::Sample(std::span<const float> raw) {
   // std::uniform_real_distribution. Drawn before any early return so that
   // every non-greedy Sample advances the stream exactly once.
   const double uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  ++draws_;
   const double max = candidates_[0].first;
   // Every token masked (only possible when all are stop ids): the best one.
   if (std::isinf(max) && max < 0) return candidates_[0].second;

@@ -86,6 +86,14 @@ class Sampler {
   // sampler of the same parameters and seed drew (Accept it as well).
   void SkipDraw();
 
+  // Numbers drawn from the random stream so far (0 while greedy).
+  uint64_t draws() const { return draws_; }
+  // Advances the random stream by `n` numbers: what another sampler of the
+  // same parameters and seed drew (its draws()) for tokens this one then
+  // Accept()s. At most kMaxAdvance; false (nothing changes) beyond.
+  static constexpr uint64_t kMaxAdvance = uint64_t{1} << 24;
+  bool Advance(uint64_t n);
+
   // The row Sample draws from: `logits` after the processors (the row
   // itself when none is set; else valid until the next call).
   std::span<const float> Processed(std::span<const float> logits);
@@ -110,6 +118,7 @@ class Sampler {
   absl::flat_hash_set<int32_t> prompt_seen_;  // repetition penalty only
   absl::flat_hash_map<int32_t, int> output_counts_;
   int generated_ = 0;
+  uint64_t draws_ = 0;
   std::vector<float> processed_;
 };
 

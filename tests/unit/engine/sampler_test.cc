@@ -226,6 +226,35 @@ TEST(Sampler, OutOfRangeProcessorIdsAreIgnored) {
 // The decode worker skips the draw the prefill worker made for the first
 // token: a sampler that skips then samples gives what one that sampled
 // twice gives on its second draw.
+// A sampler that advances by another's draw count continues exactly where
+// that one would: how prefill and decode stay in step across workers.
+TEST(Sampler, AdvancingByTheDrawCountContinuesTheSameStream) {
+  std::mt19937_64 rng(13);
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 40; ++i) rows.push_back(RandomLogits(50, rng));
+  SamplingParams p = Params(0.8f, 0, 0.9f, 5);
+  p.presence_penalty = 0.3f;
+  Sampler a(p, {}, {}), b(p, {}, {});
+  std::vector<int32_t> head;
+  for (int i = 0; i < 7; ++i) {
+    head.push_back(a.Sample(rows[i]));
+    a.Accept(head.back());
+  }
+  EXPECT_EQ(a.draws(), 7u);
+  ASSERT_TRUE(b.Advance(a.draws()));
+  for (int32_t t : head) b.Accept(t);
+  for (size_t i = 7; i < rows.size(); ++i) {
+    const int32_t x = a.Sample(rows[i]), y = b.Sample(rows[i]);
+    ASSERT_EQ(x, y) << "token " << i;
+    a.Accept(x);
+    b.Accept(y);
+  }
+  Sampler greedy(Params(0.0f, 0, 1.0f, 5), {}, {});
+  (void)greedy.Sample(rows[0]);
+  EXPECT_EQ(greedy.draws(), 0u);
+  EXPECT_FALSE(b.Advance(Sampler::kMaxAdvance + 1));
+}
+
 TEST(Sampler, SkipDrawAdvancesTheStreamLikeOneSample) {
   std::mt19937_64 rng(12);
   const std::vector<float> first = RandomLogits(40, rng);

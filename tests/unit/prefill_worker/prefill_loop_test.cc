@@ -303,6 +303,8 @@ TEST_F(PrefillLoopTest, EveryChoiceSamplesWithItsOwnSeedAndLogprobs) {
   }
   EXPECT_EQ(result.first_token, want[0]);
   EXPECT_EQ(result.extra_first_tokens, std::vector<int32_t>(want.begin() + 1, want.end()));
+  // Each choice drew one number for its first token.
+  EXPECT_EQ(result.sampler_draws, std::vector<uint64_t>(4, 1));
   ASSERT_EQ(result.first_logprobs.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     const TokenLogprob expected = ComputeLogprob(last, want[i], 3);
@@ -326,6 +328,7 @@ TEST_F(PrefillLoopTest, NOfOneWithoutLogprobsIsAsBefore) {
   ASSERT_TRUE(decode_->PumpUntil([&] { return out.done(); }));
   ASSERT_OK_AND_ASSIGN(PrefillResult result, out.result());
   EXPECT_TRUE(result.extra_first_tokens.empty());
+  EXPECT_EQ(result.sampler_draws, std::vector<uint64_t>{0});  // Greedy draws nothing.
   EXPECT_TRUE(result.first_logprobs.empty());
   EXPECT_TRUE(result.prompt_logprobs.empty());
 }

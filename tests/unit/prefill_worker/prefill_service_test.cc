@@ -163,6 +163,7 @@ TEST_F(PrefillServiceTest, ChoicesAndLogprobsComeBackOverGrpc) {
   (*request.mutable_sampling()->mutable_logit_bias())[5] = -100.0f;
   ASSERT_OK_AND_ASSIGN(v1::PrefillResponse response, Prefill(request, absl::Seconds(60)));
   EXPECT_EQ(response.extra_first_tokens_size(), 2);
+  EXPECT_THAT(response.sampler_draws(), ::testing::ElementsAre(1, 1, 1));
   ASSERT_EQ(response.first_logprobs_size(), 3);
   EXPECT_EQ(response.first_logprobs(0).token_id(), response.first_token());
   EXPECT_EQ(response.first_logprobs(2).token_id(), response.extra_first_tokens(1));

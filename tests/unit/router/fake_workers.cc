@@ -355,6 +355,7 @@ grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext
   response->set_first_token(b.first_token);
   const int n = std::max(1, request->n());
   for (int c = 1; c < n; ++c) response->add_extra_first_tokens(b.first_token + c);
+  for (int c = 0; c < n; ++c) response->add_sampler_draws(c);
   if (request->has_logprobs()) {
     for (int c = 0; c < n; ++c) {
       *response->add_first_logprobs() = FakeLogprob(b.first_token + c, request->logprobs());

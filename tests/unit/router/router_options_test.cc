@@ -76,6 +76,8 @@ TEST_P(RouterOptionsTest, NChoicesStreamTheirOwnTokensAndFinishEach) {
     EXPECT_EQ(h->prefill(0).requests()[0].n(), 3);
     ASSERT_EQ(h->decode(0).starts().size(), 1u);
     EXPECT_THAT(h->decode(0).starts()[0].extra_first_tokens(), ElementsAre(41, 42));
+    // Each choice's sampler draws reach the decode worker as the prefill sent them.
+    EXPECT_THAT(h->decode(0).starts()[0].sampler_draws(), ElementsAre(0, 1, 2));
   } else {
     EXPECT_THAT(c.tokens.at(1), ElementsAre(21, 22, 23));
   }
