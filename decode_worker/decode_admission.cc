@@ -70,7 +70,7 @@ std::vector<BlockHash> DecodeLoop::PromptHashes(const Request& request) const {
   return HashBlocks(salt_, request.prompt, block_size, max_blocks);
 }
 
-void DecodeLoop::Admit(SubmitCmd cmd) {
+void DecodeLoop::Enqueue(SubmitCmd cmd) {
   auto fail_now = [&](const absl::Status& status) {
     cmd.sink->OnFailed(status);
     ++failed_;
@@ -81,57 +81,68 @@ void DecodeLoop::Admit(SubmitCmd cmd) {
     return fail_now(absl::AlreadyExistsError(absl::StrCat(
         "request_id '", cmd.request.request_id, "' is already in use on this decode worker")));
   }
-  // Room for every token each choice may hold: its KV never runs out.
+  // Every token each choice may hold must fit in the pool at once, or the
+  // request could never end even alone.
   const int tokens = static_cast<int>(std::min<int64_t>(
       static_cast<int64_t>(cmd.request.prompt.size()) + cmd.request.max_tokens, config_.seq_len));
-  BlockPool& pool = engine_->block_pool();
   const int block_size = engine_->kv_layout().block_size;
   const int n = cmd.request.n;
   const int needed = n * static_cast<int>(BlocksFor(tokens, block_size));
-  if (needed > pool.num_blocks()) {
+  const int pool_blocks = engine_->block_pool().num_blocks();
+  if (needed > pool_blocks) {
     return fail_now(absl::ResourceExhaustedError(absl::StrCat(
         "request needs ", needed, " KV blocks (", n, " choices of ", tokens,
-        " tokens) but this worker's pool has ", pool.num_blocks(),
+        " tokens) but this worker's pool has ", pool_blocks,
         " in all; lower max_tokens or n, or shorten the prompt")));
   }
-  // The prompt's cached prefix, which choice 0 starts from: it needs only
-  // the blocks after it fresh. Taken before counting free blocks, as an
-  // unused cached block counts as free until acquired.
-  std::vector<BlockHash> hashes = PromptHashes(cmd.request);
-  std::vector<int32_t> hits = pool.AcquirePrefix(hashes);
-  const int fresh = needed - static_cast<int>(hits.size());
-  if (fresh > pool.num_free()) {
-    pool.Release(hits);
-    return fail_now(absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: request needs ", fresh, " blocks (", n, " choices of ", tokens,
-        " tokens, ", hits.size(), " blocks cached), ", pool.num_free(), " of ",
-        pool.num_blocks(), " are free; retry later or on another worker")));
-  }
-  cache_queried_tokens_ += hashes.size() * block_size;
-  cache_hit_tokens_ += hits.size() * block_size;
   auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink));
   Sequence& seq = *owned;
-  seq.cached_tokens = static_cast<int>(hits.size()) * block_size;
-  hashes.resize(hits.size());
+  seq.prompt_hashes = PromptHashes(seq.request);
   seq.choices.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    BlockTable table = engine_->NewSequence();
-    if (i == 0) table.Adopt(std::move(hits), seq.cached_tokens);
-    // Cannot fail: the free blocks were counted above.
-    CHECK_OK(table.Reserve(tokens - table.num_tokens(), pool));
-    seq.choices.emplace_back(i, seq.request, std::move(table));
-  }
-  seq.choices[0].hashes = std::move(hashes);
+  for (int i = 0; i < n; ++i) seq.choices.emplace_back(i, seq.request, engine_->NewSequence());
   seq.admitted = cmd.admitted;
   sequences_[seq.ticket] = std::move(owned);
   by_request_id_[seq.request.request_id] = seq.ticket;
+}
+
+bool DecodeLoop::Admit(Sequence& seq) {
+  // Each choice holds the prompt and room for its first decode token; the
+  // running batch takes one more block per choice as each fills up.
+  const int tokens = seq.prompt_len() + 1;
+  BlockPool& pool = engine_->block_pool();
+  const int block_size = engine_->kv_layout().block_size;
+  const int n = seq.n();
+  // The prompt's cached prefix, which choice 0 starts from: it needs only
+  // the blocks after it fresh. Taken before counting free blocks, as an
+  // unused cached block counts as free until acquired.
+  std::vector<int32_t> hits = pool.AcquirePrefix(seq.prompt_hashes);
+  const int fresh = n * static_cast<int>(BlocksFor(tokens, block_size)) -
+                    static_cast<int>(hits.size());
+  if (fresh > AdmissionRoom()) {
+    pool.Release(hits);
+    return false;
+  }
+  cache_queried_tokens_ += seq.prompt_hashes.size() * block_size;
+  cache_hit_tokens_ += hits.size() * block_size;
+  seq.cached_tokens = static_cast<int>(hits.size()) * block_size;
+  std::vector<BlockHash> hashes = std::move(seq.prompt_hashes);
+  seq.prompt_hashes = {};
+  hashes.resize(hits.size());
+  for (Choice& choice : seq.choices) {
+    if (choice.index == 0) choice.table.Adopt(std::move(hits), seq.cached_tokens);
+    // Cannot fail: the free blocks were counted above.
+    CHECK_OK(choice.table.Reserve(tokens - choice.table.num_tokens(), pool));
+  }
+  seq.choices[0].hashes = std::move(hashes);
   if (seq.request.local_prefill) {
     seq.MoveTo(Sequence::State::kPrefilling);
     seq.started = seq.admitted;
     seq.prefilled = seq.cached_tokens;
-    return;
+    return true;
   }
+  seq.MoveTo(Sequence::State::kAdmitted);
   if (absl::Status s = ExpectKv(seq); !s.ok()) Fail(seq, s);
+  return true;
 }
 
 absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
@@ -183,6 +194,11 @@ void DecodeLoop::HandleStart(StartCmd cmd) {
   if (seq.request.local_prefill) {
     cmd.done(absl::FailedPreconditionError(
         absl::StrCat("request '", cmd.request_id, "' prefills locally; it takes no Start")));
+    return;
+  }
+  if (seq.state == Sequence::State::kQueued) {
+    cmd.done(absl::FailedPreconditionError(absl::StrCat(
+        "request '", cmd.request_id, "' is queued for KV blocks; it has no reservation yet")));
     return;
   }
   if (cmd.generation != seq.generation) {

@@ -59,6 +59,16 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   engine_options.max_logit_rows = options.max_sequences;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(weights, std::move(backend), engine_options));
+  const int pool_blocks = engine->block_pool().num_blocks();
+  if (options.kv_watermark_blocks == -1) {
+    options.kv_watermark_blocks = std::max(1, pool_blocks / 50);
+  }
+  if (options.kv_watermark_blocks < 0 || options.kv_watermark_blocks >= pool_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_watermark_blocks (", options.kv_watermark_blocks,
+                     ") must be -1 (2% of the pool) or in [0, ", pool_blocks,
+                     "), the KV pool's blocks"));
+  }
   if (options.weights_fingerprint.empty()) options.weights_fingerprint = weights.Fingerprint();
   std::unique_ptr<DecodeLoop> loop(new DecodeLoop(std::move(engine), transport, options));
   ASSIGN_OR_RETURN(loop->kv_region_, loop->receiver_->RegisterMemory(
@@ -187,13 +197,17 @@ LoopStats DecodeLoop::Stats() const {
 void DecodeLoop::Run() {
   Inbox commands;
   while (TakeCommands(commands)) {
-    for (SubmitCmd& s : commands.submits) Admit(std::move(s));
+    for (SubmitCmd& s : commands.submits) Enqueue(std::move(s));
     for (StartCmd& s : commands.starts) HandleStart(std::move(s));
     for (Ticket t : commands.cancels) HandleCancel(t);
     if (commands.flush) engine_->block_pool().Flush();
     commands = Inbox();
     receiver_->Poll();
     ExpireDeadlines();
+    // The running sequences take their next blocks before waiting ones are
+    // admitted into what is left.
+    GrowRunning();
+    AdmitWaiting();
     const bool stepped = StepOnce();
     PublishStats();
     if (stepped) continue;
@@ -349,6 +363,7 @@ void DecodeLoop::PublishStats() {
   s.kv_blocks_cached = engine_->block_pool().num_cached();
   s.prefix_cache_queried_tokens = cache_queried_tokens_;
   s.prefix_cache_hit_tokens = cache_hit_tokens_;
+  s.preemptions = preemptions_;
   for (const auto& [ticket, seq] : sequences_) {
     if (seq->ended()) continue;
     for (const Choice& choice : seq->choices) {

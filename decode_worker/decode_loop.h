@@ -21,12 +21,18 @@
 // nothing to step it waits, always with a deadline: on the transport while
 // leases are pending, else on its inbox.
 //
-// Every request holds, from admission to its end, the KV blocks of
-// min(prompt + max_tokens, context) tokens per choice, so a running sequence
-// never runs out of blocks (a finished choice gives its blocks back at
-// once). After any end every block is back in the pool; a
-// destination the receiver may still write into is freed only after the
-// receiver's done callback ran.
+// KV blocks (decode_preemption.cc): a request waits queued until the pool
+// has room for its prompt and first decode token per choice, keeping
+// kv_watermark_blocks free for the running sequences to grow; waiting
+// requests are admitted by priority, then arrival. Each round every running
+// choice takes the block its next token needs; when the pool has none, the
+// running request of lowest priority (then the latest) is preempted: its
+// blocks are given back (its full ones cached) and it is recomputed later
+// from its prompt and generated tokens, continuing as it would have. A
+// request that could not fit even alone fails at admission. After any end
+// every block is back in the pool (or the prefix cache); a destination the
+// receiver may still write into is freed only after the receiver's done
+// callback ran.
 //
 // Prefix cache (DecodeLoopOptions::prefix_cache): full KV blocks are
 // registered in the pool under chained hashes of their tokens once their
@@ -87,6 +93,10 @@ struct DecodeLoopOptions {
   std::optional<DType> kv_dtype;
   // KV blocks in the pool; 0 sizes it for 8 full-context sequences.
   int kv_blocks = 0;
+  // Blocks admission leaves free for the running sequences to grow into
+  // (fewer preemptions; less room for waiting requests); -1: 2% of the
+  // pool, at least 1. Below the pool's size.
+  int kv_watermark_blocks = -1;
   // Most tokens one step carries (decode tokens and prefill chunks).
   int max_batch_tokens = 2048;
   // How a step is filled (schedule_policy.h).
@@ -232,7 +242,12 @@ class DecodeLoop {
 
   // Loop thread only. Admission and the remote-prefill protocol
   // (decode_admission.cc):
-  void Admit(SubmitCmd cmd);
+  // Holds a submitted request, queued for its KV blocks (or fails it when
+  // its id is in use or it could never fit the pool).
+  void Enqueue(SubmitCmd cmd);
+  // Gives queued `seq` its prompt's blocks and starts its prefill (local)
+  // or lease (remote); false, and nothing changes, when the pool lacks room.
+  bool Admit(Sequence& seq);
   // The hashes of the prompt's blocks to look up in the prefix cache: its
   // full blocks but the one holding its last token; none when the cache is
   // off or the prompt's logprobs are wanted.
@@ -246,6 +261,32 @@ class DecodeLoop {
   // Copies choice 0's prompt KV into the other choices' blocks; false (the
   // request failed) on error.
   bool ForkChoices(Sequence& seq);
+
+  // Loop thread only. KV blocks of the batch (decode_preemption.cc):
+  // Free blocks a waiting request may take now: the watermark is kept
+  // unless no other request holds blocks.
+  int AdmissionRoom() const;
+  // Admits queued and resumes preempted requests, by priority then arrival,
+  // until one does not fit.
+  void AdmitWaiting();
+  // Gives every running choice the block its next token needs, preempting
+  // running requests when the pool has none.
+  void GrowRunning();
+  // The same for the running choices of `seq`, which may be preempted (or,
+  // on an unexpected error, failed and destroyed).
+  void GrowSequence(Sequence& seq);
+  // The running request to preempt: lowest priority, then latest arrival.
+  Sequence* PickVictim();
+  // Gives back a running request's blocks; it waits to be recomputed.
+  void Preempt(Sequence& seq);
+  // Gives preempted `seq` its blocks back (cached ones first) to recompute
+  // its written tokens; false, and nothing changes, when the pool lacks room.
+  bool Resume(Sequence& seq);
+  // Written tokens of `seq`'s unfinished choices still to recompute.
+  static int RecomputeLeft(const Sequence& seq);
+  // Moves a recomputing `seq` whose choices are all recomputed back into
+  // the batch.
+  void EndRecompute(Sequence& seq);
 
   // Loop thread only. Batching (decode_step.cc): one engine step; false if
   // there was nothing to step.
@@ -285,6 +326,7 @@ class DecodeLoop {
   uint64_t failed_ = 0;  // Requests ended with an error (not a cancellation).
   uint64_t cache_queried_tokens_ = 0;
   uint64_t cache_hit_tokens_ = 0;
+  uint64_t preemptions_ = 0;
 
   static Ticket RandomTicketBase();
 

@@ -76,6 +76,9 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
       prefix_cache_hit_tokens_(
           AddCounter(registry, "tandem_decode_prefix_cache_hit_tokens_total",
                      "Prompt tokens whose KV the prefix cache held (not computed, not shipped)")),
+      preemptions_(AddCounter(registry, "tandem_decode_preemptions_total",
+                              "Running requests whose KV blocks were given back for others to "
+                              "grow into (recomputed later)")),
       step_(AddHistogram(registry, "tandem_decode_step_seconds",
                          "Engine time of one batched decode step", metrics::StepBuckets())),
       generated_tokens_(AddCounter(
@@ -101,6 +104,7 @@ void DecodeMetrics::Publish(const LoopStats& stats) {
   metrics::AdvanceTo(prefix_cache_queried_tokens_,
                      static_cast<double>(stats.prefix_cache_queried_tokens));
   metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
+  metrics::AdvanceTo(preemptions_, static_cast<double>(stats.preemptions));
   metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
   metrics::AdvanceTo(kv_bytes_received_, static_cast<double>(stats.kv_transfer_bytes));
   metrics::AdvanceTo(kv_transfer_failures_, static_cast<double>(stats.kv_transfers_failed));

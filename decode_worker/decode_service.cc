@@ -92,6 +92,7 @@ Request FromProto(const v1::DecodeRequest& request) {
   r.n = request.n() == 0 ? 1 : request.n();
   if (request.has_logprobs()) r.logprobs = request.logprobs();
   r.prompt_logprobs = request.prompt_logprobs();
+  r.priority = request.priority();
   return r;
 }
 

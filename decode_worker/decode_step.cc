@@ -1,5 +1,6 @@
 // One scheduling step of the decode loop: build the batch the schedule
-// policy plans (decode tokens and local prefill chunks within the token and
+// policy plans (decode tokens, local prefill chunks and recomputed tokens of
+// preempted requests within the token and
 // logit-row budgets), run the engine, sample and emit.
 #include <algorithm>
 #include <span>
@@ -18,10 +19,11 @@ namespace {
 // What one batch item does for its sequence.
 struct Planned {
   DecodeLoop::Ticket ticket;
-  int choice;          // Decode: the choice stepped. Prefill: 0.
+  int choice;          // Decode, recompute: the choice stepped. Prefill: 0.
   int prefill_tokens;  // 0: a decode token
   int prefill_start;   // Prompt position of the chunk's first token.
   int logit_rows;
+  bool recompute = false;  // Written tokens of a preempted choice.
 };
 
 }  // namespace
@@ -39,6 +41,10 @@ bool DecodeLoop::StepOnce() {
     } else if (seq->state == Sequence::State::kPrefilling) {
       e.prompt_left = seq->prompt_len() - seq->prefilled;
       e.prompt_rows = seq->request.prompt_logprobs;
+    } else if (seq->state == Sequence::State::kRecomputing) {
+      // Planned as a prompt: its choices' written tokens, one after the
+      // other.
+      e.prompt_left = RecomputeLeft(*seq);
     }
     if (e.decodes == 0 && e.prompt_left == 0) continue;
     held.push_back(seq.get());
@@ -60,7 +66,22 @@ bool DecodeLoop::StepOnce() {
         plan.push_back(Planned{seq.ticket, choice.index, 0, 0, 1});
       }
     }
-    if (w.prompt_tokens > 0) {
+    if (w.prompt_tokens > 0 && seq.state == Sequence::State::kRecomputing) {
+      // No logits: each choice's next step decodes the token it had
+      // sampled before it was preempted.
+      int left = w.prompt_tokens;
+      for (Choice& choice : seq.choices) {
+        if (choice.finished || left == 0) continue;
+        const int from = choice.table.num_tokens();
+        const int n = std::min(left, static_cast<int>(choice.tokens.size()) - from);
+        if (n == 0) continue;
+        left -= n;
+        items.push_back(BatchItem{&choice.table,
+                                  std::span<const int32_t>(choice.tokens).subspan(from, n),
+                                  /*want_logits=*/false});
+        plan.push_back(Planned{seq.ticket, choice.index, n, from, 0, /*recompute=*/true});
+      }
+    } else if (w.prompt_tokens > 0) {
       // A prompt whose logprobs are wanted takes one row per token.
       const int n = w.prompt_tokens;
       const bool last = seq.prefilled + n == seq.prompt_len();
@@ -103,6 +124,11 @@ bool DecodeLoop::StepOnce() {
         std::span<const float>(*logits).subspan(row * vocab, p.logit_rows * vocab);
     row += p.logit_rows;
     Sequence& seq = *sequences_.at(p.ticket);
+    if (p.recompute) {
+      // Its K/V is written again; once every choice's is, it runs on.
+      if (seq.state == Sequence::State::kRecomputing) EndRecompute(seq);
+      continue;
+    }
     if (p.prefill_tokens == 0) {
       Choice& choice = seq.choices[p.choice];
       // Its K/V is written now.

@@ -44,6 +44,9 @@ struct Request {
   // The caller's deadline (the RPC's): the request ends DEADLINE_EXCEEDED
   // when it passes.
   absl::Time deadline = absl::InfiniteFuture();
+  // Waiting requests are admitted larger first; a running request of lower
+  // priority is preempted first when the KV pool runs out.
+  int priority = 0;
 };
 
 // Most choices one request may ask for.
@@ -124,8 +127,12 @@ struct LoopStats {
   // found there.
   uint64_t prefix_cache_queried_tokens = 0;
   uint64_t prefix_cache_hit_tokens = 0;
-  // Choices in the running batch; choices admitted but not yet in it
-  // (waiting for the KV cache or Start, or prefilling locally).
+  // Running requests whose blocks were given back to let others grow (they
+  // are recomputed later).
+  uint64_t preemptions = 0;
+  // Choices in the running batch; choices held but not in it (queued for
+  // KV blocks, waiting for the KV cache or Start, prefilling locally, or
+  // preempted and waiting to be recomputed).
   int running = 0;
   int waiting = 0;
   bool draining = false;

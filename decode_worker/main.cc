@@ -49,6 +49,11 @@ ABSL_FLAG(std::string, kv_dtype, "",
 ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
           "KV cache blocks in the pool; 0 = enough for 8 full-context sequences");
+ABSL_FLAG(int, kv_watermark_blocks, -1,
+          "KV blocks admission leaves free for running sequences to grow into (a request holds "
+          "its prompt's blocks and takes one more as each fills; when none is left, the running "
+          "request of lowest priority is preempted and recomputed later); -1 = 2% of the pool, "
+          "at least 1");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block (must match the prefill workers')");
 ABSL_FLAG(int, max_batch_tokens, 2048,
           "Most tokens one engine step carries: one per running sequence, then chunks of local "
@@ -117,6 +122,7 @@ absl::Status Run() {
   options.kv_dtype = kv_dtype;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.kv_watermark_blocks = absl::GetFlag(FLAGS_kv_watermark_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   ASSIGN_OR_RETURN(options.schedule_policy,

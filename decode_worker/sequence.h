@@ -51,31 +51,45 @@ struct Choice {
 };
 
 struct DecodeLoop::Sequence {
-  // The request's life cycle. A remote prefill goes kAdmitted, kReceiving,
-  // kKvReady, kRunning; a local one kPrefilling, kRunning; any of them may
-  // end at any point: kEnded, or kCancelling first while the receiver may
-  // still write into its blocks. MoveTo checks every transition.
+  // The request's life cycle. Every request starts kQueued (held, no KV
+  // blocks yet) until the pool has room for it. A remote prefill then goes
+  // kAdmitted, kReceiving, kKvReady, kRunning; a local one kPrefilling,
+  // kRunning. A running request whose choices cannot grow may be preempted
+  // (kPreempted: its blocks are given back) and later recomputed
+  // (kRecomputing) from its prompt and the tokens it generated, then runs
+  // on. Any of them may end at any point: kEnded, or kCancelling first while
+  // the receiver may still write into its blocks. MoveTo checks every
+  // transition.
   enum class State {
-    kAdmitted,    // Remote: blocks held, no lease issued yet.
-    kReceiving,   // Remote: its lease is open (the Start may be in already).
-    kKvReady,     // Remote: every KV byte landed; waiting for the Start.
-    kPrefilling,  // Local: prompt chunks still to step (on choice 0).
-    kRunning,     // Its unfinished choices are in the batch.
-    kCancelling,  // Ended (the sink knows); its blocks go once the lease's
-                  // done callback runs.
-    kEnded,       // Ended and its blocks given back; about to be destroyed.
+    kQueued,       // Waiting for admission: no blocks held.
+    kAdmitted,     // Remote: blocks held, no lease issued yet.
+    kReceiving,    // Remote: its lease is open (the Start may be in already).
+    kKvReady,      // Remote: every KV byte landed; waiting for the Start.
+    kPrefilling,   // Local: prompt chunks still to step (on choice 0).
+    kRunning,      // Its unfinished choices are in the batch.
+    kPreempted,    // Its blocks were given back; waits to be recomputed.
+    kRecomputing,  // Its choices' written tokens are being computed again.
+    kCancelling,   // Ended (the sink knows); its blocks go once the lease's
+                   // done callback runs.
+    kEnded,        // Ended and its blocks given back; about to be destroyed.
   };
 
   static bool Legal(State from, State to) {
     switch (from) {
+      case State::kQueued:
+        return to == State::kAdmitted || to == State::kPrefilling || to == State::kEnded;
       case State::kAdmitted:
-        return to == State::kReceiving || to == State::kPrefilling || to == State::kEnded;
+        return to == State::kReceiving || to == State::kEnded;
       case State::kReceiving:
         return to == State::kKvReady || to == State::kCancelling || to == State::kEnded;
       case State::kKvReady:
       case State::kPrefilling:
+      case State::kRecomputing:
         return to == State::kRunning || to == State::kEnded;
       case State::kRunning:
+        return to == State::kPreempted || to == State::kEnded;
+      case State::kPreempted:
+        return to == State::kRecomputing || to == State::kEnded;
       case State::kCancelling:
         return to == State::kEnded;
       case State::kEnded:
@@ -87,6 +101,10 @@ struct DecodeLoop::Sequence {
     CHECK(Legal(state, next)) << "request '" << request.request_id << "': illegal transition "
                               << static_cast<int>(state) << " -> " << static_cast<int>(next);
     state = next;
+  }
+  // Waiting for KV blocks: queued or preempted.
+  bool waiting_for_blocks() const {
+    return state == State::kQueued || state == State::kPreempted;
   }
   // The sink has heard the end.
   bool ended() const { return state == State::kCancelling || state == State::kEnded; }
@@ -114,7 +132,9 @@ struct DecodeLoop::Sequence {
   const Request request;
   const std::shared_ptr<EventSink> sink;
   std::vector<Choice> choices;
-  State state = State::kAdmitted;
+  State state = State::kQueued;
+  // Hashes of the prompt's blocks to look up at admission (PromptHashes).
+  std::vector<BlockHash> prompt_hashes;
   // Prompt tokens choice 0's table took from the prefix cache (whole
   // blocks): not prefilled locally, not leased remotely.
   int cached_tokens = 0;

@@ -324,7 +324,7 @@ TEST(DecodeLoop, SenderAbortEndsTheStreamAndFreesBlocks) {
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
-TEST(DecodeLoop, RequestsBeyondThePoolAreRefused) {
+TEST(DecodeLoop, RequestsBeyondThePoolAreRefusedOthersWait) {
   DecodeLoopOptions options;
   options.kv_blocks = 4;  // 64 tokens
   DecodeHarness h(options);
@@ -336,20 +336,25 @@ TEST(DecodeLoop, RequestsBeyondThePoolAreRefused) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("needs 5 KV blocks")));
   EXPECT_THAT(sink->status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("has 4 in all")));
-  // One that fits holds its blocks; the next finds the pool short.
+  // One that fits holds its prompt's blocks; the next, which would fit
+  // alone, waits for them instead of failing.
   auto holder = NewSink();
   ASSERT_OK_AND_ASSIGN(
       DecodeLoop::Ticket held,
       h.loop().Submit(RemoteRequest("hold", RandomTokens(20, kVocab, 2), 20), holder));
   ASSERT_TRUE(holder->WaitReserved());
-  auto second = NewSink();
-  ASSERT_OK(
-      h.loop().Submit(LocalRequest("second", RandomTokens(20, kVocab, 3), 20), second).status());
-  ASSERT_TRUE(second->WaitEnded());
-  EXPECT_THAT(second->status(),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("1 of 4 are free")));
-  EXPECT_TRUE(testing::WaitFor([&] { return h.loop().Stats().kv_blocks_free == 1; }));
+  const Request second = LocalRequest("second", RandomTokens(20, kVocab, 3), 20);
+  auto second_sink = NewSink();
+  ASSERT_OK(h.loop().Submit(second, second_sink).status());
+  EXPECT_TRUE(testing::WaitFor([&] {
+    const LoopStats s = h.loop().Stats();
+    return s.kv_blocks_free == 2 && s.waiting == 2;
+  }));
+  EXPECT_FALSE(second_sink->WaitEnded(absl::ZeroDuration()));
   h.loop().Cancel(held);
+  ASSERT_TRUE(second_sink->WaitEnded());
+  ASSERT_OK(second_sink->status());
+  EXPECT_EQ(second_sink->tokens(), h.Expected(second));
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
