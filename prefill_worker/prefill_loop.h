@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
+#include "common/engine/worker_stats.h"
 #include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
@@ -82,29 +83,9 @@ struct PrefillLoopOptions {
 };
 
 // A snapshot for WorkerStats.
-struct PrefillStats {
-  std::string model;
-  std::string weights_fingerprint;
-  // DTypeName of the KV cache's element type.
-  std::string kv_dtype;
-  int vocab_size = 0;
-  int max_context = 0;
-  int block_size = 0;
-  int kv_blocks_total = 0;
-  int kv_blocks_free = 0;  // Unused cached blocks count as free.
-  int kv_blocks_cached = 0;
-  int running = 0;  // Jobs in compute or transfer.
-  int waiting = 0;  // Jobs queued for blocks.
-  bool draining = false;
-  uint64_t requests_total = 0;
-  uint64_t requests_failed = 0;
-  uint64_t kv_transfers = 0;
-  uint64_t kv_transfer_bytes = 0;
-  uint64_t kv_transfers_failed = 0;
-  // Prompt tokens looked up in the prefix cache (whole blocks) and found.
-  uint64_t prefix_cache_queried_tokens = 0;
-  uint64_t prefix_cache_hit_tokens = 0;
-  uint64_t steps = 0;  // Engine steps run (not in WorkerStats).
+// WorkerStats (role "prefill"), and the engine steps run.
+struct PrefillStats : WorkerStatsRecord {
+  uint64_t steps = 0;
 };
 
 class PrefillLoop {

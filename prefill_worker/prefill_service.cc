@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/engine/engine_proto.h"
+#include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
 
 namespace tandem::prefill {
@@ -64,29 +65,6 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto) {
-  proto->set_role("prefill");
-  proto->set_model(stats.model);
-  proto->set_weights_fingerprint(stats.weights_fingerprint);
-  proto->set_kv_dtype(stats.kv_dtype);
-  proto->set_vocab_size(stats.vocab_size);
-  proto->set_max_context(stats.max_context);
-  proto->set_block_size(stats.block_size);
-  proto->set_kv_blocks_total(stats.kv_blocks_total);
-  proto->set_kv_blocks_free(stats.kv_blocks_free);
-  proto->set_running(stats.running);
-  proto->set_waiting(stats.waiting);
-  proto->set_draining(stats.draining);
-  proto->set_requests_total(stats.requests_total);
-  proto->set_requests_failed(stats.requests_failed);
-  proto->set_kv_transfers(stats.kv_transfers);
-  proto->set_kv_transfer_bytes(stats.kv_transfer_bytes);
-  proto->set_kv_transfers_failed(stats.kv_transfers_failed);
-  proto->set_prefix_cache_queried_tokens(stats.prefix_cache_queried_tokens);
-  proto->set_prefix_cache_hit_tokens(stats.prefix_cache_hit_tokens);
-  proto->set_kv_blocks_cached(stats.kv_blocks_cached);
-}
-
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,
                                                   tandem::v1::PrefillResponse* response) {
@@ -108,7 +86,7 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PrefillService::GetStats(grpc::CallbackServerContext* context,
                                                    const tandem::v1::StatsRequest*,
                                                    tandem::v1::WorkerStats* response) {
-  StatsToProto(loop_->Stats(), response);
+  WorkerStatsToProto(loop_->Stats(), "prefill", response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

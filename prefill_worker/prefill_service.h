@@ -34,8 +34,6 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
 // The RPC's deadline as an absl::Time (InfiniteFuture when it has none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 
-void StatsToProto(const PrefillStats& stats, tandem::v1::WorkerStats* proto);
-
 }  // namespace tandem::prefill
 
 #endif  // TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_

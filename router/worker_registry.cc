@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 
@@ -149,24 +150,10 @@ WorkerSnapshot Worker::Snapshot() const {
   s.address = address_;
   s.target = target_;
   s.role = role_;
+  static_cast<WorkerStatsRecord&>(s) = WorkerStatsFromProto(stats_);
   s.healthy = healthy_;
-  s.draining = stats_.draining();
   s.in_pool = in_pool_;
   if (!in_pool_) s.disagreement = disagreement_;
-  s.model = stats_.model();
-  s.weights_fingerprint = stats_.weights_fingerprint();
-  s.kv_dtype = stats_.kv_dtype();
-  s.vocab_size = stats_.vocab_size();
-  s.max_context = stats_.max_context();
-  s.block_size = stats_.block_size();
-  s.kv_blocks_total = stats_.kv_blocks_total();
-  s.kv_blocks_free = stats_.kv_blocks_free();
-  s.running = stats_.running();
-  s.waiting = stats_.waiting();
-  s.requests_total = stats_.requests_total();
-  s.prefix_cache_queried_tokens = stats_.prefix_cache_queried_tokens();
-  s.prefix_cache_hit_tokens = stats_.prefix_cache_hit_tokens();
-  s.kv_blocks_cached = stats_.kv_blocks_cached();
   s.inflight = inflight_;
   // Saturated: thousands of long requests may reserve more than 2^31 blocks.
   s.reserved_blocks = static_cast<int32_t>(

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/engine/worker_stats.h"
+
 namespace tandem::router {
 
 enum class WorkerRole { kPrefill, kDecode };
@@ -18,7 +20,10 @@ inline const char* WorkerRoleName(WorkerRole role) {
   return role == WorkerRole::kPrefill ? "prefill" : "decode";
 }
 
-struct WorkerSnapshot {
+// The worker's last stats (WorkerStatsRecord: zero before the first
+// successful poll; `draining`: it finishes its work but takes no more),
+// and the router's own view of it.
+struct WorkerSnapshot : WorkerStatsRecord {
   // ip:port (or [ipv6]:port) of this one worker.
   std::string address;
   // The target it was resolved from (host:port as given on the command line).
@@ -27,8 +32,6 @@ struct WorkerSnapshot {
 
   // The last GetStats poll succeeded (and one has succeeded at all).
   bool healthy = false;
-  // The worker said it is draining: it finishes its work but takes no more.
-  bool draining = false;
   // The worker agrees with its pool on the model and the KV layout (see
   // router/pool_identity.h); false until the registry has checked its
   // latest stats. Made-up snapshots (tests, simulators) default to true.
@@ -36,24 +39,6 @@ struct WorkerSnapshot {
   // Why it is out of the pool ("has kv_dtype bf16, the pool has f32");
   // empty when in the pool or not checked yet.
   std::string disagreement;
-
-  // From the last successful GetStats (zero before the first).
-  std::string model;
-  std::string weights_fingerprint;
-  std::string kv_dtype;
-  int32_t vocab_size = 0;
-  int32_t max_context = 0;
-  int32_t block_size = 0;
-  int32_t kv_blocks_total = 0;
-  int32_t kv_blocks_free = 0;
-  int32_t running = 0;
-  int32_t waiting = 0;
-  // Counters since the worker started (a drop means it restarted), and the
-  // KV blocks its prefix cache holds.
-  uint64_t requests_total = 0;
-  uint64_t prefix_cache_queried_tokens = 0;
-  uint64_t prefix_cache_hit_tokens = 0;
-  int32_t kv_blocks_cached = 0;
 
   // Router-side view, live (not from stats): requests this router has open
   // on the worker, and KV blocks it has asked the worker to reserve that the
