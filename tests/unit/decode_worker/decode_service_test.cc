@@ -224,6 +224,14 @@ TEST_F(DecodeServiceTest, TooManyChoicesIsInvalidArgument) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST(DecodeServiceRequestTest, PriorityIsCarriedIntoTheRequest) {
+  v1::DecodeRequest request;
+  request.set_priority(-7);
+  EXPECT_EQ(FromProto(request).priority, -7);
+  request.set_priority(12);
+  EXPECT_EQ(FromProto(request).priority, 12);
+}
+
 TEST(DecodeServiceStatsTest, ReportTheKvDtypeAndTheFingerprintGiven) {
   DecodeLoopOptions options;
   options.kv_dtype = DType::kBF16;
