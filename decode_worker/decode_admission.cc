@@ -227,7 +227,22 @@ void DecodeLoop::HandleStart(StartCmd cmd) {
       return;
     }
   }
+  if (!cmd.sampler_draws.empty() && static_cast<int>(cmd.sampler_draws.size()) != seq.n()) {
+    cmd.done(absl::InvalidArgumentError(absl::StrCat(
+        "Start for request '", cmd.request_id, "' carries ", cmd.sampler_draws.size(),
+        " sampler draw counts but the request has ", seq.n(), " choices")));
+    return;
+  }
+  for (uint64_t draws : cmd.sampler_draws) {
+    if (draws > Sampler::kMaxAdvance) {
+      cmd.done(absl::InvalidArgumentError(absl::StrCat(
+          "a sampler draw count of ", draws, " is out of range; at most ", Sampler::kMaxAdvance)));
+      return;
+    }
+  }
   seq.first_tokens = std::move(cmd.first_tokens);
+  seq.first_draws = std::move(cmd.sampler_draws);
+  seq.first_draws.resize(seq.n(), 0);
   seq.started = cmd.received;
   seq.start_done = std::move(cmd.done);
   // Otherwise it waits for the lease: OnLeaseDone commits or fails it.
@@ -271,10 +286,10 @@ void DecodeLoop::Commit(Sequence& seq) {
   for (int i = 0; i < seq.n(); ++i) {
     Choice& choice = seq.choices[i];
     // The prefill worker sampled this first token with a Sampler of the same
-    // parameters and seed, which drew once from its random stream (unless
-    // greedy). Skip that draw so that the tokens that follow are exactly
-    // those a local run of the request gives.
-    choice.sampler.SkipDraw();
+    // parameters and seed, which drew this many numbers from its random
+    // stream: skip them, so that the tokens that follow are exactly those a
+    // local run of the request gives.
+    CHECK(choice.sampler.Advance(seq.first_draws[i]));
     // The first token counts, but the client already has it: not emitted.
     const int32_t token = first[i];
     bool ended = false;

@@ -141,14 +141,16 @@ DecodeLoop::Ticket DecodeLoop::RandomTicketBase() {
 }
 
 void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t first_token,
-                       std::vector<int32_t> extra_first_tokens, StartDoneFn done) {
+                       std::vector<int32_t> extra_first_tokens, StartDoneFn done,
+                       std::vector<uint64_t> sampler_draws) {
   std::vector<int32_t> first_tokens = {first_token};
   first_tokens.insert(first_tokens.end(), extra_first_tokens.begin(), extra_first_tokens.end());
   {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
       inbox_.starts.push_back(StartCmd{std::move(request_id), generation, std::move(first_tokens),
-                                       std::move(done), clock_->Now()});
+                                       std::move(sampler_draws), std::move(done),
+                                       clock_->Now()});
       return;
     }
   }

@@ -151,14 +151,19 @@ class DecodeLoop {
 
   // The prefill of a reserved request is done and produced `first_token`
   // (choice 0's) and `extra_first_tokens` (the other choices', in order).
+  // `sampler_draws` says, per choice, how many numbers the prefill worker's
+  // sampler drew for its first token (PrefillResponse.sampler_draws; empty:
+  // none, as when greedy): each choice's sampler advances by as many, so
+  // that the tokens that follow are those one sampler would give.
   // `done` runs (on the loop thread) once the sequences are committed, or
   // with NOT_FOUND (no reservation), FAILED_PRECONDITION (stale generation,
   // already started, local prefill), INVALID_ARGUMENT (token out of range,
-  // not one first token per choice) or the KV transfer's error. A Start that
-  // arrives before the KV cache has waits for it (until the lease deadline)
-  // without holding up the loop.
+  // not one first token and draw count per choice) or the KV transfer's
+  // error. A Start that arrives before the KV cache has waits for it (until
+  // the lease deadline) without holding up the loop.
   void Start(std::string request_id, uint64_t generation, int32_t first_token,
-             std::vector<int32_t> extra_first_tokens, StartDoneFn done);
+             std::vector<int32_t> extra_first_tokens, StartDoneFn done,
+             std::vector<uint64_t> sampler_draws = {});
   // A request of one choice.
   void Start(std::string request_id, uint64_t generation, int32_t first_token, StartDoneFn done) {
     Start(std::move(request_id), generation, first_token, {}, std::move(done));
@@ -198,6 +203,7 @@ class DecodeLoop {
     std::string request_id;
     uint64_t generation;
     std::vector<int32_t> first_tokens;
+    std::vector<uint64_t> sampler_draws;
     StartDoneFn done;
     absl::Time received;
   };

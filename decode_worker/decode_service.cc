@@ -8,6 +8,7 @@
 
 #include "absl/time/time.h"
 #include "common/engine/engine_proto.h"
+#include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
 
@@ -110,26 +111,7 @@ v1::DecodeFinished ToProto(const Finished& finished) {
 
 v1::WorkerStats ToProto(const LoopStats& s) {
   v1::WorkerStats w;
-  w.set_role("decode");
-  w.set_model(s.model);
-  w.set_weights_fingerprint(s.weights_fingerprint);
-  w.set_kv_dtype(s.kv_dtype);
-  w.set_vocab_size(s.vocab_size);
-  w.set_max_context(s.max_context);
-  w.set_block_size(s.block_size);
-  w.set_kv_blocks_total(s.kv_blocks_total);
-  w.set_kv_blocks_free(s.kv_blocks_free);
-  w.set_running(s.running);
-  w.set_waiting(s.waiting);
-  w.set_draining(s.draining);
-  w.set_requests_total(s.requests_total);
-  w.set_requests_failed(s.requests_failed);
-  w.set_kv_transfers(s.kv_transfers);
-  w.set_kv_transfer_bytes(s.kv_transfer_bytes);
-  w.set_kv_transfers_failed(s.kv_transfers_failed);
-  w.set_prefix_cache_queried_tokens(s.prefix_cache_queried_tokens);
-  w.set_prefix_cache_hit_tokens(s.prefix_cache_hit_tokens);
-  w.set_kv_blocks_cached(s.kv_blocks_cached);
+  WorkerStatsToProto(s, "decode", &w);
   return w;
 }
 
@@ -156,7 +138,9 @@ grpc::ServerUnaryReactor* DecodeService::Start(grpc::CallbackServerContext* ctx,
   loop_->Start(request->request_id(), request->generation(), request->first_token(),
                std::vector<int32_t>(request->extra_first_tokens().begin(),
                                     request->extra_first_tokens().end()),
-               [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpc(status)); });
+               [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpc(status)); },
+               std::vector<uint64_t>(request->sampler_draws().begin(),
+                                     request->sampler_draws().end()));
   return reactor;
 }
 

@@ -16,6 +16,7 @@
 #include "common/engine/generate.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
+#include "common/engine/worker_stats.h"
 
 namespace tandem::decode {
 
@@ -110,39 +111,13 @@ class EventSink {
 using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
 
 // A snapshot of the worker for WorkerStats.
-struct LoopStats {
-  std::string model;
-  std::string weights_fingerprint;
-  // DTypeName of the KV cache's element type.
-  std::string kv_dtype;
-  int vocab_size = 0;
-  int max_context = 0;
-  int block_size = 0;
-  int kv_blocks_total = 0;
-  // Free blocks, cached unused ones included (they are evicted on demand).
-  int kv_blocks_free = 0;
-  // Blocks registered in the prefix cache, in use or not.
-  int kv_blocks_cached = 0;
-  // Prompt tokens looked up in the prefix cache (whole blocks) and those
-  // found there.
-  uint64_t prefix_cache_queried_tokens = 0;
-  uint64_t prefix_cache_hit_tokens = 0;
-  // Running requests whose blocks were given back to let others grow (they
-  // are recomputed later).
+// WorkerStats (role "decode"; `running` counts the choices in the batch,
+// `waiting` those held but not in it: queued for KV blocks, waiting for the
+// KV cache or Start, prefilling locally, or preempted), and the running
+// requests whose blocks were given back to let others grow (recomputed
+// later).
+struct LoopStats : WorkerStatsRecord {
   uint64_t preemptions = 0;
-  // Choices in the running batch; choices held but not in it (queued for
-  // KV blocks, waiting for the KV cache or Start, prefilling locally, or
-  // preempted and waiting to be recomputed).
-  int running = 0;
-  int waiting = 0;
-  bool draining = false;
-  uint64_t requests_total = 0;
-  // Requests refused or ended with an error (client cancellations excluded).
-  uint64_t requests_failed = 0;
-  uint64_t kv_transfers = 0;
-  uint64_t kv_transfer_bytes = 0;
-  // KV transfers that failed (cancellations excluded).
-  uint64_t kv_transfers_failed = 0;
 };
 
 }  // namespace tandem::decode

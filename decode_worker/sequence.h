@@ -144,6 +144,8 @@ struct DecodeLoop::Sequence {
   absl::Time lease_deadline = absl::InfiniteFuture();
   // From Start: every choice's first token, choice 0's first.
   std::optional<std::vector<int32_t>> first_tokens;
+  // From Start: the random numbers each choice's first token took.
+  std::vector<uint64_t> first_draws;
   StartDoneFn start_done;  // Start waiting for the KV cache.
 
   // Local prefill: prompt tokens already stepped, and the logprobs of the

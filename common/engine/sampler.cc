@@ -115,13 +115,6 @@ void Sampler::Accept(int32_t token) {
   if (count_output_) ++output_counts_[token];
 }
 
-void Sampler::SkipDraw() {
-  if (!greedy()) {
-    (void)rng_();
-    ++draws_;
-  }
-}
-
 bool Sampler::Advance(uint64_t n) {
   if (n > kMaxAdvance) return false;
   rng_.discard(n);

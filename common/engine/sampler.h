@@ -82,10 +82,6 @@ class Sampler {
   // Records a token appended to the sequence (sampled here or elsewhere).
   void Accept(int32_t token);
 
-  // Advances the random stream as one Sample would, for a token another
-  // sampler of the same parameters and seed drew (Accept it as well).
-  void SkipDraw();
-
   // Numbers drawn from the random stream so far (0 while greedy).
   uint64_t draws() const { return draws_; }
   // Advances the random stream by `n` numbers: what another sampler of the

@@ -182,9 +182,13 @@ grpc::ServerUnaryReactor* InstantDecodeWorker::GetStats(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* InstantPrefillWorker::Prefill(grpc::CallbackServerContext* ctx,
-                                                        const v1::PrefillRequest*,
+                                                        const v1::PrefillRequest* request,
                                                         v1::PrefillResponse* response) {
   response->set_first_token(kFirstToken);
+  // One first token and one (greedy: zero) draw count per choice.
+  const int n = std::max(1, request->n());
+  for (int c = 1; c < n; ++c) response->add_extra_first_tokens(kFirstToken);
+  for (int c = 0; c < n; ++c) response->add_sampler_draws(0);
   return Reply(ctx, grpc::Status::OK);
 }
 

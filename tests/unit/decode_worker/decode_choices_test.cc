@@ -315,6 +315,15 @@ TEST(DecodeChoices, StartNeedsOneFirstTokenPerChoice) {
   StartResult bad_token;
   h.loop().Start(r.request_id, sink->generation(), 1, {2, kVocab}, bad_token.Callback());
   EXPECT_THAT(bad_token.Wait(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("range")));
+  StartResult two_draws;
+  h.loop().Start(r.request_id, sink->generation(), 1, {2, 3}, two_draws.Callback(), {1, 1});
+  EXPECT_THAT(two_draws.Wait(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sampler draw counts")));
+  StartResult huge_draws;
+  h.loop().Start(r.request_id, sink->generation(), 1, {2, 3}, huge_draws.Callback(),
+                 {1, 1, Sampler::kMaxAdvance + 1});
+  EXPECT_THAT(huge_draws.Wait(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("sampler draw count of")));
   // The reservation is still there: a good Start goes through.
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> first,
                        h.prefill().PrefillChoices(r.prompt, sink->descriptor(), -1, r.sampling, 3,

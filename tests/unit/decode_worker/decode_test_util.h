@@ -140,6 +140,8 @@ class FakePrefill {
     uint64_t id = 0;
     std::optional<absl::Status> done;
     absl::StatusOr<std::vector<int32_t>> first_tokens = std::vector<int32_t>();
+    // Per choice: the numbers its sampler drew for the first token.
+    std::vector<uint64_t> draws;
   };
 
   // The first half of PrefillChoices: computes `prompt`, posts every
@@ -184,7 +186,9 @@ class FakePrefill {
       params.seed = ChoiceSeed(sampling.seed, i);
       Sampler sampler(params, prompt, stop_ids);
       first.push_back(sampler.Sample(*logits));
+      sent->draws.push_back(sampler.draws());
     }
+    last_draws_ = sent->draws;
     sent->first_tokens = std::move(first);
     return sent;
   }
@@ -214,7 +218,11 @@ class FakePrefill {
     return sent.first_tokens;
   }
 
+  // The draw counts of the last prefill sent (for Start).
+  const std::vector<uint64_t>& last_draws() const { return last_draws_; }
+
  private:
+  std::vector<uint64_t> last_draws_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<kvtransfer::FaultyTransport> transport_;
   std::unique_ptr<kvtransfer::TransferSender> sender_;
@@ -305,7 +313,8 @@ class DecodeHarness {
                                               r.stop_token_ids));
     StartResult start;
     loop_->Start(r.request_id, sink->generation(), first[0],
-                 std::vector<int32_t>(first.begin() + 1, first.end()), start.Callback());
+                 std::vector<int32_t>(first.begin() + 1, first.end()), start.Callback(),
+                 prefill_->last_draws());
     RETURN_IF_ERROR(start.Wait());
     if (!sink->WaitEnded()) return absl::DeadlineExceededError("test: stream did not end");
     RETURN_IF_ERROR(sink->status());

@@ -255,26 +255,6 @@ TEST(Sampler, AdvancingByTheDrawCountContinuesTheSameStream) {
   EXPECT_FALSE(b.Advance(Sampler::kMaxAdvance + 1));
 }
 
-TEST(Sampler, SkipDrawAdvancesTheStreamLikeOneSample) {
-  std::mt19937_64 rng(12);
-  const std::vector<float> first = RandomLogits(40, rng);
-  std::vector<std::vector<float>> rest;
-  for (int i = 0; i < 30; ++i) rest.push_back(RandomLogits(40, rng));
-  SamplingParams p = Params(1.0f, 0, 1.0f, 77);
-  p.frequency_penalty = 0.7f;
-  Sampler a(p, {}, {}), b(p, {}, {});
-  const int32_t t = a.Sample(first);
-  a.Accept(t);
-  b.SkipDraw();
-  b.Accept(t);
-  for (const auto& logits : rest) {
-    const int32_t x = a.Sample(logits), y = b.Sample(logits);
-    ASSERT_EQ(x, y);
-    a.Accept(x);
-    b.Accept(y);
-  }
-}
-
 TEST(Sampler, DifferentChoiceSeedsGiveDifferentStreams) {
   std::mt19937_64 rng(13);
   std::vector<std::vector<float>> steps;
