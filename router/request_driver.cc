@@ -199,6 +199,25 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   return r;
 }
 
+void RequestDriver::FallBackToLocal(const std::string& detail) {
+  const std::string failures =
+      absl::StrCat("prefill failed on ", absl::StrJoin(prefill_errors_, "; and on "), detail);
+  // A prefill worker lost (or its KV transfer) says nothing about the
+  // request: the decode worker computes the prompt itself, and nothing has
+  // reached the client yet. Overload, deadlines and refusals end it.
+  if (last_prefill_code_ != absl::StatusCode::kUnavailable &&
+      last_prefill_code_ != absl::StatusCode::kAborted &&
+      last_prefill_code_ != absl::StatusCode::kDataLoss) {
+    Finish(absl::Status(PrefillFailureCode(last_prefill_code_), failures));
+    return;
+  }
+  LOG(WARNING) << "request " << request_id_ << ": " << failures
+               << "; computing the prompt on the decode worker";
+  absl::StrAppend(&why_, "; ", failures, ": local prefill");
+  phase_ = Phase::kOpening;
+  RunLocal();
+}
+
 void RequestDriver::RunLocal() {
   local_ = true;
   decode_tried_.clear();
@@ -278,10 +297,7 @@ void RequestDriver::StartPrefill() {
         RunLocal();
         return;
       }
-      Finish(absl::Status(
-          PrefillFailureCode(last_prefill_code_),
-          absl::StrCat("prefill failed on ", absl::StrJoin(prefill_errors_, "; and on "),
-                       " (no other healthy prefill worker to retry on)")));
+      FallBackToLocal(" (no other healthy prefill worker to retry on)");
       return;
     }
     prefill_worker_ = env_.registry->Find(WorkerRole::kPrefill, pick->address);
@@ -555,9 +571,7 @@ void RequestDriver::OnPrefillFailed(const absl::Status& status) {
   last_prefill_code_ = status.code();
   prefill_tried_.insert(prefill_worker_->address());
   if (++prefill_attempt_ >= 2) {
-    Finish(absl::Status(PrefillFailureCode(last_prefill_code_),
-                        absl::StrCat("prefill failed on ",
-                                     absl::StrJoin(prefill_errors_, "; and on "))));
+    FallBackToLocal("");
     return;
   }
   if (env_.options.metrics != nullptr) env_.options.metrics->prefill_retries.Increment();

@@ -138,6 +138,10 @@ class RequestDriver final : public RequestHandle,
   // The prefill attempt failed before any token: retry or give up.
   void OnPrefillFailed(const absl::Status& status);
   void RunLocal();
+  // Every prefill attempt failed (`detail` adds to the message): the
+  // request is prefilled on the decode worker, or fails when the failures
+  // were not about the workers.
+  void FallBackToLocal(const std::string& detail);
   void HandleStreamEvent(const v1::DecodeEvent& event);
   // Sends `ids` of `choice` to the client, checking stop tokens, stop
   // strings and max_tokens. `from_prefill`: a first token of a

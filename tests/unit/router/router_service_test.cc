@@ -148,21 +148,41 @@ TEST(RouterServiceTest, PrefillFailureIsRetriedOnTheOtherPrefillWorker) {
             "kv:" + decode_requests[1].request_id());
 }
 
-TEST(RouterServiceTest, BothPrefillWorkersFailingIsAnErrorNamingThem) {
+// Both prefill workers lost the request (their KV link is down): the
+// decode worker computes the prompt and the request goes on.
+TEST(RouterServiceTest, WhenEveryPrefillWorkerIsLostTheDecodeWorkerComputesThePrompt) {
   auto h = StartHarness({.prefill = 2, .decode = 1});
   ASSERT_NE(h, nullptr);
   h->prefill(0).SetBehaviour({.fail = absl::UnavailableError("kv link down")});
   h->prefill(1).SetBehaviour({.fail = absl::UnavailableError("kv link down")});
   const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(0)));
-  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(1)));
-  EXPECT_THAT(r.status.error_message(), HasSubstr("kv link down"));
-  EXPECT_TRUE(r.tokens.empty());
-  // Both reservations were given back.
-  EXPECT_EQ(h->decode(0).requests().size(), 2u);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 3u);
+  EXPECT_FALSE(r.finished.disaggregated());
+  // Both reservations were given back, then the request ran locally.
+  const std::vector<v1::DecodeRequest> seen = h->decode(0).requests();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(seen[1].local_prefill());
+  EXPECT_TRUE(seen[2].local_prefill());
   EXPECT_TRUE(h->decode(0).WaitForCancelled(2, kWait));
   EXPECT_TRUE(h->decode(0).starts().empty());
+}
+
+// Refusals are not losses: both prefill workers full is an error naming
+// them, not a local prefill.
+TEST(RouterServiceTest, BothPrefillWorkersRefusingIsAnErrorNamingThem) {
+  auto h = StartHarness({.prefill = 2, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.fail = absl::ResourceExhaustedError("queue full")});
+  h->prefill(1).SetBehaviour({.fail = absl::ResourceExhaustedError("queue full")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(0)));
+  EXPECT_THAT(r.status.error_message(), HasSubstr(h->prefill_address(1)));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("queue full"));
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(h->decode(0).requests().size(), 2u);
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(2, kWait));
 }
 
 TEST(RouterServiceTest, DecodeWorkerDyingMidStreamIsUnavailableNamingIt) {
