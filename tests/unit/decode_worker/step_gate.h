@@ -21,6 +21,7 @@
 #include "common/compute/backend.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/wire_format.h"
+#include "tests/testing/forwarding_backend.h"
 
 namespace tandem::decode::testing {
 
@@ -61,9 +62,10 @@ class StepLog {
 
 // The CPU backend (or any other) with every step's start logged, and held
 // while the gate is armed until the test allows it.
-class GatedBackend final : public Backend {
+class GatedBackend final : public tandem::testing::ForwardingBackend {
  public:
-  GatedBackend(std::unique_ptr<Backend> inner, StepLog* log) : inner_(std::move(inner)), log_(log) {}
+  GatedBackend(std::unique_ptr<Backend> inner, StepLog* log)
+      : ForwardingBackend(std::move(inner)), log_(log) {}
 
   // From now on each step waits at its start for Allow().
   void Arm() {
@@ -97,17 +99,6 @@ class GatedBackend final : public Backend {
   }
 
   std::string_view name() const override { return "gated"; }
-  absl::Status Supports(DType weights, DType kv) const override {
-    return inner_->Supports(weights, kv);
-  }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
-    return inner_->Allocate(bytes);
-  }
-  void CopyToDevice(const void* h, void* d, size_t n) override { inner_->CopyToDevice(h, d, n); }
-  void CopyToHost(const void* d, void* h, size_t n) override { inner_->CopyToHost(d, h, n); }
-  void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k, bool acc) override {
-    inner_->MatMul(x, w, out, m, n, k, acc);
-  }
   // The first thing every forward pass does.
   void Embed(MatrixRef t, std::span<const int32_t> ids, int dim, float* out) override {
     log_->Add(StepLog::Kind::kStep, static_cast<int>(ids.size()));
@@ -117,34 +108,15 @@ class GatedBackend final : public Backend {
       auto go = [this, me]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !armed_ || allowed_ >= me; };
       mu_.Await(absl::Condition(&go));
     }
-    inner_->Embed(t, ids, dim, out);
-  }
-  void AddBias(float* x, int stride, const float* bias, int rows, int n) override {
-    inner_->AddBias(x, stride, bias, rows, n);
-  }
-  void RmsNorm(const float* x, const float* w, float* out, int rows, int dim, float eps) override {
-    inner_->RmsNorm(x, w, out, rows, dim, eps);
-  }
-  void Rope(float* q, int qs, float* k, int ks, std::span<const int32_t> positions,
-            const AttentionShape& shape, const float* cos_sin) override {
-    inner_->Rope(q, qs, k, ks, positions, shape, cos_sin);
-  }
-  void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override {
-    inner_->SwiGlu(gate_up, out, rows, hidden);
+    ForwardingBackend::Embed(t, ids, dim, out);
   }
   void WriteKv(const float* k, int ks, const float* v, int vs, std::span<const AttentionRow> rows,
                int layer, const KvLayout& layout, void* cache) override {
-    inner_->WriteKv(k, ks, v, vs, rows, layer, layout, cache);
+    ForwardingBackend::WriteKv(k, ks, v, vs, rows, layer, layout, cache);
     log_->Add(StepLog::Kind::kKv, layer);
-  }
-  void PagedAttention(const float* q, int qs, std::span<const AttentionRow> rows, int layer,
-                      const KvLayout& layout, const void* cache, const AttentionShape& shape,
-                      float* out) override {
-    inner_->PagedAttention(q, qs, rows, layer, layout, cache, shape, out);
   }
 
  private:
-  const std::unique_ptr<Backend> inner_;
   StepLog* const log_;
   mutable absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;

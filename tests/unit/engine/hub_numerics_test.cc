@@ -14,6 +14,7 @@
 #include "common/model/hub_model.h"
 #include "common/model/synthetic.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_backend.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
@@ -193,52 +194,22 @@ TEST(HubNumericsBf16, HalfPrecisionKvCacheStaysWithinTolerance) {
 
 // A backend that computes in f32 only, as the CUDA backend does for now: the
 // CPU backend behind a Supports() that refuses 16-bit types.
-class F32OnlyBackend final : public Backend {
+class F32OnlyBackend final : public testing::ForwardingBackend {
  public:
-  explicit F32OnlyBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   std::string_view name() const override { return "f32-only"; }
   absl::Status Supports(DType weights, DType kv) const override {
     if (weights != DType::kF32 || kv != DType::kF32) return absl::UnimplementedError("f32 only");
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
-    return inner_->Allocate(bytes);
-  }
-  void CopyToDevice(const void* h, void* d, size_t n) override { inner_->CopyToDevice(h, d, n); }
-  void CopyToHost(const void* d, void* h, size_t n) override { inner_->CopyToHost(d, h, n); }
   void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k, bool acc) override {
     CHECK(w.dtype == DType::kF32) << "a 16-bit matrix reached an f32-only backend";
-    inner_->MatMul(x, w, out, m, n, k, acc);
+    ForwardingBackend::MatMul(x, w, out, m, n, k, acc);
   }
   void Embed(MatrixRef t, std::span<const int32_t> ids, int dim, float* out) override {
     CHECK(t.dtype == DType::kF32) << "a 16-bit table reached an f32-only backend";
-    inner_->Embed(t, ids, dim, out);
+    ForwardingBackend::Embed(t, ids, dim, out);
   }
-  void AddBias(float* x, int stride, const float* bias, int rows, int n) override {
-    inner_->AddBias(x, stride, bias, rows, n);
-  }
-  void RmsNorm(const float* x, const float* w, float* out, int rows, int dim, float eps) override {
-    inner_->RmsNorm(x, w, out, rows, dim, eps);
-  }
-  void Rope(float* q, int qs, float* k, int ks, std::span<const int32_t> positions,
-            const AttentionShape& shape, const float* cos_sin) override {
-    inner_->Rope(q, qs, k, ks, positions, shape, cos_sin);
-  }
-  void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override {
-    inner_->SwiGlu(gate_up, out, rows, hidden);
-  }
-  void WriteKv(const float* k, int ks, const float* v, int vs, std::span<const AttentionRow> rows,
-               int layer, const KvLayout& layout, void* cache) override {
-    inner_->WriteKv(k, ks, v, vs, rows, layer, layout, cache);
-  }
-  void PagedAttention(const float* q, int qs, std::span<const AttentionRow> rows, int layer,
-                      const KvLayout& layout, const void* cache, const AttentionShape& shape,
-                      float* out) override {
-    inner_->PagedAttention(q, qs, rows, layer, layout, cache, shape, out);
-  }
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 // bf16 weights on a backend that computes in f32 only are widened as they
