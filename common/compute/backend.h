@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -50,10 +51,70 @@ struct MatrixRef {
   DType dtype;
 };
 
+// One contiguous copy between a backend buffer and a host buffer: bytes
+// [src_offset, src_offset + bytes) of the source to dst_offset on.
+struct CopyRange {
+  size_t src_offset;
+  size_t dst_offset;
+  size_t bytes;
+};
+
+// Moves KV bytes between backend memory and host staging memory while the
+// backend goes on computing (on a GPU: a copy stream ordered after the
+// compute work by events). Used by a backend whose memory is not host
+// memory, so that a KV transport, which reads and writes host memory only,
+// can ship what the engine computed and land what it receives.
+//
+// Copies of one copier finish in the order they were queued. Called from the
+// thread that drives the backend.
+class KvCopier {
+ public:
+  virtual ~KvCopier() = default;
+
+  // Host memory this copier moves to and from at full speed (page-locked on
+  // a GPU), which a transport may register; freed when destroyed.
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) = 0;
+
+  // Queues copies of `ranges` from backend memory `device` to host memory
+  // `host`. They start only after every backend operation issued before
+  // this call (e.g. the WriteKv of the layer just computed) and overlap the
+  // operations issued after it. Returns a ticket for Finished().
+  virtual absl::StatusOr<uint64_t> ToHost(const void* device, void* host,
+                                          std::span<const CopyRange> ranges) = 0;
+  // Queues copies of `ranges` from host memory `host` to backend memory
+  // `device`. Backend operations that read the destination may be issued
+  // once Finished(ticket) has said true.
+  virtual absl::StatusOr<uint64_t> ToDevice(const void* host, void* device,
+                                            std::span<const CopyRange> ranges) = 0;
+  // Whether the copies of `ticket` have finished (never blocks); an error
+  // when they failed (the backend is broken then). True again when asked
+  // about a ticket that already finished; NOT_FOUND for one never issued.
+  virtual absl::StatusOr<bool> Finished(uint64_t ticket) = 0;
+};
+
+// Memory of the device a backend computes on.
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // Operations return nothing and may run asynchronously, so a backend keeps
+  // the first error any of them hit: OK while none failed. Once it is not OK
+  // the backend is broken for good and every later result is garbage; the
+  // engine checks it after each step and returns it instead of results.
+  virtual absl::Status status() const { return absl::OkStatus(); }
+
+  // The device's memory; nullopt for a backend on host memory.
+  virtual std::optional<DeviceMemory> QueryDeviceMemory() { return std::nullopt; }
+
+  // The copier for KV staging; nullptr when backend memory is host memory,
+  // which a transport can use directly.
+  virtual KvCopier* kv_copier() { return nullptr; }
 
   // OK when this backend computes with weights of `weights` type and a KV
   // cache of `kv` type; otherwise UNIMPLEMENTED saying what it supports.

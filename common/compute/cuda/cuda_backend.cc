@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/compute/cuda/cuda_kv_copier.h"
 #include "common/compute/cuda/cuda_status.h"
 #include "common/compute/cuda/kernels.h"
 
@@ -92,6 +93,30 @@ bool CudaBackend::Begin() {
 
 void CudaBackend::Keep(absl::Status status) {
   if (status_.ok() && !status.ok()) status_ = std::move(status);
+}
+
+std::optional<DeviceMemory> CudaBackend::QueryDeviceMemory() {
+  DeviceMemory memory;
+  if (!Begin()) return std::nullopt;
+  const absl::Status status =
+      TANDEM_CUDA_STATUS(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+  if (!status.ok()) {
+    Keep(status);
+    return std::nullopt;
+  }
+  return memory;
+}
+
+KvCopier* CudaBackend::kv_copier() {
+  if (copier_ == nullptr && Begin()) {
+    absl::StatusOr<std::unique_ptr<CudaKvCopier>> copier = CudaKvCopier::Create(device_);
+    if (copier.ok()) {
+      copier_ = *std::move(copier);
+    } else {
+      Keep(copier.status());
+    }
+  }
+  return copier_.get();
 }
 
 absl::Status CudaBackend::Synchronize() {

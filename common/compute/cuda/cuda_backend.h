@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@
 #include "common/compute/backend.h"
 
 struct cublasContext;
+
+namespace tandem {
+class CudaKvCopier;
+}
 
 namespace tandem {
 
@@ -42,7 +47,9 @@ class CudaBackend final : public Backend {
   const std::string& Describe() const { return description_; }
 
   // The first error of any operation so far; OK when none failed.
-  absl::Status status() const { return status_; }
+  absl::Status status() const override { return status_; }
+  std::optional<DeviceMemory> QueryDeviceMemory() override;
+  KvCopier* kv_copier() override;
   // Waits for queued work and returns status().
   absl::Status Synchronize();
   // Device memory bandwidth in bytes/s: best of several device-to-device
@@ -110,6 +117,7 @@ class CudaBackend final : public Backend {
   Upload rows_upload_;         // packed attention rows
   Scratch attention_scratch_;  // partial results of split attention
   std::vector<int32_t> host_ints_;
+  std::unique_ptr<CudaKvCopier> copier_;  // Made on first use.
 };
 
 }  // namespace tandem
