@@ -25,10 +25,12 @@ ABSL_FLAG(std::string, model, "",
           "Source model: a llama2.c checkpoint, a GGUF file or a hub folder (or use --synthetic)");
 ABSL_FLAG(std::string, synthetic, "",
           "Instead of --model, random weights of a named shape: stories15M, stories110M, "
-          "llama3.2-1b");
+          "llama3.2-1b, llama3-8b (16 GB in bf16)");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
 ABSL_FLAG(int, seq_len, 0,
           "Context length of --synthetic weights (1 to 131072); 0 = the shape's own");
+ABSL_FLAG(int, vocab_size, 0,
+          "Vocabulary of --synthetic weights (e.g. to match --tokenizer); 0 = the shape's own");
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer to write as tokenizer.json: llama2.c tokenizer.bin or SentencePiece .model "
           "(optional)");
@@ -55,9 +57,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
     config = Stories110MShape();
   } else if (synthetic == "llama3.2-1b") {
     config = Llama32_1BShape();
+  } else if (synthetic == "llama3-8b") {
+    config = Llama3_8BShape();
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--synthetic is '", synthetic, "'; use stories15M, stories110M or llama3.2-1b"));
+        "--synthetic is '", synthetic, "'; use stories15M, stories110M, llama3.2-1b or llama3-8b"));
   }
   if (const int seq_len = absl::GetFlag(FLAGS_seq_len); seq_len != 0) {
     if (seq_len < 1 || seq_len > 131072) {
@@ -65,6 +69,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
           absl::StrCat("--seq_len is ", seq_len, "; give 1 to 131072, or 0 for the shape's own"));
     }
     config.seq_len = seq_len;
+  }
+  if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab != 0) {
+    if (vocab < 1 || vocab > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab_size is ", vocab, "; give 1 to 1048576, or 0 for the shape's own"));
+    }
+    config.vocab_size = vocab;
   }
   ASSIGN_OR_RETURN(DType dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
   return MakeSyntheticModel(config, absl::GetFlag(FLAGS_seed), dtype);
