@@ -47,6 +47,17 @@ bool MayUseSharedMemory() {
   return false;
 }
 
+// The names of the memory types in `types` (UCS_BIT(ucs_memory_type_t)
+// each), as UCX spells them: "host,cuda".
+std::string MemoryTypeNames(uint64_t types) {
+  std::string names;
+  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t) {
+    if ((types & UCS_BIT(t)) == 0) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ",", ucs_memory_type_names[t]);
+  }
+  return names.empty() ? "none" : names;
+}
+
 // Sets environment variables that are unset for as long as it lives, then
 // removes them again, so that processes started later do not inherit them.
 class ScopedEnvDefaults {
@@ -113,6 +124,13 @@ absl::Status UcxTransport::Impl::Init() {
   }
   ucp_config_release(config);
   RETURN_IF_ERROR(status);
+  // Which memory this UCX build can move (host only without its CUDA
+  // transports), so that the workers can say how their KV reaches it.
+  ucp_context_attr_t context_attr{};
+  context_attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  RETURN_IF_ERROR(UcxError(ucp_context_query(context_, &context_attr),
+                           "querying the memory types of the UCP context"));
+  memory_types_ = context_attr.memory_types;
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -196,9 +214,10 @@ UcxTransport::Impl::~Impl() {
 absl::StatusOr<RegionId> UcxTransport::Impl::RegisterMemory(void* base, size_t length,
                                                             MemoryKind kind) {
   if (kind == MemoryKind::kCuda) {
-    return absl::UnimplementedError(
-        "UcxTransport cannot register CUDA memory: Debian's UCX 1.13 is built without CUDA "
-        "transports; stage GPU KV through pinned host memory");
+    return absl::UnimplementedError(absl::StrCat(
+        "UcxTransport does not register CUDA memory (this UCX supports ",
+        MemoryTypeNames(memory_types_),
+        "); stage GPU KV through page-locked host memory"));
   }
   if (base == nullptr || length == 0) {
     return absl::InvalidArgumentError("RegisterMemory needs a non-null base and a non-zero length");
@@ -535,6 +554,20 @@ void UcxTransport::Discard(IncomingId incoming) { impl_->Discard(incoming); }
 void UcxTransport::Cancel(SendId send) { impl_->Cancel(send); }
 void UcxTransport::Poll(std::vector<TransportEvent>& events) { impl_->Poll(events); }
 void UcxTransport::WaitForActivity(absl::Time deadline) { impl_->WaitForActivity(deadline); }
+
+bool UcxTransport::SupportsMemory(MemoryKind kind) const {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return (impl_->memory_types() & UCS_BIT(UCS_MEMORY_TYPE_HOST)) != 0;
+    case MemoryKind::kCuda:
+      return (impl_->memory_types() & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
+  return false;
+}
+
+std::string UcxTransport::MemoryTypes() const {
+  return MemoryTypeNames(impl_->memory_types());
+}
 
 std::string UcxTransport::Description() const {
   const char* tls = std::getenv("UCX_TLS");

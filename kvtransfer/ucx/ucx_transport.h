@@ -22,6 +22,18 @@
 // the message, or the connection closed), so the slices are safe to reuse
 // as soon as it is reported.
 //
+// Memory: only host memory is registered. Create() asks UCX which memory
+// types it can move (ucp_context_query), and SupportsMemory() says so;
+// Debian's UCX has no CUDA transports, so workers on a GPU stage their KV
+// through page-locked host memory (common/engine/kv_staging.h) and register
+// that. Where UCX does support CUDA memory, the direct path would plug in
+// here and in the workers only: RegisterMemory(kCuda) would map the region
+// with ucp_mem_map's memory_type set to CUDA, and a worker would register
+// its device KV cache instead of creating staging, still handing a layer to
+// the sender only after the device has finished writing it (an event per
+// layer, as the staging copy's ticket is today). The transfer protocol
+// above already takes any registered region.
+//
 // Thread-compatible, like every KvTransport. This header does not include
 // UCX: users of the transport never see UCX types.
 #ifndef TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_H_
@@ -96,6 +108,13 @@ class UcxTransport final : public KvTransport {
   // UCX transports the worker's lanes may use, e.g. "sysv,cma,tcp"; for logs
   // and benchmark tables.
   std::string Description() const;
+
+  // Whether UCX can move memory of `kind` (its context's memory types).
+  // RegisterMemory takes host memory only, whatever this says.
+  bool SupportsMemory(MemoryKind kind) const;
+  // The memory types UCX can move, as it names them ("host" without CUDA
+  // support, e.g. "host,cuda,cuda-managed" with it); for logs.
+  std::string MemoryTypes() const;
 
  private:
   class Impl;  // Holds every UCX object; defined where UCX headers are included.

@@ -40,6 +40,8 @@ class UcxTransport::Impl {
   absl::StatusOr<RegionId> RegisterMemory(void* base, size_t length, MemoryKind kind);
   absl::Status DeregisterMemory(RegionId region);
   const std::string& address() const { return address_; }
+  // UCS_BIT(ucs_memory_type_t) of every memory type the context supports.
+  uint64_t memory_types() const { return memory_types_; }
   absl::StatusOr<PeerId> Connect(std::string_view address);
   void Disconnect(PeerId peer);
   absl::StatusOr<SendId> PostSend(PeerId peer, std::string_view header,
@@ -158,6 +160,7 @@ class UcxTransport::Impl {
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   std::string address_;
+  uint64_t memory_types_ = 0;
 
   absl::flat_hash_map<RegionId, Region> regions_;
   RegionId next_region_ = 1;

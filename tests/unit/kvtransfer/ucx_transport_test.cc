@@ -302,6 +302,17 @@ TEST_F(UcxPairTest, BadArgumentsAreClearErrors) {
   EXPECT_THAT(sender_->DeregisterMemory(77), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(UcxPairTest, ReportsTheMemoryTypesUcxSupports) {
+  EXPECT_TRUE(sender_->SupportsMemory(MemoryKind::kHost));
+  EXPECT_THAT(sender_->MemoryTypes(), HasSubstr("host"));
+  // Whatever UCX supports, device memory is staged, not registered.
+  char byte = 0;
+  EXPECT_THAT(sender_->RegisterMemory(&byte, 1, MemoryKind::kCuda),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr(sender_->MemoryTypes())));
+  EXPECT_EQ(sender_->SupportsMemory(MemoryKind::kCuda),
+            sender_->MemoryTypes().find("cuda") != std::string::npos);
+}
+
 TEST_F(UcxPairTest, WaitForActivityReturnsByItsDeadline) {
   const absl::Time start = absl::Now();
   sender_->WaitForActivity(start + absl::Milliseconds(30));
