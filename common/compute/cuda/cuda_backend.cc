@@ -56,24 +56,35 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOpti
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options.device));
-  cublasHandle_t handle = nullptr;
+  cublasHandle_t handle = nullptr, handle16 = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
   // fp32 products stay fp32: no TF32 tensor cores, so results match the CPU.
+  // The pedantic mode may keep 16-bit products off the tensor cores too, so
+  // those get a handle of their own in the default mode.
   absl::Status status = TANDEM_CUBLAS_STATUS(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
   if (status.ok()) status = TANDEM_CUBLAS_STATUS(cublasSetStream(handle, nullptr));
+  if (status.ok()) status = TANDEM_CUBLAS_STATUS(cublasCreate(&handle16));
+  if (status.ok()) status = TANDEM_CUBLAS_STATUS(cublasSetMathMode(handle16, CUBLAS_DEFAULT_MATH));
+  if (status.ok()) status = TANDEM_CUBLAS_STATUS(cublasSetStream(handle16, nullptr));
   if (!status.ok()) {
+    if (handle16 != nullptr) cublasDestroy(handle16);
     cublasDestroy(handle);
     return status;
   }
   std::string description =
       absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
                    " GiB), device ", options.device);
-  return std::unique_ptr<CudaBackend>(
-      new CudaBackend(options.device, prop.multiProcessorCount, handle, std::move(description)));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(
+      options.device, prop.multiProcessorCount, handle, handle16, std::move(description)));
 }
 
-CudaBackend::CudaBackend(int device, int sm_count, cublasContext* cublas, std::string description)
-    : device_(device), sm_count_(sm_count), cublas_(cublas), description_(std::move(description)) {}
+CudaBackend::CudaBackend(int device, int sm_count, cublasContext* cublas, cublasContext* cublas16,
+                         std::string description)
+    : device_(device),
+      sm_count_(sm_count),
+      cublas_(cublas),
+      cublas16_(cublas16),
+      description_(std::move(description)) {}
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
@@ -81,14 +92,24 @@ CudaBackend::~CudaBackend() {
   for (Upload* upload : {&ids_upload_, &positions_upload_, &rows_upload_}) {
     if (upload->scratch.data != nullptr) cudaFree(upload->scratch.data);
   }
-  if (attention_scratch_.data != nullptr) cudaFree(attention_scratch_.data);
+  for (Scratch* scratch : {&attention_scratch_, &narrow_scratch_}) {
+    if (scratch->data != nullptr) cudaFree(scratch->data);
+  }
+  cublasDestroy(cublas16_);
   cublasDestroy(cublas_);
 }
 
 bool CudaBackend::Begin() {
   if (!status_.ok()) return false;
   Keep(TANDEM_CUDA_STATUS(cudaSetDevice(device_)));
+  if (status_.ok() && fault_countdown_ >= 0 && fault_countdown_-- == 0) {
+    Keep(TANDEM_CUDA_STATUS(cuda::LaunchInvalidConfiguration()));
+  }
   return status_.ok();
+}
+
+void CudaBackend::InjectFaultForTesting(int after_operations) {
+  fault_countdown_ = std::max(0, after_operations);
 }
 
 void CudaBackend::Keep(absl::Status status) {
@@ -150,6 +171,38 @@ absl::StatusOr<double> CudaBackend::MeasureCopyBandwidth(size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3);
 }
 
+absl::StatusOr<double> CudaBackend::MeasureGemmRate(DType dtype, int m, int n, int k) {
+  if (m <= 0 || n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a GEMM of ", m, "x", n, "x", k, "; every size must be positive"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  const size_t element = DTypeSize(dtype);
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> x, Allocate(size_t(m) * k * element));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> w, Allocate(size_t(n) * k * element));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> out, Allocate(size_t(m) * n * sizeof(float)));
+  // Random operands: zeros would flatter the rate (less switching power).
+  CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(x->data(), dtype, size_t(m) * k, 1));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(w->data(), dtype, size_t(n) * k, 2));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  absl::Status status = TANDEM_CUDA_STATUS(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (int rep = 0; rep < 6 && status.ok(); ++rep) {  // the first one warms up
+    status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
+    if (status.ok()) status = Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventElapsedTime(&ms, start, stop));
+    if (status.ok() && rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+  }
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaEventDestroy(start);
+  RETURN_IF_ERROR(status);
+  return 2.0 * m * n * static_cast<double>(k) / (best_ms * 1e-3);
+}
+
 void* CudaBackend::Grow(Scratch& scratch, size_t bytes) {
   if (bytes <= scratch.bytes && scratch.data != nullptr) return scratch.data;
   // Kernels queued earlier may still use the old memory.
@@ -187,7 +240,7 @@ const int32_t* CudaBackend::UploadInts(Upload& upload, std::span<const int32_t> 
   return static_cast<const int32_t*>(scratch);
 }
 
-const int32_t* CudaBackend::UploadRows(std::span<const AttentionRow> rows) {
+bool CudaBackend::UploadRows(std::span<const AttentionRow> rows, DeviceRows& out) {
   host_ints_.assign(2 * rows.size(), 0);
   // Consecutive rows of one sequence (a prefill chunk) share one list.
   for (size_t r = 0; r < rows.size();) {
@@ -204,7 +257,54 @@ const int32_t* CudaBackend::UploadRows(std::span<const AttentionRow> rows) {
     }
     r = e;
   }
-  return UploadInts(rows_upload_, host_ints_);
+  // Runs of one list at consecutive positions: long ones are cut into
+  // prefill tiles, the rest are rows of the per-row kernel.
+  struct Tile {
+    int32_t last_position, first, count;
+  };
+  std::vector<Tile> tiles;
+  std::vector<int32_t> singles;
+  out.decode_max_context = 0;
+  for (size_t r = 0; r < rows.size();) {
+    size_t e = r + 1;
+    while (e < rows.size() && rows[e].blocks.data() == rows[r].blocks.data() &&
+           rows[e].position == rows[e - 1].position + 1) {
+      ++e;
+    }
+    if (e - r >= static_cast<size_t>(cuda::kMinPrefillRun)) {
+      for (size_t at = r; at < e; at += cuda::kPrefillTileRows) {
+        const size_t count = std::min<size_t>(cuda::kPrefillTileRows, e - at);
+        tiles.push_back({rows[at + count - 1].position, static_cast<int32_t>(at),
+                         static_cast<int32_t>(count)});
+      }
+    } else {
+      for (size_t i = r; i < e; ++i) {
+        singles.push_back(static_cast<int32_t>(i));
+        out.decode_max_context = std::max(out.decode_max_context, rows[i].position + 1);
+      }
+    }
+    r = e;
+  }
+  // The longest contexts first, so that they do not finish last.
+  std::sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) {
+    return a.last_position != b.last_position ? a.last_position > b.last_position
+                                              : a.first < b.first;
+  });
+  const size_t tiles_at = host_ints_.size();
+  for (const Tile& t : tiles) {
+    host_ints_.push_back(t.first);
+    host_ints_.push_back(t.count);
+  }
+  const size_t singles_at = host_ints_.size();
+  host_ints_.insert(host_ints_.end(), singles.begin(), singles.end());
+  const int32_t* base = UploadInts(rows_upload_, host_ints_);
+  if (base == nullptr) return false;
+  out.meta = base;
+  out.tiles = base + tiles_at;
+  out.n_tiles = static_cast<int>(tiles.size());
+  out.decode_rows = base + singles_at;
+  out.n_decode = static_cast<int>(singles.size());
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackend::Allocate(size_t bytes) {
@@ -225,45 +325,70 @@ void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
 }
 
 absl::Status CudaBackend::Supports(DType weights, DType kv) const {
-  if (weights != DType::kF32 || kv != DType::kF32) {
+  auto known = [](DType t) {
+    return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+  };
+  if (!known(weights) || !known(kv)) {
     return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend computes with f32 weights and an f32 KV cache only; got ",
-        std::string(DTypeName(weights)), " weights and ", std::string(DTypeName(kv)),
-        " KV (use --backend cpu, or an f32 model with --kv_dtype f32)"));
+        "the CUDA backend computes with f32, bf16 or f16 weights and KV cache; got ",
+        std::string(DTypeName(weights)), " weights and ", std::string(DTypeName(kv)), " KV"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Product(const void* x, MatrixRef weights, float* out, int m, int n,
+                                  int k, float beta) {
+  // Row-major out[m, n] = x[m, k] w[n, k]^T is column-major
+  // out^T[n, m] = w^T x^T with w read as a column-major [k, n] matrix.
+  const float alpha = 1.0f;
+  if (weights.dtype == DType::kF32) {
+    const float* w = static_cast<const float*>(weights.data);
+    const float* xf = static_cast<const float*>(x);
+    if (m == 1) {
+      return TANDEM_CUBLAS_STATUS(
+          cublasSgemv(cublas_, CUBLAS_OP_T, k, n, &alpha, w, k, xf, 1, &beta, out, 1));
+    }
+    return TANDEM_CUBLAS_STATUS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,
+                                            k, xf, k, &beta, out, n));
+  }
+  const cudaDataType type = weights.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  return TANDEM_CUBLAS_STATUS(cublasGemmEx(cublas16_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+                                           weights.data, type, k, x, type, k, &beta, out,
+                                           CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, int n, int k,
                          bool accumulate) {
   if (!Begin() || m <= 0 || n <= 0) return;
-  if (weights.dtype != DType::kF32) {
-    Keep(Supports(weights.dtype, DType::kF32));
+  if (absl::Status s = Supports(weights.dtype, DType::kF32); !s.ok()) {
+    Keep(std::move(s));
     return;
   }
-  const float* w = static_cast<const float*>(weights.data);
-  // Row-major out[m, n] = x[m, k] w[n, k]^T is column-major
-  // out^T[n, m] = w^T x^T with w read as a column-major [k, n] matrix.
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  if (m == 1) {
-    Keep(TANDEM_CUBLAS_STATUS(
-        cublasSgemv(cublas_, CUBLAS_OP_T, k, n, &alpha, w, k, x, 1, &beta, out, 1)));
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (weights.dtype == DType::kF32) {
+    Keep(Product(x, weights, out, m, n, k, beta));
     return;
   }
-  Keep(TANDEM_CUBLAS_STATUS(
-      cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, out, n)));
+  // The tensor cores take both operands in one 16-bit type: the
+  // activations are rounded to the weights' type first.
+  const size_t elements = static_cast<size_t>(m) * std::max(k, 0);
+  void* narrow = Grow(narrow_scratch_, elements * DTypeSize(weights.dtype));
+  if (narrow == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchNarrow(x, weights.dtype, narrow, elements)));
+  if (status_.ok()) Keep(Product(narrow, weights, out, m, n, k, beta));
 }
 
 void CudaBackend::Embed(MatrixRef weights, std::span<const int32_t> ids, int dim, float* out) {
   if (!Begin() || ids.empty()) return;
-  if (weights.dtype != DType::kF32) {
-    Keep(Supports(weights.dtype, DType::kF32));
+  if (absl::Status s = Supports(weights.dtype, DType::kF32); !s.ok()) {
+    Keep(std::move(s));
     return;
   }
-  const float* table = static_cast<const float*>(weights.data);
   const int32_t* d_ids = UploadInts(ids_upload_, ids);
   if (d_ids == nullptr) return;
-  Keep(TANDEM_CUDA_STATUS(cuda::LaunchEmbed(table, d_ids, static_cast<int>(ids.size()), dim, out)));
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchEmbed(weights.data, weights.dtype, d_ids,
+                                            static_cast<int>(ids.size()), dim, out)));
 }
 
 void CudaBackend::RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
@@ -298,26 +423,25 @@ void CudaBackend::WriteKv(const float* k, int k_stride, const float* v, int v_st
                           std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
                           void* cache_bytes) {
   if (!Begin() || rows.empty()) return;
-  if (layout.dtype != DType::kF32) {
-    Keep(Supports(DType::kF32, layout.dtype));
+  if (absl::Status s = Supports(DType::kF32, layout.dtype); !s.ok()) {
+    Keep(std::move(s));
     return;
   }
-  float* cache = static_cast<float*>(cache_bytes);
-  const int32_t* meta = UploadRows(rows);
-  if (meta == nullptr) return;
-  Keep(TANDEM_CUDA_STATUS(cuda::LaunchWriteKv(
-      k, k_stride, v, v_stride, meta, static_cast<int>(rows.size()), layer, layout, cache)));
+  DeviceRows device_rows;
+  if (!UploadRows(rows, device_rows)) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchWriteKv(k, k_stride, v, v_stride, device_rows.meta,
+                                              static_cast<int>(rows.size()), layer, layout,
+                                              cache_bytes)));
 }
 
 void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                                  int layer, const KvLayout& layout, const void* cache_bytes,
                                  const AttentionShape& shape, float* out) {
   if (!Begin() || rows.empty()) return;
-  if (layout.dtype != DType::kF32) {
-    Keep(Supports(DType::kF32, layout.dtype));
+  if (absl::Status s = Supports(DType::kF32, layout.dtype); !s.ok()) {
+    Keep(std::move(s));
     return;
   }
-  const float* cache = static_cast<const float*>(cache_bytes);
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0 ||
       shape.n_heads / shape.n_kv_heads > cuda::kMaxGroup || shape.head_dim > cuda::kMaxHeadDim) {
     Keep(absl::UnimplementedError(
@@ -326,21 +450,28 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const A
                      shape.n_heads, "/", shape.n_kv_heads, " heads, head_dim ", shape.head_dim)));
     return;
   }
-  int max_context = 0;
-  for (const AttentionRow& row : rows) max_context = std::max(max_context, row.position + 1);
-  const cuda::AttentionPlan plan =
-      cuda::PlanPagedAttention(static_cast<int>(rows.size()), max_context, shape.n_kv_heads,
-                               shape.head_dim, shape.n_heads, sm_count_);
-  float* partials = nullptr;
-  if (plan.partial_floats > 0) {
-    partials = static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));
-    if (partials == nullptr) return;
+  DeviceRows device_rows;
+  if (!UploadRows(rows, device_rows)) return;
+  if (device_rows.n_decode > 0) {
+    const cuda::AttentionPlan plan =
+        cuda::PlanPagedAttention(device_rows.n_decode, device_rows.decode_max_context,
+                                 shape.n_kv_heads, shape.head_dim, shape.n_heads, sm_count_);
+    float* partials = nullptr;
+    if (plan.partial_floats > 0) {
+      partials =
+          static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));
+      if (partials == nullptr) return;
+    }
+    Keep(TANDEM_CUDA_STATUS(cuda::LaunchPagedAttention(
+        q, q_stride, device_rows.meta, device_rows.decode_rows, device_rows.n_decode, layer,
+        layout, cache_bytes, shape.n_heads, shape.n_kv_heads, shape.head_dim, plan, partials,
+        out)));
   }
-  const int32_t* meta = UploadRows(rows);
-  if (meta == nullptr) return;
-  Keep(TANDEM_CUDA_STATUS(cuda::LaunchPagedAttention(
-      q, q_stride, meta, static_cast<int>(rows.size()), layer, layout, cache, shape.n_heads,
-      shape.n_kv_heads, shape.head_dim, plan, partials, out)));
+  if (status_.ok() && device_rows.n_tiles > 0) {
+    Keep(TANDEM_CUDA_STATUS(cuda::LaunchPrefillAttention(
+        q, q_stride, device_rows.meta, device_rows.tiles, device_rows.n_tiles, layer, layout,
+        cache_bytes, shape.n_heads, shape.n_kv_heads, shape.head_dim, out)));
+  }
 }
 
 }  // namespace tandem

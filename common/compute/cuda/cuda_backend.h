@@ -1,6 +1,13 @@
-// The CUDA backend, fp32: cuBLAS for matrix products, our own kernels
-// (kernels.cu) for the rest, everything on the device's legacy default
-// stream so that the synchronous copies order with the kernels.
+// The CUDA backend: cuBLAS for matrix products, our own kernels
+// (kernels.cu, attention.cu) for the rest, everything on the device's legacy
+// default stream so that the synchronous copies order with the kernels.
+//
+// Weights are f32, bf16 or f16, and so is the KV cache, in any pairing.
+// f32 products are cuBLAS's pedantic fp32 (no TF32: they match the CPU
+// backend to fp32 rounding). A product with 16-bit weights rounds the f32
+// activations to the weights' type on the device and runs on the tensor
+// cores with f32 accumulation and an f32 result; 16-bit KV is rounded as it
+// is written and widened as attention reads it.
 //
 // Backend operations return nothing, so the first CUDA or cuBLAS error is
 // kept (status()) and every later operation is skipped until the backend is
@@ -56,10 +63,23 @@ class CudaBackend final : public Backend {
   // copies between two `bytes`-byte buffers, counting bytes read plus
   // bytes written. The ceiling for memory-bound steps such as decode.
   absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes);
+  // Matrix-product rate in flop/s: best of several m x n x k products with
+  // operands of `dtype` (random values) and an f32 result, issued as
+  // MatMul issues them (f32: pedantic fp32; f16/bf16: tensor cores, f32
+  // accumulation), without MatMul's rounding of the activations. The
+  // ceiling for compute-bound steps such as prefill.
+  absl::StatusOr<double> MeasureGemmRate(DType dtype, int m, int n, int k);
+
+  // For tests: the operation after the next `after_operations` ones (every
+  // call that reaches the device counts, copies and Synchronize() too)
+  // launches a kernel with an invalid configuration instead of its work, so
+  // that CUDA reports cudaErrorInvalidConfiguration and status() keeps it,
+  // as it would a real failure.
+  void InjectFaultForTesting(int after_operations = 0);
 
   using Backend::Embed;
   using Backend::MatMul;
-  // f32 weights and KV only, for now.
+  // f32, bf16 and f16 weights, each with an f32, bf16 or f16 KV cache.
   absl::Status Supports(DType weights, DType kv) const override;
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   void CopyToDevice(const void* host, void* device, size_t bytes) override;
@@ -87,7 +107,21 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
 
-  CudaBackend(int device, int sm_count, cublasContext* cublas, std::string description);
+  // Where UploadRows put a step's rows on the device, and how attention
+  // divides them: runs of kMinPrefillRun or more rows of one sequence at
+  // consecutive positions go to the tiled prefill kernel as tiles
+  // (longest context first), the other rows to the per-row kernel.
+  struct DeviceRows {
+    const int32_t* meta = nullptr;  // [position, block list offset] per row, block lists
+    const int32_t* tiles = nullptr;  // [first row, rows] per tile
+    int n_tiles = 0;
+    const int32_t* decode_rows = nullptr;  // row indices
+    int n_decode = 0;
+    int decode_max_context = 0;
+  };
+
+  CudaBackend(int device, int sm_count, cublasContext* cublas, cublasContext* cublas16,
+              std::string description);
   // False (and the op is skipped) once an error is kept; makes the device
   // current for the calling thread.
   bool Begin();
@@ -104,18 +138,24 @@ class CudaBackend final : public Backend {
   // already there; nullptr on error (kept).
   const int32_t* UploadInts(Upload& upload, std::span<const int32_t> ints);
   // Packs rows as [position, offset into blocks] pairs followed by the
-  // block lists (rows sharing a list share one copy) and uploads them.
-  const int32_t* UploadRows(std::span<const AttentionRow> rows);
+  // block lists (rows sharing a list share one copy), the prefill tiles and
+  // the per-row kernel's rows, and uploads them; false on error (kept).
+  bool UploadRows(std::span<const AttentionRow> rows, DeviceRows& out);
+  // out[m, n] = x[m, k] w[n, k]^T (+ out when beta is 1), x in w's type.
+  absl::Status Product(const void* x, MatrixRef w, float* out, int m, int n, int k, float beta);
 
   int device_;
   int sm_count_;
-  cublasContext* cublas_;
+  cublasContext* cublas_;    // pedantic fp32 math
+  cublasContext* cublas16_;  // default math: tensor cores for 16-bit operands
   std::string description_;
+  int fault_countdown_ = -1;  // InjectFaultForTesting; -1: none planted
   absl::Status status_;
   Upload ids_upload_;          // token ids
   Upload positions_upload_;    // RoPE positions
   Upload rows_upload_;         // packed attention rows
   Scratch attention_scratch_;  // partial results of split attention
+  Scratch narrow_scratch_;     // activations rounded to 16 bits for a product
   std::vector<int32_t> host_ints_;
   std::unique_ptr<CudaKvCopier> copier_;  // Made on first use.
 };

@@ -1,15 +1,20 @@
-// Launchers of the CUDA backend's kernels (kernels.cu). All run on the
-// legacy default stream and return the launch's error (cudaGetLastError).
-// Pointers are device memory; `rows_meta` is the packed row list of
-// CudaBackend::UploadRows: [position, block list offset] per row, then the
-// block lists, offsets counted from the start of rows_meta.
+// Launchers of the CUDA backend's kernels (kernels.cu, attention.cu). All
+// run on the legacy default stream and return the launch's error
+// (cudaGetLastError). Pointers are device memory; `rows_meta` is the packed
+// row list of CudaBackend::UploadRows: [position, block list offset] per
+// row, then the block lists, offsets counted from the start of rows_meta.
+//
+// 16-bit elements (weights, KV cache) are f16 or bf16 as `DType` says;
+// arithmetic is f32 throughout.
 #ifndef TANDEM_COMMON_COMPUTE_CUDA_KERNELS_H_
 #define TANDEM_COMMON_COMPUTE_CUDA_KERNELS_H_
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "common/base/dtype.h"
 #include "common/kvcache/kv_layout.h"
 
 namespace tandem::cuda {
@@ -17,8 +22,24 @@ namespace tandem::cuda {
 // Most query heads per KV head, and largest head_dim, PagedAttention takes.
 constexpr int kMaxGroup = 32;
 constexpr int kMaxHeadDim = 256;
+// Queries of one sequence at consecutive positions that the tiled (prefill)
+// attention kernel takes per block, and the shortest run it is used for:
+// shorter runs go through the per-row kernel.
+constexpr int kPrefillTileRows = 64;
+constexpr int kMinPrefillRun = 16;
 
-cudaError_t LaunchEmbed(const float* table, const int32_t* ids, int rows, int dim, float* out);
+// out[i] = x[i] rounded to nearest even in `dtype` (f16 or bf16), for
+// i < n: the activations of a product with 16-bit weights.
+cudaError_t LaunchNarrow(const float* x, DType dtype, void* out, size_t n);
+// Fills n elements of `dtype` with values in [-1, 1) drawn from `seed`
+// (benchmark operands).
+cudaError_t LaunchFillRandom(void* data, DType dtype, size_t n, uint32_t seed);
+// Fails with cudaErrorInvalidConfiguration, as a bad launch would: the
+// fault CudaBackend::InjectFaultForTesting plants.
+cudaError_t LaunchInvalidConfiguration();
+
+cudaError_t LaunchEmbed(const void* table, DType dtype, const int32_t* ids, int rows, int dim,
+                        float* out);
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                           float eps);
 cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
@@ -26,9 +47,11 @@ cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int
                        bool half_split);
 cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int n);
 cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden);
+// Rounds to layout.dtype as the CPU backend does (nearest even).
 cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_stride,
                           const int32_t* rows_meta, int rows, int layer, const KvLayout& layout,
-                          float* cache);
+                          void* cache);
+
 // How LaunchPagedAttention divides the work: each (row, KV head) is split
 // into `splits` ranges of `chunk` context positions when there are too few
 // rows to fill the GPU; the splits' partial results need `partial_floats`
@@ -40,11 +63,23 @@ struct AttentionPlan {
 };
 AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
                                  int n_heads, int sm_count);
-// `partials` holds plan.partial_floats floats (may be null for one split).
-cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* rows_meta, int rows,
-                                 int layer, const KvLayout& layout, const float* cache, int n_heads,
+// Attention of the `rows` rows whose indices are row_ids[0, rows), one
+// block per (row, KV head, split). `partials` holds plan.partial_floats
+// floats (may be null for one split).
+cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* rows_meta,
+                                 const int32_t* row_ids, int rows, int layer,
+                                 const KvLayout& layout, const void* cache, int n_heads,
                                  int n_kv_heads, int head_dim, const AttentionPlan& plan,
                                  float* partials, float* out);
+// Attention of query tiles, flash-attention style: tile t is the rows
+// [tiles[2t], tiles[2t] + tiles[2t+1]) (at most kPrefillTileRows) of one
+// sequence at consecutive positions; one block per (tile, query head) walks
+// the tile's causal context in KV tiles staged in shared memory with an
+// online softmax. Tiles are best ordered longest context first.
+cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* rows_meta,
+                                   const int32_t* tiles, int n_tiles, int layer,
+                                   const KvLayout& layout, const void* cache, int n_heads,
+                                   int n_kv_heads, int head_dim, float* out);
 
 }  // namespace tandem::cuda
 

@@ -1,0 +1,143 @@
+// CUDA paged attention against the CPU backend, over f32, bf16 and f16 KV
+// caches holding the same values on both: decode rows (the per-row kernel,
+// context split over blocks) and prefill chunks (runs of 16 or more rows of
+// one sequence at consecutive positions: the query-tiled kernel), alone and
+// mixed in one batch, from position 0 or after a cached prefix. Both
+// backends compute in f32 from the same keys and values, so the tolerance
+// is f32's whatever the cache type: relative L2 error 1e-5. Skips without a
+// device.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/compute/cuda/cuda_backend.h"
+#include "gtest/gtest.h"
+#include "tests/unit/compute/compute_testing.h"
+#include "tests/unit/compute/cuda/cuda_testing.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::CudaVsCpu;
+using ::tandem::testing::MakeSequences;
+using ::tandem::testing::RandomCache;
+using ::tandem::testing::RandomFloats;
+using ::tandem::testing::RelativeL2;
+using ::tandem::testing::Sequences;
+
+constexpr double kTolerance = 1e-5;
+
+struct AttentionCase {
+  AttentionShape shape;
+  DType kv;
+  int block_size;
+};
+
+struct Query {
+  int seq;
+  int position;
+};
+
+// Queries of sequence `seq` at positions [begin, end): a prefill chunk.
+void AddChunk(std::vector<Query>& queries, int seq, int begin, int end) {
+  for (int p = begin; p < end; ++p) queries.push_back({seq, p});
+}
+
+class CudaAttention : public CudaVsCpu, public ::testing::WithParamInterface<AttentionCase> {
+ protected:
+  // Attention of `queries` over `lengths`-long sequences (layer 1 of 2),
+  // CUDA against CPU.
+  void Check(const std::vector<int>& lengths, const std::vector<Query>& queries) {
+    const AttentionShape shape = GetParam().shape;
+    const int kv_dim = shape.n_kv_heads * shape.head_dim;
+    Sequences seqs = MakeSequences(lengths, kv_dim, rng_, GetParam().kv, GetParam().block_size);
+    std::vector<AttentionRow> rows;
+    for (const Query& q : queries) rows.push_back({q.position, seqs.blocks[q.seq]});
+    const int q_stride = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim + 3;
+    Pair q = Upload(RandomFloats(rows.size() * q_stride, -2, 2, rng_));
+    Bytes kv = UploadBytes(RandomCache(seqs, rng_));
+    Pair out = Poisoned(rows.size() * shape.n_heads * shape.head_dim);
+    cpu_->PagedAttention(q.cpu, q_stride, rows, 1, seqs.layout, kv.cpu, shape, out.cpu);
+    cuda_->PagedAttention(q.cuda, q_stride, rows, 1, seqs.layout, kv.cuda, shape, out.cuda);
+    EXPECT_LE(RelativeL2(Cuda(out), Cpu(out)), kTolerance);
+  }
+};
+
+TEST_P(CudaAttention, DecodeRowAtContextEdges) {
+  for (int len : {1, 15, 16, 17, 4095}) {
+    SCOPED_TRACE(::testing::Message() << "context " << len);
+    Check({len}, {{0, len - 1}});
+  }
+}
+
+// Every position of short sequences (below 16 rows the per-row kernel, from
+// 16 the tiled one, tiles cut short), and the last 300 positions of a long
+// one (five tiles, the last of 44 rows, over 256 blocks).
+TEST_P(CudaAttention, PrefillRowsAreCausal) {
+  for (int len : {1, 15, 16, 17, 40, 64, 65, 130}) {
+    SCOPED_TRACE(::testing::Message() << "prefill " << len);
+    std::vector<Query> queries;
+    AddChunk(queries, 0, 0, len);
+    Check({len}, queries);
+  }
+  std::vector<Query> queries;
+  AddChunk(queries, 0, 4095 - 300, 4095);
+  Check({4095}, queries);
+}
+
+// Chunks that start after a cached prefix, at positions that are not
+// multiples of the block or the tile.
+TEST_P(CudaAttention, PrefillChunksAfterCachedPrefix) {
+  struct Chunk {
+    int prefix, length;
+  };
+  for (const Chunk& c : {Chunk{1, 16}, Chunk{37, 64}, Chunk{100, 65}, Chunk{1000, 130},
+                         Chunk{2001, 300}}) {
+    SCOPED_TRACE(::testing::Message() << "prefix " << c.prefix << ", chunk " << c.length);
+    std::vector<Query> queries;
+    AddChunk(queries, 0, c.prefix, c.prefix + c.length);
+    Check({c.prefix + c.length}, queries);
+  }
+}
+
+// Decode rows, short runs and prefill chunks of several sequences in one
+// batch, as a chunked-prefill step carries them.
+TEST_P(CudaAttention, BatchMixesDecodeRowsAndPrefillChunks) {
+  const std::vector<int> lengths = {1, 4095, 2, 700, 17, 3000, 16, 90};
+  std::vector<Query> queries;
+  for (int s : {0, 1, 2}) queries.push_back({s, lengths[s] - 1});
+  AddChunk(queries, 3, 600, 700);  // a chunk after a cached prefix
+  for (int s : {4, 5}) queries.push_back({s, lengths[s] - 1});
+  AddChunk(queries, 6, 0, 16);   // a whole short prompt
+  AddChunk(queries, 7, 80, 90);  // a short run: per-row kernel
+  Check(lengths, queries);
+}
+
+std::vector<AttentionCase> Cases() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionShape& shape : {AttentionShape{8, 2, 64}, AttentionShape{32, 8, 128},
+                                      AttentionShape{4, 4, 8}, AttentionShape{16, 1, 256},
+                                      AttentionShape{6, 2, 40}}) {
+    for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) cases.push_back({shape, kv, 16});
+  }
+  // Blocks of 12 slots: 16-byte loads of bf16 and f16 keys would cross
+  // blocks, so those are read element by element.
+  for (DType kv : {DType::kF32, DType::kBF16}) {
+    cases.push_back({AttentionShape{8, 2, 64}, kv, 12});
+    cases.push_back({AttentionShape{32, 8, 128}, kv, 12});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) {
+                           const AttentionCase& c = info.param;
+                           return absl::StrCat("h", c.shape.n_heads, "_kv", c.shape.n_kv_heads,
+                                               "_d", c.shape.head_dim, "_",
+                                               std::string(DTypeName(c.kv)), "_bs",
+                                               c.block_size);
+                         });
+
+}  // namespace
+}  // namespace tandem
