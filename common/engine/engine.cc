@@ -1,5 +1,6 @@
 #include "common/engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -11,6 +12,16 @@
 #include "common/kvcache/kv_layout.h"
 
 namespace tandem {
+namespace {
+
+absl::Status CheckGpuMemoryFraction(double fraction) {
+  if (fraction > 0.0 && fraction <= 1.0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("gpu_memory_fraction is ", fraction,
+                   "; give the share of the device's memory to fill, in (0, 1] (e.g. 0.9)"));
+}
+
+}  // namespace
 
 Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
                const EngineOptions& options)
@@ -39,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   if (opts.num_blocks < 0 || opts.max_batch_tokens <= 0 || opts.max_logit_rows <= 0) {
     return absl::InvalidArgumentError(
         "num_blocks must be >= 0, max_batch_tokens and max_logit_rows > 0");
+  }
+  if (opts.gpu_memory_fraction.has_value()) {
+    RETURN_IF_ERROR(CheckGpuMemoryFraction(*opts.gpu_memory_fraction));
   }
   if (opts.num_blocks > kMaxKvBlocks) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -81,7 +95,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   std::unique_ptr<Engine> engine(new Engine(weights.config, std::move(backend), opts));
   engine->weights_dtype_ = compute;
   RETURN_IF_ERROR(engine->Init(weights));
+  // Uploads and allocations may have failed without saying so.
+  RETURN_IF_ERROR(engine->CheckBackend());
   return engine;
+}
+
+absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes,
+                                            double fraction, size_t block_bytes) {
+  RETURN_IF_ERROR(CheckGpuMemoryFraction(fraction));
+  const double room = fraction * static_cast<double>(total_bytes) - static_cast<double>(used_bytes);
+  const double blocks = std::floor(room / static_cast<double>(std::max<size_t>(block_bytes, 1)));
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_memory_fraction ", fraction, " of the device's ", total_bytes >> 20, " MiB is ",
+        static_cast<uint64_t>(std::max(0.0, fraction * static_cast<double>(total_bytes))) >> 20,
+        " MiB, but the weights and activation buffers take ", used_bytes >> 20,
+        " MiB: no room for one KV block of ", block_bytes >> 10,
+        " KiB; raise --gpu_memory_fraction (at most 1), give --kv_blocks, or lower "
+        "--max_batch_tokens"));
+  }
+  return static_cast<int>(std::min<double>(blocks, kMaxKvBlocks));
 }
 
 absl::Status Engine::Init(const ModelWeights& w) {
@@ -166,14 +199,6 @@ absl::Status Engine::Init(const ModelWeights& w) {
   }
   ASSIGN_OR_RETURN(rope_, upload_f32({Tensor(std::span<const float>(rope))}));
 
-  if (absl::StatusOr<void*> cache = alloc_bytes(layout_.total_bytes()); cache.ok()) {
-    cache_ = *cache;
-  } else {
-    return absl::Status(cache.status().code(),
-                        absl::StrCat("the KV cache of ", layout_.num_blocks, " blocks (",
-                                     layout_.total_bytes() >> 20, " MiB): ",
-                                     cache.status().message(), "; give fewer --kv_blocks"));
-  }
   const size_t t = options_.max_batch_tokens;
   ASSIGN_OR_RETURN(x_, alloc(t * d));
   ASSIGN_OR_RETURN(xb_, alloc(t * d));
@@ -182,7 +207,83 @@ absl::Status Engine::Init(const ModelWeights& w) {
   ASSIGN_OR_RETURN(hb_, alloc(t * 2 * h));
   ASSIGN_OR_RETURN(hb2_, alloc(t * h));
   ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
+
+  // Last, so that a pool sized from the device's memory sees everything
+  // else allocated.
+  RETURN_IF_ERROR(SizeKvPool());
+  if (absl::StatusOr<void*> cache = alloc_bytes(layout_.total_bytes()); cache.ok()) {
+    cache_ = *cache;
+  } else {
+    return absl::Status(
+        cache.status().code(),
+        absl::StrCat("the KV cache of ", layout_.num_blocks, " blocks (",
+                     layout_.total_bytes() >> 20, " MiB): ", cache.status().message(),
+                     device_memory_bytes_ > 0 && options_.gpu_memory_fraction.has_value()
+                         ? "; lower --gpu_memory_fraction"
+                         : "; give fewer --kv_blocks"));
+  }
   return absl::OkStatus();
+}
+
+absl::Status Engine::SizeKvPool() {
+  const std::optional<DeviceMemory> memory = backend_->QueryDeviceMemory();
+  if (!memory.has_value()) return absl::OkStatus();
+  device_memory_bytes_ = memory->total_bytes;
+  if (!options_.gpu_memory_fraction.has_value()) return absl::OkStatus();
+  const double fraction = *options_.gpu_memory_fraction;
+  // What this engine holds, not what the device has free: other engines
+  // may be starting on the same device.
+  size_t used = 0;
+  for (const std::unique_ptr<DeviceBuffer>& buffer : buffers_) used += buffer->size();
+  const size_t block_bytes = layout_.block_bytes() * layout_.n_layers;
+  ASSIGN_OR_RETURN(const int blocks,
+                   KvBlocksForDeviceMemory(memory->total_bytes, used, fraction, block_bytes));
+  LOG(INFO) << "KV cache: " << blocks << " blocks of " << layout_.block_size << " tokens ("
+            << ((block_bytes * blocks) >> 20) << " MiB), what gpu_memory_fraction " << fraction
+            << " of the " << backend_->name() << " device's " << (memory->total_bytes >> 20)
+            << " MiB leaves beside " << (used >> 20) << " MiB of weights and activations ("
+            << (memory->free_bytes >> 20) << " MiB free now)";
+  options_.num_blocks = blocks;
+  layout_.num_blocks = blocks;
+  pool_ = BlockPool(blocks);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::status() const {
+  absl::MutexLock lock(&failure_mu_);
+  return failure_;
+}
+
+void Engine::SetFailureListener(std::function<void(const absl::Status&)> listener) {
+  absl::MutexLock lock(&listener_mu_);
+  listener_ = std::move(listener);
+  // Not yet announced: CheckBackend will tell this listener.
+  if (failure_announced_ && listener_) listener_(status());
+}
+
+absl::Status Engine::CheckBackend() {
+  const absl::Status backend = backend_->status();
+  // A backend's error is kept for good: OK now means OK so far.
+  if (backend.ok()) return absl::OkStatus();
+  bool first = false;
+  {
+    absl::MutexLock lock(&failure_mu_);
+    if (failure_.ok()) {
+      first = true;
+      failure_ = absl::Status(
+          backend.code(), absl::StrCat("the ", std::string(backend_->name()), " backend failed: ",
+                                       backend.message(),
+                                       "; this engine can compute no more (restart the process)"));
+    }
+  }
+  if (first) {
+    const absl::Status failure = status();
+    LOG(ERROR) << failure;
+    absl::MutexLock lock(&listener_mu_);
+    failure_announced_ = true;
+    if (listener_) listener_(failure);
+  }
+  return status();
 }
 
 absl::Status Engine::Validate(std::span<const BatchItem> items) const {
@@ -241,6 +342,7 @@ absl::Status Engine::Validate(std::span<const BatchItem> items) const {
 
 absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items,
                                                 const std::function<void(int layer)>& kv_written) {
+  RETURN_IF_ERROR(CheckBackend());
   RETURN_IF_ERROR(Validate(items));
   ids_.clear();
   positions_.clear();
@@ -263,12 +365,17 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
     }
   }
   Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()), kv_written);
-  for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
 
   std::vector<float> logits(logit_rows_.size() * config_.vocab_size);
   if (!logits.empty()) {
     backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
+  } else {
+    // Waits for the pass as the logits would, so that its errors show now.
+    float last = 0;
+    backend_->CopyToHost(x_, &last, sizeof(last));
   }
+  RETURN_IF_ERROR(CheckBackend());
+  for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
   return logits;
 }
 
@@ -279,6 +386,7 @@ absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable&
         "cannot copy ", tokens, " tokens of a sequence of ", src.num_tokens(),
         " into one holding ", dst.num_tokens(), " (it must be empty, with the same block size)"));
   }
+  RETURN_IF_ERROR(CheckBackend());
   RETURN_IF_ERROR(dst.Reserve(tokens, pool_));  // No-op when already reserved.
   const int blocks = static_cast<int>(BlocksFor(tokens, layout_.block_size));
   const size_t bytes = layout_.block_bytes();
@@ -294,6 +402,7 @@ absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable&
       backend_->CopyToDevice(copy_staging_.data(), cache + to, bytes);
     }
   }
+  RETURN_IF_ERROR(CheckBackend());
   dst.Advance(tokens);
   return absl::OkStatus();
 }
@@ -317,6 +426,9 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     float* v = qkv_ + qd + kv;
     b.Rope(q, qkv_stride, k, qkv_stride, positions_, shape, rope_);
     b.WriteKv(k, qkv_stride, v, qkv_stride, rows_, l, layout_, cache_);
+    // What follows a failure is garbage: no layer is handed on, and Step
+    // returns the error.
+    if (!b.status().ok()) return;
     if (kv_written) kv_written(l);
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
     b.MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);

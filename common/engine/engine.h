@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/compute/backend.h"
 #include "common/kvcache/block_pool.h"
 #include "common/kvcache/block_table.h"
@@ -29,6 +31,11 @@ namespace tandem {
 // its 24-bit range too).
 inline constexpr int kMaxKvBlocks = 1 << 24;
 
+// The share of a device's memory a worker fills by default
+// (EngineOptions::gpu_memory_fraction): the rest is headroom for what a
+// backend allocates as it computes (scratch, library workspaces).
+inline constexpr double kDefaultGpuMemoryFraction = 0.9;
+
 struct EngineOptions {
   int block_size = 16;
   // KV blocks in the pool; 0 sizes the pool for one full-context sequence.
@@ -39,7 +46,23 @@ struct EngineOptions {
   int max_logit_rows = 256;
   // Element type of the paged KV cache; unset: the weights' type.
   std::optional<DType> kv_dtype = std::nullopt;
+  // With a backend that reports its device memory (QueryDeviceMemory), the
+  // KV pool is sized instead of taking num_blocks: the engine takes this
+  // share of the device's memory, and the KV pool gets what its weights and
+  // activation buffers leave of it, at most kMaxKvBlocks. What others hold
+  // on the device does not count (engines sharing a device each take their
+  // share), nor do the backend's own workspaces (the rest is headroom for
+  // them). In (0, 1]. Unset, or a backend in host memory: num_blocks.
+  std::optional<double> gpu_memory_fraction = std::nullopt;
 };
+
+// The KV blocks of `block_bytes` each (every layer of one block) that fit
+// in `fraction` of a device of `total_bytes` beside the engine's other
+// `used_bytes` (weights, activation buffers), at most kMaxKvBlocks.
+// INVALID_ARGUMENT, saying what to change, for a fraction outside (0, 1] or
+// one that leaves no room for a single block.
+absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes,
+                                            double fraction, size_t block_bytes);
 
 // One sequence's part of a step: `tokens` continue the sequence whose KV
 // cache `table` holds (positions table->num_tokens() onwards). One entry per
@@ -72,6 +95,24 @@ class Engine {
   BlockPool& block_pool() { return pool_; }
   Backend& backend() { return *backend_; }
 
+  // OK while the backend works. Once a step (or CopySequence) found the
+  // backend failed (Backend::status(), which a GPU backend keeps for errors
+  // of its asynchronous operations), that error, naming the backend and
+  // saying the engine is unusable: every later Step and CopySequence
+  // returns it, for the backend is broken for good. Thread-safe, unlike the
+  // rest of the engine, so that a server can report its health.
+  absl::Status status() const;
+  // Runs `listener` once, on the thread driving the engine, when it fails
+  // (here and now when it has failed already); replaces the listener set
+  // before, and null removes it. When this returns, the listener replaced is
+  // not running and will not run, so that what it uses may go. The listener
+  // must not call SetFailureListener. Thread-safe.
+  void SetFailureListener(std::function<void(const absl::Status&)> listener);
+
+  // Bytes of the device's memory when the backend reports it (queried once,
+  // at Create), else 0.
+  size_t device_memory_bytes() const { return device_memory_bytes_; }
+
   // The paged KV cache in backend memory (layout and element type:
   // kv_layout()), so that a KV transport can register it and copy blocks in
   // and out.
@@ -91,9 +132,19 @@ class Engine {
   // sequence past the context, batch over the configured limits) and
   // RESOURCE_EXHAUSTED when the KV pool cannot hold the new tokens.
   //
+  // A backend failure (status()), found before the pass or once it has
+  // run (the copy of the logits to host memory waits for a GPU backend's
+  // work, and a step without logits copies a few bytes to wait just the
+  // same), is returned with no logits. The step's sequences are then not
+  // advanced (num_tokens() as before: the K/V of their new positions is
+  // garbage and never counts) but keep the blocks reserved for the new
+  // tokens, which Release frees with the rest; the caller fails their
+  // requests and releases them. Every later step returns the same error.
+  //
   // `kv_written(layer)`, when given, runs as soon as this step's K/V of
   // `layer` are in the cache (before the rest of the layer is computed), so
-  // that a sender can ship layer l while layers l+1... are computed.
+  // that a sender can ship layer l while layers l+1... are computed. It
+  // does not run for a layer the backend failed in (nor for later ones).
   absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
                                           const std::function<void(int layer)>& kv_written = nullptr);
 
@@ -102,7 +153,8 @@ class Engine {
   // missing and copies the K/V of those positions, block by block, through
   // host memory. RESOURCE_EXHAUSTED when the pool cannot hold them (nothing
   // changes then), INVALID_ARGUMENT when `src` holds fewer tokens or `dst`
-  // already holds some.
+  // already holds some. A backend failure is returned as Step does: `dst`
+  // keeps the blocks it reserved and holds no tokens.
   absl::Status CopySequence(const BlockTable& src, int tokens, BlockTable& dst);
 
   // Frees a sequence's blocks.
@@ -122,6 +174,12 @@ class Engine {
   Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
   absl::Status Init(const ModelWeights& weights);
   absl::Status Validate(std::span<const BatchItem> items) const;
+  // Sizes the KV pool from the device's memory (gpu_memory_fraction) when
+  // the backend reports it; before the cache is allocated.
+  absl::Status SizeKvPool();
+  // On the driving thread: the backend's error, if any, becomes the
+  // engine's failure (listener told); returns status().
+  absl::Status CheckBackend();
   void Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written);
 
   ModelConfig config_;
@@ -146,6 +204,16 @@ class Engine {
   std::vector<int32_t> ids_, positions_, logit_rows_;
   std::vector<AttentionRow> rows_;
   std::vector<uint8_t> copy_staging_;
+
+  size_t device_memory_bytes_ = 0;
+  mutable absl::Mutex failure_mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
+  // Held while the listener runs, so that replacing it waits for the run;
+  // taken before failure_mu_ when both are.
+  absl::Mutex listener_mu_;
+  std::function<void(const absl::Status&)> listener_ ABSL_GUARDED_BY(listener_mu_);
+  // Whether the failure was handed to the listeners (there may be none).
+  bool failure_announced_ ABSL_GUARDED_BY(listener_mu_) = false;
 };
 
 }  // namespace tandem

@@ -37,6 +37,12 @@ struct WorkerStatsRecord {
   // Prompt tokens looked up in the prefix cache (whole blocks) and found.
   uint64_t prefix_cache_queried_tokens = 0;
   uint64_t prefix_cache_hit_tokens = 0;
+  // The engine's device memory (0 for a backend in host memory) and KV cache.
+  uint64_t device_memory_total_bytes = 0;
+  uint64_t kv_cache_bytes = 0;
+  // Why the engine computes no more (its backend failed); empty while it
+  // works. The worker refuses new requests and reports NOT_SERVING then.
+  std::string engine_error;
 };
 
 }  // namespace tandem

@@ -23,6 +23,9 @@ void WorkerStatsToProto(const WorkerStatsRecord& s, const char* role, v1::Worker
   proto->set_kv_transfers_failed(s.kv_transfers_failed);
   proto->set_prefix_cache_queried_tokens(s.prefix_cache_queried_tokens);
   proto->set_prefix_cache_hit_tokens(s.prefix_cache_hit_tokens);
+  proto->set_device_memory_total_bytes(s.device_memory_total_bytes);
+  proto->set_kv_cache_bytes(s.kv_cache_bytes);
+  proto->set_engine_error(s.engine_error);
 }
 
 WorkerStatsRecord WorkerStatsFromProto(const v1::WorkerStats& p) {
@@ -44,7 +47,10 @@ WorkerStatsRecord WorkerStatsFromProto(const v1::WorkerStats& p) {
                            .kv_transfer_bytes = p.kv_transfer_bytes(),
                            .kv_transfers_failed = p.kv_transfers_failed(),
                            .prefix_cache_queried_tokens = p.prefix_cache_queried_tokens(),
-                           .prefix_cache_hit_tokens = p.prefix_cache_hit_tokens()};
+                           .prefix_cache_hit_tokens = p.prefix_cache_hit_tokens(),
+                           .device_memory_total_bytes = p.device_memory_total_bytes(),
+                           .kv_cache_bytes = p.kv_cache_bytes(),
+                           .engine_error = p.engine_error()};
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #define TANDEM_TESTS_TESTING_FORWARDING_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -18,6 +19,9 @@ class ForwardingBackend : public Backend {
   explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
 
   std::string_view name() const override { return inner_->name(); }
+  absl::Status status() const override { return inner_->status(); }
+  std::optional<DeviceMemory> QueryDeviceMemory() override { return inner_->QueryDeviceMemory(); }
+  KvCopier* kv_copier() override { return inner_->kv_copier(); }
   absl::Status Supports(DType weights, DType kv) const override {
     return inner_->Supports(weights, kv);
   }
