@@ -102,16 +102,17 @@ __device__ __forceinline__ void StageKv(const DeviceLayout<T>& layout, const T* 
 #pragma unroll 4
   for (int i = threadIdx.x; i < head_dim * kSlots; i += blockDim.x) {
     const int d = i / kSlots, j = i % kSlots;
-    k_s[i] = j < n ? ToFloat(slot_block[j][static_cast<size_t>(kv_off + d) * bs + slot_index[j]])
-                   : 0.0f;
+    k_s[i] =
+        j < n ? ToFloat(slot_block[j][static_cast<size_t>(kv_off + d) * bs + slot_index[j]]) : 0.0f;
   }
 #pragma unroll 4
   for (int i = threadIdx.x; i < kSlots * head_dim; i += blockDim.x) {
     const int j = i / head_dim, d = i % head_dim;
     v_s[j * v_stride + d] =
-        j < n ? ToFloat(slot_block[j][values_at + static_cast<size_t>(slot_index[j]) * layout.kv_dim +
-                                      kv_off + d])
-              : 0.0f;
+        j < n
+            ? ToFloat(slot_block[j][values_at + static_cast<size_t>(slot_index[j]) * layout.kv_dim +
+                                    kv_off + d])
+            : 0.0f;
   }
 }
 
@@ -134,8 +135,8 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   extern __shared__ float4 decode_shared[];  // float4: 16-byte aligned
   const int group = n_heads / n_kv_heads;
   float* q_s = reinterpret_cast<float*>(decode_shared);  // [group][head_dim], pre-scaled
-  float* k_s = q_s + group * head_dim;                    // [head_dim][kTileSlots]
-  float* v_s = k_s + head_dim * kTileSlots;               // [kTileSlots][head_dim]
+  float* k_s = q_s + group * head_dim;                   // [head_dim][kTileSlots]
+  float* v_s = k_s + head_dim * kTileSlots;              // [kTileSlots][head_dim]
   __shared__ const T* slot_block[kTileSlots];
   __shared__ int slot_index[kTileSlots];
 
@@ -241,8 +242,8 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
 // Merges the splits of one (row, head): rescales each partial to the
 // largest max and normalises by the merged sum.
 __global__ void CombineSplitsKernel(const float* __restrict__ partials,
-                                    const int32_t* __restrict__ row_ids, int n_heads,
-                                    int head_dim, int splits, float* __restrict__ out) {
+                                    const int32_t* __restrict__ row_ids, int n_heads, int head_dim,
+                                    int splits, float* __restrict__ out) {
   const int index = blockIdx.x, head = blockIdx.y;
   const int r = row_ids[index];
   const float* p =
@@ -323,8 +324,8 @@ template <typename T, int kMaxD, int kKeys>
 __global__ void __launch_bounds__(kPrefillThreads)
     PrefillAttentionKernel(const float* __restrict__ q, int q_stride,
                            const int32_t* __restrict__ meta, const int32_t* __restrict__ tiles,
-                           DeviceLayout<T> layout, int n_heads, int group, int head_dim,
-                           int hd_pad, float scale, bool vec, float* __restrict__ out) {
+                           DeviceLayout<T> layout, int n_heads, int group, int head_dim, int hd_pad,
+                           float scale, bool vec, float* __restrict__ out) {
   constexpr int kRows = kPrefillTileRows;
   constexpr int kRowsPerThread = kRows / kGridSide;
   static_assert(kRowsPerThread == 4);
@@ -349,11 +350,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
   for (int i = threadIdx.x; i < hd_pad * kRows; i += blockDim.x) {
     const int row = i % kRows, d = i / kRows;
-    q_s[i] = row < count && d < head_dim
-                 ? q[static_cast<size_t>(first + row) * q_stride +
-                     static_cast<size_t>(head) * head_dim + d] *
-                       scale
-                 : 0.0f;
+    q_s[i] = row < count && d < head_dim ? q[static_cast<size_t>(first + row) * q_stride +
+                                             static_cast<size_t>(head) * head_dim + d] *
+                                               scale
+                                         : 0.0f;
   }
   // Key rows past head_dim are never staged: zero, so that they add nothing.
   for (int i = head_dim * kKeys + threadIdx.x; i < hd_pad * kKeys; i += blockDim.x) k_s[i] = 0.0f;
@@ -468,8 +468,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const float inv = 1.0f / RowGroupSum(l[a]);
     const int row = ty * kRowsPerThread + a;
     if (row >= count) continue;
-    float* dst = out + static_cast<size_t>(first + row) * out_stride +
-                 static_cast<size_t>(head) * head_dim;
+    float* dst =
+        out + static_cast<size_t>(first + row) * out_stride + static_cast<size_t>(head) * head_dim;
 #pragma unroll
     for (int c = 0; c < kDimGroups; ++c) {
 #pragma unroll
@@ -498,8 +498,8 @@ cudaError_t LaunchPrefill(const float* q, int q_stride, const int32_t* rows_meta
                        static_cast<size_t>(kPrefillTileRows) * kKeys);
   auto* kernel = PrefillAttentionKernel<T, kMaxD, kKeys>;
   if (shared > 46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
-    const cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(shared));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tiles));
@@ -564,7 +564,7 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
   if (launched != cudaSuccess || plan.splits == 1) return launched;
   const dim3 heads(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));
   CombineSplitsKernel<<<heads, ThreadsFor(head_dim)>>>(partials, row_ids, n_heads, head_dim,
-                                                      plan.splits, out);
+                                                       plan.splits, out);
   return cudaGetLastError();
 }
 
@@ -580,8 +580,8 @@ cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* 
                                       n_heads, n_kv_heads, head_dim, out);
     }
     if (head_dim <= 128) {
-      return LaunchPrefill<T, 128, 64>(q, q_stride, rows_meta, tiles, n_tiles, layer, layout,
-                                       cache, n_heads, n_kv_heads, head_dim, out);
+      return LaunchPrefill<T, 128, 64>(q, q_stride, rows_meta, tiles, n_tiles, layer, layout, cache,
+                                       n_heads, n_kv_heads, head_dim, out);
     }
     return LaunchPrefill<T, 256, 32>(q, q_stride, rows_meta, tiles, n_tiles, layer, layout, cache,
                                      n_heads, n_kv_heads, head_dim, out);

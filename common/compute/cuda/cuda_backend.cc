@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaBackendOpti
   std::string description =
       absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
                    " GiB), device ", options.device);
-  return std::unique_ptr<CudaBackend>(new CudaBackend(
-      options.device, prop.multiProcessorCount, handle, handle16, std::move(description)));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(options.device, prop.multiProcessorCount,
+                                                      handle, handle16, std::move(description)));
 }
 
 CudaBackend::CudaBackend(int device, int sm_count, cublasContext* cublas, cublasContext* cublas16,
@@ -103,7 +103,7 @@ bool CudaBackend::Begin() {
   if (!status_.ok()) return false;
   Keep(TANDEM_CUDA_STATUS(cudaSetDevice(device_)));
   if (status_.ok() && fault_countdown_ >= 0 && fault_countdown_-- == 0) {
-    Keep(TANDEM_CUDA_STATUS(cuda::LaunchInvalidConfiguration()));
+    Keep(TANDEM_CUDA_STATUS(cuda::LaunchFaultyKernel()));
   }
   return status_.ok();
 }
@@ -190,7 +190,8 @@ absl::StatusOr<double> CudaBackend::MeasureGemmRate(DType dtype, int m, int n, i
   float best_ms = 0.0f;
   for (int rep = 0; rep < 6 && status.ok(); ++rep) {  // the first one warms up
     status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
-    if (status.ok()) status = Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
+    if (status.ok())
+      status = Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
     if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
     if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
     float ms = 0.0f;
@@ -274,8 +275,8 @@ bool CudaBackend::UploadRows(std::span<const AttentionRow> rows, DeviceRows& out
     if (e - r >= static_cast<size_t>(cuda::kMinPrefillRun)) {
       for (size_t at = r; at < e; at += cuda::kPrefillTileRows) {
         const size_t count = std::min<size_t>(cuda::kPrefillTileRows, e - at);
-        tiles.push_back({rows[at + count - 1].position, static_cast<int32_t>(at),
-                         static_cast<int32_t>(count)});
+        tiles.push_back(
+            {rows[at + count - 1].position, static_cast<int32_t>(at), static_cast<int32_t>(count)});
       }
     } else {
       for (size_t i = r; i < e; ++i) {
@@ -325,9 +326,7 @@ void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
 }
 
 absl::Status CudaBackend::Supports(DType weights, DType kv) const {
-  auto known = [](DType t) {
-    return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
-  };
+  auto known = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
   if (!known(weights) || !known(kv)) {
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend computes with f32, bf16 or f16 weights and KV cache; got ",
@@ -336,8 +335,8 @@ absl::Status CudaBackend::Supports(DType weights, DType kv) const {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Product(const void* x, MatrixRef weights, float* out, int m, int n,
-                                  int k, float beta) {
+absl::Status CudaBackend::Product(const void* x, MatrixRef weights, float* out, int m, int n, int k,
+                                  float beta) {
   // Row-major out[m, n] = x[m, k] w[n, k]^T is column-major
   // out^T[n, m] = w^T x^T with w read as a column-major [k, n] matrix.
   const float alpha = 1.0f;
@@ -354,8 +353,7 @@ absl::Status CudaBackend::Product(const void* x, MatrixRef weights, float* out, 
   const cudaDataType type = weights.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   return TANDEM_CUBLAS_STATUS(cublasGemmEx(cublas16_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
                                            weights.data, type, k, x, type, k, &beta, out,
-                                           CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                           CUBLAS_GEMM_DEFAULT));
+                                           CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, int n, int k,
@@ -403,10 +401,9 @@ void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
   if (!Begin() || positions.empty()) return;
   const int32_t* d_positions = UploadInts(positions_upload_, positions);
   if (d_positions == nullptr) return;
-  Keep(TANDEM_CUDA_STATUS(cuda::LaunchRope(q, q_stride, k, k_stride, d_positions,
-                                           static_cast<int>(positions.size()), shape.n_heads,
-                                           shape.n_kv_heads, shape.head_dim, cos_sin,
-                                           shape.rope_half_split)));
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchRope(
+      q, q_stride, k, k_stride, d_positions, static_cast<int>(positions.size()), shape.n_heads,
+      shape.n_kv_heads, shape.head_dim, cos_sin, shape.rope_half_split)));
 }
 
 void CudaBackend::AddBias(float* x, int stride, const float* bias, int rows, int n) {
@@ -458,14 +455,12 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const A
                                  shape.n_kv_heads, shape.head_dim, shape.n_heads, sm_count_);
     float* partials = nullptr;
     if (plan.partial_floats > 0) {
-      partials =
-          static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));
+      partials = static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));
       if (partials == nullptr) return;
     }
     Keep(TANDEM_CUDA_STATUS(cuda::LaunchPagedAttention(
-        q, q_stride, device_rows.meta, device_rows.decode_rows, device_rows.n_decode, layer,
-        layout, cache_bytes, shape.n_heads, shape.n_kv_heads, shape.head_dim, plan, partials,
-        out)));
+        q, q_stride, device_rows.meta, device_rows.decode_rows, device_rows.n_decode, layer, layout,
+        cache_bytes, shape.n_heads, shape.n_kv_heads, shape.head_dim, plan, partials, out)));
   }
   if (status_.ok() && device_rows.n_tiles > 0) {
     Keep(TANDEM_CUDA_STATUS(cuda::LaunchPrefillAttention(

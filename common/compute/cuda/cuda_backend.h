@@ -72,9 +72,10 @@ class CudaBackend final : public Backend {
 
   // For tests: the operation after the next `after_operations` ones (every
   // call that reaches the device counts, copies and Synchronize() too)
-  // launches a kernel with an invalid configuration instead of its work, so
-  // that CUDA reports cudaErrorInvalidConfiguration and status() keeps it,
-  // as it would a real failure.
+  // launches a kernel with more threads per block than a device allows
+  // instead of its work, so that CUDA reports the failed launch and
+  // status() keeps it (INTERNAL, "cuda::LaunchFaultyKernel() failed:
+  // cudaError..."), as it would a real failure.
   void InjectFaultForTesting(int after_operations = 0);
 
   using Backend::Embed;
@@ -112,7 +113,7 @@ class CudaBackend final : public Backend {
   // consecutive positions go to the tiled prefill kernel as tiles
   // (longest context first), the other rows to the per-row kernel.
   struct DeviceRows {
-    const int32_t* meta = nullptr;  // [position, block list offset] per row, block lists
+    const int32_t* meta = nullptr;   // [position, block list offset] per row, block lists
     const int32_t* tiles = nullptr;  // [first row, rows] per tile
     int n_tiles = 0;
     const int32_t* decode_rows = nullptr;  // row indices

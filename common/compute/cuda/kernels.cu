@@ -160,8 +160,8 @@ cudaError_t LaunchNarrow(const float* x, DType dtype, void* out, size_t n) {
   constexpr int kThreads = 256;
   return WithElement(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    NarrowKernel<T><<<GridFor(n4 > 0 ? n4 : n, kThreads), kThreads>>>(x, static_cast<T*>(out), n,
-                                                                     n4);
+    NarrowKernel<T>
+        <<<GridFor(n4 > 0 ? n4 : n, kThreads), kThreads>>>(x, static_cast<T*>(out), n, n4);
     return cudaGetLastError();
   });
 }
@@ -176,7 +176,7 @@ cudaError_t LaunchFillRandom(void* data, DType dtype, size_t n, uint32_t seed) {
   });
 }
 
-cudaError_t LaunchInvalidConfiguration() {
+cudaError_t LaunchFaultyKernel() {
   NoopKernel<<<1, 4096>>>();  // more threads than any block may have
   return cudaGetLastError();
 }

@@ -34,9 +34,10 @@ cudaError_t LaunchNarrow(const float* x, DType dtype, void* out, size_t n);
 // Fills n elements of `dtype` with values in [-1, 1) drawn from `seed`
 // (benchmark operands).
 cudaError_t LaunchFillRandom(void* data, DType dtype, size_t n, uint32_t seed);
-// Fails with cudaErrorInvalidConfiguration, as a bad launch would: the
-// fault CudaBackend::InjectFaultForTesting plants.
-cudaError_t LaunchInvalidConfiguration();
+// Launches a kernel with more threads per block than any device allows,
+// which fails as a bad launch does (cudaErrorInvalidValue from CUDA 13's
+// runtime): the fault CudaBackend::InjectFaultForTesting plants.
+cudaError_t LaunchFaultyKernel();
 
 cudaError_t LaunchEmbed(const void* table, DType dtype, const int32_t* ids, int rows, int dim,
                         float* out);

@@ -92,8 +92,8 @@ TEST_P(CudaAttention, PrefillChunksAfterCachedPrefix) {
   struct Chunk {
     int prefix, length;
   };
-  for (const Chunk& c : {Chunk{1, 16}, Chunk{37, 64}, Chunk{100, 65}, Chunk{1000, 130},
-                         Chunk{2001, 300}}) {
+  for (const Chunk& c :
+       {Chunk{1, 16}, Chunk{37, 64}, Chunk{100, 65}, Chunk{1000, 130}, Chunk{2001, 300}}) {
     SCOPED_TRACE(::testing::Message() << "prefix " << c.prefix << ", chunk " << c.length);
     std::vector<Query> queries;
     AddChunk(queries, 0, c.prefix, c.prefix + c.length);
@@ -116,9 +116,9 @@ TEST_P(CudaAttention, BatchMixesDecodeRowsAndPrefillChunks) {
 
 std::vector<AttentionCase> Cases() {
   std::vector<AttentionCase> cases;
-  for (const AttentionShape& shape : {AttentionShape{8, 2, 64}, AttentionShape{32, 8, 128},
-                                      AttentionShape{4, 4, 8}, AttentionShape{16, 1, 256},
-                                      AttentionShape{6, 2, 40}}) {
+  for (const AttentionShape& shape :
+       {AttentionShape{8, 2, 64}, AttentionShape{32, 8, 128}, AttentionShape{4, 4, 8},
+        AttentionShape{16, 1, 256}, AttentionShape{6, 2, 40}}) {
     for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) cases.push_back({shape, kv, 16});
   }
   // Blocks of 12 slots: 16-byte loads of bf16 and f16 keys would cross
@@ -130,14 +130,11 @@ std::vector<AttentionCase> Cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) {
-                           const AttentionCase& c = info.param;
-                           return absl::StrCat("h", c.shape.n_heads, "_kv", c.shape.n_kv_heads,
-                                               "_d", c.shape.head_dim, "_",
-                                               std::string(DTypeName(c.kv)), "_bs",
-                                               c.block_size);
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(Cases()), [](const auto& info) {
+  const AttentionCase& c = info.param;
+  return absl::StrCat("h", c.shape.n_heads, "_kv", c.shape.n_kv_heads, "_d", c.shape.head_dim, "_",
+                      std::string(DTypeName(c.kv)), "_bs", c.block_size);
+});
 
 }  // namespace
 }  // namespace tandem
