@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
+#include "common/compute/backend_choice.h"
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
 #include "common/model/chat_template.h"
@@ -20,7 +21,6 @@
 #include "common/model/model_weights.h"
 #include "common/model/served_model.h"
 #include "common/model/tokenizer.h"
-#include "tools/backend_choice.h"
 
 ABSL_FLAG(std::string, model, "",
           "Model: a Hugging Face folder (config.json, safetensors, tokenizer.json), a llama2.c "
@@ -44,6 +44,7 @@ ABSL_FLAG(int, threads, 0, "CPU threads; 0 = every core");
 ABSL_FLAG(std::string, backend, "cpu",
           "Compute backend: cpu, or cuda (fp32, needs an NVIDIA GPU and a build with "
           "TANDEM_WITH_CUDA; a machine without one gets an error naming the cause).");
+ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
 ABSL_FLAG(int, prefill_chunk, 0, "Prompt tokens per prefill step; 0 = all at once");
 
 namespace tandem {
@@ -113,7 +114,9 @@ absl::Status Run() {
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
 
   ASSIGN_OR_RETURN(BackendChoice choice,
-                   ChooseBackend(absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_threads)));
+                   ChooseBackend({.name = absl::GetFlag(FLAGS_backend),
+                                  .threads = absl::GetFlag(FLAGS_threads),
+                                  .device = absl::GetFlag(FLAGS_device)}));
   const std::string backend_info = choice.description;
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);
@@ -169,7 +172,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "Streams a model's continuation of a prompt to stdout.\n"
       "Usage: tandem-generate --model DIR|FILE [--tokenizer FILE] --prompt TEXT --max-tokens N\n"
-      "       [--chat [--system TEXT]] [--temperature T --top-p P --top-k K --seed S]");
+      "       [--chat [--system TEXT]] [--temperature T --top-p P --top-k K --seed S]\n"
+      "       [--backend cpu|cuda] [--device N] [--threads N]");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::fflush(stdout);
     std::cerr << "tandem-generate: " << s.message() << "\n";
