@@ -19,7 +19,8 @@
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
 #include "common/base/status_macros.h"
-#include "common/compute/cpu/cpu_backend.h"
+#include "common/compute/backend_choice.h"
+#include "common/engine/engine.h"
 #include "common/metrics/metrics_server.h"
 #include "common/base/dtype.h"
 #include "common/model/model_weights.h"
@@ -47,10 +48,18 @@ ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name"
 ABSL_FLAG(std::string, kv_dtype, "",
           "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
           "prefill and decode worker of a cluster must use the same");
-ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Compute backend: cpu, or cuda (needs an NVIDIA GPU and a build with TANDEM_WITH_CUDA)");
+ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
+ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
-          "KV cache blocks; 0 = room for 8 full-context sequences. Each queued prompt needs "
+          "KV cache blocks; 0 = room for 8 full-context sequences on the CPU, or what "
+          "--gpu_memory_fraction leaves on a GPU. Each queued prompt needs "
           "ceil(tokens / block_size) blocks while it is computed and sent");
+ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
+          "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
+          "KV cache gets what the weights and activations leave of it (workers sharing a GPU "
+          "give each its share). Default 0.9; not with --kv_blocks");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block; must match the decode workers'");
 ABSL_FLAG(int, max_batch_tokens, 2048,
           "Most prompt tokens per engine step, over all prompts in it; longer prompts are "
@@ -75,6 +84,23 @@ ABSL_FLAG(std::string, kv_net_devices, "lo",
 namespace tandem {
 namespace {
 
+// --gpu_memory_fraction, which acts on a backend with device memory and
+// with no --kv_blocks.
+absl::StatusOr<double> GpuMemoryFraction(Backend& backend) {
+  const std::optional<double> fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  if (!fraction.has_value()) return kDefaultGpuMemoryFraction;
+  if (!backend.QueryDeviceMemory().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_memory_fraction sizes the KV cache in a GPU's memory (--backend cuda); the ",
+        std::string(backend.name()), " backend's is sized by --kv_blocks"));
+  }
+  if (absl::GetFlag(FLAGS_kv_blocks) != 0) {
+    return absl::InvalidArgumentError(
+        "give --kv_blocks or --gpu_memory_fraction, not both: each sizes the KV cache");
+  }
+  return *fraction;
+}
+
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
@@ -85,8 +111,13 @@ absl::Status Run() {
                    ParseKvDTypeFlag(absl::GetFlag(FLAGS_kv_dtype)));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
   const std::string fingerprint = LoggedFingerprint(*weights);
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
-                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  ASSIGN_OR_RETURN(BackendChoice backend,
+                   ChooseBackend({.name = backend_name,
+                                  .threads = absl::GetFlag(FLAGS_threads),
+                                  .device = absl::GetFlag(FLAGS_device)}));
+  LOG(INFO) << "backend: " << backend.description;
+  ASSIGN_OR_RETURN(const double gpu_memory_fraction, GpuMemoryFraction(*backend.backend));
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
                        .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
@@ -103,13 +134,14 @@ absl::Status Run() {
   options.kv_dtype = kv_dtype;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.gpu_memory_fraction = gpu_memory_fraction;
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.kv_lanes = absl::GetFlag(FLAGS_kv_lanes);
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   ASSIGN_OR_RETURN(std::unique_ptr<prefill::PrefillLoop> loop,
-                   prefill::PrefillLoop::Create(*weights, std::move(backend), transport.get(),
-                                                &Clock::Real(), options));
+                   prefill::PrefillLoop::Create(*weights, std::move(backend.backend),
+                                                transport.get(), &Clock::Real(), options));
   weights.reset();
 
   prefill::PrefillService service(loop.get());
@@ -120,12 +152,16 @@ absl::Status Run() {
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
+  // NOT_SERVING once the engine fails; the loop goes before the server.
+  prefill::ReportEngineHealth(*loop, server);
   const prefill::PrefillStats stats = loop->Stats();
   LOG(INFO) << "tandem-prefill serving " << options.model_name << " (weights " << fingerprint
             << ") on port " << server.port << " (" << stats.kv_blocks_total << " " << stats.kv_dtype
-            << " KV blocks of " << stats.block_size << " tokens, max_batch_tokens "
+            << " KV blocks of " << stats.block_size << " tokens, "
+            << (stats.kv_cache_bytes >> 20) << " MiB, max_batch_tokens "
             << options.max_batch_tokens << ", prefix cache "
-            << (options.prefix_cache ? "on" : "off") << ", KV over " << transport->name() << ")";
+            << (options.prefix_cache ? "on" : "off") << ", " << backend.description
+            << ", KV over " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -155,8 +191,9 @@ int main(int argc, char** argv) {
       "workers.\n"
       "Usage: tandem-prefill --model DIR|FILE [--served_model_name NAME] [--kv_dtype "
       "f32|bf16|f16]\n"
-      "       [--listen HOST:PORT] [--port_file FILE] [--threads N]\n"
-      "       [--kv_blocks N] [--block_size N] [--max_batch_tokens N] [--max_queue N]\n"
+      "       [--listen HOST:PORT] [--port_file FILE] [--backend cpu|cuda] [--device N]\n"
+      "       [--threads N] [--kv_blocks N | --gpu_memory_fraction F] [--block_size N]\n"
+      "       [--max_batch_tokens N] [--max_queue N]\n"
       "       [--drain_timeout 30s] [--noprefix_cache] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
       "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT] [--metrics_port_file FILE]");

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/engine/worker_health.h"
 #include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -34,6 +35,7 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
   scheduler_options.block_size = options.block_size;
   scheduler_options.kv_dtype = options.kv_dtype;
   scheduler_options.kv_blocks = options.kv_blocks;
+  scheduler_options.gpu_memory_fraction = options.gpu_memory_fraction;
   scheduler_options.max_batch_tokens = options.max_batch_tokens;
   scheduler_options.kv_lanes = options.kv_lanes;
   scheduler_options.prefix_cache = options.prefix_cache;
@@ -54,7 +56,8 @@ PrefillLoop::PrefillLoop(std::unique_ptr<PrefillScheduler> scheduler, const Cloc
       config_(scheduler->config()),
       layout_(scheduler->layout()),
       total_blocks_(scheduler->total_blocks()),
-      scheduler_(std::move(scheduler)) {
+      scheduler_(std::move(scheduler)),
+      engine_(scheduler_->engine()) {
   stats_.model = options_.model_name;
   stats_.weights_fingerprint = options_.weights_fingerprint;
   stats_.kv_dtype = std::string(DTypeName(layout_.dtype));
@@ -173,6 +176,7 @@ JobId PrefillLoop::Submit(PrefillJob request, PrefillDoneFn done) {
     if (status.ok() && (draining_ || stop_)) {
       status = absl::UnavailableError("worker is draining");
     }
+    if (status.ok()) status = EngineRefusal(engine_, "prefill worker");
     if (status.ok() && static_cast<int>(queue_.size()) >= options_.max_queue) {
       status = absl::ResourceExhaustedError(absl::StrCat(
           "prefill queue full (", queue_.size(), " requests waiting); retry later or elsewhere"));
@@ -254,6 +258,16 @@ void PrefillLoop::Intake(std::vector<Reply>& replies) {
     stats_.kv_blocks_free = scheduler_->free_blocks();
     stats_.kv_blocks_cached = scheduler_->cached_blocks();
   }
+  if (const absl::Status refusal = EngineRefusal(engine_, "prefill worker"); !refusal.ok()) {
+    // Never computed: another worker can serve them.
+    for (std::unique_ptr<Job>& job : queue_) {
+      replies.push_back(Reply{std::move(job->done),
+                              absl::Status(refusal.code(), absl::StrCat(JobName(*job), ": ",
+                                                                        refusal.message()))});
+    }
+    queue_.clear();
+    return;
+  }
   const absl::Time now = clock_->Now();
   while (!queue_.empty()) {
     std::unique_ptr<Job>& job = queue_.front();
@@ -284,6 +298,7 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.kv_transfers_failed = c.kv_transfers_failed;
   stats_.prefix_cache_queried_tokens = c.prefix_cache_queried_tokens;
   stats_.prefix_cache_hit_tokens = c.prefix_cache_hit_tokens;
+  AddEngineStats(engine_, stats_);
   if (options_.metrics != nullptr) options_.metrics->Publish(stats_);
 }
 

@@ -17,6 +17,10 @@
 //   UNAVAILABLE        draining or shut down, or the decode worker is gone;
 //   DEADLINE_EXCEEDED  the job's (or the lease's) deadline passed;
 //   CANCELLED          Cancel(), or the decode worker gave up the lease.
+// When the engine fails (its backend broke: Engine::status()), the jobs of
+// that step fail with the engine's error, and from then on the worker
+// refuses new jobs and fails queued ones with UNAVAILABLE naming the cause
+// (another worker can serve them); the stats show the failure.
 // A job's KV blocks are released only after the transfer has let go of
 // them, so that no block is reused while a transport may still read it.
 //
@@ -28,10 +32,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -41,6 +47,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/compute/backend.h"
+#include "common/engine/engine.h"
 #include "common/engine/worker_stats.h"
 #include "common/base/dtype.h"
 #include "common/model/model_weights.h"
@@ -61,8 +68,13 @@ struct PrefillLoopOptions {
   // Element type of the KV cache; unset: the weights' type. Must be the
   // decode workers' (KV blocks are copied byte for byte).
   std::optional<DType> kv_dtype = std::nullopt;
-  // KV blocks; 0 = room for 8 full-context sequences.
+  // KV blocks; 0 = room for 8 full-context sequences, or, with a backend
+  // that reports device memory, what gpu_memory_fraction leaves.
   int kv_blocks = 0;
+  // With a backend that reports device memory and kv_blocks 0: the share of
+  // the device's memory the worker fills, the KV pool taking what the
+  // weights and activations leave of it (EngineOptions).
+  double gpu_memory_fraction = kDefaultGpuMemoryFraction;
   int max_batch_tokens = 2048;
   // Most jobs waiting for admission; more are refused with RESOURCE_EXHAUSTED.
   int max_queue = 256;
@@ -123,6 +135,12 @@ class PrefillLoop {
 
   PrefillStats Stats() const;
 
+  // Runs `listener` once when the engine fails (Engine::SetFailureListener:
+  // at once if it has, null removes it); e.g. to report NOT_SERVING.
+  void SetEngineFailureListener(std::function<void(const absl::Status&)> listener) {
+    engine_.SetFailureListener(std::move(listener));
+  }
+
   // Empties the prefix cache of every block no job uses, on the scheduling
   // thread; returns how many blocks it freed (0 once shut down).
   int FlushPrefixCache();
@@ -153,6 +171,8 @@ class PrefillLoop {
 
   // Only the scheduling thread uses it once that runs.
   const std::unique_ptr<PrefillScheduler> scheduler_;
+  // The scheduler's; other threads use only its thread-safe members.
+  Engine& engine_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/base/logging.h"
 #include "common/engine/engine_proto.h"
 #include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
@@ -58,6 +59,13 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
 };
 
 }  // namespace
+
+void ReportEngineHealth(PrefillLoop& loop, rpc::RunningServer& server) {
+  loop.SetEngineFailureListener([&server](const absl::Status& failure) {
+    LOG(ERROR) << "prefill worker: reporting NOT_SERVING and refusing new requests: " << failure;
+    server.SetServing(false);
+  });
+}
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   const std::chrono::system_clock::time_point deadline = context.deadline();

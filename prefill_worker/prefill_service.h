@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "common/engine/sampler.h"
+#include "common/rpc/server.h"
 #include "prefill_worker/prefill_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -30,6 +31,12 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
  private:
   PrefillLoop* const loop_;
 };
+
+// Turns `server` NOT_SERVING (the server and each of its services) once
+// the loop's engine fails, so that health checks keep work away; the loop
+// refuses new jobs itself. `server` must outlive what this sets up: clear
+// it (loop.SetEngineFailureListener(nullptr)) or destroy the loop first.
+void ReportEngineHealth(PrefillLoop& loop, rpc::RunningServer& server);
 
 // The RPC's deadline as an absl::Time (InfiniteFuture when it has none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
