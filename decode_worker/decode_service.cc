@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/base/logging.h"
 #include "common/engine/engine_proto.h"
 #include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
@@ -107,6 +108,13 @@ v1::DecodeFinished ToProto(const Finished& finished) {
   f.set_index(finished.index);
   f.set_cached_tokens(finished.cached_tokens);
   return f;
+}
+
+void ReportEngineHealth(DecodeLoop& loop, rpc::RunningServer& server) {
+  loop.SetEngineFailureListener([&server](const absl::Status& failure) {
+    LOG(ERROR) << "decode worker: reporting NOT_SERVING and refusing new requests: " << failure;
+    server.SetServing(false);
+  });
 }
 
 v1::WorkerStats ToProto(const LoopStats& s) {

@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/rpc/server.h"
 #include "decode_worker/decode_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -30,6 +31,12 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
  private:
   DecodeLoop* const loop_;
 };
+
+// Turns `server` NOT_SERVING (the server and each of its services) once
+// the loop's engine fails, so that health checks keep work away; the loop
+// refuses new requests itself. `server` must outlive what this sets up:
+// clear it (loop.SetEngineFailureListener(nullptr)) or stop the loop first.
+void ReportEngineHealth(DecodeLoop& loop, rpc::RunningServer& server);
 
 // Conversions, exposed for tests.
 Request FromProto(const v1::DecodeRequest& request);

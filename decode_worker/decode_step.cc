@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/engine/logprobs.h"
+#include "common/engine/worker_health.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/sequence.h"
 
@@ -29,6 +30,16 @@ struct Planned {
 }  // namespace
 
 bool DecodeLoop::StepOnce() {
+  if (const absl::Status refusal = EngineRefusal(*engine_, "decode worker"); !refusal.ok()) {
+    // The engine failed in an earlier step: what is held will never be
+    // computed, and another worker can serve it.
+    std::vector<Sequence*> held;
+    for (auto& [ticket, seq] : sequences_) {
+      if (!seq->ended()) held.push_back(seq.get());
+    }
+    for (Sequence* seq : held) Fail(*seq, refusal);
+    return false;
+  }
   // The held sequences as the policy sees them, in admission order.
   std::vector<Sequence*> held;
   std::vector<ScheduleEntry> entries;
@@ -104,11 +115,15 @@ bool DecodeLoop::StepOnce() {
   }
   absl::StatusOr<std::vector<float>> logits = StepEngine(items);
   if (!logits.ok()) {
-    // Blocks were reserved up front, so this is a bug or a backend failure:
-    // end the sequences of this step rather than retry forever.
+    // Blocks were reserved up front, so this is a bug or a backend failure
+    // (the engine then refuses every later step, and the next round fails
+    // what else is held): end the sequences of this step rather than retry
+    // forever. Their tables were not advanced; Fail frees their blocks.
     LOG(ERROR) << "decode step of " << items.size() << " sequences failed: " << logits.status();
+    // The engine's own error when it failed; a refused step is a bug here.
     const absl::Status error =
-        absl::InternalError(absl::StrCat("decode step failed: ", logits.status().message()));
+        absl::Status(engine_->status().ok() ? absl::StatusCode::kInternal : logits.status().code(),
+                     absl::StrCat("decode step failed: ", logits.status().message()));
     for (const Planned& p : plan) {
       auto it = sequences_.find(p.ticket);
       if (it != sequences_.end()) Fail(*it->second, error);

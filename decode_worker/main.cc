@@ -17,7 +17,8 @@
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
 #include "common/base/status_macros.h"
-#include "common/compute/cpu/cpu_backend.h"
+#include "common/compute/backend_choice.h"
+#include "common/engine/engine.h"
 #include "common/metrics/metrics_server.h"
 #include "common/base/dtype.h"
 #include "common/model/model_weights.h"
@@ -46,9 +47,17 @@ ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name"
 ABSL_FLAG(std::string, kv_dtype, "",
           "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
           "prefill and decode worker of a cluster must use the same");
-ABSL_FLAG(int, threads, 1, "Compute threads; 0 = every core");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Compute backend: cpu, or cuda (needs an NVIDIA GPU and a build with TANDEM_WITH_CUDA)");
+ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
+ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
-          "KV cache blocks in the pool; 0 = enough for 8 full-context sequences");
+          "KV cache blocks in the pool; 0 = enough for 8 full-context sequences on the CPU, or "
+          "what --gpu_memory_fraction leaves on a GPU");
+ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
+          "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
+          "KV cache gets what the weights and activations leave of it (workers sharing a GPU "
+          "give each its share). Default 0.9; not with --kv_blocks");
 ABSL_FLAG(int, kv_watermark_blocks, -1,
           "KV blocks admission leaves free for running sequences to grow into (a request holds "
           "its prompt's blocks and takes one more as each fills; when none is left, the running "
@@ -93,6 +102,23 @@ ABSL_FLAG(std::string, kv_net_devices, "lo",
 namespace tandem {
 namespace {
 
+// --gpu_memory_fraction, which acts on a backend with device memory and
+// with no --kv_blocks.
+absl::StatusOr<double> GpuMemoryFraction(Backend& backend) {
+  const std::optional<double> fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  if (!fraction.has_value()) return kDefaultGpuMemoryFraction;
+  if (!backend.QueryDeviceMemory().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_memory_fraction sizes the KV cache in a GPU's memory (--backend cuda); the ",
+        std::string(backend.name()), " backend's is sized by --kv_blocks"));
+  }
+  if (absl::GetFlag(FLAGS_kv_blocks) != 0) {
+    return absl::InvalidArgumentError(
+        "give --kv_blocks or --gpu_memory_fraction, not both: each sizes the KV cache");
+  }
+  return *fraction;
+}
+
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
@@ -103,9 +129,14 @@ absl::Status Run() {
                    ParseKvDTypeFlag(absl::GetFlag(FLAGS_kv_dtype)));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
   const std::string fingerprint = LoggedFingerprint(*weights);
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> backend,
-                   CpuBackend::Create(CpuBackendOptions{absl::GetFlag(FLAGS_threads)}));
-  const std::string backend_info = backend->Describe();
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  ASSIGN_OR_RETURN(BackendChoice backend,
+                   ChooseBackend({.name = backend_name,
+                                  .threads = absl::GetFlag(FLAGS_threads),
+                                  .device = absl::GetFlag(FLAGS_device)}));
+  const std::string backend_info = backend.description;
+  LOG(INFO) << "backend: " << backend_info;
+  ASSIGN_OR_RETURN(const double gpu_memory_fraction, GpuMemoryFraction(*backend.backend));
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
                        .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
@@ -122,6 +153,7 @@ absl::Status Run() {
   options.kv_dtype = kv_dtype;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.gpu_memory_fraction = gpu_memory_fraction;
   options.kv_watermark_blocks = absl::GetFlag(FLAGS_kv_watermark_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
@@ -134,7 +166,7 @@ absl::Status Run() {
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   ASSIGN_OR_RETURN(
       std::unique_ptr<decode::DecodeLoop> loop,
-      decode::DecodeLoop::Create(*weights, std::move(backend), transport.get(), options));
+      decode::DecodeLoop::Create(*weights, std::move(backend.backend), transport.get(), options));
   weights.reset();
   const ModelConfig& config = loop->config();
 
@@ -146,11 +178,14 @@ absl::Status Run() {
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     RETURN_IF_ERROR(WritePortFile(path, server.port, "port_file"));
   }
+  // NOT_SERVING once the engine fails; the loop stops before the server.
+  decode::ReportEngineHealth(*loop, server);
   const decode::LoopStats stats = loop->Stats();
   LOG(INFO) << "tandem-decode serving " << options.model_name << " (weights " << fingerprint
             << ") on port " << server.port << " (" << config.n_layers << " layers, context "
             << config.seq_len << ", " << stats.kv_blocks_total << " " << stats.kv_dtype
-            << " KV blocks of " << stats.block_size << " tokens, " << backend_info
+            << " KV blocks of " << stats.block_size << " tokens, " << (stats.kv_cache_bytes >> 20)
+            << " MiB, " << backend_info
             << ", KV transport " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
@@ -186,6 +221,7 @@ int main(int argc, char** argv) {
       "over UCX (or prefills locally) and streams generated tokens to the router.\n"
       "Usage: tandem-decode --model DIR|FILE [--served_model_name NAME] [--kv_dtype f32|bf16|f16]\n"
       "       [--listen HOST:PORT] [--port_file FILE] [--kv_net_devices DEVICES]\n"
+      "       [--backend cpu|cuda] [--device N] [--kv_blocks N | --gpu_memory_fraction F]\n"
       "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] ...");
   if (absl::Status s = tandem::Run(); !s.ok()) {
