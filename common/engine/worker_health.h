@@ -28,7 +28,8 @@ inline void AddEngineStats(const Engine& engine, WorkerStatsRecord& stats) {
 inline absl::Status EngineRefusal(const Engine& engine, std::string_view worker) {
   const absl::Status failure = engine.status();
   if (failure.ok()) return failure;
-  return absl::UnavailableError(absl::StrCat(std::string(worker), " cannot compute: ", failure.message()));
+  return absl::UnavailableError(
+      absl::StrCat(std::string(worker), " cannot compute: ", failure.message()));
 }
 
 }  // namespace tandem

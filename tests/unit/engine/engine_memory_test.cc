@@ -53,9 +53,8 @@ TEST_F(EngineMemoryTest, PoolFillsTheFractionBesideWeightsAndActivations) {
   for (const double fraction : {0.5, 0.9, 1.0}) {
     SCOPED_TRACE(fraction);
     DeviceMemoryBackend* device = nullptr;
-    ASSERT_OK_AND_ASSIGN(
-        auto engine,
-        Create(16 * kMiB, EngineOptions{.num_blocks = 4, .gpu_memory_fraction = fraction}, &device));
+    const EngineOptions options{.num_blocks = 4, .gpu_memory_fraction = fraction};
+    ASSERT_OK_AND_ASSIGN(auto engine, Create(16 * kMiB, options, &device));
     const KvLayout& layout = engine->kv_layout();
     const size_t block_bytes = layout.block_bytes() * layout.n_layers;
     const size_t others = device->allocated() - engine->kv_cache_bytes();
