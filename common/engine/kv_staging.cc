@@ -43,21 +43,21 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::ForEngine(Engine& engine, 
   const int least = MinStagingSlots(layout, max_context);
   if (requested != 0 && (requested < least || requested > layout.num_blocks)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "kv_staging_blocks is ", requested, "; it must be 0 (default: ",
-        DefaultStagingSlots(layout, max_context), ") or from ", least,
+        "kv_staging_blocks is ", requested,
+        "; it must be 0 (default: ", DefaultStagingSlots(layout, max_context), ") or from ", least,
         " (the blocks of the longest prompt the KV pool can hold) to ", layout.num_blocks,
         " (the KV pool's blocks)"));
   }
   const int slots = requested != 0 ? requested : DefaultStagingSlots(layout, max_context);
   absl::StatusOr<std::unique_ptr<KvStaging>> staging = Create(*copier, layout, slots);
   if (!staging.ok()) {
-    return absl::Status(staging.status().code(),
-                        absl::StrCat("allocating ", slots, " blocks of KV staging (",
-                                     static_cast<uint64_t>(slots) * layout.block_bytes() *
-                                         layout.n_layers,
-                                     " bytes of page-locked host memory; lower "
-                                     "kv_staging_blocks): ",
-                                     staging.status().message()));
+    return absl::Status(
+        staging.status().code(),
+        absl::StrCat("allocating ", slots, " blocks of KV staging (",
+                     static_cast<uint64_t>(slots) * layout.block_bytes() * layout.n_layers,
+                     " bytes of page-locked host memory; lower "
+                     "kv_staging_blocks): ",
+                     staging.status().message()));
   }
   return staging;
 }
@@ -71,9 +71,8 @@ KvStaging::KvStaging(const KvLayout& device_layout, KvLayout layout,
 
 absl::StatusOr<StagingRun> KvStaging::Allocate(int count) {
   if (count < 1 || count > capacity()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot stage ", count,
-                                                   " blocks: the KV staging holds 1 to ",
-                                                   capacity()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot stage ", count, " blocks: the KV staging holds 1 to ", capacity()));
   }
   int largest = 0;
   for (auto it = free_runs_.begin(); it != free_runs_.end(); ++it) {
@@ -87,10 +86,9 @@ absl::StatusOr<StagingRun> KvStaging::Allocate(int count) {
     free_ -= count;
     return StagingRun{first, count};
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("no ", count, " consecutive KV staging slots are free (", free_, " of ",
-                   capacity(), " free, the longest run ", largest,
-                   "); they come back as transfers end"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no ", count, " consecutive KV staging slots are free (", free_, " of ", capacity(),
+      " free, the longest run ", largest, "); they come back as transfers end"));
 }
 
 void KvStaging::Free(StagingRun& run) {
@@ -169,7 +167,8 @@ int DefaultStagingSlots(const KvLayout& device_layout, int max_context) {
 int MinStagingSlots(const KvLayout& device_layout, int max_context) {
   // A prompt leaves room for at least one generated token.
   const int64_t longest = BlocksFor(max_context - 1, device_layout.block_size);
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(longest, device_layout.num_blocks)));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(longest, device_layout.num_blocks)));
 }
 
 std::string KvPathDescription(const KvStaging* staging, std::string_view transport_name,

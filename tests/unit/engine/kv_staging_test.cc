@@ -25,8 +25,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 KvLayout DeviceLayout() {
-  return KvLayout{.n_layers = 3, .num_blocks = 20, .block_size = 4, .kv_dim = 2,
-                  .dtype = DType::kF32};
+  return KvLayout{
+      .n_layers = 3, .num_blocks = 20, .block_size = 4, .kv_dim = 2, .dtype = DType::kF32};
 }
 
 std::unique_ptr<KvStaging> MakeStaging(HostKvCopier& copier, int capacity) {
@@ -70,8 +70,8 @@ TEST(KvStaging, HandsOutContiguousRunsLowestFirst) {
   EXPECT_EQ(one.first, 0);
   staging->Free(c);
   EXPECT_EQ(staging->num_free(), 5);
-  EXPECT_THAT(staging->Allocate(4), StatusIs(absl::StatusCode::kResourceExhausted,
-                                             HasSubstr("the longest run 3")));
+  EXPECT_THAT(staging->Allocate(4),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("the longest run 3")));
   // Freeing the middle run merges all three free runs into one.
   staging->Free(b);
   ASSERT_OK_AND_ASSIGN(StagingRun nine, staging->Allocate(9));
@@ -198,15 +198,20 @@ TEST(KvStaging, SizingKeepsTheLongestPromptAndTheDefaultWithinThePool) {
 }
 
 TEST(KvStaging, ForEngineStagesOnlyForABackendWithACopier) {
-  const ModelConfig shape{.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4,
-                          .n_kv_heads = 2, .vocab_size = 50, .seq_len = 64};
+  const ModelConfig shape{.dim = 32,
+                          .hidden_dim = 48,
+                          .n_layers = 2,
+                          .n_heads = 4,
+                          .n_kv_heads = 2,
+                          .vocab_size = 50,
+                          .seq_len = 64};
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, 3));
   const EngineOptions options{.block_size = 16, .num_blocks = 40, .max_batch_tokens = 64};
   auto engine_on = [&](bool copier) {
     std::unique_ptr<Backend> backend = CpuBackend::Create(CpuBackendOptions{1}).value();
     if (copier) {
-      backend = std::make_unique<CopierBackend>(std::move(backend),
-                                                std::make_unique<HostKvCopier>());
+      backend =
+          std::make_unique<CopierBackend>(std::move(backend), std::make_unique<HostKvCopier>());
     }
     return Engine::Create(*weights, std::move(backend), options).value();
   };
