@@ -1,5 +1,6 @@
 // Admission of requests and the remote-prefill protocol of the decode loop:
-// validating and reserving, leasing the KV destination, Start, Cancel, and
+// validating and reserving, leasing the KV destination (the KV cache, or
+// host staging), Start, Cancel, copying staged KV into its blocks, and
 // committing a received KV cache into the running batch.
 #include <algorithm>
 #include <span>
@@ -122,6 +123,18 @@ bool DecodeLoop::Admit(Sequence& seq) {
     pool.Release(hits);
     return false;
   }
+  if (staging_ != nullptr && !seq.request.local_prefill) {
+    // The blocks after the cached ones land in staging first. Create made
+    // it hold any prompt the pool can, so a refusal only means "not now".
+    const int shipped =
+        static_cast<int>(BlocksFor(seq.prompt_len(), block_size)) - static_cast<int>(hits.size());
+    absl::StatusOr<StagingRun> run = staging_->Allocate(shipped);
+    if (!run.ok()) {
+      pool.Release(hits);
+      return false;
+    }
+    seq.staging = *run;
+  }
   cache_queried_tokens_ += seq.prompt_hashes.size() * block_size;
   cache_hit_tokens_ += hits.size() * block_size;
   seq.cached_tokens = static_cast<int>(hits.size()) * block_size;
@@ -152,9 +165,14 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
   const KvLayout& layout = engine_->kv_layout();
   const int prompt_blocks = static_cast<int>(BlocksFor(seq.prompt_len(), layout.block_size));
   const int first_block = seq.cached_tokens / layout.block_size;
-  std::vector<std::vector<kvtransfer::Slice>> layers = kvtransfer::PagedKvSlices(
-      kv_region_, layout.n_layers, layout.layer_bytes(), layout.block_bytes(),
-      seq.choices[0].table.blocks().subspan(first_block, prompt_blocks - first_block));
+  // With staging: the request's run of slots, one slice per layer.
+  std::vector<std::vector<kvtransfer::Slice>> layers =
+      staging_ != nullptr
+          ? kvtransfer::PagedKvSlices(kv_region_, layout.n_layers, staging_->layout().layer_bytes(),
+                                      layout.block_bytes(), KvStaging::SlotIds(seq.staging))
+          : kvtransfer::PagedKvSlices(
+                kv_region_, layout.n_layers, layout.layer_bytes(), layout.block_bytes(),
+                seq.choices[0].table.blocks().subspan(first_block, prompt_blocks - first_block));
   const Ticket ticket = seq.ticket;
   seq.reserved = clock_->Now();
   seq.lease_deadline = seq.reserved + options_.kv_timeout;
@@ -270,12 +288,75 @@ void DecodeLoop::OnLeaseDone(Ticket ticket, const absl::Status& status) {
     Fail(seq, status, /*lease_ended=*/true);
     return;
   }
+  if (staging_ != nullptr) {
+    LandKv(seq);
+  } else {
+    KvReady(seq);
+  }
+}
+
+void DecodeLoop::KvReady(Sequence& seq) {
   seq.MoveTo(Sequence::State::kKvReady);
   seq.kv_wait = clock_->Now() - seq.reserved;
   // The received blocks follow the cached ones; their K/V is final.
   seq.choices[0].table.Advance(seq.prompt_len() - seq.cached_tokens);
   CacheWrittenBlocks(seq.choices[0]);
   if (seq.first_tokens.has_value()) Commit(seq);
+}
+
+void DecodeLoop::LandKv(Sequence& seq) {
+  seq.MoveTo(Sequence::State::kLanding);
+  const KvLayout& layout = engine_->kv_layout();
+  const std::span<const int32_t> blocks = seq.choices[0].table.blocks().subspan(
+      seq.cached_tokens / layout.block_size, seq.staging.count);
+  std::vector<CopyRange> ranges;
+  for (int layer = 0; layer < layout.n_layers; ++layer) {
+    staging_->AppendToDevice(layer, seq.staging, blocks, ranges);
+  }
+  const absl::StatusOr<uint64_t> ticket =
+      copier_->ToDevice(staging_->data(), engine_->kv_cache(), ranges);
+  if (!ticket.ok()) {
+    Fail(seq, absl::Status(ticket.status().code(),
+                           absl::StrCat("request '", seq.request.request_id,
+                                        "': copying the received KV cache from host staging to "
+                                        "the device failed: ",
+                                        ticket.status().message())));
+    return;
+  }
+  seq.landing = *ticket;
+}
+
+void DecodeLoop::PollLandings() {
+  if (staging_ == nullptr) return;
+  std::vector<Sequence*> landing;
+  for (auto& [ticket, seq] : sequences_) {
+    if (seq->landing.has_value()) landing.push_back(seq.get());
+  }
+  for (Sequence* seq : landing) {
+    const absl::StatusOr<bool> finished = copier_->Finished(*seq->landing);
+    if (finished.ok() && !*finished) continue;
+    seq->landing.reset();
+    // Nothing reads the run any more.
+    staging_->Free(seq->staging);
+    if (seq->state == Sequence::State::kCancelling) {
+      // Ended meanwhile; now nothing writes into its blocks either.
+      seq->MoveTo(Sequence::State::kEnded);
+      Remove(*seq);
+    } else if (!finished.ok()) {
+      Fail(*seq, absl::Status(finished.status().code(),
+                              absl::StrCat("request '", seq->request.request_id,
+                                           "': copying the received KV cache from host staging "
+                                           "to the device failed: ",
+                                           finished.status().message())));
+    } else {
+      KvReady(*seq);
+    }
+  }
+}
+
+bool DecodeLoop::landings_pending() const {
+  return std::any_of(sequences_.begin(), sequences_.end(),
+                     [](const auto& entry) { return entry.second->landing.has_value(); });
 }
 
 void DecodeLoop::Commit(Sequence& seq) {

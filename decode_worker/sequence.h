@@ -53,24 +53,26 @@ struct Choice {
 struct DecodeLoop::Sequence {
   // The request's life cycle. Every request starts kQueued (held, no KV
   // blocks yet) until the pool has room for it. A remote prefill then goes
-  // kAdmitted, kReceiving, kKvReady, kRunning; a local one kPrefilling,
-  // kRunning. A running request whose choices cannot grow may be preempted
-  // (kPreempted: its blocks are given back) and later recomputed
-  // (kRecomputing) from its prompt and the tokens it generated, then runs
-  // on. Any of them may end at any point: kEnded, or kCancelling first while
-  // the receiver may still write into its blocks. MoveTo checks every
-  // transition.
+  // kAdmitted, kReceiving, (kLanding, with KV staging,) kKvReady, kRunning;
+  // a local one kPrefilling, kRunning. A running request whose choices
+  // cannot grow may be preempted (kPreempted: its blocks are given back)
+  // and later recomputed (kRecomputing) from its prompt and the tokens it
+  // generated, then runs on. Any of them may end at any point: kEnded, or kCancelling first while
+  // the receiver (or the copy out of the staging) may still write into its
+  // blocks. MoveTo checks every transition.
   enum class State {
     kQueued,       // Waiting for admission: no blocks held.
     kAdmitted,     // Remote: blocks held, no lease issued yet.
     kReceiving,    // Remote: its lease is open (the Start may be in already).
+    kLanding,      // Remote, KV staging: the lease landed in host staging;
+                   // the copy into its blocks is in flight.
     kKvReady,      // Remote: every KV byte landed; waiting for the Start.
     kPrefilling,   // Local: prompt chunks still to step (on choice 0).
     kRunning,      // Its unfinished choices are in the batch.
     kPreempted,    // Its blocks were given back; waits to be recomputed.
     kRecomputing,  // Its choices' written tokens are being computed again.
     kCancelling,   // Ended (the sink knows); its blocks go once the lease's
-                   // done callback runs.
+                   // done callback runs (or, from kLanding, the copy ends).
     kEnded,        // Ended and its blocks given back; about to be destroyed.
   };
 
@@ -81,6 +83,9 @@ struct DecodeLoop::Sequence {
       case State::kAdmitted:
         return to == State::kReceiving || to == State::kEnded;
       case State::kReceiving:
+        return to == State::kKvReady || to == State::kLanding || to == State::kCancelling ||
+               to == State::kEnded;
+      case State::kLanding:
         return to == State::kKvReady || to == State::kCancelling || to == State::kEnded;
       case State::kKvReady:
       case State::kPrefilling:
@@ -147,6 +152,12 @@ struct DecodeLoop::Sequence {
   // From Start: the random numbers each choice's first token took.
   std::vector<uint64_t> first_draws;
   StartDoneFn start_done;  // Start waiting for the KV cache.
+  // KV staging (a backend whose memory the transport cannot reach): the
+  // host slots the lease lands in, held from admission until the copy into
+  // the blocks has finished or the lease failed; and that copy's ticket
+  // while it is in flight.
+  StagingRun staging;
+  std::optional<uint64_t> landing;
 
   // Local prefill: prompt tokens already stepped, and the logprobs of the
   // prompt so far when asked for (sent once the prompt is computed).

@@ -4,6 +4,7 @@
 #define TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/engine/kv_staging.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_hash.h"
@@ -117,6 +119,17 @@ struct Job {
   // once the sender lets go of the blocks.
   absl::Status failure;
   bool finished = false;  // Replied; to be dropped from the active list.
+
+  // KV staging (a backend whose memory the transport cannot read): the
+  // host slots the shipped blocks are copied to, held from admission until
+  // the reply, and the final step's layer copies not yet seen finished, in
+  // layer order. The sender gets a layer once its copy has finished.
+  struct LayerCopy {
+    uint32_t layer;
+    uint64_t ticket;
+  };
+  StagingRun staging;
+  std::deque<LayerCopy> layer_copies;
 
   int prompt_len() const { return static_cast<int>(request.tokens.size()); }
   int remaining() const { return prompt_len() - table.num_tokens(); }
