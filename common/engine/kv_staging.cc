@@ -27,6 +27,9 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(KvCopier& copier,
 
 absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::ForEngine(Engine& engine, int requested) {
   KvCopier* copier = engine.backend().kv_copier();
+  // A backend that failed to make its copier says why in its status (and
+  // hands out none, which must not pass for host memory).
+  RETURN_IF_ERROR(engine.backend().status());
   if (copier == nullptr) {
     if (requested != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -36,8 +39,6 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::ForEngine(Engine& engine, 
     }
     return nullptr;
   }
-  // A backend that fails to make its copier reports why in its status.
-  RETURN_IF_ERROR(engine.backend().status());
   const KvLayout& layout = engine.kv_layout();
   const int max_context = engine.config().seq_len;
   const int least = MinStagingSlots(layout, max_context);

@@ -238,5 +238,41 @@ TEST(KvStaging, ForEngineStagesOnlyForABackendWithACopier) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("to 40")));
 }
 
+// A device backend whose copier could not be made: it hands out none, and
+// says why in its status.
+class CopierlessBackend final : public ::tandem::testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  absl::Status status() const override { return status_; }
+  KvCopier* kv_copier() override {
+    status_ = absl::InternalError("creating the copy stream failed");
+    return nullptr;
+  }
+
+ private:
+  absl::Status status_;
+};
+
+// Regression: a backend whose copier failed must not be taken for one in
+// host memory (the transport would be handed device memory as host).
+TEST(KvStaging, ForEngineFailsWhenTheBackendCouldNotMakeItsCopier) {
+  const ModelConfig shape{.dim = 32,
+                          .hidden_dim = 48,
+                          .n_layers = 2,
+                          .n_heads = 4,
+                          .n_kv_heads = 2,
+                          .vocab_size = 50,
+                          .seq_len = 64};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, 3));
+  auto backend =
+      std::make_unique<CopierlessBackend>(CpuBackend::Create(CpuBackendOptions{1}).value());
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(*weights, std::move(backend),
+                     EngineOptions{.block_size = 16, .num_blocks = 8, .max_batch_tokens = 64}));
+  EXPECT_THAT(KvStaging::ForEngine(*engine, 0),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("copy stream")));
+}
+
 }  // namespace
 }  // namespace tandem
