@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/engine/worker_health.h"
 #include "decode_worker/sequence.h"
 
 namespace tandem::decode {
@@ -21,6 +22,9 @@ constexpr absl::Duration kIdleWait = absl::Milliseconds(10);
 // How long shutdown waits for the transport to let go of cancelled leases'
 // destinations before the KV cache is freed.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+// How long the loop sleeps while copies out of the KV staging are in
+// flight: a finished copy wakes nothing, so it is polled for.
+constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
 
 }  // namespace
 
@@ -54,6 +58,7 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   engine_options.num_blocks = options.kv_blocks > 0
                                   ? options.kv_blocks
                                   : 8 * static_cast<int>(BlocksFor(weights.config.seq_len, options.block_size));
+  if (options.kv_blocks == 0) engine_options.gpu_memory_fraction = options.gpu_memory_fraction;
   engine_options.max_batch_tokens = options.max_batch_tokens;
   // At most one row of logits per held sequence.
   engine_options.max_logit_rows = options.max_sequences;
@@ -70,17 +75,28 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
                      "), the KV pool's blocks"));
   }
   if (options.weights_fingerprint.empty()) options.weights_fingerprint = weights.Fingerprint();
-  std::unique_ptr<DecodeLoop> loop(new DecodeLoop(std::move(engine), transport, options));
-  ASSIGN_OR_RETURN(loop->kv_region_, loop->receiver_->RegisterMemory(
-                                         loop->engine_->kv_cache(), loop->engine_->kv_cache_bytes(),
-                                         kvtransfer::MemoryKind::kHost));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvStaging> staging,
+                   KvStaging::ForEngine(*engine, options.kv_staging_blocks));
+  LOG(INFO) << "decode worker KV path: "
+            << KvPathDescription(staging.get(), transport->name(), options.transport_device_memory)
+            << (staging != nullptr ? absl::StrCat(", ", staging->capacity(), " blocks of staging")
+                                   : "");
+  std::unique_ptr<DecodeLoop> loop(
+      new DecodeLoop(std::move(engine), std::move(staging), transport, options));
+  // The transport writes host memory only: the staging when there is one.
+  KvStaging* const s = loop->staging_.get();
+  ASSIGN_OR_RETURN(
+      loop->kv_region_,
+      loop->receiver_->RegisterMemory(s != nullptr ? s->data() : loop->engine_->kv_cache(),
+                                      s != nullptr ? s->bytes() : loop->engine_->kv_cache_bytes(),
+                                      kvtransfer::MemoryKind::kHost));
   loop->PublishStats();
   loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
 }
 
-DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
-                       DecodeLoopOptions options)
+DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging> staging,
+                       kvtransfer::KvTransport* transport, DecodeLoopOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::Real()),
       config_(engine->config()),
@@ -88,6 +104,8 @@ DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* 
                           engine->kv_layout().block_size)),
       policy_(MakeSchedulePolicy(options_.schedule_policy, options_.prefill_chunk_tokens)),
       engine_(std::move(engine)),
+      staging_(std::move(staging)),
+      copier_(staging_ != nullptr ? engine_->backend().kv_copier() : nullptr),
       transport_(transport),
       receiver_(
           std::make_unique<kvtransfer::TransferReceiver>(transport_, clock_, options_.receiver)) {}
@@ -115,6 +133,7 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
     refusal =
         absl::UnavailableError(stop_ ? "decode worker is shutting down" : "worker is draining");
   }
+  if (refusal.ok()) refusal = EngineRefusal(*engine_, "decode worker");
   if (refusal.ok() && held_ + request.n > options_.max_sequences) {
     refusal = absl::ResourceExhaustedError(absl::StrCat(
         "decode worker holds ", held_, " sequences; the request's ", request.n,
@@ -205,6 +224,7 @@ void DecodeLoop::Run() {
     if (commands.flush) engine_->block_pool().Flush();
     commands = Inbox();
     receiver_->Poll();
+    PollLandings();
     ExpireDeadlines();
     // The running sequences take their next blocks before waiting ones are
     // admitted into what is left.
@@ -213,12 +233,13 @@ void DecodeLoop::Run() {
     const bool stepped = StepOnce();
     PublishStats();
     if (stepped) continue;
+    const bool landing = landings_pending();
     if (!receiver_->idle()) {
-      receiver_->WaitForActivity(clock_->Now() + kTransportWait);
+      receiver_->WaitForActivity(clock_->Now() + (landing ? kCopyPoll : kTransportWait));
     } else {
       absl::MutexLock lock(&mu_);
       auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !inbox_.empty(); };
-      mu_.AwaitWithTimeout(absl::Condition(&wake), kIdleWait);
+      mu_.AwaitWithTimeout(absl::Condition(&wake), landing ? kCopyPoll : kIdleWait);
     }
   }
   Shutdown();
@@ -262,6 +283,12 @@ void DecodeLoop::Fail(Sequence& seq, const absl::Status& status, bool lease_ende
   if (!absl::IsCancelled(status)) ++failed_;
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(status);
   seq.sink->OnFailed(status);
+  if (seq.landing.has_value()) {
+    // The copy out of the staging still writes into the blocks: they go
+    // once it has finished (PollLandings).
+    seq.MoveTo(Sequence::State::kCancelling);
+    return;
+  }
   if (seq.lease_open() && !lease_ended) {
     // The blocks go when the receiver's done callback runs (OnLeaseDone).
     seq.MoveTo(Sequence::State::kCancelling);
@@ -300,8 +327,9 @@ bool DecodeLoop::Finish(Sequence& seq, Choice& choice, FinishReason reason) {
 }
 
 void DecodeLoop::Remove(Sequence& seq) {
-  CHECK(seq.state == Sequence::State::kEnded);
+  CHECK(seq.state == Sequence::State::kEnded && !seq.landing.has_value());
   for (Choice& choice : seq.choices) ReleaseChoice(choice);
+  if (staging_ != nullptr) staging_->Free(seq.staging);
   const int n = seq.request.n;
   sequences_.erase(seq.ticket);  // Destroys `seq`.
   absl::MutexLock lock(&mu_);
@@ -349,6 +377,14 @@ void DecodeLoop::Shutdown() {
     receiver_->Poll();
     if (!receiver_->idle()) receiver_->WaitForActivity(clock_->Now() + kTransportWait);
   }
+  // Copies out of the staging take a moment; the blocks wait for them.
+  while (landings_pending() && absl::Now() < deadline) {
+    PollLandings();
+    if (landings_pending()) absl::SleepFor(kCopyPoll);
+  }
+  if (landings_pending()) {
+    LOG(ERROR) << "decode loop: KV copies out of the staging did not finish by shutdown";
+  }
   PublishStats();
 }
 
@@ -363,6 +399,7 @@ void DecodeLoop::PublishStats() {
   s.kv_blocks_total = engine_->block_pool().num_blocks();
   s.kv_blocks_free = engine_->block_pool().num_free();
   s.kv_blocks_cached = engine_->block_pool().num_cached();
+  AddEngineStats(*engine_, s);
   s.prefix_cache_queried_tokens = cache_queried_tokens_;
   s.prefix_cache_hit_tokens = cache_hit_tokens_;
   s.preemptions = preemptions_;

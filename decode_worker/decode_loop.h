@@ -45,11 +45,23 @@
 // lease's first_block), so the prefill worker ships only those. Cached
 // blocks no sequence uses count as free and are evicted on demand.
 //
+// KV staging (decode_admission.cc): when the backend's memory is not host
+// memory (it has a KvCopier: a GPU), the transport cannot write the KV
+// cache. A remote request then also takes a run of page-locked host staging
+// slots at admission (waiting, as for blocks, while none is free), its
+// lease lands there, and once the lease has ended well the loop queues the
+// copy into the reserved blocks and commits them only when that copy has
+// finished (polled every round, never waited for). The run is freed when
+// the copy has finished or the lease failed; a request that ends while its
+// copy is in flight keeps its blocks until the copy is done. Without a
+// copier the lease lands in the KV cache itself.
+//
 // Thread-safe: every public method may be called from any thread.
 #ifndef TANDEM_DECODE_WORKER_DECODE_LOOP_H_
 #define TANDEM_DECODE_WORKER_DECODE_LOOP_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,9 +78,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/dtype.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
-#include "common/base/dtype.h"
+#include "common/engine/kv_staging.h"
 #include "common/kvcache/block_hash.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
@@ -91,8 +104,11 @@ struct DecodeLoopOptions {
   // Element type of the KV cache; unset: the weights' type. Every worker of
   // a pool must use the same one (KV blocks are copied byte for byte).
   std::optional<DType> kv_dtype;
-  // KV blocks in the pool; 0 sizes it for 8 full-context sequences.
+  // KV blocks in the pool; 0 sizes it for 8 full-context sequences, or,
+  // with a backend that reports device memory, to what
+  // gpu_memory_fraction of it leaves (EngineOptions).
   int kv_blocks = 0;
+  double gpu_memory_fraction = kDefaultGpuMemoryFraction;
   // Blocks admission leaves free for the running sequences to grow into
   // (fewer preemptions; less room for waiting requests); -1: 2% of the
   // pool, at least 1. Below the pool's size.
@@ -115,6 +131,14 @@ struct DecodeLoopOptions {
   // Keep computed and received KV blocks in a prefix cache and reuse them
   // for prompts that start with the same tokens.
   bool prefix_cache = true;
+  // Blocks of host staging received KV lands in when the backend has a
+  // KvCopier (device memory); 0: DefaultStagingSlots(). Must be 0 for a
+  // backend in host memory. A remote request waits for admission until
+  // its blocks fit.
+  int kv_staging_blocks = 0;
+  // Whether the transport could register device memory itself (for the
+  // start-up log line only: device KV always goes through the staging).
+  bool transport_device_memory = false;
   // Time source for deadlines and timings; null: the real clock.
   const Clock* clock = nullptr;
   // Prometheus metrics to feed; null = none. Must outlive the loop.
@@ -127,9 +151,10 @@ class DecodeLoop {
   using Ticket = uint64_t;
 
   // Builds the engine from `weights` (which may be dropped afterwards) on
-  // `backend`, registers its KV cache with `transport` (host memory) and
-  // starts the loop thread. `transport` must outlive the loop and is driven
-  // only by it from now on. INVALID_ARGUMENT for impossible options.
+  // `backend`, registers its KV cache (host memory), or the KV staging,
+  // with `transport` and starts the loop thread. `transport` must outlive
+  // the loop and is driven only by it from now on. INVALID_ARGUMENT for
+  // impossible options.
   static absl::StatusOr<std::unique_ptr<DecodeLoop>> Create(const ModelWeights& weights,
                                                             std::unique_ptr<Backend> backend,
                                                             kvtransfer::KvTransport* transport,
@@ -189,6 +214,10 @@ class DecodeLoop {
   void FlushPrefixCache();
 
   LoopStats Stats() const;
+  // Runs `listener` once the engine fails (Engine::SetFailureListener).
+  void SetEngineFailureListener(std::function<void(const absl::Status&)> listener) {
+    engine_->SetFailureListener(std::move(listener));
+  }
   const ModelConfig& config() const { return config_; }
 
  private:
@@ -220,8 +249,8 @@ class DecodeLoop {
     }
   };
 
-  DecodeLoop(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
-             DecodeLoopOptions options);
+  DecodeLoop(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging> staging,
+             kvtransfer::KvTransport* transport, DecodeLoopOptions options);
   absl::Status Validate(const Request& request) const;
 
   // Loop thread only. Rounds, ends and stats (decode_loop.cc):
@@ -262,6 +291,16 @@ class DecodeLoop {
   void HandleStart(StartCmd cmd);
   void HandleCancel(Ticket ticket);
   void OnLeaseDone(Ticket ticket, const absl::Status& status);
+  // The prompt's KV is in its blocks: kKvReady, registered in the prefix
+  // cache, and committed if the Start is in.
+  void KvReady(Sequence& seq);
+  // KV staging: queues the copy of a landed lease from its staging run into
+  // its blocks (kLanding).
+  void LandKv(Sequence& seq);
+  // KV staging: ends the copies that finished (the request goes on, or
+  // fails on a copy error, or is removed if it ended meanwhile).
+  void PollLandings();
+  bool landings_pending() const;
   // Moves a started sequence whose KV cache is complete into the batch.
   void Commit(Sequence& seq);
   // Copies choice 0's prompt KV into the other choices' blocks; false (the
@@ -320,8 +359,12 @@ class DecodeLoop {
   // Loop thread only (after construction). The destructor destroys the
   // receiver first, while the sequences its callbacks name still exist.
   std::unique_ptr<Engine> engine_;
+  // Null without staging; the copier belongs to the engine's backend.
+  std::unique_ptr<KvStaging> staging_;
+  KvCopier* copier_ = nullptr;
   kvtransfer::KvTransport* const transport_;
   std::unique_ptr<kvtransfer::TransferReceiver> receiver_;
+  // The KV cache's registration, or the staging's.
   kvtransfer::RegionId kv_region_ = 0;
   // Set while Engine::Step runs; leases that end then are queued in
   // ended_mid_step_ and handled after the step.

@@ -20,6 +20,11 @@ namespace {
 // of a chunk whose prompt logprobs are wanted.
 constexpr int kMaxLogitRows = 256;
 
+// Longest the loop waits on the transport while layer copies to the KV
+// staging are in flight: a finished copy is no transport activity, so it
+// is polled for.
+constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
+
 int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Microseconds(d)); }
 
 }  // namespace
@@ -50,19 +55,30 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
   engine_options.num_blocks = options.kv_blocks > 0
                                   ? options.kv_blocks
                                   : DefaultKvBlocks(weights.config, options.block_size);
+  if (options.kv_blocks == 0) engine_options.gpu_memory_fraction = options.gpu_memory_fraction;
   engine_options.max_batch_tokens = options.max_batch_tokens;
   engine_options.max_logit_rows = std::min(options.max_batch_tokens, kMaxLogitRows);
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(weights, std::move(backend), engine_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvStaging> staging,
+                   KvStaging::ForEngine(*engine, options.kv_staging_blocks));
+  LOG(INFO) << "prefill worker KV path: "
+            << KvPathDescription(staging.get(), transport->name(), options.transport_device_memory)
+            << (staging != nullptr ? absl::StrCat(", ", staging->capacity(), " blocks of staging")
+                                   : "");
   std::unique_ptr<PrefillScheduler> s(
-      new PrefillScheduler(std::move(engine), transport, clock, options));
+      new PrefillScheduler(std::move(engine), std::move(staging), transport, clock, options));
+  // The transport reads host memory only: the staging when there is one.
+  void* const kv = s->staging_ != nullptr ? s->staging_->data() : s->engine_->kv_cache();
+  const size_t kv_bytes =
+      s->staging_ != nullptr ? s->staging_->bytes() : s->engine_->kv_cache_bytes();
   ASSIGN_OR_RETURN(s->region_,
-                   s->sender_->RegisterMemory(s->engine_->kv_cache(), s->engine_->kv_cache_bytes(),
-                                              kvtransfer::MemoryKind::kHost));
+                   s->sender_->RegisterMemory(kv, kv_bytes, kvtransfer::MemoryKind::kHost));
   return s;
 }
 
 PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
+                                   std::unique_ptr<KvStaging> staging,
                                    kvtransfer::KvTransport* transport, const Clock* clock,
                                    const SchedulerOptions& options)
     : engine_(std::move(engine)),
@@ -71,6 +87,8 @@ PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
       max_logit_rows_(std::min(options.max_batch_tokens, kMaxLogitRows)),
       salt_(BlockHashSalt(options.weights_fingerprint, DTypeName(engine_->kv_layout().dtype),
                           options.block_size)),
+      staging_(std::move(staging)),
+      copier_(staging_ != nullptr ? engine_->backend().kv_copier() : nullptr),
       sender_(std::make_unique<kvtransfer::TransferSender>(
           transport, clock, kvtransfer::SenderOptions{.lanes = options.kv_lanes})) {}
 
@@ -119,11 +137,32 @@ bool PrefillScheduler::TryAdmit(std::unique_ptr<Job>& job) {
     job->table.Release(pool);
     return false;
   }
+  // The blocks the decode worker does not hold already go through staging.
+  const int shipped =
+      static_cast<int>(job->table.blocks().size()) - static_cast<int>(job->lease.first_block);
+  absl::Status refused;
+  if (staging_ != nullptr && shipped > 0) {
+    absl::StatusOr<StagingRun> run = staging_->Allocate(shipped);
+    if (absl::IsResourceExhausted(run.status())) {
+      // Like a full pool: it waits for transfers to end.
+      job->table.Release(pool);
+      return false;
+    }
+    if (run.ok()) {
+      job->staging = *run;
+    } else {
+      refused = absl::Status(run.status().code(),
+                             absl::StrCat(JobName(*job), ": ", run.status().message()));
+    }
+  }
   job->cached_tokens = cached_tokens;
   counters_.prefix_cache_queried_tokens += static_cast<uint64_t>(lookup) * block_size;
   counters_.prefix_cache_hit_tokens += cached_tokens;
   job->state = Job::State::kComputing;
   active_.push_back(std::move(job));
+  // Never fits (Create makes the staging hold any prompt the pool can, so
+  // only a job the loop did not validate gets here): taken and failed.
+  if (!refused.ok()) Finish(*active_.back(), refused);
   return true;
 }
 
@@ -137,6 +176,7 @@ void PrefillScheduler::Cancel(JobId id) {
 
 void PrefillScheduler::RunOnce() {
   if (sender_ == nullptr) return;
+  if (staging_ != nullptr) PollLayerCopies();
   sender_->Poll();
   HandleTransferEnds();
   ExpireDeadlines();
@@ -148,7 +188,9 @@ void PrefillScheduler::RunOnce() {
 }
 
 void PrefillScheduler::WaitForTransfers(absl::Time deadline) {
-  if (sender_ != nullptr) sender_->WaitForActivity(deadline);
+  if (sender_ == nullptr) return;
+  if (layer_copies_pending()) deadline = std::min(deadline, clock_->Now() + kCopyPoll);
+  sender_->WaitForActivity(deadline);
 }
 
 std::vector<Reply> PrefillScheduler::TakeReplies() { return std::exchange(replies_, {}); }
@@ -196,11 +238,18 @@ void PrefillScheduler::Step() {
 
   const int last_layer = engine_->config().n_layers - 1;
   auto kv_written = [&](int layer) {
-    for (Job* job : finals) {
-      // Once a transfer has failed it takes no more layers; its done
-      // callback (already queued, or following) ends the job.
-      if (job->transfer_ended) continue;
-      (void)sender_->MarkLayerReady(job->lease.request_id, static_cast<uint32_t>(layer));
+    if (staging_ != nullptr) {
+      // The layer is queued on the device, maybe not computed yet: it is
+      // copied to the staging after it, and shipped once the copy is done.
+      StageLayer(finals, layer);
+      PollLayerCopies();
+    } else {
+      for (Job* job : finals) {
+        // Once a transfer has failed it takes no more layers; its done
+        // callback (already queued, or following) ends the job.
+        if (job->transfer_ended) continue;
+        (void)sender_->MarkLayerReady(job->lease.request_id, static_cast<uint32_t>(layer));
+      }
     }
     if (layer == last_layer) {
       const absl::Time t = clock_->Now();
@@ -286,9 +335,17 @@ absl::Status PrefillScheduler::StartTransfer(Job& job) {
   request.descriptor = job.request.kv_descriptor;
   const KvLayout& layout = engine_->kv_layout();
   // The decode worker holds the blocks before first_block already.
-  request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers, layout.layer_bytes(),
-                                             layout.block_bytes(),
-                                             blocks.subspan(job.lease.first_block));
+  const std::span<const int32_t> shipped = blocks.subspan(job.lease.first_block);
+  if (staging_ != nullptr) {
+    // The job's staging run: one contiguous slice per layer.
+    CHECK(static_cast<int>(shipped.size()) == job.staging.count);
+    request.layers =
+        kvtransfer::PagedKvSlices(region_, layout.n_layers, staging_->layout().layer_bytes(),
+                                  layout.block_bytes(), KvStaging::SlotIds(job.staging));
+  } else {
+    request.layers = kvtransfer::PagedKvSlices(region_, layout.n_layers, layout.layer_bytes(),
+                                               layout.block_bytes(), shipped);
+  }
   request.deadline = job.request.deadline;
   // The job outlives its transfer: it is dropped only after this ran.
   request.done = [this, j = &job](uint64_t, const absl::Status& status) {
@@ -304,6 +361,57 @@ absl::Status PrefillScheduler::StartTransfer(Job& job) {
   }
   job.transfer_started = true;
   return absl::OkStatus();
+}
+
+void PrefillScheduler::StageLayer(std::span<Job* const> jobs, int layer) {
+  std::vector<CopyRange> ranges;
+  std::vector<Job*> staged;
+  for (Job* job : jobs) {
+    // A failed transfer takes no more layers.
+    if (job->transfer_ended || !job->failure.ok()) continue;
+    staging_->AppendToHost(layer, job->table.blocks().subspan(job->lease.first_block), job->staging,
+                           ranges);
+    staged.push_back(job);
+  }
+  if (staged.empty()) return;
+  // One copy for every job of the step: one event on a GPU.
+  const absl::StatusOr<uint64_t> ticket =
+      copier_->ToHost(engine_->kv_cache(), staging_->data(), ranges);
+  for (Job* job : staged) {
+    if (!ticket.ok()) {
+      Fail(*job, absl::Status(ticket.status().code(),
+                              absl::StrCat(JobName(*job), ": copying layer ", layer,
+                                           " of the KV cache to host staging failed: ",
+                                           ticket.status().message())));
+      continue;
+    }
+    job->layer_copies.push_back(Job::LayerCopy{static_cast<uint32_t>(layer), *ticket});
+  }
+}
+
+void PrefillScheduler::PollLayerCopies() {
+  for (auto& owned : active_) {
+    Job& job = *owned;
+    while (!job.layer_copies.empty()) {
+      const Job::LayerCopy copy = job.layer_copies.front();
+      const absl::StatusOr<bool> finished = copier_->Finished(copy.ticket);
+      if (finished.ok() && !*finished) break;  // Later layers were queued after it.
+      job.layer_copies.pop_front();
+      if (!finished.ok()) {
+        Fail(job, absl::Status(finished.status().code(),
+                               absl::StrCat(JobName(job), ": copying layer ", copy.layer,
+                                            " of the KV cache to host staging failed: ",
+                                            finished.status().message())));
+        break;
+      }
+      if (!job.transfer_ended) (void)sender_->MarkLayerReady(job.lease.request_id, copy.layer);
+    }
+  }
+}
+
+bool PrefillScheduler::layer_copies_pending() const {
+  return std::any_of(active_.begin(), active_.end(),
+                     [](const auto& j) { return !j->layer_copies.empty(); });
 }
 
 void PrefillScheduler::HandleTransferEnds() {
@@ -354,6 +462,8 @@ void PrefillScheduler::ExpireDeadlines() {
 
 void PrefillScheduler::Fail(Job& job, const absl::Status& status) {
   if (job.finished) return;
+  // A failed transfer takes no more layers.
+  job.layer_copies.clear();
   if (job.transfer_started && !job.transfer_ended) {
     // The sender may still read the blocks: release them from its done.
     if (job.failure.ok()) job.failure = status;
@@ -367,6 +477,11 @@ void PrefillScheduler::Finish(Job& job, absl::StatusOr<PrefillResult> result) {
   if (job.finished) return;
   job.finished = true;
   engine_->Release(job.table);
+  // The sender has let go of the run. A copy into it may still be in
+  // flight (the transfer failed first); the next owner's copies are queued
+  // after it and finish after it, and its transfer reads the run only then.
+  job.layer_copies.clear();
+  if (staging_ != nullptr) staging_->Free(job.staging);
   replies_.push_back(Reply{std::move(job.done), std::move(result)});
 }
 

@@ -12,6 +12,17 @@
 // type and the block size) and are never written again. Released, they stay
 // cached until the pool evicts them for room.
 //
+// KV staging: when the backend's memory is not host memory (it has a
+// KvCopier: a GPU), the transport cannot read the KV cache. The sender then
+// reads page-locked host staging (common/engine/kv_staging.h) instead: each
+// admitted job holds a run of staging slots for the blocks it ships, the
+// final step queues a copy of each layer's blocks to that run as soon as
+// the engine has written the layer, and the layer goes to the sender only
+// once its copy has finished (polled in every round and after every layer,
+// never waited for). The run is freed with the job's blocks, after the
+// transfer has ended. Without a copier the sender reads the KV cache
+// itself, with no copy.
+//
 // Thread-compatible: one thread (PrefillLoop's) drives it, and it is the
 // only user of the engine, the sender and the transport. Replies are queued
 // (TakeReplies) rather than called, so that the driving thread can run them
@@ -30,9 +41,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/dtype.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
-#include "common/base/dtype.h"
+#include "common/engine/kv_staging.h"
 #include "common/kvcache/block_hash.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
@@ -45,8 +57,10 @@ struct SchedulerOptions {
   int block_size = 16;
   // Element type of the KV cache; unset: the weights' type.
   std::optional<DType> kv_dtype = std::nullopt;
-  // KV blocks in the pool; 0 = room for 8 full-context sequences.
+  // KV blocks in the pool; 0 = room for 8 full-context sequences, or, with
+  // a backend that reports device memory, what gpu_memory_fraction leaves.
   int kv_blocks = 0;
+  double gpu_memory_fraction = kDefaultGpuMemoryFraction;
   // Most prompt tokens one engine step carries (over all its jobs).
   int max_batch_tokens = 2048;
   // Connections each KV transfer is striped over.
@@ -57,6 +71,13 @@ struct SchedulerOptions {
   // ModelWeights::Fingerprint() of the weights: salts the block hashes
   // (with the KV element type and the block size).
   std::string weights_fingerprint = "";
+  // Blocks of host staging the KV goes through when the backend has a
+  // KvCopier (device memory); 0: DefaultStagingSlots(). Must be 0 for a
+  // backend in host memory. A job waits for admission until its blocks fit.
+  int kv_staging_blocks = 0;
+  // Whether the transport could register device memory itself (for the
+  // start-up log line only: device KV always goes through the staging).
+  bool transport_device_memory = false;
 };
 
 // Counters for WorkerStats (and tests).
@@ -79,8 +100,9 @@ struct Reply {
 
 class PrefillScheduler {
  public:
-  // Builds the engine over `backend` and registers its KV cache with
-  // `transport` (host memory). `transport` and `clock` must outlive it.
+  // Builds the engine over `backend` and registers its KV cache (host
+  // memory), or the KV staging, with `transport`. `transport` and `clock`
+  // must outlive it.
   static absl::StatusOr<std::unique_ptr<PrefillScheduler>> Create(
       const ModelWeights& weights, std::unique_ptr<Backend> backend,
       kvtransfer::KvTransport* transport, const Clock* clock, const SchedulerOptions& options);
@@ -91,6 +113,8 @@ class PrefillScheduler {
   PrefillScheduler(const PrefillScheduler&) = delete;
   PrefillScheduler& operator=(const PrefillScheduler&) = delete;
 
+  // For its thread-safe parts (status(), SetFailureListener()) and constants.
+  Engine& engine() { return *engine_; }
   const ModelConfig& config() const { return engine_->config(); }
   const KvLayout& layout() const { return engine_->kv_layout(); }
   int total_blocks() { return engine_->block_pool().num_blocks(); }
@@ -103,10 +127,13 @@ class PrefillScheduler {
   bool has_compute() const;
   bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
   const SchedulerCounters& counters() const { return counters_; }
+  // The KV staging; null when the sender reads the KV cache directly.
+  const KvStaging* staging() const { return staging_.get(); }
 
   // Takes the cached blocks of `job`'s prompt prefix (all but its last
-  // token, which is always computed), reserves the rest and takes the job;
-  // false (and `job` untouched) when the pool cannot hold it now.
+  // token, which is always computed), reserves the rest (and staging for
+  // the blocks it ships) and takes the job; false (and `job` untouched)
+  // when the pool or the staging cannot hold it now.
   bool TryAdmit(std::unique_ptr<internal::Job>& job);
 
   // Frees every cached block no job uses; returns how many.
@@ -132,8 +159,9 @@ class PrefillScheduler {
  private:
   using Job = internal::Job;
 
-  PrefillScheduler(std::unique_ptr<Engine> engine, kvtransfer::KvTransport* transport,
-                   const Clock* clock, const SchedulerOptions& options);
+  PrefillScheduler(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging> staging,
+                   kvtransfer::KvTransport* transport, const Clock* clock,
+                   const SchedulerOptions& options);
 
   void Step();
   // Appends the logprobs of the prompt tokens that `rows` (one per token of
@@ -144,6 +172,13 @@ class PrefillScheduler {
   // Registers the full blocks of `job`'s computed prompt in the prefix cache.
   void CachePromptBlocks(const Job& job);
   absl::Status StartTransfer(Job& job);
+  // Staging: queues one copy of layer `layer` of the shipped blocks of
+  // `jobs` (those whose transfer goes on) to their staging runs.
+  void StageLayer(std::span<Job* const> jobs, int layer);
+  // Staging: hands every layer whose copy has finished to the sender, in
+  // layer order; fails the job when its copy failed.
+  void PollLayerCopies();
+  bool layer_copies_pending() const;
   void HandleTransferEnds();
   void ExpireDeadlines();
   // Fails `job`, at once or (transfer in flight) once the sender lets go.
@@ -159,8 +194,13 @@ class PrefillScheduler {
   const SchedulerOptions options_;
   const int max_logit_rows_;
   const BlockHash salt_;
+  // Null without staging. The staging outlives the sender's registration
+  // of it (DropSender runs first).
+  const std::unique_ptr<KvStaging> staging_;
+  KvCopier* const copier_;
 
   std::unique_ptr<kvtransfer::TransferSender> sender_;
+  // The KV cache's registration, or the staging's.
   kvtransfer::RegionId region_ = 0;
   // Admission order, which is the order chunks are scheduled in.
   std::vector<std::unique_ptr<Job>> active_;
