@@ -54,6 +54,10 @@ ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
 ABSL_FLAG(int, kv_blocks, 0,
           "KV cache blocks in the pool; 0 = enough for 8 full-context sequences on the CPU, or "
           "what --gpu_memory_fraction leaves on a GPU");
+ABSL_FLAG(int, kv_staging_blocks, 0,
+          "KV blocks of page-locked host staging that KV passes through on a GPU backend (the "
+          "transport cannot reach device memory); 0: room for four longest prompts, within the "
+          "pool; must be 0 on the CPU backend");
 ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
           "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
           "KV cache gets what the weights and activations leave of it (workers sharing a GPU "
@@ -154,6 +158,9 @@ absl::Status Run() {
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.gpu_memory_fraction = gpu_memory_fraction;
+  options.kv_staging_blocks = absl::GetFlag(FLAGS_kv_staging_blocks);
+  options.transport_device_memory = transport->SupportsMemory(kvtransfer::MemoryKind::kCuda);
+  LOG(INFO) << "KV transport memory types: " << transport->MemoryTypes();
   options.kv_watermark_blocks = absl::GetFlag(FLAGS_kv_watermark_blocks);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);

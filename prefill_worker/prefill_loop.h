@@ -75,6 +75,11 @@ struct PrefillLoopOptions {
   // the device's memory the worker fills, the KV pool taking what the
   // weights and activations leave of it (EngineOptions).
   double gpu_memory_fraction = kDefaultGpuMemoryFraction;
+  // KV blocks of page-locked host staging on a backend whose memory the
+  // transport cannot reach (SchedulerOptions); 0: the default size.
+  int kv_staging_blocks = 0;
+  // The transport can move device memory itself (no staging needed).
+  bool transport_device_memory = false;
   int max_batch_tokens = 2048;
   // Most jobs waiting for admission; more are refused with RESOURCE_EXHAUSTED.
   int max_queue = 256;
