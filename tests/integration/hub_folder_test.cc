@@ -46,7 +46,9 @@ std::string ConvertStories(const std::string& name, DType dtype, bool permute_qk
   EXPECT_OK(WriteHubModel(**weights, dir, options));
   auto vocab = SpmVocabularyOf(**tokenizer);
   EXPECT_OK(vocab.status());
-  if (vocab.ok()) EXPECT_OK(WriteHfTokenizer(*vocab, dir));
+  if (vocab.ok()) {
+    EXPECT_OK(WriteHfTokenizer(*vocab, dir));
+  }
   return dir;
 }
 

@@ -235,7 +235,9 @@ TEST_F(PrefillEngineFailureTest, GpuMemoryFractionSizesThePoolUnlessKvBlocksAreG
     EXPECT_EQ(stats.kv_blocks_total, want);
     EXPECT_EQ(stats.kv_cache_bytes, uint64_t(want) * block_bytes);
     EXPECT_EQ(stats.device_memory_total_bytes, kTotal);
-    if (kv_blocks == 0) EXPECT_GT(want, 8 * 8);  // Past the host default.
+    if (kv_blocks == 0) {
+      EXPECT_GT(want, 8 * 8);  // Past the host default.
+    }
 
     // And it serves.
     const std::vector<int32_t> prompt = RandomTokens(37, TestShape().vocab_size, 9);
