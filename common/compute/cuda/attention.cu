@@ -11,6 +11,7 @@
 
 #include "common/compute/cuda/elements.cuh"
 #include "common/compute/cuda/kernels.h"
+#include "common/compute/cuda/prefill_mma.h"
 
 namespace tandem::cuda {
 namespace {
@@ -185,8 +186,16 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       const float* qh = q_s + hh * head_dim;
       float s = -FLT_MAX;
       if (lane < n) {
-        s = 0.0f;
-        for (int d = 0; d < head_dim; ++d) s += qh[d] * k_s[d * kTileSlots + lane];
+        // Four independent sums: a single chain of dependent adds would
+        // leave the warp waiting on each one.
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int d = 0;
+        for (; d + 4 <= head_dim; d += 4) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[i] += qh[d + i] * k_s[(d + i) * kTileSlots + lane];
+        }
+        for (; d < head_dim; ++d) part[0] += qh[d] * k_s[d * kTileSlots + lane];
+        s = (part[0] + part[1]) + (part[2] + part[3]);
       }
       const float m_new = fmaxf(m[u], WarpMax(s));
       const float correction = expf(m[u] - m_new);
@@ -194,6 +203,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       l[u] = l[u] * correction + WarpSum(p);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) acc[u][i] *= correction;
+#pragma unroll 4
       for (int j = 0; j < n; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
         const float* vj = v_s + j * head_dim;
@@ -573,6 +583,10 @@ cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* 
                                    const KvLayout& layout, const void* cache, int n_heads,
                                    int n_kv_heads, int head_dim, float* out) {
   if (n_tiles <= 0) return cudaSuccess;
+  if (PrefillMmaApplies(layout, head_dim, cache, out)) {
+    return LaunchPrefillMma(q, q_stride, rows_meta, tiles, n_tiles, layer, layout, cache, n_heads,
+                            n_kv_heads, head_dim, out);
+  }
   return WithElement(layout.dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (head_dim <= 64) {

@@ -154,10 +154,13 @@ struct HalfCase {
 class CudaHalfEngine : public ::testing::TestWithParam<HalfCase> {};
 
 // Both engines hold the same 16-bit weights (and KV type); the CUDA one
-// rounds the activations to the weights' type before each product. An
+// rounds the activations to the weights' type before each product (and
+// queries and probabilities in prefill attention over a 16-bit cache). An
 // 80-token prompt (tiled attention) in two chunks, then 40 decode steps
 // fed the CPU engine's greedy tokens, so that both see the same inputs:
-// logits of every step within relative L2 error 1e-2 of the CPU engine's.
+// logits of every step within relative L2 error 2e-2 of the CPU engine's
+// for bf16 weights (7e-3 measured on an H100), 5e-3 for f16 weights, 1e-2
+// for f32 weights with a bf16 cache.
 TEST_P(CudaHalfEngine, LogitsNearCpuEngine) {
   const HalfCase& c = GetParam();
   ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(c.config, 9, c.weights));
@@ -184,7 +187,11 @@ TEST_P(CudaHalfEngine, LogitsNearCpuEngine) {
   step(std::span(prompt).first(50));
   int32_t next = step(std::span(prompt).subspan(50));
   for (int i = 0; i < 40 && next >= 0; ++i) next = step({&next, 1});
-  EXPECT_LE(worst.value, 1e-2);
+  const double tolerance = c.weights == DType::kBF16  ? 2e-2
+                           : c.weights == DType::kF16 ? 5e-3
+                                                      : 1e-2;
+  EXPECT_LE(worst.value, tolerance);
+  RecordProperty("worst_relative_l2", ::testing::PrintToString(worst.value));
   engines.cpu->Release(cpu_table);
   engines.cuda->Release(cuda_table);
 }
