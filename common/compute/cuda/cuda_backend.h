@@ -7,7 +7,9 @@
 // backend to fp32 rounding). A product with 16-bit weights rounds the f32
 // activations to the weights' type on the device and runs on the tensor
 // cores with f32 accumulation and an f32 result; 16-bit KV is rounded as it
-// is written and widened as attention reads it.
+// is written and widened as attention reads it, except that prefill chunks
+// over a 16-bit cache run on the tensor cores with the queries and
+// probabilities rounded to the cache's type (prefill_mma.h).
 //
 // Backend operations return nothing, so the first CUDA or cuBLAS error is
 // kept (status()) and every later operation is skipped until the backend is

@@ -1,4 +1,5 @@
-// Launchers of the CUDA backend's kernels (kernels.cu, attention.cu). All
+// Launchers of the CUDA backend's kernels (kernels.cu, attention.cu,
+// prefill_mma.cu). All
 // run on the legacy default stream and return the launch's error
 // (cudaGetLastError). Pointers are device memory; `rows_meta` is the packed
 // row list of CudaBackend::UploadRows: [position, block list offset] per
@@ -76,7 +77,9 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
 // [tiles[2t], tiles[2t] + tiles[2t+1]) (at most kPrefillTileRows) of one
 // sequence at consecutive positions; one block per (tile, query head) walks
 // the tile's causal context in KV tiles staged in shared memory with an
-// online softmax. Tiles are best ordered longest context first.
+// online softmax. Tiles are best ordered longest context first. In f32 on
+// the CUDA cores, or on the tensor cores for a 16-bit cache where
+// PrefillMmaApplies (prefill_mma.h).
 cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* rows_meta,
                                    const int32_t* tiles, int n_tiles, int layer,
                                    const KvLayout& layout, const void* cache, int n_heads,
