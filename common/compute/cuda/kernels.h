@@ -1,12 +1,12 @@
 // Launchers of the CUDA backend's kernels (kernels.cu, attention.cu,
-// prefill_mma.cu). All
-// run on the legacy default stream and return the launch's error
-// (cudaGetLastError). Pointers are device memory; `rows_meta` is the packed
-// row list of CudaBackend::UploadRows: [position, block list offset] per
-// row, then the block lists, offsets counted from the start of rows_meta.
+// prefill_mma.cu). All run on the legacy default stream and return the
+// launch's error (cudaGetLastError). Pointers are device memory;
+// `rows_meta` is the packed row list of CudaBackend::UploadRows: [position,
+// block list offset] per row, then the block lists, offsets counted from the
+// start of rows_meta.
 //
-// 16-bit elements (weights, KV cache) are f16 or bf16 as `DType` says;
-// arithmetic is f32 throughout.
+// 16-bit elements (weights, KV cache) are f16 or bf16 as `DType` says; sums
+// are f32 throughout, and so are products but on the tensor cores.
 #ifndef TANDEM_COMMON_COMPUTE_CUDA_KERNELS_H_
 #define TANDEM_COMMON_COMPUTE_CUDA_KERNELS_H_
 
