@@ -11,6 +11,7 @@
 // Skips without a device.
 #include <algorithm>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct AttentionCase {
   DType kv;
   int block_size;
 };
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.shape.n_heads << "/" << c.shape.n_kv_heads << " heads, head_dim " << c.shape.head_dim
+      << ", " << DTypeName(c.kv) << " KV, blocks of " << c.block_size;
+}
 
 // Queries of sequence `seq` at positions [begin, end): a prefill chunk.
 void AddChunk(std::vector<Query>& queries, int seq, int begin, int end) {

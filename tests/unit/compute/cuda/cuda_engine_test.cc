@@ -5,6 +5,7 @@
 // Skips without a device.
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -150,6 +151,11 @@ struct HalfCase {
   DType weights;
   DType kv;
 };
+
+void PrintTo(const HalfCase& c, std::ostream* os) {
+  *os << "dim " << c.config.dim << ", " << DTypeName(c.weights) << " weights, " << DTypeName(c.kv)
+      << " KV";
+}
 
 class CudaHalfEngine : public ::testing::TestWithParam<HalfCase> {};
 
