@@ -2,7 +2,9 @@
 // on synthetic models of real shapes, beside the llama.cpp anchors of
 // ../shared/docs/PERF_ANCHORS.md (CPU shapes), the measured memory bandwidth
 // (the batch-1 decode ceiling) and the measured GEMM rate (the prefill
-// ceiling). --backend cuda runs the same on the GPU.
+// ceiling). --backend cuda runs the same on the GPU, each figure beside its
+// limit measured in the same run: the HBM roofline of a decode step and
+// cuBLAS's GEMM rate in the weights' type.
 #include <omp.h>
 
 #include <algorithm>
@@ -19,12 +21,15 @@
 #include "absl/strings/str_join.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/compute/backend_choice.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 #include "common/model/model_weights.h"
 #include "common/model/synthetic.h"
-#include "tools/backend_choice.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "common/compute/cuda/cuda_backend.h"
+#endif
 
 ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15M", "stories110M"}),
           "Model shapes to measure: stories15M, stories110M, llama3.2-1b, llama3-8b (32 GB of "
@@ -90,24 +95,29 @@ double MeasureReadBandwidth() {
   return best;
 }
 
-// Sustained fp32 matrix-product rate of the backend on a product of
-// m x n x k, operands in backend memory: the ceiling for prefill, which is
-// mostly such products. 512 x 2048 x 768 on CPUs; a GPU needs far larger
-// products to fill.
-double MeasureGemmFlops(Backend& backend, int m, int n, int k) {
+// Sustained matrix-product rate of the backend's MatMul on a product of
+// m x n x k with `wtype` weights, operands in backend memory: the ceiling
+// for prefill, which is mostly such products. 512 x 2048 x 768 on CPUs; a
+// GPU needs far larger products to fill.
+double MeasureGemmFlops(Backend& backend, int m, int n, int k, DType wtype = DType::kF32) {
   auto x = backend.Allocate(size_t{4} * m * k);
-  auto w = backend.Allocate(size_t{4} * n * k);
+  auto w = backend.Allocate(DTypeSize(wtype) * n * k);
   auto out = backend.Allocate(size_t{4} * m * n);
   CHECK_OK(x.status());
   CHECK_OK(w.status());
   CHECK_OK(out.status());
   std::vector<float> host(static_cast<size_t>(std::max(m, n)) * k, 0.25f);
   backend.CopyToDevice(host.data(), (*x)->data(), size_t{4} * m * k);
-  backend.CopyToDevice(host.data(), (*w)->data(), size_t{4} * n * k);
+  // 0.25 in every type: f32, f16 and bf16 bit patterns.
+  const uint16_t quarter = wtype == DType::kF16 ? 0x3400 : 0x3e80;
+  const std::vector<uint16_t> host16(wtype == DType::kF32 ? 0 : size_t(n) * k, quarter);
+  backend.CopyToDevice(wtype == DType::kF32 ? static_cast<const void*>(host.data()) : host16.data(),
+                       (*w)->data(), DTypeSize(wtype) * n * k);
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {  // the first one warms up
     const auto t0 = Clock::now();
-    backend.MatMul((*x)->floats(), (*w)->floats(), (*out)->floats(), m, n, k, false);
+    backend.MatMul((*x)->floats(), MatrixRef{(*w)->data(), wtype}, (*out)->floats(), m, n, k,
+                   false);
     backend.CopyToHost((*out)->floats(), host.data(), sizeof(float));  // waits for the product
     if (rep > 0) best = std::min(best, Seconds(Clock::now() - t0));
   }
@@ -117,8 +127,25 @@ double MeasureGemmFlops(Backend& backend, int m, int n, int k) {
 // Weight bytes per second a skinny product of m rows streams through
 // (n x k weights, read once): how close decode's matrix products come to the
 // memory bandwidth.
-double MeasureSkinnyBandwidth(Backend& backend, int m, int n, int k) {
-  return MeasureGemmFlops(backend, m, n, k) / (2.0 * m * n * k) * (4.0 * n * k);
+double MeasureSkinnyBandwidth(Backend& backend, int m, int n, int k, DType wtype) {
+  return MeasureGemmFlops(backend, m, n, k, wtype) / (2.0 * m * n * k) *
+         (double(DTypeSize(wtype)) * n * k);
+}
+
+// cuBLAS's rate for an m x n x k product of `dtype` operands with f32
+// accumulation, as the CUDA backend issues it (without MatMul's rounding of
+// the activations); 0 for another backend or a build without CUDA.
+double MeasureCublasRate(Backend& backend, DType dtype, int m, int n, int k) {
+#ifdef TANDEM_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {
+    auto rate = cuda->MeasureGemmRate(dtype, m, n, k);
+    CHECK_OK(rate.status());
+    return *rate;
+  }
+#else
+  (void)backend, (void)dtype, (void)m, (void)n, (void)k;
+#endif
+  return 0.0;
 }
 
 struct Anchor {
@@ -137,6 +164,7 @@ Anchor AnchorFor(const std::string& shape, bool on_cpu) {
 struct Result {
   std::string shape;
   std::string dtype;
+  DType wtype = DType::kF32;
   std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
   double weight_bytes = 0;                      // read by every decode step
@@ -147,8 +175,7 @@ struct Result {
 // Loads a hub folder `repeats` + 1 times (the first fills the page cache)
 // into an engine and prints the best load rate, in weight bytes per second,
 // with the weights fingerprint's time apart.
-int MeasureLoad(const std::string& dir, const std::string& backend_name, int threads,
-                int repeats) {
+int MeasureLoad(const std::string& dir, const std::string& backend_name, int threads, int repeats) {
   double best_load = 1e30, best_engine = 1e30, bytes = 0, fingerprint_s = 0;
   std::string description;
   for (int r = 0; r < repeats + 1; ++r) {
@@ -159,7 +186,7 @@ int MeasureLoad(const std::string& dir, const std::string& backend_name, int thr
       return 1;
     }
     const auto t1 = Clock::now();
-    auto backend = ChooseBackend(backend_name, threads);
+    auto backend = ChooseBackend({.name = backend_name, .threads = threads});
     CHECK_OK(backend.status());
     EngineOptions options;
     options.num_blocks = 64;
@@ -243,7 +270,16 @@ int Run() {
   const int decode_steps = absl::GetFlag(FLAGS_decode_steps);
 
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
-  auto probe = ChooseBackend(backend_name, threads, /*measure_bandwidth=*/true);
+  std::vector<DType> dtypes;
+  for (const std::string& name : absl::GetFlag(FLAGS_dtype)) {
+    auto dtype = ParseDType(name);
+    if (!dtype.ok()) {
+      std::cerr << "--dtype: " << dtype.status().message() << "\n";
+      return 2;
+    }
+    dtypes.push_back(*dtype);
+  }
+  auto probe = ChooseBackend({.name = backend_name, .threads = threads, .measure_bandwidth = true});
   if (!probe.ok()) {
     std::cerr << probe.status() << "\n";
     return 1;
@@ -254,27 +290,44 @@ int Run() {
   const int gemm_m = on_cpu ? 512 : 4096, gemm_n = on_cpu ? 2048 : 4096,
             gemm_k = on_cpu ? 768 : 4096;
   const double gemm_flops = MeasureGemmFlops(*probe->backend, gemm_m, gemm_n, gemm_k);
+  // The prefill ceiling of 16-bit weights on a GPU: cuBLAS's rate in that
+  // type (f32 accumulation) on a product large enough to fill it.
+  constexpr int kGemm16 = 8192;
+  std::vector<std::pair<DType, double>> gemm16;
   if (!on_cpu) {
     // Llama-3-8B's gate-and-up product, at decode batch sizes.
-    for (int m : {1, 8, 32}) {
-      std::printf("weights streamed by a %dx28672x4096 product: %.0f GB/s\n", m,
-                  MeasureSkinnyBandwidth(*probe->backend, m, 28672, 4096) / 1e9);
+    for (const DType dtype : dtypes) {
+      for (int m : {1, 8, 32}) {
+        std::printf("weights streamed by a %dx28672x4096 %s product: %.0f GB/s\n", m,
+                    std::string(DTypeName(dtype)).c_str(),
+                    MeasureSkinnyBandwidth(*probe->backend, m, 28672, 4096, dtype) / 1e9);
+      }
+      if (dtype == DType::kF32) continue;
+      if (const double rate = MeasureCublasRate(*probe->backend, dtype, kGemm16, kGemm16, kGemm16);
+          rate > 0) {
+        gemm16.emplace_back(dtype, rate);
+      }
     }
   }
   probe->backend.reset();
-  std::printf("measured %s bandwidth: %.1f GB/s; fp32 GEMM %dx%dx%d: %.0f GFLOP/s\n\n",
+  std::printf("measured %s bandwidth: %.1f GB/s; fp32 GEMM %dx%dx%d: %.0f GFLOP/s\n",
               on_cpu ? "read" : "device copy (read + write)", bandwidth / 1e9, gemm_m, gemm_n,
               gemm_k, gemm_flops / 1e9);
-
-  std::vector<DType> dtypes;
-  for (const std::string& name : absl::GetFlag(FLAGS_dtype)) {
-    auto dtype = ParseDType(name);
-    if (!dtype.ok()) {
-      std::cerr << "--dtype: " << dtype.status().message() << "\n";
-      return 2;
-    }
-    dtypes.push_back(*dtype);
+  for (auto [dtype, rate] : gemm16) {
+    std::printf("cuBLAS %s GEMM %dx%dx%d (f32 accumulation, random operands): %.1f TFLOP/s\n",
+                std::string(DTypeName(dtype)).c_str(), kGemm16, kGemm16, kGemm16, rate / 1e12);
   }
+  std::printf("\n");
+  // The product rate that bounds a prefill with `dtype` weights, and its name.
+  auto prefill_limit = [&](DType dtype) -> std::pair<double, std::string> {
+    for (auto [type, rate] : gemm16) {
+      if (type == dtype) {
+        return {rate, absl::StrCat("cuBLAS ", std::string(DTypeName(type)), " GEMM rate")};
+      }
+    }
+    return {gemm_flops, "GEMM rate"};
+  };
+
   std::optional<DType> kv_dtype;
   if (const std::string kv = absl::GetFlag(FLAGS_kv_dtype); !kv.empty()) {
     auto parsed = ParseDType(kv);
@@ -290,68 +343,93 @@ int Run() {
 
   std::vector<Result> results;
   for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
-   for (const DType dtype : dtypes) {
-    ModelConfig config;
-    if (shape == "stories15M") {
-      config = Stories15MShape();
-    } else if (shape == "stories110M") {
-      config = Stories110MShape();
-    } else if (shape == "llama3.2-1b") {
-      config = Llama32_1BShape();
-    } else if (shape == "llama3-8b") {
-      config = Llama3_8BShape();
-    } else {
-      std::cerr << "unknown --shapes entry '" << shape
-                << "'; use stories15M, stories110M, llama3.2-1b or llama3-8b\n";
-      return 2;
+    for (const DType dtype : dtypes) {
+      ModelConfig config;
+      if (shape == "stories15M") {
+        config = Stories15MShape();
+      } else if (shape == "stories110M") {
+        config = Stories110MShape();
+      } else if (shape == "llama3.2-1b") {
+        config = Llama32_1BShape();
+      } else if (shape == "llama3-8b") {
+        config = Llama3_8BShape();
+      } else {
+        std::cerr << "unknown --shapes entry '" << shape
+                  << "'; use stories15M, stories110M, llama3.2-1b or llama3-8b\n";
+        return 2;
+      }
+      // The benchmark's prompts may be longer than the checkpoint's training
+      // context; positions past it are still well defined for RoPE.
+      const int longest =
+          std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
+      config.seq_len = std::max(config.seq_len, longest);
+      auto weights = MakeSyntheticModel(config, 1, dtype);
+      CHECK_OK(weights.status());
+      const int max_batch = *std::max_element(batches.begin(), batches.end());
+      EngineOptions options;
+      options.max_batch_tokens = std::max(longest, max_batch);
+      options.max_logit_rows = max_batch;
+      options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
+      options.kv_dtype = kv_dtype;
+      auto backend = ChooseBackend({.name = backend_name, .threads = threads});
+      CHECK_OK(backend.status());
+      auto engine = Engine::Create(**weights, std::move(backend->backend), options);
+      CHECK_OK(engine.status());
+      weights->reset();  // the engine holds its own copy
+      Result result;
+      result.shape = shape;
+      result.dtype = std::string(DTypeName(dtype));
+      result.wtype = dtype;
+      const double element = DTypeSize(dtype);
+      const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
+      // Bytes a batch-1 decode step must read: every weight but the embedding
+      // rows not looked up (the tied classifier reads the whole table).
+      result.classifier_params = double(config.vocab_size) * config.dim;
+      const double embedding_params = config.shared_classifier ? 0.0 : result.classifier_params;
+      result.weight_bytes = (double(config.NumParameters()) - embedding_params) * element;
+      // K and V of every layer for the context a decode step attends to.
+      result.kv_bytes_per_sequence =
+          2.0 * config.n_layers * config.kv_dim() * kv_element * (decode_prompt + decode_steps / 2);
+      for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
+      for (int b : batches) {
+        result.decode.emplace_back(b,
+                                   TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
+      }
+      results.push_back(result);
     }
-    // The benchmark's prompts may be longer than the checkpoint's training
-    // context; positions past it are still well defined for RoPE.
-    const int longest =
-        std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
-    config.seq_len = std::max(config.seq_len, longest);
-    auto weights = MakeSyntheticModel(config, 1, dtype);
-    CHECK_OK(weights.status());
-    const int max_batch = *std::max_element(batches.begin(), batches.end());
-    EngineOptions options;
-    options.max_batch_tokens = std::max(longest, max_batch);
-    options.max_logit_rows = max_batch;
-    options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
-    options.kv_dtype = kv_dtype;
-    auto backend = ChooseBackend(backend_name, threads);
-    CHECK_OK(backend.status());
-    auto engine = Engine::Create(**weights, std::move(backend->backend), options);
-    CHECK_OK(engine.status());
-    weights->reset();  // the engine holds its own copy
-    Result result;
-    result.shape = shape;
-    result.dtype = std::string(DTypeName(dtype));
-    const double element = DTypeSize(dtype);
-    const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
-    // Bytes a batch-1 decode step must read: every weight but the embedding
-    // rows not looked up (the tied classifier reads the whole table).
-    result.classifier_params = double(config.vocab_size) * config.dim;
-    const double embedding_params = config.shared_classifier ? 0.0 : result.classifier_params;
-    result.weight_bytes = (double(config.NumParameters()) - embedding_params) * element;
-    // K and V of every layer for the context a decode step attends to.
-    result.kv_bytes_per_sequence = 2.0 * config.n_layers * config.kv_dim() * kv_element *
-                                   (decode_prompt + decode_steps / 2);
-    for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
-    for (int b : batches) {
-      result.decode.emplace_back(b, TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
-    }
-    results.push_back(result);
-   }
   }
 
-  // Table.
-  std::printf("%-18s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s", "llama.cpp",
-              "ratio");
+  // Prefill: 2 flops per weight per token, classifier excluded (only the
+  // last token's logits are computed), attention excluded.
+  auto prefill_flops = [](const Result& r) {
+    return 2.0 * (r.weight_bytes / DTypeSize(r.wtype) - r.classifier_params);
+  };
+  // Decode reads every weight once per step, plus each sequence's KV.
+  auto decode_limit = [&](const Result& r, int batch) {
+    return batch * bandwidth / (r.weight_bytes + batch * r.kv_bytes_per_sequence);
+  };
+
+  // Table: beside llama.cpp's figures on CPUs, beside the measured limits
+  // on a GPU.
+  if (on_cpu) {
+    std::printf("%-18s %-22s %12s %12s %8s\n", "model", "measurement", "tandem tok/s", "llama.cpp",
+                "ratio");
+  } else {
+    std::printf("%-18s %-22s %12s %12s %9s\n", "model", "measurement", "tandem tok/s",
+                "limit tok/s", "of limit");
+  }
   for (const Result& r : results) {
     // The llama.cpp anchors are for f32 weights.
     const Anchor a = r.dtype == "f32" ? AnchorFor(r.shape, on_cpu) : Anchor{};
     const std::string name = absl::StrCat(r.shape, " ", r.dtype);
+    const double gemm_limit = prefill_limit(r.wtype).first;
     for (auto [p, tps] : r.prefill) {
+      if (!on_cpu) {
+        const double limit = gemm_limit / prefill_flops(r);
+        std::printf("%-18s %-22s %12.0f %12.0f %8.0f%%\n", name.c_str(),
+                    absl::StrCat("prefill ", p).c_str(), tps, limit, 100.0 * tps / limit);
+        continue;
+      }
       const double anchor = p == 128 ? a.prefill128 : p == 512 ? a.prefill512 : 0;
       std::printf("%-18s %-22s %12.0f %12s %8s\n", name.c_str(),
                   absl::StrCat("prefill ", p).c_str(), tps,
@@ -359,30 +437,33 @@ int Run() {
                   anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
     }
     for (auto [b, tps] : r.decode) {
+      if (!on_cpu) {
+        const double limit = decode_limit(r, b);
+        std::printf("%-18s %-22s %12.1f %12.1f %8.0f%%\n", name.c_str(),
+                    absl::StrCat("decode batch ", b).c_str(), tps, limit, 100.0 * tps / limit);
+        continue;
+      }
       const double anchor = b == 1 ? a.decode1 : b == 16 ? a.decode16 : 0;
       std::printf("%-18s %-22s %12.1f %12s %8s\n", name.c_str(),
                   absl::StrCat("decode batch ", b).c_str(), tps,
                   anchor > 0 ? absl::StrFormat("%.0f", anchor).c_str() : "-",
                   anchor > 0 ? absl::StrFormat("%.2f", tps / anchor).c_str() : "-");
     }
-    // Prefill: 2 flops per weight per token, classifier excluded (only the
-    // last token's logits are computed), attention excluded.
-    const double prefill_flops =
-        2.0 * (r.weight_bytes / DTypeSize(*ParseDType(r.dtype)) - r.classifier_params);
+    const auto [rate, rate_name] = prefill_limit(r.wtype);
     for (auto [p, tps] : r.prefill) {
-      std::printf("%-18s prefill %d at %.0f GFLOP/s of weight products, %.0f%% of the GEMM rate\n",
-                  name.c_str(), p, tps * prefill_flops / 1e9,
-                  100.0 * tps * prefill_flops / gemm_flops);
+      std::printf("%-18s prefill %d at %.0f GFLOP/s of weight products, %.0f%% of the %s",
+                  name.c_str(), p, tps * prefill_flops(r) / 1e9,
+                  100.0 * tps * prefill_flops(r) / rate, rate_name.c_str());
+      if (!on_cpu) std::printf(" (%.1f TFLOP/s)", rate / 1e12);
+      std::printf("\n");
     }
-    // Decode reads every weight once per step, plus each sequence's KV.
     for (auto [b, tps] : r.decode) {
       const double bytes = r.weight_bytes + b * r.kv_bytes_per_sequence;
-      const double limit = b * bandwidth / bytes;
+      const double limit = decode_limit(r, b);
       std::printf(
           "%-18s decode batch %d: bandwidth limit %.1f tok/s (%.0f MB/step at %.1f GB/s); "
           "at %.0f%% (%.2fx the limit's step time)\n",
-          name.c_str(), b, limit, bytes / 1e6, bandwidth / 1e9, 100.0 * tps / limit,
-          limit / tps);
+          name.c_str(), b, limit, bytes / 1e6, bandwidth / 1e9, 100.0 * tps / limit, limit / tps);
     }
     std::printf("\n");
   }
@@ -394,9 +475,12 @@ int Run() {
     for (auto [p, t] : r.prefill) pf.push_back(absl::StrFormat("\"%d\":%.1f", p, t));
     for (auto [b, t] : r.decode) dc.push_back(absl::StrFormat("\"%d\":%.1f", b, t));
     parts.push_back(absl::StrFormat(
-        "\"%s %s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}",
-        r.shape, r.dtype,
-        absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
+        "\"%s %s\":{\"prefill_tok_s\":{%s},\"decode_tok_s\":{%s},\"weight_bytes\":%.0f}", r.shape,
+        r.dtype, absl::StrJoin(pf, ","), absl::StrJoin(dc, ","), r.weight_bytes));
+  }
+  for (auto [dtype, rate] : gemm16) {
+    parts.insert(parts.begin(), absl::StrFormat("\"gemm_%s_gflops\":%.1f",
+                                                std::string(DTypeName(dtype)), rate / 1e9));
   }
   std::printf(
       "{\"bench\":\"tandem-engine-bench\",\"backend\":\"%s\",\"bandwidth_gbs\":%.2f,"
