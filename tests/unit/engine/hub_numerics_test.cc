@@ -192,8 +192,8 @@ TEST(HubNumericsBf16, HalfPrecisionKvCacheStaysWithinTolerance) {
   EXPECT_LT(WorstError(EngineLogits(*f32, tokens, DType::kBF16), reference), 1e-2);
 }
 
-// A backend that computes in f32 only, as the CUDA backend does for now: the
-// CPU backend behind a Supports() that refuses 16-bit types.
+// A backend that computes in f32 only (a device without 16-bit arithmetic):
+// the CPU backend behind a Supports() that refuses 16-bit types.
 class F32OnlyBackend final : public testing::ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
