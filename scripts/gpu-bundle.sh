@@ -13,7 +13,8 @@ if [[ "${1:-}" == "--dir" ]]; then dir=$2; shift 2; fi
 programs=("$@")
 if [[ ${#programs[@]} -eq 0 ]]; then
   programs=(tandem-prefill tandem-decode tandem-router tandem-generate tandem-engine-bench
-            tandem-bench tandem-kvbench tandem-convert cuda_backend_test cuda_create_test)
+            tandem-bench tandem-kvbench tandem-convert cuda_backend_test cuda_create_test
+            staged_workers_cuda_test gpu_cluster_test)
 fi
 rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/shared"
 paths=()

@@ -25,7 +25,7 @@ namespace {
 
 // Both workers share the device: each takes a small share of its memory.
 const std::vector<std::string> kOnGpu = {"--backend=cuda", "--device=0",
-                                         "--gpu_memory_fraction=0.2"};
+                                         "--gpu_memory_fraction=0.05"};
 
 const char* const kPrompts[] = {
     "Once upon a time",
