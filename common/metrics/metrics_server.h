@@ -1,6 +1,16 @@
 // MetricsServer: serves a prometheus::Registry as Prometheus text format on
-// http://HOST:PORT/metrics (prometheus-cpp's CivetWeb exposer, its own
-// threads).
+// http://HOST:PORT/metrics, on a small HTTP/1.1 server of its own
+// (Boost.Beast on Boost.Asio): one io thread serves every connection, with
+// keep-alive, no thread per connection or request. GET /metrics is 200,
+// another path 404, another method 405; a request header over 8 KiB is 431,
+// a body over 4 KiB 413, and a connection that sends no whole request (or
+// does not take its response) within `timeout` is closed.
+//
+// Why not prometheus-cpp's CivetWeb exposer: CivetWeb creates its threads
+// with a fixed ~100 KiB stack, and glibc places a thread's static TLS on its
+// stack. The workers link cuBLAS (libcublasLt alone has ~94 KiB of static
+// TLS), so those threads could not be created and the endpoint never came
+// up. Our one thread is a std::thread with the default stack.
 //
 // Every process links the flags below and calls StartMetricsServerFromFlags:
 //   --metrics_listen HOST:PORT   empty (default) = no endpoint; port 0 picks
@@ -13,33 +23,41 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "prometheus/exposer.h"
+#include "absl/time/time.h"
 #include "prometheus/registry.h"
 
 namespace tandem::metrics {
 
+struct MetricsServerOptions {
+  // A connection that takes longer than this to send a whole request
+  // (idle time before it included), or to take a response, is closed.
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+// Serves until destroyed; the destructor closes every connection and joins
+// the io thread. Scrapes read the registry on that thread.
 class MetricsServer {
  public:
-  // Serves `registry` on `listen` (host:port; port 0 = any free port).
-  // INVALID_ARGUMENT for a malformed address, UNAVAILABLE when it cannot bind.
+  // Serves `registry` on `listen` (host:port or [v6]:port; port 0 = any free
+  // port). INVALID_ARGUMENT for a malformed address (or a timeout that is
+  // not positive), UNAVAILABLE when it cannot bind.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, std::shared_ptr<prometheus::Registry> registry);
+      const std::string& listen, std::shared_ptr<prometheus::Registry> registry,
+      MetricsServerOptions options = {});
 
-  // Stops serving (joins the exposer's threads).
-  ~MetricsServer() = default;
+  ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // The port bound.
   int port() const { return port_; }
 
- private:
-  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer,
-                std::shared_ptr<prometheus::Registry> registry, int port);
+  class Impl;
 
-  // The registry goes last, after the exposer that reads it.
-  const std::shared_ptr<prometheus::Registry> registry_;
-  const std::unique_ptr<prometheus::Exposer> exposer_;
+ private:
+  MetricsServer(std::unique_ptr<Impl> impl, int port);
+
+  const std::unique_ptr<Impl> impl_;
   const int port_;
 };
 
