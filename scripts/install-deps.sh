@@ -16,6 +16,11 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   libboost1.81-dev libssl-dev openssl
+  # Deployment checks: the chart rendered with Go's text/template and Sprig,
+  # yamllint; the container image built from a debootstrapped base with
+  # podman (run as root with runc).
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev yamllint
+  podman runc debootstrap
 )
 # The Llama 3 tokenizer tests run a reference encoder with node + npm. A node
 # installed from elsewhere (NodeSource's package bundles npm and conflicts with
