@@ -106,23 +106,6 @@ ABSL_FLAG(std::string, kv_net_devices, "lo",
 namespace tandem {
 namespace {
 
-// --gpu_memory_fraction, which acts on a backend with device memory and
-// with no --kv_blocks.
-absl::StatusOr<double> GpuMemoryFraction(Backend& backend) {
-  const std::optional<double> fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
-  if (!fraction.has_value()) return kDefaultGpuMemoryFraction;
-  if (!backend.QueryDeviceMemory().has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--gpu_memory_fraction sizes the KV cache in a GPU's memory (--backend cuda); the ",
-        std::string(backend.name()), " backend's is sized by --kv_blocks"));
-  }
-  if (absl::GetFlag(FLAGS_kv_blocks) != 0) {
-    return absl::InvalidArgumentError(
-        "give --kv_blocks or --gpu_memory_fraction, not both: each sizes the KV cache");
-  }
-  return *fraction;
-}
-
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
@@ -140,7 +123,9 @@ absl::Status Run() {
                                   .device = absl::GetFlag(FLAGS_device)}));
   const std::string backend_info = backend.description;
   LOG(INFO) << "backend: " << backend_info;
-  ASSIGN_OR_RETURN(const double gpu_memory_fraction, GpuMemoryFraction(*backend.backend));
+  ASSIGN_OR_RETURN(const double gpu_memory_fraction,
+                   GpuMemoryFractionFor(*backend.backend, absl::GetFlag(FLAGS_gpu_memory_fraction),
+                                        absl::GetFlag(FLAGS_kv_blocks)));
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
                        .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));

@@ -249,6 +249,21 @@ absl::Status Engine::SizeKvPool() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> GpuMemoryFractionFor(Backend& backend, std::optional<double> requested,
+                                            int kv_blocks) {
+  if (!requested.has_value()) return kDefaultGpuMemoryFraction;
+  if (!backend.QueryDeviceMemory().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_memory_fraction sizes the KV cache in a GPU's memory (--backend cuda); the ",
+        std::string(backend.name()), " backend's is sized by --kv_blocks"));
+  }
+  if (kv_blocks != 0) {
+    return absl::InvalidArgumentError(
+        "give --kv_blocks or --gpu_memory_fraction, not both: each sizes the KV cache");
+  }
+  return *requested;
+}
+
 absl::Status Engine::status() const {
   absl::MutexLock lock(&failure_mu_);
   return failure_;

@@ -36,6 +36,13 @@ inline constexpr int kMaxKvBlocks = 1 << 24;
 // backend allocates as it computes (scratch, library workspaces).
 inline constexpr double kDefaultGpuMemoryFraction = 0.9;
 
+// The share of device memory a worker's --gpu_memory_fraction asks for:
+// kDefaultGpuMemoryFraction when not given; INVALID_ARGUMENT (saying what to
+// change) when given for a backend without device memory, or beside an
+// explicit KV block count (`kv_blocks` != 0), which sizes the pool instead.
+absl::StatusOr<double> GpuMemoryFractionFor(Backend& backend, std::optional<double> requested,
+                                            int kv_blocks);
+
 struct EngineOptions {
   int block_size = 16;
   // KV blocks in the pool; 0 sizes the pool for one full-context sequence.
