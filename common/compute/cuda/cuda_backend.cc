@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,28 @@ class CudaBuffer final : public DeviceBuffer {
   void* data_;
   size_t size_;
 };
+
+// The shortest of five timed runs of `work` on the legacy stream, after one
+// that warms up, in seconds (device events around each run).
+absl::StatusOr<double> BestSeconds(const std::function<absl::Status()>& work) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  absl::Status status = TANDEM_CUDA_STATUS(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (int rep = 0; rep < 6 && status.ok(); ++rep) {
+    status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
+    if (status.ok()) status = work();
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventElapsedTime(&ms, start, stop));
+    if (status.ok() && rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+  }
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaEventDestroy(start);
+  RETURN_IF_ERROR(status);
+  return best_ms * 1e-3;
+}
 
 }  // namespace
 
@@ -149,26 +172,11 @@ absl::StatusOr<double> CudaBackend::MeasureCopyBandwidth(size_t bytes) {
   RETURN_IF_ERROR(Synchronize());
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> from, Allocate(bytes));
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> to, Allocate(bytes));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  absl::Status status = TANDEM_CUDA_STATUS(cudaEventCreate(&stop));
-  float best_ms = 0.0f;
-  for (int rep = 0; rep < 6 && status.ok(); ++rep) {  // the first one warms up
-    status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
-    if (status.ok()) {
-      status = TANDEM_CUDA_STATUS(
-          cudaMemcpyAsync(to->data(), from->data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
-    }
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventElapsedTime(&ms, start, stop));
-    if (status.ok() && rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
-  }
-  if (stop != nullptr) cudaEventDestroy(stop);
-  cudaEventDestroy(start);
-  RETURN_IF_ERROR(status);
-  return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3);
+  ASSIGN_OR_RETURN(const double seconds, BestSeconds([&] {
+    return TANDEM_CUDA_STATUS(
+        cudaMemcpyAsync(to->data(), from->data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
+  }));
+  return 2.0 * static_cast<double>(bytes) / seconds;
 }
 
 absl::StatusOr<double> CudaBackend::MeasureGemmRate(DType dtype, int m, int n, int k) {
@@ -184,24 +192,10 @@ absl::StatusOr<double> CudaBackend::MeasureGemmRate(DType dtype, int m, int n, i
   // Random operands: zeros would flatter the rate (less switching power).
   CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(x->data(), dtype, size_t(m) * k, 1));
   CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(w->data(), dtype, size_t(n) * k, 2));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  absl::Status status = TANDEM_CUDA_STATUS(cudaEventCreate(&stop));
-  float best_ms = 0.0f;
-  for (int rep = 0; rep < 6 && status.ok(); ++rep) {  // the first one warms up
-    status = TANDEM_CUDA_STATUS(cudaEventRecord(start, nullptr));
-    if (status.ok())
-      status = Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventRecord(stop, nullptr));
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    if (status.ok()) status = TANDEM_CUDA_STATUS(cudaEventElapsedTime(&ms, start, stop));
-    if (status.ok() && rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
-  }
-  if (stop != nullptr) cudaEventDestroy(stop);
-  cudaEventDestroy(start);
-  RETURN_IF_ERROR(status);
-  return 2.0 * m * n * static_cast<double>(k) / (best_ms * 1e-3);
+  ASSIGN_OR_RETURN(const double seconds, BestSeconds([&] {
+    return Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
+  }));
+  return 2.0 * m * n * static_cast<double>(k) / seconds;
 }
 
 void* CudaBackend::Grow(Scratch& scratch, size_t bytes) {
