@@ -44,9 +44,11 @@ ABSL_FLAG(std::string, port_file, "",
           "Write the bound port here (one line) once the server is up; empty = don't");
 ABSL_FLAG(std::string, prefill_workers, "",
           "Prefill workers, comma-separated host:port; a DNS name stands for every address it "
-          "resolves to. Empty = colocated mode (decode workers prefill locally)");
+          "resolves to; file:PATH stands for the host:port lines of that file ('#' comments), "
+          "re-read like names every --resolve_interval (replace it atomically). Empty = "
+          "colocated mode (decode workers prefill locally)");
 ABSL_FLAG(std::string, decode_workers, "",
-          "Decode workers, comma-separated host:port (required); DNS names as for "
+          "Decode workers, comma-separated host:port (required); DNS names and file:PATH as for "
           "--prefill_workers");
 ABSL_FLAG(std::string, model, "",
           "The served model's Hugging Face folder: the router loads only its tokenizer "
@@ -81,7 +83,8 @@ ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
           "still applies)");
 ABSL_FLAG(absl::Duration, resolve_interval, absl::Seconds(5),
-          "How often worker DNS names are resolved again (workers join and leave)");
+          "How often worker DNS names are resolved and file: targets read again (workers join "
+          "and leave)");
 ABSL_FLAG(absl::Duration, health_interval, absl::Milliseconds(500),
           "How often every worker is polled with GetStats (health and load)");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),

@@ -1,18 +1,26 @@
 #include "router/worker_registry.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/base/logging.h"
 #include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
@@ -20,6 +28,10 @@
 
 namespace tandem::router {
 namespace {
+
+constexpr absl::string_view kFilePrefix = "file:";
+
+bool IsFileTarget(const std::string& target) { return absl::StartsWith(target, kFilePrefix); }
 
 struct HostPort {
   std::string host;
@@ -93,6 +105,64 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
     return absl::NotFoundError(absl::StrCat("'", target, "' resolved to no IP address"));
   }
   return std::vector<std::string>(addresses.begin(), addresses.end());
+}
+
+absl::StatusOr<std::vector<std::string>> ReadTargetFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    const std::string why =
+        absl::StrCat("cannot open worker target file ", path, ": ", std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(why) : absl::FailedPreconditionError(why);
+  }
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot read worker target file ", path, ": ", std::strerror(error)));
+    }
+    text.append(buffer, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > kMaxTargetFileBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("worker target file ", path, " is over ",
+                                                     kMaxTargetFileBytes, " bytes; list at most ",
+                                                     kMaxTargetFileTargets, " host:port targets"));
+    }
+  }
+  close(fd);
+  std::vector<std::string> targets;
+  std::set<std::string> seen;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    std::string target(line);
+    if (IsFileTarget(target)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " line ", line_number,
+                       ": a worker target file lists host:port targets, not "
+                       "other files"));
+    }
+    if (absl::StatusOr<HostPort> hp = SplitTarget(target); !hp.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " line ", line_number, ": ", hp.status().message()));
+    }
+    if (!seen.insert(target).second) continue;
+    if (static_cast<int>(targets.size()) == kMaxTargetFileTargets) {
+      return absl::InvalidArgumentError(absl::StrCat("worker target file ", path,
+                                                     " lists more than ", kMaxTargetFileTargets,
+                                                     " targets; list fewer"));
+    }
+    targets.push_back(std::move(target));
+  }
+  return targets;
 }
 
 // ---------------------------------------------------------------------------
@@ -285,9 +355,23 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
     return absl::InvalidArgumentError(
         "no decode workers given; pass --decode_workers host:port[,host:port...]");
   }
+  // The lists of the target files, which must be readable at start.
+  std::map<std::string, std::vector<std::string>> files;
   for (const auto* targets : {&options.prefill_targets, &options.decode_targets}) {
     for (const std::string& t : *targets) {
-      if (absl::StatusOr<HostPort> hp = SplitTarget(t); !hp.ok()) return hp.status();
+      if (IsFileTarget(t)) {
+        absl::StatusOr<std::vector<std::string>> listed =
+            ReadTargetFile(t.substr(kFilePrefix.size()));
+        if (!listed.ok()) {
+          return absl::Status(listed.status().code(),
+                              absl::StrCat("worker target '", t, "': ", listed.status().message(),
+                                           "; it must be readable at start, with one host:port "
+                                           "per line"));
+        }
+        files[t] = *std::move(listed);
+      } else if (absl::StatusOr<HostPort> hp = SplitTarget(t); !hp.ok()) {
+        return hp.status();
+      }
     }
   }
   if (!options.resolver) options.resolver = ResolveTarget;
@@ -295,6 +379,10 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
   if (!security.ok()) return security.status();
   std::unique_ptr<WorkerRegistry> registry(
       new WorkerRegistry(std::move(options), *std::move(security)));
+  {
+    absl::MutexLock lock(&registry->mu_);
+    registry->file_targets_ = std::move(files);
+  }
   registry->ResolveNow();
   registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
   registry->poll_thread_ = std::thread([r = registry.get()] { r->PollLoop(); });
@@ -355,14 +443,47 @@ void WorkerRegistry::PollLoop() {
   } while (SleepUnlessStopped(options_.health_interval));
 }
 
+std::map<std::string, std::string> WorkerRegistry::ExpandFileTargets(
+    const std::vector<std::string>& targets) {
+  std::map<std::string, std::string> expanded;
+  for (const std::string& target : targets) {
+    if (!IsFileTarget(target)) {
+      expanded.emplace(target, target);
+      continue;
+    }
+    // Read outside the lock: the file may sit on a slow volume.
+    absl::StatusOr<std::vector<std::string>> listed =
+        ReadTargetFile(target.substr(kFilePrefix.size()));
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string>& last = file_targets_[target];
+    if (listed.ok()) {
+      if (resolve_errors_.erase(target) > 0) {
+        LOG(INFO) << "worker target " << target << " is readable again";
+      }
+      last = *std::move(listed);
+    } else {
+      // A file being replaced, or a volume hiccup, must not empty the pool.
+      std::string& error = resolve_errors_[target];
+      if (error != listed.status().ToString()) {
+        LOG(WARNING) << "worker target " << target << ": " << listed.status() << "; keeping the "
+                     << last.size() << " targets it listed before";
+      }
+      error = listed.status().ToString();
+    }
+    for (const std::string& t : last) expanded.emplace(t, target);
+  }
+  return expanded;
+}
+
 void WorkerRegistry::ResolveNow() {
   for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode}) {
-    const auto& targets =
-        role == WorkerRole::kPrefill ? options_.prefill_targets : options_.decode_targets;
+    // target -> where it came from: itself, or the file that lists it.
+    const std::map<std::string, std::string> targets = ExpandFileTargets(
+        role == WorkerRole::kPrefill ? options_.prefill_targets : options_.decode_targets);
     // Resolve outside the lock: DNS can take seconds.
     std::map<std::string, std::vector<std::string>> resolved;
     std::map<std::string, std::string> failed;
-    for (const std::string& target : targets) {
+    for (const auto& [target, origin] : targets) {
       absl::StatusOr<std::vector<std::string>> addresses = options_.resolver(target);
       if (addresses.ok()) {
         resolved[target] = *std::move(addresses);
@@ -393,8 +514,11 @@ void WorkerRegistry::ResolveNow() {
     }
     for (auto it = workers.begin(); it != workers.end();) {
       if (!wanted.contains(it->first)) {
-        LOG(INFO) << WorkerRoleName(role) << " worker " << it->first
-                  << " left the pool (no longer resolved)";
+        LOG(INFO) << WorkerRoleName(role) << " worker " << it->first << " left the pool ("
+                  << (targets.contains(it->second->target())
+                          ? "no longer resolved"
+                          : absl::StrCat(it->second->target(), " is no longer listed"))
+                  << ")";
         it = workers.erase(it);
       } else {
         ++it;
@@ -402,8 +526,9 @@ void WorkerRegistry::ResolveNow() {
     }
     for (const auto& [address, target] : wanted) {
       if (workers.contains(address)) continue;
+      const std::string& origin = targets.at(target);
       LOG(INFO) << WorkerRoleName(role) << " worker " << address << " joined the pool (from "
-                << target << ")";
+                << target << (origin == target ? "" : absl::StrCat(" in ", origin)) << ")";
       workers.emplace(address, NewWorker(address, target, role));
     }
   }

@@ -3,7 +3,13 @@
 // Workers are given as targets, "host:port" per role. A host may be a DNS
 // name that resolves to several addresses (a Kubernetes headless Service):
 // every resolved ip:port is one worker, and names are resolved again every
-// resolve_interval so that workers join and leave as pods come and go. Each
+// resolve_interval so that workers join and leave as pods come and go. A
+// target "file:PATH" names a file of such targets, one per line, read again
+// every resolve_interval in the same way (see ReadTargetFile): a worker
+// whose line is removed leaves like one whose address no longer resolves.
+// A worker that leaves finishes the requests it has; new ones do not go to
+// it. A name that fails to resolve, or a file that cannot be read, keeps
+// the workers it had (logged once per new error). Each
 // worker is polled with GetStats every health_interval on a background
 // thread; a failed poll makes it unhealthy (not routable) until a poll
 // succeeds again, and a worker that reports `draining` is not routable.
@@ -47,6 +53,18 @@ using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const st
 // UNAVAILABLE naming the target when the name does not resolve;
 // INVALID_ARGUMENT when the target is not host:port.
 absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target);
+
+// Worker target files ("file:PATH" targets) are bounded: a larger file is
+// refused as a whole.
+inline constexpr int64_t kMaxTargetFileBytes = 1 << 20;
+inline constexpr int kMaxTargetFileTargets = 4096;
+
+// The targets of a worker target file: one host:port per line (names
+// resolve as any target's), surrounding blanks ignored, blank lines and
+// '#' comments skipped, duplicates dropped (first kept). NOT_FOUND or
+// FAILED_PRECONDITION when it cannot be read, INVALID_ARGUMENT naming the
+// line of a malformed target or when it is over the bounds above.
+absl::StatusOr<std::vector<std::string>> ReadTargetFile(const std::string& path);
 
 // One worker: its channel and stubs, its last stats, and the load this
 // router has put on it. Thread-safe.
@@ -174,10 +192,12 @@ struct RetiredWorkers;
 
 class WorkerRegistry {
  public:
-  // Checks the targets, resolves them once (a name that does not resolve yet
-  // is retried later, with a warning) and starts the background threads.
-  // INVALID_ARGUMENT for a malformed target or no decode target; the errors
-  // of rpc::MakeChannelSecurity for worker_tls.
+  // Checks the targets, reads their files, resolves them once (a name that
+  // does not resolve yet is retried later, with a warning) and starts the
+  // background threads. INVALID_ARGUMENT for a malformed target or no
+  // decode target; ReadTargetFile's errors for a target file (it must be
+  // readable at start); the errors of rpc::MakeChannelSecurity for
+  // worker_tls.
   static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(RegistryOptions options);
 
   // Stop()s, then waits (bounded by `retire_timeout`) until every worker it
@@ -227,6 +247,10 @@ class WorkerRegistry {
   // After a poll round: chooses the pool's identity and gives every healthy
   // worker its verdict. Called with poll_mu_ held.
   void CheckPool() ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // `targets` with every file target replaced by the targets its file lists
+  // now, or listed when it was last read (its error is logged once), each
+  // mapped to where it came from (for the log).
+  std::map<std::string, std::string> ExpandFileTargets(const std::vector<std::string>& targets);
 
   // Constant after construction.
   const RegistryOptions options_;
@@ -236,8 +260,10 @@ class WorkerRegistry {
   // Per role, address -> worker.
   std::map<std::string, std::shared_ptr<Worker>> prefill_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Worker>> decode_ ABSL_GUARDED_BY(mu_);
-  // Last resolution error per target, logged when it changes.
+  // Last resolution (or file) error per target, logged when it changes.
   std::map<std::string, std::string> resolve_errors_ ABSL_GUARDED_BY(mu_);
+  // Per "file:PATH" target, the targets it last listed when it was read.
+  std::map<std::string, std::vector<std::string>> file_targets_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped after every poll round, so that waiters re-check.
   uint64_t poll_rounds_ ABSL_GUARDED_BY(mu_) = 0;
