@@ -1,0 +1,375 @@
+// Offline checks of the tandem chart's rendered objects and of its values
+// schema. Usage (NODE_MODULES holds kubernetes-models,
+// @kubernetes-models/prometheus-operator and ajv):
+//
+//   node check.mjs manifests NODE_MODULES OBJECTS.json [EXPECT.json]
+//       every object against the Kubernetes API schema of its kind (the
+//       ServiceMonitor against the Prometheus Operator's CRD schema), with
+//       fields the schema does not know refused as the API server's strict
+//       field validation refuses them; then what the API server or the
+//       cluster would trip on and the schema cannot say (names, selectors,
+//       ports, probes, drain time against the grace period, the router's
+//       worker targets); then EXPECT.json's expectations.
+//   node check.mjs flags OBJECTS.json BINARY=HELPFULL_FILE...
+//       every --flag a container passes to a tandem binary is one that
+//       binary's --helpfull lists.
+//   node check.mjs values NODE_MODULES SCHEMA.json VALUES.json
+//       the values against values.schema.json (draft-07, as helm checks
+//       them); exit 3 with the reasons when they do not conform.
+//
+// OBJECTS.json is tests/deploy/chart/render's --json_out: [{source, object}].
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+
+const problems = [];
+const problem = (where, what) => problems.push(`${where}: ${what}`);
+const readJson = (path) => JSON.parse(readFileSync(path, "utf8"));
+const idOf = (o) => `${o.kind}/${o.metadata?.name}`;
+
+// --- Schemas -----------------------------------------------------------
+
+function modelPath(apiVersion, kind) {
+  if (apiVersion === "monitoring.coreos.com/v1") {
+    return `@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/${kind}`;
+  }
+  return `kubernetes-models/${apiVersion}/${kind}`;
+}
+
+// Wraps `value` so that every property the validator reads is recorded;
+// an object of which the validator read some properties but not all has
+// fields its schema does not define. (Objects it read nothing of are free
+// form, or already reported as the wrong type.)
+function tracked(value, path, records) {
+  if (value === null || typeof value !== "object") return value;
+  const read = new Set();
+  const children = new Map();
+  records.push({ path, value, read });
+  return new Proxy(value, {
+    get(target, key, receiver) {
+      if (typeof key !== "string" || !Object.hasOwn(target, key)) {
+        if (typeof key === "string") read.add(key);
+        return Reflect.get(target, key, receiver);
+      }
+      read.add(key);
+      if (!children.has(key)) {
+        children.set(key, tracked(target[key], `${path}/${key}`, records));
+      }
+      return children.get(key);
+    },
+  });
+}
+
+function checkSchema(require, object, where) {
+  let model;
+  try {
+    model = require(modelPath(object.apiVersion, object.kind))[object.kind];
+  } catch (e) {
+    problem(where, `no schema for apiVersion ${object.apiVersion} kind ${object.kind}`);
+    return;
+  }
+  const records = [];
+  try {
+    model.prototype.validate.call(tracked(object, "", records));
+  } catch (e) {
+    const details = (e.errors ?? []).map((x) => `${x.instancePath || "/"} ${x.message}`);
+    problem(where, `schema: ${details.join("; ") || e.message}`);
+  }
+  for (const { path, value, read } of records) {
+    if (Array.isArray(value) || read.size === 0) continue;
+    for (const key of Object.keys(value)) {
+      if (!read.has(key)) problem(where, `unknown field ${path}/${key}`);
+    }
+  }
+}
+
+// --- What the schema cannot say ----------------------------------------
+
+const dns1123Label = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const labelValue = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const portName = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+const matches = (selector, labels) =>
+  Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
+
+function matchesSelector(selector, labels) {
+  if (!matches(selector.matchLabels, labels)) return false;
+  return (selector.matchExpressions ?? []).every(({ key, operator, values }) => {
+    if (operator === "In") return values.includes(labels?.[key]);
+    if (operator === "NotIn") return !values.includes(labels?.[key]);
+    if (operator === "Exists") return labels?.[key] !== undefined;
+    return labels?.[key] === undefined;
+  });
+}
+
+const seconds = (duration) => {
+  const m = /^(\d+)s$/.exec(duration ?? "");
+  return m ? Number(m[1]) : undefined;
+};
+
+function argValue(args, name) {
+  const prefix = `--${name}=`;
+  const arg = (args ?? []).find((a) => a.startsWith(prefix));
+  return arg?.slice(prefix.length);
+}
+
+function checkSemantics(objects) {
+  const byKind = (kind) => objects.filter((o) => o.kind === kind);
+  const deployments = byKind("Deployment");
+  const services = byKind("Service");
+  const seen = new Set();
+  for (const o of objects) {
+    const id = idOf(o);
+    if (seen.has(id)) problem(id, "rendered twice");
+    seen.add(id);
+    const name = o.metadata?.name ?? "";
+    if (!dns1123Label.test(name) || name.length > 63) {
+      problem(id, "name is not a DNS-1123 label of at most 63 characters");
+    }
+    for (const [k, v] of Object.entries(o.metadata?.labels ?? {})) {
+      if (typeof v !== "string" || v.length > 63 || !labelValue.test(v)) {
+        problem(id, `label ${k} has an invalid value '${v}'`);
+      }
+    }
+  }
+
+  const podsOf = new Map(); // Deployment name -> its pod template.
+  for (const d of deployments) {
+    const id = idOf(d);
+    const pod = d.spec.template;
+    podsOf.set(d.metadata.name, pod);
+    if (!matchesSelector(d.spec.selector, pod.metadata?.labels)) {
+      problem(id, "selector does not match the pod template's labels");
+    }
+    const volumes = new Set((pod.spec.volumes ?? []).map((v) => v.name));
+    for (const c of [...(pod.spec.initContainers ?? []), ...pod.spec.containers]) {
+      const where = `${id} container ${c.name}`;
+      const ports = new Map();
+      for (const p of c.ports ?? []) {
+        if (p.name !== undefined && (p.name.length > 15 || !portName.test(p.name))) {
+          problem(where, `port name '${p.name}' is not an IANA service name`);
+        }
+        if (ports.has(p.name)) problem(where, `port name ${p.name} twice`);
+        ports.set(p.name, p.containerPort);
+      }
+      for (const m of c.volumeMounts ?? []) {
+        if (!volumes.has(m.name)) problem(where, `mounts volume ${m.name}, which the pod lacks`);
+      }
+      for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        const probe = c[kind];
+        if (!probe) continue;
+        const port = probe.grpc?.port ?? probe.tcpSocket?.port ?? probe.httpGet?.port;
+        if (![...ports.values()].includes(port) && !ports.has(port)) {
+          problem(where, `${kind} probes port ${port}, which the container does not expose`);
+        }
+      }
+      const limits = c.resources?.limits ?? {};
+      const requests = c.resources?.requests ?? {};
+      for (const key of Object.keys({ ...limits, ...requests })) {
+        if (key.includes("/") && String(limits[key]) !== String(requests[key])) {
+          problem(where, `extended resource ${key}: requests and limits must be equal`);
+        }
+      }
+      const gpus = Number(limits["nvidia.com/gpu"] ?? 0);
+      if (c.command?.[0]?.match(/^tandem-(prefill|decode)$/)) {
+        const backend = argValue(c.args, "backend");
+        if ((gpus > 0) !== (backend === "cuda")) {
+          problem(where, `${gpus} GPUs but --backend=${backend}`);
+        }
+        if (gpus > 0 && !/\/?tandem-cuda:/.test(c.image)) {
+          problem(where, `a GPU worker runs ${c.image}, not the CUDA image`);
+        }
+        const env = Object.fromEntries((c.env ?? []).map((e) => [e.name, e.value]));
+        if (env.UCX_NET_DEVICES !== argValue(c.args, "kv_net_devices")) {
+          problem(where, "UCX_NET_DEVICES and --kv_net_devices differ");
+        }
+      }
+      if (c.command?.[0]?.startsWith("tandem-")) {
+        const drain = seconds(argValue(c.args, "drain_timeout"));
+        const sleep = c.lifecycle?.preStop?.sleep?.seconds ?? 0;
+        const grace = pod.spec.terminationGracePeriodSeconds ?? 30;
+        if (drain === undefined) problem(where, "no --drain_timeout in seconds");
+        else if (grace <= drain + sleep) {
+          problem(where, `grace period ${grace}s is not longer than preStop ${sleep}s + drain ${drain}s`);
+        }
+        for (const flag of ["prefill_workers", "decode_workers"]) {
+          const target = argValue(c.args, flag);
+          if (target === undefined) continue;
+          const [host, port] = target.split(":");
+          const svc = services.find((s) => host.startsWith(`${s.metadata.name}.`));
+          if (!svc) {
+            problem(where, `--${flag}=${target} names no rendered Service`);
+          } else if (svc.spec.clusterIP !== "None" || svc.spec.publishNotReadyAddresses !== false) {
+            problem(where, `--${flag} names ${svc.metadata.name}, which is not headless with ready pods only`);
+          } else if (!svc.spec.ports.some((p) => String(p.port) === port)) {
+            problem(where, `--${flag}=${target}: the Service has no port ${port}`);
+          }
+        }
+      }
+    }
+  }
+
+  const podsMatching = (selector) =>
+    [...podsOf.entries()].filter(([, pod]) => matchesSelector(selector, pod.metadata?.labels));
+  for (const s of services) {
+    const pods = podsMatching({ matchLabels: s.spec.selector });
+    if (pods.length === 0) problem(idOf(s), "selects no rendered pods");
+    for (const [name, pod] of pods) {
+      const names = pod.spec.containers.flatMap((c) => (c.ports ?? []).map((p) => p.name));
+      for (const p of s.spec.ports) {
+        if (typeof p.targetPort === "string" && !names.includes(p.targetPort)) {
+          problem(idOf(s), `targetPort ${p.targetPort} is no port of ${name}'s pods`);
+        }
+      }
+    }
+  }
+  for (const b of byKind("PodDisruptionBudget")) {
+    if (podsMatching(b.spec.selector).length !== 1) problem(idOf(b), "does not select one Deployment's pods");
+  }
+  for (const n of byKind("NetworkPolicy")) {
+    if (podsMatching(n.spec.podSelector).length === 0) problem(idOf(n), "applies to no rendered pods");
+    for (const rule of n.spec.ingress ?? []) {
+      for (const peer of rule.from ?? []) {
+        if (peer.podSelector && !peer.namespaceSelector && podsMatching(peer.podSelector).length === 0) {
+          problem(idOf(n), "a podSelector peer matches no rendered pods");
+        }
+      }
+    }
+  }
+  for (const h of byKind("HorizontalPodAutoscaler")) {
+    const target = deployments.find((d) => d.metadata.name === h.spec.scaleTargetRef.name);
+    if (!target) problem(idOf(h), "scales no rendered Deployment");
+    else if (target.spec.replicas !== undefined) {
+      problem(idOf(h), `${idOf(target)} sets replicas, which would fight the autoscaler`);
+    }
+    if ((h.spec.minReplicas ?? 1) > h.spec.maxReplicas) problem(idOf(h), "minReplicas > maxReplicas");
+  }
+  for (const m of byKind("ServiceMonitor")) {
+    const selected = services.filter((s) => matchesSelector(m.spec.selector, s.metadata.labels));
+    for (const e of m.spec.endpoints) {
+      if (!selected.some((s) => s.spec.ports.some((p) => p.name === e.port))) {
+        problem(idOf(m), `no selected Service has a port named ${e.port}`);
+      }
+    }
+    if (selected.length === 0) problem(idOf(m), "selects no rendered Service");
+  }
+}
+
+// EXPECT.json: [{kind, name, path: "spec.x.0.y", equals | includes | absent}]
+// ("includes": the array at path contains the value; "count" with kind
+// alone: how many objects of that kind).
+function checkExpectations(objects, expectations) {
+  for (const e of expectations) {
+    if (e.count !== undefined) {
+      const n = objects.filter((o) => o.kind === e.kind).length;
+      if (n !== e.count) problem(`expect ${e.kind}`, `${n} rendered, ${e.count} expected`);
+      continue;
+    }
+    const where = `expect ${e.kind}/${e.name} ${e.path}`;
+    const o = objects.find((x) => x.kind === e.kind && x.metadata.name === e.name);
+    if (!o) {
+      problem(where, "no such object");
+      continue;
+    }
+    const value = e.path.split(".").reduce((v, k) => (v === undefined ? v : v[k]), o);
+    if ("absent" in e) {
+      if (value !== undefined) problem(where, `is ${JSON.stringify(value)}, expected absent`);
+    } else if ("includes" in e) {
+      if (!Array.isArray(value) || !value.some((v) => JSON.stringify(v) === JSON.stringify(e.includes))) {
+        problem(where, `${JSON.stringify(value)} lacks ${JSON.stringify(e.includes)}`);
+      }
+    } else if (JSON.stringify(value) !== JSON.stringify(e.equals)) {
+      problem(where, `is ${JSON.stringify(value)}, expected ${JSON.stringify(e.equals)}`);
+    }
+  }
+}
+
+// --- Flags ---------------------------------------------------------------
+
+// The flag names a --helpfull lists ("    --name (help...); default: ...").
+function helpFlags(text) {
+  const names = new Set();
+  for (const m of text.matchAll(/^ {4}--([a-z][a-z0-9_]*) \(/gm)) names.add(m[1]);
+  return names;
+}
+
+function checkFlags(objects, helps) {
+  let checked = 0;
+  for (const o of objects.filter((x) => x.kind === "Deployment")) {
+    for (const c of o.spec.template.spec.containers) {
+      const binary = c.command?.[0];
+      if (!binary?.startsWith("tandem-")) continue;
+      const flags = helps.get(binary);
+      if (!flags) {
+        problem(`${idOf(o)} container ${c.name}`, `no --helpfull given for ${binary}`);
+        continue;
+      }
+      for (const arg of c.args ?? []) {
+        const m = /^--([a-z][a-z0-9_]*)(=|$)/.exec(arg);
+        if (!m) {
+          problem(`${idOf(o)} ${binary}`, `'${arg}' is not a --flag=value argument`);
+          continue;
+        }
+        const name = m[1];
+        const known = flags.has(name) || (m[2] === "" && name.startsWith("no") && flags.has(name.slice(2)));
+        if (!known) problem(`${idOf(o)} ${binary}`, `--${name} is not a flag of ${binary}`);
+        checked++;
+      }
+    }
+  }
+  if (checked === 0) problem("flags", "no tandem container arguments found");
+  return checked;
+}
+
+// --- Values schema ---------------------------------------------------------
+
+function checkValues(nodeModules, schemaPath, valuesPath) {
+  const require = createRequire(`${nodeModules}/`);
+  const Ajv = require("ajv").default;
+  const ajv = new Ajv({ allErrors: true, strict: true, strictTypes: false });
+  const validate = ajv.compile(readJson(schemaPath));
+  if (validate(readJson(valuesPath))) {
+    console.log(`${valuesPath}: conforms to the schema`);
+    return 0;
+  }
+  for (const e of validate.errors) {
+    console.log(`${valuesPath}: ${e.instancePath || "/"} ${e.message} ${JSON.stringify(e.params)}`);
+  }
+  return 3;
+}
+
+// --- Main ----------------------------------------------------------------
+
+const [mode, ...args] = process.argv.slice(2);
+if (mode === "values") {
+  process.exit(checkValues(...args));
+}
+let summary;
+if (mode === "manifests") {
+  const [nodeModules, objectsPath, expectPath] = args;
+  const require = createRequire(`${nodeModules}/`);
+  const manifests = readJson(objectsPath);
+  for (const { source, object } of manifests) checkSchema(require, object, `${source} ${idOf(object)}`);
+  const objects = manifests.map((m) => m.object);
+  checkSemantics(objects);
+  if (expectPath) checkExpectations(objects, readJson(expectPath));
+  summary = `${objects.length} objects valid`;
+} else if (mode === "flags") {
+  const [objectsPath, ...pairs] = args;
+  const helps = new Map(
+    pairs.map((p) => {
+      const [binary, file] = p.split("=");
+      return [binary, helpFlags(readFileSync(file, "utf8"))];
+    }),
+  );
+  for (const [binary, flags] of helps) {
+    if (flags.size < 5) problem(binary, `its --helpfull lists ${flags.size} flags: not a --helpfull?`);
+  }
+  const n = checkFlags(readJson(objectsPath).map((m) => m.object), helps);
+  summary = `${n} arguments are flags of their binaries`;
+} else {
+  console.error("usage: check.mjs manifests|flags|values ...");
+  process.exit(2);
+}
+for (const p of problems) console.log(`FAIL ${p}`);
+if (problems.length > 0) process.exit(1);
+console.log(summary);
