@@ -254,9 +254,15 @@ function checkSemantics(objects) {
   }
 }
 
-// EXPECT.json: [{kind, name, path: "spec.x.0.y", equals | includes | absent}]
+// EXPECT.json: [{kind, name, path: "spec.x.0.y" (or a list of keys),
+// equals | includes | absent}]
 // ("includes": the array at path contains the value; "count" with kind
 // alone: how many objects of that kind).
+const canonical = (v) =>
+  JSON.stringify(v, (_, x) =>
+    x && typeof x === "object" && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort()) : x,
+  );
+
 function checkExpectations(objects, expectations) {
   for (const e of expectations) {
     if (e.count !== undefined) {
@@ -270,14 +276,15 @@ function checkExpectations(objects, expectations) {
       problem(where, "no such object");
       continue;
     }
-    const value = e.path.split(".").reduce((v, k) => (v === undefined ? v : v[k]), o);
+    const keys = Array.isArray(e.path) ? e.path : e.path.split(".");
+    const value = keys.reduce((v, k) => (v === undefined ? v : v[k]), o);
     if ("absent" in e) {
       if (value !== undefined) problem(where, `is ${JSON.stringify(value)}, expected absent`);
     } else if ("includes" in e) {
-      if (!Array.isArray(value) || !value.some((v) => JSON.stringify(v) === JSON.stringify(e.includes))) {
+      if (!Array.isArray(value) || !value.some((v) => canonical(v) === canonical(e.includes))) {
         problem(where, `${JSON.stringify(value)} lacks ${JSON.stringify(e.includes)}`);
       }
-    } else if (JSON.stringify(value) !== JSON.stringify(e.equals)) {
+    } else if (canonical(value) !== canonical(e.equals)) {
       problem(where, `is ${JSON.stringify(value)}, expected ${JSON.stringify(e.equals)}`);
     }
   }
