@@ -125,6 +125,17 @@ done
 render_case long-release-name "" --name a-release-name-long-enough-to-be-cut-to-fit-object-names \
   --namespace serving -f "$here/values/gpu-scaled.yaml"
 
+# Chart.yaml's kubeVersion: the preStop sleep action needs Kubernetes 1.30.
+if "$work/render" --kube_version v1.29.4 "$chart" >/dev/null 2>"$work/out/kube-1.29.err"; then
+  failures=$((failures + 1))
+  echo "FAIL: the chart rendered for Kubernetes 1.29"
+elif grep -q "incompatible with Kubernetes v1.29.4" "$work/out/kube-1.29.err"; then
+  passes=$((passes + 1))
+else
+  failures=$((failures + 1))
+  echo "FAIL: Kubernetes 1.29: $(cat "$work/out/kube-1.29.err")"
+fi
+
 # Bad values, each refused where its "# expect:" line says.
 for values in "$here"/bad-values/*.yaml; do
   name="bad-$(basename "$values" .yaml)"

@@ -138,10 +138,15 @@ initContainers:
 {{- end }}
 {{- end }}
 
-{{/* Flags from a values map, --name=value each, in name order. */}}
+{{/* Flags from a values map, --name=value each, in name order. YAML
+numbers arrive as floats: whole ones are written as integers (not 1.6e+07). */}}
 {{- define "tandem.flagArgs" -}}
 {{- range $name, $value := . }}
-- {{ printf "--%s=%v" $name $value | quote }}
+{{- $text := toString $value }}
+{{- if and (kindIs "float64" $value) (eq $value (float64 (int64 $value))) }}
+{{- $text = int64 $value | toString }}
+{{- end }}
+- {{ printf "--%s=%s" $name $text | quote }}
 {{- end }}
 {{- end }}
 

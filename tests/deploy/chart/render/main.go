@@ -6,7 +6,8 @@
 // expandenv, as Helm has them), .Values (values.yaml coalesced with each
 // -f file in order, maps merged deeply, a null deleting a key), .Release,
 // .Chart (Chart.yaml's fields under Helm's names), .Capabilities
-// (KubeVersion, APIVersions.Has), .Template, and Helm's own functions
+// (KubeVersion, APIVersions.Has; Chart.yaml's kubeVersion must admit
+// --kube_version), .Template, and Helm's own functions
 // include, tpl, required, toYaml, fromYaml, toJson, fromJson and lookup
 // (always empty, as in helm template). Files whose name starts with "_"
 // define templates only; NOTES.txt is rendered apart (--notes_out). Missing
@@ -20,7 +21,8 @@
 //
 // Usage: render [-f VALUES.yaml]... [--name RELEASE] [--namespace NS]
 //
-//	[--json_out FILE] [--values_out FILE] [--notes_out FILE] CHART_DIR
+//	[--kube_version vX.Y.Z] [--json_out FILE] [--values_out FILE]
+//	[--notes_out FILE] CHART_DIR
 package main
 
 import (
@@ -36,6 +38,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/Masterminds/semver"
 	"github.com/Masterminds/sprig"
 	"sigs.k8s.io/yaml"
 )
@@ -214,6 +217,7 @@ func run() error {
 	jsonOut := flag.String("json_out", "", "write the objects as JSON here")
 	valuesOut := flag.String("values_out", "", "write the coalesced values as JSON here")
 	notesOut := flag.String("notes_out", "", "write the rendered NOTES.txt here")
+	kubeVersionFlag := flag.String("kube_version", "v1.30.0", "the cluster's Kubernetes version")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		return errors.New("usage: render [-f VALUES]... [--name N] [--namespace NS] CHART_DIR")
@@ -230,6 +234,21 @@ func run() error {
 	}
 	if meta.APIVersion != "v2" || meta.Name == "" || meta.Version == "" {
 		return errors.New("Chart.yaml: apiVersion v2, name and version are required")
+	}
+
+	kube, err := semver.NewVersion(*kubeVersionFlag)
+	if err != nil {
+		return fmt.Errorf("--kube_version: %v", err)
+	}
+	if meta.KubeVersion != "" {
+		constraint, err := semver.NewConstraint(meta.KubeVersion)
+		if err != nil {
+			return fmt.Errorf("Chart.yaml kubeVersion: %v", err)
+		}
+		if !constraint.Check(kube) {
+			return fmt.Errorf("chart requires kubeVersion %s, which is incompatible with Kubernetes %s",
+				meta.KubeVersion, *kubeVersionFlag)
+		}
 	}
 
 	values, err := readYAMLMap(filepath.Join(chartDir, "values.yaml"))
@@ -286,7 +305,8 @@ func run() error {
 			"IsInstall": true, "IsUpgrade": false, "Revision": 1,
 		},
 		"Capabilities": map[string]interface{}{
-			"KubeVersion": kubeVersion{Version: "v1.30.0", Major: "1", Minor: "30", GitVersion: "v1.30.0"},
+			"KubeVersion": kubeVersion{Version: "v" + kube.String(), GitVersion: "v" + kube.String(),
+				Major: fmt.Sprint(kube.Major()), Minor: fmt.Sprint(kube.Minor())},
 			"APIVersions": apiVersions{"v1", "apps/v1", "autoscaling/v2", "policy/v1",
 				"networking.k8s.io/v1"},
 		},
