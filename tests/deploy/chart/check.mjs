@@ -10,16 +10,18 @@
 //       cluster would trip on and the schema cannot say (names, selectors,
 //       ports, probes, drain time against the grace period, the router's
 //       worker targets); then EXPECT.json's expectations.
-//   node check.mjs flags OBJECTS.json BINARY=HELPFULL_FILE...
+//   node check.mjs flags OBJECTS.json BIN_DIR
 //       every --flag a container passes to a tandem binary is one that
-//       binary's --helpfull lists.
+//       binary's --helpfull lists, and the binary parses the arguments.
 //   node check.mjs values NODE_MODULES SCHEMA.json VALUES.json
 //       the values against values.schema.json (draft-07, as helm checks
 //       them); exit 3 with the reasons when they do not conform.
 //
 // OBJECTS.json is tests/deploy/chart/render's --json_out: [{source, object}].
 import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
+import { resolve } from "node:path";
 
 const problems = [];
 const problem = (where, what) => problems.push(`${where}: ${what}`);
@@ -299,27 +301,39 @@ function helpFlags(text) {
   return names;
 }
 
-function checkFlags(objects, helps) {
+// Each container's arguments: every --flag one its binary's --helpfull
+// lists, and the whole command line parsed by the binary itself (absl
+// parses every value before it handles --helpfull, and reports what it
+// cannot parse as "ERROR: ...").
+function checkFlags(objects, binDir) {
+  const helps = new Map();
   let checked = 0;
   for (const o of objects.filter((x) => x.kind === "Deployment")) {
     for (const c of o.spec.template.spec.containers) {
       const binary = c.command?.[0];
       if (!binary?.startsWith("tandem-")) continue;
-      const flags = helps.get(binary);
-      if (!flags) {
-        problem(`${idOf(o)} container ${c.name}`, `no --helpfull given for ${binary}`);
-        continue;
+      const where = `${idOf(o)} ${binary}`;
+      if (!helps.has(binary)) {
+        const run = spawnSync(resolve(binDir, binary), ["--helpfull"], { encoding: "utf8" });
+        const flags = helpFlags(`${run.stdout ?? ""}${run.stderr ?? ""}`);
+        if (flags.size < 5) problem(where, `${binDir}/${binary} --helpfull lists ${flags.size} flags`);
+        helps.set(binary, flags);
       }
+      const flags = helps.get(binary);
       for (const arg of c.args ?? []) {
         const m = /^--([a-z][a-z0-9_]*)(=|$)/.exec(arg);
         if (!m) {
-          problem(`${idOf(o)} ${binary}`, `'${arg}' is not a --flag=value argument`);
+          problem(where, `'${arg}' is not a --flag=value argument`);
           continue;
         }
         const name = m[1];
         const known = flags.has(name) || (m[2] === "" && name.startsWith("no") && flags.has(name.slice(2)));
-        if (!known) problem(`${idOf(o)} ${binary}`, `--${name} is not a flag of ${binary}`);
+        if (!known) problem(where, `--${name} is not a flag of ${binary}`);
         checked++;
+      }
+      const run = spawnSync(resolve(binDir, binary), [...(c.args ?? []), "--helpfull"], { encoding: "utf8" });
+      for (const line of `${run.stdout ?? ""}${run.stderr ?? ""}`.split("\n")) {
+        if (line.startsWith("ERROR:")) problem(where, `${binary} refuses its arguments: ${line}`);
       }
     }
   }
@@ -330,7 +344,7 @@ function checkFlags(objects, helps) {
 // --- Values schema ---------------------------------------------------------
 
 function checkValues(nodeModules, schemaPath, valuesPath) {
-  const require = createRequire(`${nodeModules}/`);
+  const require = createRequire(`${resolve(nodeModules)}/`);
   const Ajv = require("ajv").default;
   const ajv = new Ajv({ allErrors: true, strict: true, strictTypes: false });
   const validate = ajv.compile(readJson(schemaPath));
@@ -353,7 +367,7 @@ if (mode === "values") {
 let summary;
 if (mode === "manifests") {
   const [nodeModules, objectsPath, expectPath] = args;
-  const require = createRequire(`${nodeModules}/`);
+  const require = createRequire(`${resolve(nodeModules)}/`);
   const manifests = readJson(objectsPath);
   for (const { source, object } of manifests) checkSchema(require, object, `${source} ${idOf(object)}`);
   const objects = manifests.map((m) => m.object);
@@ -361,18 +375,9 @@ if (mode === "manifests") {
   if (expectPath) checkExpectations(objects, readJson(expectPath));
   summary = `${objects.length} objects valid`;
 } else if (mode === "flags") {
-  const [objectsPath, ...pairs] = args;
-  const helps = new Map(
-    pairs.map((p) => {
-      const [binary, file] = p.split("=");
-      return [binary, helpFlags(readFileSync(file, "utf8"))];
-    }),
-  );
-  for (const [binary, flags] of helps) {
-    if (flags.size < 5) problem(binary, `its --helpfull lists ${flags.size} flags: not a --helpfull?`);
-  }
-  const n = checkFlags(readJson(objectsPath).map((m) => m.object), helps);
-  summary = `${n} arguments are flags of their binaries`;
+  const [objectsPath, binDir] = args;
+  const n = checkFlags(readJson(objectsPath).map((m) => m.object), binDir);
+  summary = `${n} arguments are flags of their binaries, and the binaries parse them`;
 } else {
   console.error("usage: check.mjs manifests|flags|values ...");
   process.exit(2);
