@@ -144,8 +144,8 @@ size=$(podman image inspect --format '{{.Size}}' "$image")
 bundled=$(du -sb "$ctx/lib" | cut -f1)
 phase "built $image: $((size / 1000000)) MB, of which $((bundled / 1000000)) MB bundled libraries ($(ls "$ctx/lib" | tr '\n' ' '))"
 
-# What the image is: a non-root user, no compiler, no -dev package, every
-# binary's libraries resolved.
+# What the image is: a non-root user, no compiler, no -dev package, the
+# libraries of every binary and UCX transport module (RDMA included) there.
 user=$(podman image inspect --format '{{.Config.User}}' "$image")
 [ "$user" = "10001:10001" ] || fail "image user is '$user', not 10001:10001"
 uid=$(podman run --rm "$image" id -u) || fail "cannot run id in the image"
@@ -156,7 +156,8 @@ compilers=$(podman run --rm "$image" sh -c \
 dev=$(podman run --rm "$image" sh -c "dpkg-query -W -f '\${Package}\n' | grep -- '-dev\$'; true")
 [ -z "$dev" ] || fail "the image holds -dev packages: $dev"
 missing=$(podman run --rm "$image" sh -c \
-  'for b in /usr/local/bin/tandem-*; do ldd "$b" | grep "not found" | sed "s|^|$b: |"; done')
+  'for f in /usr/local/bin/tandem-* /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0; do
+     [ -e "$f" ] || echo "$f: no such file"; ldd "$f" | grep "not found" | sed "s|^|$f: |"; done')
 [ -z "$missing" ] || fail "libraries missing in the image: $missing"
 
 # A router, a prefill and a decode worker, each in its own container, on
