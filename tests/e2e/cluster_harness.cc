@@ -70,6 +70,7 @@ absl::Status Cluster::Launch(Member& m, const std::string& listen) {
   absl::StatusOr<int> port = WaitForPortFile(m.name, port_file, *m.process, m.log);
   if (!port.ok()) return port.status();
   m.address = absl::StrCat("127.0.0.1:", *port);
+  m.ready_at = absl::Now();
   return absl::OkStatus();
 }
 
@@ -86,36 +87,93 @@ absl::Status Cluster::Restart(Member& m) {
   return Launch(m, m.address);
 }
 
+absl::StatusOr<Member*> Cluster::AddWorker(std::deque<Member>& pool, bool prefill) {
+  Member& m = pool.emplace_back();
+  m.name = absl::StrCat(prefill ? "prefill-" : "decode-", pool.size() - 1);
+  std::vector<std::string> args = {"--model=" + options_.model, "--threads=1"};
+  const std::vector<std::string>& flags = prefill ? options_.prefill_flags : options_.decode_flags;
+  args.insert(args.end(), flags.begin(), flags.end());
+  RETURN_IF_ERROR(StartMember(m, prefill ? TANDEM_PREFILL_BIN : TANDEM_DECODE_BIN, args));
+  m.listed = options_.target_files;
+  // Before the router starts, Start() writes the files once.
+  if (m.listed && router_.process != nullptr) RETURN_IF_ERROR(WriteTargetFiles());
+  return &m;
+}
+
+absl::StatusOr<Member*> Cluster::AddPrefillWorker() { return AddWorker(prefill_, true); }
+absl::StatusOr<Member*> Cluster::AddDecodeWorker() { return AddWorker(decode_, false); }
+
+absl::Status Cluster::WriteTargetFiles() const {
+  for (const auto& [pool, name] :
+       {std::pair{&prefill_, "prefill"}, std::pair{&decode_, "decode"}}) {
+    std::string text = absl::StrCat("# the ", name, " pool\n");
+    for (const Member& m : *pool) {
+      if (m.listed) absl::StrAppend(&text, m.address, "\n");
+    }
+    // A new file renamed over the old: the router never reads half of one.
+    const std::string path = absl::StrCat(dir_, "/", name, ".targets");
+    {
+      std::ofstream out(path + ".tmp", std::ios::trunc);
+      out << text;
+      if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", path, ".tmp"));
+    }
+    std::error_code error;
+    std::filesystem::rename(path + ".tmp", path, error);
+    if (error) {
+      return absl::InternalError(absl::StrCat("cannot replace ", path, ": ", error.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::Unlist(Member& worker) {
+  if (!options_.target_files) {
+    return absl::FailedPreconditionError("Unlist needs ClusterOptions::target_files");
+  }
+  worker.listed = false;
+  return WriteTargetFiles();
+}
+
+absl::Status Cluster::WaitForLog(const Member& m, const std::string& text,
+                                 absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (ReadFile(m.log).find(text) == std::string::npos) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(m.name, " did not log '", text, "' within ",
+                                                      absl::FormatDuration(timeout), ":\n",
+                                                      Tail(ReadFile(m.log), 20)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
   static std::atomic<int> serial{0};
   std::unique_ptr<Cluster> c(new Cluster());
+  c->options_ = options;
   c->dir_ = absl::StrCat(TempDir(), "/cluster-", serial++);
   std::filesystem::create_directories(c->dir_);
 
-  std::vector<std::string> worker = {"--model=" + options.model, "--threads=1"};
   std::vector<std::string> prefill_addresses, decode_addresses;
   for (int i = 0; i < options.prefill; ++i) {
-    Member& m = c->prefill_.emplace_back();
-    m.name = absl::StrCat("prefill-", i);
-    std::vector<std::string> args = worker;
-    args.insert(args.end(), options.prefill_flags.begin(), options.prefill_flags.end());
-    if (absl::Status s = c->StartMember(m, TANDEM_PREFILL_BIN, args); !s.ok()) return s;
-    prefill_addresses.push_back(m.address);
+    ASSIGN_OR_RETURN(Member * m, c->AddPrefillWorker());
+    prefill_addresses.push_back(m->address);
   }
   for (int i = 0; i < options.decode; ++i) {
-    Member& m = c->decode_.emplace_back();
-    m.name = absl::StrCat("decode-", i);
-    std::vector<std::string> args = worker;
-    args.insert(args.end(), options.decode_flags.begin(), options.decode_flags.end());
-    if (absl::Status s = c->StartMember(m, TANDEM_DECODE_BIN, args); !s.ok()) return s;
-    decode_addresses.push_back(m.address);
+    ASSIGN_OR_RETURN(Member * m, c->AddDecodeWorker());
+    decode_addresses.push_back(m->address);
   }
   c->router_.name = "router";
-  std::vector<std::string> args = {
-      "--tokenizer=" + options.tokenizer,
-      "--prefill_workers=" + absl::StrJoin(prefill_addresses, ","),
-      "--decode_workers=" + absl::StrJoin(decode_addresses, ","),
-  };
+  std::vector<std::string> args = {"--tokenizer=" + options.tokenizer};
+  if (options.target_files) {
+    RETURN_IF_ERROR(c->WriteTargetFiles());
+    args.push_back(absl::StrCat("--prefill_workers=file:", c->dir_, "/prefill.targets"));
+    args.push_back(absl::StrCat("--decode_workers=file:", c->dir_, "/decode.targets"));
+  } else {
+    args.push_back("--prefill_workers=" + absl::StrJoin(prefill_addresses, ","));
+    args.push_back("--decode_workers=" + absl::StrJoin(decode_addresses, ","));
+  }
   const std::string http_port_file = c->dir_ + "/router.http_port";
   if (options.http) {
     args.push_back("--http_listen=127.0.0.1:0");
@@ -158,7 +216,7 @@ absl::Status Cluster::WaitUntilIdle(absl::Duration timeout) const {
   std::vector<std::string> busy;
   do {
     busy.clear();
-    for (const std::vector<Member>* pool : {&prefill_, &decode_}) {
+    for (const std::deque<Member>* pool : {&prefill_, &decode_}) {
       for (const Member& m : *pool) {
         if (!m.process->running()) continue;
         absl::StatusOr<v1::WorkerStats> s = Stats(m);

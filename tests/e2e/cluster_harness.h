@@ -5,11 +5,12 @@
 #ifndef TANDEM_TESTS_E2E_CLUSTER_HARNESS_H_
 #define TANDEM_TESTS_E2E_CLUSTER_HARNESS_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,10 @@ struct ClusterOptions {
   std::vector<std::string> decode_flags = {};
   // Serve the router's HTTP API too, on a port it picks (Cluster::http_port).
   bool http = false;
+  // Give the router its workers as file: targets (one file per pool, in
+  // Cluster::dir()), so that workers can join (AddPrefillWorker,
+  // AddDecodeWorker) and leave (Unlist) while it runs.
+  bool target_files = false;
 };
 
 // One worker or router process and its gRPC address.
@@ -42,6 +47,10 @@ struct Member {
   std::string address;  // 127.0.0.1:port
   // The binary and its flags, but for --listen and --port_file.
   std::vector<std::string> command;
+  // When its port file appeared: it serves from then on.
+  absl::Time ready_at;
+  // With ClusterOptions::target_files: its address is in its pool's file.
+  bool listed = false;
 };
 
 class Cluster {
@@ -68,6 +77,19 @@ class Cluster {
   // flags on the same address; waits (bounded) for its port.
   absl::Status Restart(Member& m);
 
+  // One more worker of the pool, with the pool's flags, started and waited
+  // for (bounded) like the first ones and, with target_files, listed in
+  // the pool's file at once. The member stays where it is (prefill(i),
+  // decode(i) with the next i) for the cluster's life.
+  absl::StatusOr<Member*> AddPrefillWorker();
+  absl::StatusOr<Member*> AddDecodeWorker();
+  // With target_files: takes the worker out of its pool's file (replaced
+  // atomically); the process keeps running.
+  absl::Status Unlist(Member& worker);
+
+  // Waits (bounded) until the member's log holds `text`.
+  absl::Status WaitForLog(const Member& m, const std::string& text, absl::Duration timeout) const;
+
   // Waits until every worker that is still running reports all its KV
   // blocks free and nothing running or waiting; the error lists those that
   // do not.
@@ -81,11 +103,16 @@ class Cluster {
   absl::Status StartMember(Member& m, const std::string& binary, std::vector<std::string> args);
   // Runs m.command listening on `listen`, and waits for its port file.
   absl::Status Launch(Member& m, const std::string& listen);
+  absl::StatusOr<Member*> AddWorker(std::deque<Member>& pool, bool prefill);
+  // Writes both pools' target files with their listed members.
+  absl::Status WriteTargetFiles() const;
 
+  ClusterOptions options_;
   std::string dir_;
   Member router_;
-  std::vector<Member> prefill_;
-  std::vector<Member> decode_;
+  // Deques: members added later leave the earlier ones where they are.
+  std::deque<Member> prefill_;
+  std::deque<Member> decode_;
   std::unique_ptr<v1::Router::Stub> router_stub_;
   int http_port_ = 0;
 };
