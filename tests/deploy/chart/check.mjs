@@ -193,6 +193,15 @@ function checkSemantics(objects) {
         else if (grace <= drain + sleep) {
           problem(where, `grace period ${grace}s is not longer than preStop ${sleep}s + drain ${drain}s`);
         }
+        // The router listens only once a decode worker is healthy, within
+        // --startup_timeout; the workers once the model is loaded.
+        const startup = c.startupProbe;
+        const startupTimeout = seconds(argValue(c.args, "startup_timeout"));
+        if (!startup) problem(where, "no startup probe");
+        else if (startupTimeout !== undefined &&
+                 (startup.periodSeconds ?? 10) * (startup.failureThreshold ?? 3) <= startupTimeout) {
+          problem(where, `the startup probe gives up before --startup_timeout=${startupTimeout}s`);
+        }
         for (const flag of ["prefill_workers", "decode_workers"]) {
           const target = argValue(c.args, flag);
           if (target === undefined) continue;
