@@ -265,6 +265,75 @@ function checkSemantics(objects) {
   }
 }
 
+// With NetworkPolicies rendered: who reaches which port, worked out as a
+// cluster applies ingress policies (a pod no policy selects takes
+// anything; else some rule of a policy selecting it must admit the source
+// and the port). Only the router reaches the workers' gRPC ports; only
+// workers reach the workers' KV ports (their UCX_TCP_PORT_RANGE); anyone
+// reaches the router.
+function checkNetworkPolicies(objects) {
+  const policies = objects.filter((o) => o.kind === "NetworkPolicy");
+  if (policies.length === 0) return;
+  const namespace = "release-namespace";
+  const pods = objects
+    .filter((o) => o.kind === "Deployment")
+    .map((d) => {
+      const c = d.spec.template.spec.containers[0];
+      const range = c.env?.find((e) => e.name === "UCX_TCP_PORT_RANGE")?.value;
+      return {
+        labels: d.spec.template.metadata.labels,
+        component: d.spec.template.metadata.labels["app.kubernetes.io/component"],
+        ports: Object.fromEntries((c.ports ?? []).map((p) => [p.name, p.containerPort])),
+        kv: range ? Number(range.split("-")[0]) : undefined,
+        namespace,
+      };
+    });
+  const outsider = { labels: { app: "other" }, component: "outsider", namespace };
+  const elsewhere = { labels: {}, component: "another namespace", namespace: "elsewhere" };
+  const peerAdmits = (peer, src) => {
+    if (peer.ipBlock) return false;
+    if (peer.namespaceSelector) {
+      const nsLabels = { "kubernetes.io/metadata.name": src.namespace };
+      if (!matchesSelector(peer.namespaceSelector, nsLabels)) return false;
+    } else if (src.namespace !== namespace) {
+      return false;
+    }
+    return !peer.podSelector || matchesSelector(peer.podSelector, src.labels);
+  };
+  const portAdmits = (p, port) =>
+    p.port === undefined || (p.endPort === undefined ? p.port === port : p.port <= port && port <= p.endPort);
+  const reaches = (src, dst, port) => {
+    const selecting = policies.filter((n) => matchesSelector(n.spec.podSelector, dst.labels));
+    if (selecting.length === 0) return true;
+    return selecting.some((n) =>
+      (n.spec.ingress ?? []).some(
+        (rule) =>
+          (!rule.from || rule.from.some((peer) => peerAdmits(peer, src))) &&
+          (!rule.ports || rule.ports.some((p) => portAdmits(p, port))),
+      ),
+    );
+  };
+  const sources = [...pods, outsider, elsewhere];
+  for (const dst of pods) {
+    const worker = dst.component !== "router";
+    for (const src of sources) {
+      const expectations = worker
+        ? [
+            ["gRPC", dst.ports.grpc, src.component === "router"],
+            ["KV", dst.kv, src.component === "prefill" || src.component === "decode"],
+          ]
+        : [["gRPC", dst.ports.grpc, true]];
+      for (const [what, port, allowed] of expectations) {
+        if (port === undefined) continue;
+        if (reaches(src, dst, port) !== allowed) {
+          const verb = allowed ? "cannot" : "can";
+          problem("NetworkPolicy", `${src.component} ${verb} reach ${dst.component}'s ${what} port ${port}`);
+        }
+      }
+    }
+  }
+}
+
 // EXPECT.json: [{kind, name, path: "spec.x.0.y" (or a list of keys),
 // equals | includes | absent}]
 // ("includes": the array at path contains the value; "count" with kind
@@ -381,6 +450,7 @@ if (mode === "manifests") {
   for (const { source, object } of manifests) checkSchema(require, object, `${source} ${idOf(object)}`);
   const objects = manifests.map((m) => m.object);
   checkSemantics(objects);
+  checkNetworkPolicies(objects);
   if (expectPath) checkExpectations(objects, readJson(expectPath));
   summary = `${objects.length} objects valid`;
 } else if (mode === "flags") {
