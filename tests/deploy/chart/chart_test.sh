@@ -118,7 +118,7 @@ for values in "$here"/values/*.yaml; do
   name=$(basename "$values" .yaml)
   render_case "$name" "$here/values/$name.expect.json" -f "$values"
 done
-render_case long-release-name "" --name a-release-name-long-enough-to-be-cut-to-fit-object-names \
+render_case long-release-name "" --name release-name-of-fifty-three-characters-helm-s-longest \
   --namespace serving -f "$here/values/gpu-scaled.yaml"
 
 # Chart.yaml's kubeVersion: the preStop sleep action needs Kubernetes 1.30.

@@ -207,7 +207,10 @@ type manifest struct {
 	Object map[string]interface{} `json:"object"`
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+var (
+	docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+	releaseName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
 
 func run() error {
 	var valueFiles stringList
@@ -236,6 +239,11 @@ func run() error {
 		return errors.New("Chart.yaml: apiVersion v2, name and version are required")
 	}
 
+	// Helm's rule for release names.
+	if len(*release) > 53 || !releaseName.MatchString(*release) {
+		return fmt.Errorf("release name %q: at most 53 characters, lower case letters, digits, '-' and '.'",
+			*release)
+	}
 	kube, err := semver.NewVersion(*kubeVersionFlag)
 	if err != nil {
 		return fmt.Errorf("--kube_version: %v", err)
