@@ -242,7 +242,9 @@ TEST(DecodeGpuMemoryFraction, SizesThePoolFromTheDeviceUnlessKvBlocksAreGiven) {
     EXPECT_EQ(stats.kv_blocks_total, want);
     EXPECT_EQ(stats.kv_cache_bytes, uint64_t(want) * block_bytes);
     EXPECT_EQ(stats.device_memory_total_bytes, kTotal);
-    if (kv_blocks == 0) EXPECT_GT(want, 8 * 8);  // Past the host default.
+    if (kv_blocks == 0) {
+      EXPECT_GT(want, 8 * 8);  // Past the host default.
+    }
 
     // And it serves.
     auto sink = NewSink();
