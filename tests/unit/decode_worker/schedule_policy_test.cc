@@ -159,12 +159,16 @@ TEST(SchedulePolicy, PlansRespectTheBudget) {
         seen[w.entry] = true;
         EXPECT_LE(w.prompt_tokens, entries[w.entry].prompt_left);
         EXPECT_GE(w.prompt_tokens, 0);
-        if (w.decode) EXPECT_GT(entries[w.entry].decodes, 0);
+        if (w.decode) {
+          EXPECT_GT(entries[w.entry].decodes, 0);
+        }
       }
       const bool work = std::any_of(entries.begin(), entries.end(), [](const ScheduleEntry& e) {
         return e.decodes > 0 || e.prompt_left > 0;
       });
-      if (work) EXPECT_GT(t.tokens, 0) << SchedulePolicyName(kind) << " planned an empty step";
+      if (work) {
+        EXPECT_GT(t.tokens, 0) << SchedulePolicyName(kind) << " planned an empty step";
+      }
     }
   }
 }
