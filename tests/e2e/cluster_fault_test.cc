@@ -53,6 +53,7 @@ std::string ClusterFaultTest::tokenizer_;
 struct LiveStream {
   absl::Notification started;
   Completion result;
+  absl::Time ended;  // When the stream's status came.
   std::thread thread;
 
   void Run(v1::Router::Stub& router, v1::GenerateRequest request) {
@@ -68,6 +69,7 @@ struct LiveStream {
         if (!started.HasBeenNotified()) started.Notify();
       }
       result.status = reader->Finish();
+      ended = absl::Now();
       if (!started.HasBeenNotified()) started.Notify();
     });
   }
@@ -119,7 +121,6 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
   cluster_->decode(0).process->Kill();
   const absl::Time killed = absl::Now();
   for (LiveStream& s : streams) s.thread.join();
-  const absl::Duration to_end = absl::Now() - killed;
 
   int lost = 0, finished = 0;
   for (const LiveStream& s : streams) {
@@ -131,11 +132,13 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
       EXPECT_EQ(s.result.status.error_code(), grpc::StatusCode::UNAVAILABLE);
       EXPECT_THAT(s.result.status.error_message(), HasSubstr(victim));
       EXPECT_THAT(s.result.status.error_message(), HasSubstr("lost"));
+      // Ended by the lost connection, not by a deadline; the streams on the
+      // other worker take as long as their tokens do.
+      EXPECT_LT(s.ended - killed, absl::Seconds(30));
     }
   }
   EXPECT_GT(lost, 0) << "no stream was on the killed worker";
   EXPECT_GT(finished, 0) << "streams on the other worker must go on";
-  EXPECT_LT(to_end, absl::Seconds(60));
 
   // The router stops routing to the dead worker.
   for (int i = 0; i < 6; ++i) {
