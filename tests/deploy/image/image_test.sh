@@ -63,7 +63,7 @@ models=$(cd "$models" && pwd)
 
 # The builder's package list stays a part of what install-deps.sh installs.
 deps_packages=$(sed -n '/^packages=(/,/^)/p' "$src/scripts/install-deps.sh" | sed 's/#.*//' |
-  tr ' ()' '\n\n\n' | sort -u)
+  tr ' ()' '\n' | sort -u)
 for p in $(sed 's/#.*//' "$src/deploy/docker/build-packages.txt"); do
   grep -qxF "$p" <<<"$deps_packages" ||
     fail "deploy/docker/build-packages.txt names $p, which scripts/install-deps.sh does not install"
