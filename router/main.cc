@@ -161,6 +161,13 @@ absl::Status WaitForDecodeWorker(const router::WorkerRegistry& registry,
     if (registry.WaitForRoutable(router::WorkerRole::kDecode, std::min(left, absl::Seconds(1)))) {
       return absl::OkStatus();
     }
+    // Termination signals stay blocked (and pending) until the server runs:
+    // one that came meanwhile ends the start-up (a pod deleted before any
+    // decode worker was ready).
+    if (const int sig = rpc::WaitForSignal(absl::ZeroDuration()); sig != 0) {
+      return absl::CancelledError(
+          absl::StrCat("signal ", sig, " while waiting for a healthy decode worker"));
+    }
     std::vector<std::string> refused;
     bool all_answered = true;
     for (const router::WorkerSnapshot& s : registry.Snapshot(router::WorkerRole::kDecode)) {
@@ -408,7 +415,9 @@ int main(int argc, char** argv) {
       "       --model DIR | --tokenizer FILE [--listen HOST:PORT --port_file FILE]\n"
       "       [--http_listen HOST:PORT --http_port_file FILE --served_model_name NAME]\n"
       "       [--metrics_listen HOST:PORT --metrics_port_file FILE] [--request_log FILE]");
-  if (absl::Status s = tandem::Run(); !s.ok()) {
+  if (absl::Status s = tandem::Run(); absl::IsCancelled(s)) {
+    std::cerr << "tandem-router: " << s.message() << "; exiting\n";
+  } else if (!s.ok()) {
     std::cerr << "tandem-router: " << s.message() << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
+#include "tests/testing/child_process.h"
 #include "tests/testing/model_files.h"
 
 namespace tandem::testing {
@@ -172,6 +175,29 @@ TEST_F(ClusterFaultTest, SigtermDrainsAWorkerWithoutLosingItsStreams) {
   const Completion c = RunGenerate(cluster_->router(), TextRequest("after the drain", 8));
   ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
   EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
+}
+
+// A router told to stop while it still waits for its first healthy decode
+// worker (a pod deleted during start-up) exits at once with status 0, rather
+// than ignoring the signal until --startup_timeout runs out.
+TEST(RouterStartupTest, SigtermWhileWaitingForADecodeWorkerExitsZero) {
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer, "tok512.bin");
+  const std::string log = ::testing::TempDir() + "/router-startup.log";
+  Child router({TANDEM_ROUTER_BIN, "--listen=127.0.0.1:0", "--decode_workers=127.0.0.1:1",
+                "--tokenizer=" + tokenizer, "--startup_timeout=120s"},
+               log);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::string text;
+  while (text.find("waiting up to") == std::string::npos && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    std::ifstream in(log);
+    std::stringstream all;
+    all << in.rdbuf();
+    text = all.str();
+  }
+  ASSERT_THAT(text, HasSubstr("waiting up to"));
+  router.Signal(SIGTERM);
+  EXPECT_EQ(router.Wait(absl::Seconds(30)), 0) << text;
 }
 
 }  // namespace
