@@ -272,6 +272,9 @@ void TransferReceiver::HandleReceiveDone(const TransportEvent& e) {
 }
 
 void TransferReceiver::HandlePeerFailed(PeerId peer) {
+  // Releases what the transport keeps of the connection (the sender's
+  // worker may be gone for good).
+  transport_->Disconnect(peer);
   for (auto& [generation, t] : transfers_) {
     if (!t->ending && t->peers.contains(peer)) {
       t->peers.erase(peer);

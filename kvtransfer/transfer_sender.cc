@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 
 namespace tandem::kvtransfer {
 
@@ -31,7 +32,11 @@ struct TransferSender::Transfer {
 };
 
 TransferSender::TransferSender(KvTransport* transport, const Clock* clock, SenderOptions options)
-    : transport_(transport), clock_(clock), options_(options) {}
+    : transport_(transport), clock_(clock), options_(options) {
+  CHECK(options_.idle_timeout > absl::ZeroDuration())
+      << "SenderOptions::idle_timeout is " << options_.idle_timeout
+      << "; it must be positive (absl::InfiniteDuration() never closes idle connections)";
+}
 
 TransferSender::~TransferSender() {
   for (auto& [request_id, t] : transfers_) {
@@ -52,18 +57,41 @@ absl::Status TransferSender::DeregisterMemory(RegionId region) {
 }
 
 absl::StatusOr<std::vector<PeerId>> TransferSender::Lanes(const std::string& address) {
-  std::vector<PeerId>& pool = pool_[address];
+  std::vector<PeerId>& pool = pool_[address].lanes;
   const size_t want = static_cast<size_t>(std::max(1, options_.lanes));
   while (pool.size() < want) {
     absl::StatusOr<PeerId> peer = transport_->Connect(address);
     if (!peer.ok()) {
+      if (pool.empty() && pool_[address].transfers == 0) pool_.erase(address);
+      UpdatePoolStats();
       return absl::UnavailableError(
           absl::StrCat("cannot connect to KV receiver: ", peer.status().message()));
     }
     pool.push_back(*peer);
     ++stats_.connections;
   }
+  UpdatePoolStats();
   return std::vector<PeerId>(pool.begin(), pool.begin() + want);
+}
+
+void TransferSender::CloseIdleConnections(absl::Time now) {
+  if (options_.idle_timeout == absl::InfiniteDuration()) return;
+  for (auto it = pool_.begin(); it != pool_.end();) {
+    Pooled& pooled = it->second;
+    if (pooled.transfers > 0 || now - pooled.last_used < options_.idle_timeout) {
+      ++it;
+      continue;
+    }
+    for (PeerId peer : pooled.lanes) transport_->Disconnect(peer);
+    stats_.idle_closed += pooled.lanes.size();
+    pool_.erase(it++);
+  }
+  UpdatePoolStats();
+}
+
+void TransferSender::UpdatePoolStats() {
+  stats_.pooled_connections = 0;
+  for (const auto& [address, pooled] : pool_) stats_.pooled_connections += pooled.lanes.size();
 }
 
 absl::StatusOr<uint64_t> TransferSender::Start(SendRequest request) {
@@ -107,6 +135,7 @@ absl::StatusOr<uint64_t> TransferSender::Start(SendRequest request) {
   t->lanes = *std::move(lanes);
   t->ready.assign(t->layers.size(), false);
   const uint64_t id = t->lease.request_id;
+  ++pool_[t->lease.receiver_address].transfers;
   transfers_[id] = std::move(t);
   ++stats_.started;
   return id;
@@ -232,7 +261,16 @@ void TransferSender::HandleIncoming(const TransportEvent& e) {
 
 void TransferSender::HandlePeerFailed(PeerId peer) {
   transport_->Disconnect(peer);
-  for (auto& [address, pool] : pool_) std::erase(pool, peer);
+  for (auto it = pool_.begin(); it != pool_.end();) {
+    std::erase(it->second.lanes, peer);
+    // Kept while transfers to the receiver still count on it.
+    if (it->second.lanes.empty() && it->second.transfers == 0) {
+      pool_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  UpdatePoolStats();
   for (auto& [request_id, t] : transfers_) {
     if (std::find(t->lanes.begin(), t->lanes.end(), peer) == t->lanes.end()) continue;
     std::erase(t->lanes, peer);
@@ -281,6 +319,11 @@ void TransferSender::Poll() {
     }
   }
   for (std::unique_ptr<Transfer>& t : finished) {
+    if (auto it = pool_.find(t->lease.receiver_address); it != pool_.end()) {
+      --it->second.transfers;
+      it->second.last_used = now;
+      if (it->second.lanes.empty() && it->second.transfers == 0) pool_.erase(it);
+    }
     if (t->outcome.ok()) {
       ++stats_.completed;
     } else {
@@ -288,6 +331,7 @@ void TransferSender::Poll() {
     }
     t->done(t->lease.request_id, t->outcome);
   }
+  CloseIdleConnections(now);
 }
 
 void TransferSender::WaitForActivity(absl::Time deadline) {

@@ -5,7 +5,10 @@
 // chunks at once, so transfers overlap the computation of later layers.
 // Chunks go round-robin over `lanes` connections to the receiver (striping,
 // for long high-latency links); connections are pooled per receiver address
-// and reused by later transfers. Every message carries the lease's request
+// and reused by later transfers. A pooled connection is closed and dropped
+// when its peer fails, or when no transfer has used its receiver for
+// SenderOptions::idle_timeout (receivers come and go as decode workers are
+// added and removed); the next transfer there connects again. Every message carries the lease's request
 // id and generation, its layer, lane, byte range and, when the lease asks,
 // an XXH3-64 checksum of its bytes.
 //
@@ -46,6 +49,10 @@ namespace tandem::kvtransfer {
 struct SenderOptions {
   // Connections per receiver that one transfer stripes its chunks over.
   int lanes = 1;
+  // How long the connections to a receiver stay pooled after its last
+  // transfer ended (on the sender's clock, checked in Poll()). Must be
+  // positive; absl::InfiniteDuration() keeps them until their peer fails.
+  absl::Duration idle_timeout = absl::Seconds(60);
 };
 
 struct SenderStats {
@@ -54,7 +61,9 @@ struct SenderStats {
   uint64_t failed = 0;  // Every non-OK end, cancellations included.
   uint64_t messages_sent = 0;
   uint64_t bytes_sent = 0;
-  uint64_t connections = 0;
+  uint64_t connections = 0;  // Connections opened.
+  uint64_t pooled_connections = 0;  // Connections in the pool now.
+  uint64_t idle_closed = 0;  // Connections closed for idling.
   // Incoming messages that named no transfer of ours (late or foreign).
   uint64_t dropped = 0;
 };
@@ -75,7 +84,8 @@ struct SendRequest {
 
 class TransferSender {
  public:
-  // `transport` and `clock` must outlive the sender.
+  // `transport` and `clock` must outlive the sender. Dies on invalid
+  // options (see SenderOptions).
   TransferSender(KvTransport* transport, const Clock* clock, SenderOptions options = {});
   // Ends every transfer still open with CANCELLED without touching the
   // transport: destroy it when idle(), or after the transport is gone.
@@ -114,8 +124,17 @@ class TransferSender {
 
  private:
   struct Transfer;
+  // The connections to one receiver.
+  struct Pooled {
+    std::vector<PeerId> lanes;
+    int transfers = 0;  // Transfers to the receiver not yet ended.
+    absl::Time last_used = absl::InfinitePast();  // When the last one ended.
+  };
 
   absl::StatusOr<std::vector<PeerId>> Lanes(const std::string& address);
+  // Closes the connections of receivers idle longer than the idle timeout.
+  void CloseIdleConnections(absl::Time now);
+  void UpdatePoolStats();
   void Fail(Transfer& t, absl::Status status, bool notify_receiver);
   void HandleIncoming(const TransportEvent& event);
   void HandleSendDone(const TransportEvent& event);
@@ -129,7 +148,7 @@ class TransferSender {
   RegionMap regions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Transfer>> transfers_;  // By request id.
   absl::flat_hash_map<SendId, uint64_t> sends_;  // Data sends in flight -> request id.
-  absl::flat_hash_map<std::string, std::vector<PeerId>> pool_;  // Receiver -> connections.
+  absl::flat_hash_map<std::string, Pooled> pool_;  // By receiver address.
   SenderStats stats_;
 };
 

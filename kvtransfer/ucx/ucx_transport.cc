@@ -159,6 +159,7 @@ absl::Status UcxTransport::Impl::Init() {
   RETURN_IF_ERROR(SetAmHandler(ucx_internal::kHelloAmId, &Impl::OnHello, UCP_AM_FLAG_WHOLE_MSG));
   RETURN_IF_ERROR(SetAmHandler(ucx_internal::kDataAmId, &Impl::OnData,
                                UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA));
+  RETURN_IF_ERROR(SetAmHandler(ucx_internal::kByeAmId, &Impl::OnBye, UCP_AM_FLAG_WHOLE_MSG));
   return UcxError(ucp_worker_get_efd(worker_, &event_fd_),
                   "getting the UCP worker's event file descriptor");
 }
@@ -182,31 +183,36 @@ UcxTransport::Impl::~Impl() {
     // only when the receiver takes or drops the data, and the flush below
     // would wait for it.
     for (auto& [id, incoming] : incoming_) ReleaseDescriptor(*incoming);
-    for (auto& [id, peer] : peers_) CloseEndpoint(*peer, /*force=*/false);
+    for (auto& [id, peer] : peers_) {
+      if (!peer->failed && !peer->disconnected) SayGoodbye(*peer);
+      CloseEndpoint(*peer, /*force=*/false);
+    }
     const absl::Time deadline = absl::Now() + options_.close_timeout;
-    for (const auto& request : closing_) {
+    for (const auto& [id, peer] : peers_) {
+      if (peer->close == nullptr) continue;
       const absl::Status status =
-          ucx_internal::WaitForRequest(worker_, *request, deadline, "closing a UCX endpoint");
+          ucx_internal::WaitForRequest(worker_, *peer->close, deadline, "closing a UCX endpoint");
       if (absl::IsDeadlineExceeded(status)) {
         LOG(WARNING) << status << "; destroying the worker regardless";
         break;
       }
     }
-    for (const auto& request : closing_) request->Abandon();
     for (auto& [id, op] : sends_) op->request.Abandon();
     for (auto& [id, incoming] : incoming_) {
       if (incoming->request != nullptr) incoming->request->Abandon();
     }
     for (auto& [id, peer] : peers_) {
-      if (peer->hello != nullptr) peer->hello->Abandon();
+      for (auto* request : {peer->hello.get(), peer->bye.get(), peer->close.get()}) {
+        if (request != nullptr) request->Abandon();
+      }
     }
     ucp_worker_destroy(worker_);
   }
   // Requests UCX still held were finished or dropped with the worker; only
   // now may the records their callbacks point to go.
-  closing_.clear();
   sends_.clear();
   incoming_.clear();
+  peers_.clear();
   for (auto& [id, region] : regions_) ucp_mem_unmap(context_, region.memh);
   if (context_ != nullptr) ucp_cleanup(context_);
 }
@@ -294,14 +300,23 @@ absl::StatusOr<PeerId> UcxTransport::Impl::Connect(std::string_view address) {
 
 void UcxTransport::Impl::CloseEndpoint(Peer& peer, bool force) {
   if (peer.ep == nullptr) return;
-  auto request = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = request->SendParam();
+  peer.close = std::make_unique<UcxRequest>();
+  ucp_request_param_t param = peer.close->SendParam();
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Forcing is defined only for endpoints with peer-failure handling.
   param.flags = force && options_.detect_peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  request->Start(ucp_ep_close_nbx(peer.ep, &param));
+  // Never blocks: Poll() progresses the close and releases the peer after.
+  peer.close->Start(ucp_ep_close_nbx(peer.ep, &param));
   peer.ep = nullptr;
-  if (!request->done()) closing_.push_back(std::move(request));
+}
+
+void UcxTransport::Impl::SayGoodbye(Peer& peer) {
+  if (peer.ep == nullptr) return;
+  peer.bye_header = ucx_internal::EncodePrefix({peer.key, peer.initiator});
+  peer.bye = std::make_unique<UcxRequest>();
+  ucp_request_param_t param = peer.bye->SendParam();
+  peer.bye->Start(ucp_am_send_nbx(peer.ep, ucx_internal::kByeAmId, peer.bye_header.data(),
+                                  peer.bye_header.size(), nullptr, 0, &param));
 }
 
 void UcxTransport::Impl::Disconnect(PeerId id) {
@@ -319,6 +334,7 @@ void UcxTransport::Impl::Disconnect(PeerId id) {
   }
   DropQueuedSends(*peer, absl::CancelledError(absl::StrCat("send cancelled: peer ", id,
                                                            " was disconnected before it started")));
+  if (!peer->failed) SayGoodbye(*peer);
   CloseEndpoint(*peer, /*force=*/false);
 }
 
@@ -379,6 +395,10 @@ std::pair<void*, size_t> UcxTransport::Impl::Describe(const std::vector<Span>& s
 absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view header,
                                                     std::span<const Slice> payload) {
   Peer* peer = FindPeer(id);
+  if (peer == nullptr && id > 0 && id < next_peer_) {
+    return absl::UnavailableError(
+        absl::StrCat("peer ", id, " is closed: it failed or was disconnected"));
+  }
   if (peer == nullptr) return absl::NotFoundError(absl::StrCat("no peer ", id));
   if (peer->failed) return peer->failure;
   if (peer->disconnected || peer->ep == nullptr) {
@@ -543,6 +563,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(std::string_view address) {
   return impl_->Connect(address);
 }
 void UcxTransport::Disconnect(PeerId peer) { impl_->Disconnect(peer); }
+size_t UcxTransport::num_peers() const { return impl_->num_peers(); }
 absl::StatusOr<SendId> UcxTransport::PostSend(PeerId peer, std::string_view header,
                                               std::span<const Slice> payload) {
   return impl_->PostSend(peer, header, payload);

@@ -105,6 +105,12 @@ class UcxTransport final : public KvTransport {
   void Poll(std::vector<TransportEvent>& events) override;
   void WaitForActivity(absl::Time deadline) override;
 
+  // Connections this transport holds a record of: open ones, and failed or
+  // disconnected ones until their endpoint is closed and nothing refers to
+  // them. A connection closed on purpose ends the peer's record too (the
+  // peer sees kPeerFailed), so churning peers leave nothing behind.
+  size_t num_peers() const;
+
   // UCX transports the worker's lanes may use, e.g. "sysv,cma,tcp"; for logs
   // and benchmark tables.
   std::string Description() const;

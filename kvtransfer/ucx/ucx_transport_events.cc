@@ -6,6 +6,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "kvtransfer/ucx/ucx_request.h"
@@ -78,6 +79,19 @@ ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t he
   return keep;
 }
 
+ucs_status_t UcxTransport::Impl::OnBye(void* arg, const void* header, size_t header_length,
+                                       void* /*data*/, size_t /*length*/,
+                                       const ucp_am_recv_param_t* /*param*/) {
+  auto* self = static_cast<Impl*>(arg);
+  absl::StatusOr<MessagePrefix> prefix =
+      ucx_internal::DecodePrefix(std::string_view(static_cast<const char*>(header), header_length));
+  Peer* peer = prefix.ok() ? self->PeerOf(*prefix) : nullptr;
+  // The peer closed the connection: to us that is its failure, reported
+  // now rather than when UCX would notice the endpoint is gone.
+  if (peer != nullptr) self->failed_peers_.emplace_back(peer->id, UCS_ERR_CONNECTION_RESET);
+  return UCS_OK;
+}
+
 void UcxTransport::Impl::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* peer = static_cast<Peer*>(arg);
   peer->impl->failed_peers_.emplace_back(peer->id, status);
@@ -86,6 +100,7 @@ void UcxTransport::Impl::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_
 void UcxTransport::Impl::CreateBackEndpoints() {
   for (PeerId id : std::exchange(new_peers_, {})) {
     Peer* peer = FindPeer(id);
+    if (peer == nullptr) continue;
     absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(peer->back_address, peer);
     if (ep.ok()) {
       peer->ep = *ep;
@@ -188,12 +203,37 @@ void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
   ReportFinishedSends();
   if (room) StartQueuedSends();
   ReportFinishedReceives();
-  std::erase_if(closing_, [](const auto& request) { return request->done(); });
+  ReleaseClosedPeers();
   if (events.empty()) {
     events.swap(events_);
   } else {
     std::move(events_.begin(), events_.end(), std::back_inserter(events));
     events_.clear();
+  }
+}
+
+void UcxTransport::Impl::ReleaseClosedPeers() {
+  std::vector<PeerId> closed;
+  for (const auto& [id, peer] : peers_) {
+    if ((!peer->failed && !peer->disconnected) || peer->ep != nullptr) continue;
+    // UCX still holds the record (requests' user data, the error handler's
+    // argument until the close finishes), or sends still name the peer.
+    bool busy = peer->in_flight > 0 || !peer->queued.empty();
+    for (const auto* request : {peer->hello.get(), peer->bye.get(), peer->close.get()}) {
+      if (request != nullptr && !request->done()) busy = true;
+    }
+    if (!busy) closed.push_back(id);
+  }
+  if (closed.empty()) return;
+  // Messages not yet accepted or discarded, and receives in progress, keep
+  // their peer until the caller is done with them.
+  absl::flat_hash_set<PeerId> referenced;
+  for (const auto& [id, incoming] : incoming_) referenced.insert(incoming->peer);
+  for (PeerId id : closed) {
+    if (referenced.contains(id)) continue;
+    auto it = peers_.find(id);
+    if (!it->second->initiator) accepted_.erase(it->second->key);
+    peers_.erase(it);
   }
 }
 

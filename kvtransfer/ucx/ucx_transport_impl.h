@@ -36,6 +36,7 @@ class UcxTransport::Impl {
   ~Impl();
 
   absl::Status Init();
+  size_t num_peers() const { return peers_.size(); }
 
   absl::StatusOr<RegionId> RegisterMemory(void* base, size_t length, MemoryKind kind);
   absl::Status DeregisterMemory(RegionId region);
@@ -59,8 +60,10 @@ class UcxTransport::Impl {
     ucp_mem_h memh;
   };
 
-  // Peers live as long as the transport: UCX holds a pointer to one as the
-  // argument of its endpoint's error handler.
+  // A peer that failed or was disconnected is released (ReleaseClosedPeers)
+  // once UCX has closed its endpoint, since UCX holds a pointer to the record
+  // as the argument of the endpoint's error handler until then, and once no
+  // send or receive refers to it. Its id is never reused.
   struct Peer {
     Impl* impl;
     PeerId id;
@@ -74,6 +77,11 @@ class UcxTransport::Impl {
     // header of a queued send when it goes out, not when it is posted).
     std::string hello_header;
     std::unique_ptr<ucx_internal::UcxRequest> hello;
+    // The goodbye sent by Disconnect (its header kept until sent, as the
+    // hello's), and the endpoint's close request.
+    std::string bye_header;
+    std::unique_ptr<ucx_internal::UcxRequest> bye;
+    std::unique_ptr<ucx_internal::UcxRequest> close;
     bool disconnected = false;
     bool failed = false;
     absl::Status failure;
@@ -123,6 +131,8 @@ class UcxTransport::Impl {
                               size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnData(void* arg, const void* header, size_t header_length, void* data,
                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnBye(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   absl::Status SetAmHandler(unsigned id, ucp_am_recv_callback_t callback, uint32_t flags);
@@ -137,6 +147,9 @@ class UcxTransport::Impl {
                                            std::vector<ucp_dt_iov_t>& iov,
                                            ucp_request_param_t& param);
   void CloseEndpoint(Peer& peer, bool force);
+  // Tells the peer that we close the connection (kByeAmId), ahead of
+  // closing the endpoint; best effort.
+  void SayGoodbye(Peer& peer);
   // Hands `op` to UCX.
   void StartSend(Peer& peer, SendOp& op);
   // Starts queued sends of every peer with room under the window (room
@@ -149,6 +162,9 @@ class UcxTransport::Impl {
   void HandleFailedPeers();
   void ReportFinishedSends();
   void ReportFinishedReceives();
+  // Frees the records of failed and disconnected peers that nothing refers
+  // to any more.
+  void ReleaseClosedPeers();
   bool HasQueuedWork() const;
   static TransportEvent Event(TransportEvent::Kind kind, uint64_t id, PeerId peer,
                               absl::Status status);
@@ -179,7 +195,6 @@ class UcxTransport::Impl {
   IncomingId next_incoming_ = 1;
   std::vector<IncomingId> finished_receives_;
 
-  std::vector<std::unique_ptr<ucx_internal::UcxRequest>> closing_;
   std::vector<TransportEvent> events_;
 };
 

@@ -15,9 +15,12 @@ namespace tandem::kvtransfer::ucx_internal {
 
 // Active-message ids: the first message of a connection, carrying the
 // connecting worker's address so that the peer can open an endpoint back,
-// and every message the caller posts.
+// every message the caller posts, and the last message of a connection
+// closed on purpose (Disconnect or the transport's destruction), so that the
+// peer releases its end at once instead of waiting for UCX to notice.
 inline constexpr unsigned kHelloAmId = 1;
 inline constexpr unsigned kDataAmId = 2;
+inline constexpr unsigned kByeAmId = 3;
 
 // Names one connection in both directions: the transport that called
 // Connect() (a random nonce fixed at its creation) and the PeerId it gave
