@@ -448,6 +448,17 @@ class PeerProcess {
   int out_ = -1;
 };
 
+// Polls `transport` until it has released every peer record (the peers
+// failed); false after kStepTimeout.
+bool PollUntilNoPeers(UcxTransport& transport, std::vector<TransportEvent>& seen) {
+  const absl::Time deadline = absl::Now() + kStepTimeout;
+  while (transport.num_peers() > 0) {
+    if (absl::Now() > deadline) return false;
+    transport.Poll(seen);
+  }
+  return true;
+}
+
 // Polls `transport` until an event of `kind` from `peer` (any peer when 0)
 // arrives; collects every event into `seen`.
 bool PollUntil(UcxTransport& transport, std::vector<TransportEvent>& seen, Kind kind,
@@ -508,6 +519,7 @@ TEST_P(UcxPeerDeathTest, ReceiverSeesSenderKilledMidTransfer) {
       EXPECT_THAT(event.status, StatusIs(absl::StatusCode::kUnavailable));
     }
   }
+  EXPECT_TRUE(PollUntilNoPeers(*receiver, events)) << "the dead sender's record was kept";
 }
 
 TEST_P(UcxPeerDeathTest, SenderSeesReceiverKilledWithSendsInFlight) {
@@ -542,6 +554,8 @@ TEST_P(UcxPeerDeathTest, SenderSeesReceiverKilledWithSendsInFlight) {
   }
   EXPECT_THAT(failed, ::testing::UnorderedElementsAreArray(sends));
   EXPECT_THAT(sender->PostSend(peer, "late", {}), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(PollUntilNoPeers(*sender, events)) << "the dead receiver's record was kept";
+  EXPECT_THAT(sender->PostSend(peer, "later", {}), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxPeerDeathTest, ::testing::Values("", "tcp"),
