@@ -98,6 +98,49 @@ TEST(TransferTest, ConnectionsAreReusedAcrossTransfers) {
   EXPECT_EQ(h.sender->stats().connections, 2u);
 }
 
+TEST(TransferTest, IdleConnectionsAreClosedAndTheNextTransferReconnects) {
+  HarnessOptions o;
+  o.sender.lanes = 2;
+  o.sender.idle_timeout = absl::Seconds(60);
+  Harness h(o);
+  ASSERT_OK(RunTransfer(h, 1, {0}, {1}, 4));
+  EXPECT_THAT(h.tx_done[1], ::testing::ElementsAre(IsOk()));
+  EXPECT_EQ(h.sender->stats().pooled_connections, 2u);
+
+  // The idle time counts from the end of the last transfer (a few rounds of
+  // a millisecond each before now).
+  h.clock.Advance(absl::Seconds(59));
+  h.sender->Poll();
+  EXPECT_EQ(h.sender->stats().pooled_connections, 2u);
+  h.clock.Advance(absl::Seconds(1));
+  h.sender->Poll();
+  EXPECT_EQ(h.sender->stats().pooled_connections, 0u);
+  EXPECT_EQ(h.sender->stats().idle_closed, 2u);
+
+  ASSERT_OK(RunTransfer(h, 2, {2}, {3}, 4));
+  EXPECT_THAT(h.tx_done[2], ::testing::ElementsAre(IsOk()));
+  EXPECT_THAT(h.rx_done[2], ::testing::ElementsAre(IsOk()));
+  EXPECT_TRUE(h.Same({2}, {3}));
+  EXPECT_EQ(h.sender->stats().connections, 4u);
+  EXPECT_EQ(h.sender->stats().pooled_connections, 2u);
+}
+
+TEST(TransferTest, AFailedConnectionLeavesThePoolAndTheNextTransferReconnects) {
+  HarnessOptions o;
+  o.sender.lanes = 2;
+  Harness h(o);
+  ASSERT_OK(RunTransfer(h, 1, {0}, {1}, 4));
+  EXPECT_EQ(h.sender->stats().pooled_connections, 2u);
+  // The receiver's transport closes both connections (as a restarted decode
+  // worker's would); the sender drops them as their failures arrive.
+  auto* rx = static_cast<InProcTransport*>(h.rx_transport_.get());
+  for (PeerId peer = 1; peer <= 2; ++peer) rx->Disconnect(peer);
+  ASSERT_TRUE(h.RunUntil([&] { return h.sender->stats().pooled_connections == 0; }));
+  ASSERT_OK(RunTransfer(h, 2, {2}, {3}, 4));
+  EXPECT_THAT(h.tx_done[2], ::testing::ElementsAre(IsOk()));
+  EXPECT_EQ(h.sender->stats().connections, 4u);
+}
+
 TEST(TransferTest, ChecksumCatchesCorruption) {
   HarnessOptions o;
   o.receiver.checksums = true;
