@@ -15,7 +15,10 @@
 // and may send on it. Either side learns of the other's death through UCX's
 // peer-failure handling (socket errors, keepalive) as kPeerFailed: the
 // peer's sends and receives then fail with UNAVAILABLE within a bounded time
-// (unless UcxTransportOptions::detect_peer_failure is off).
+// (unless UcxTransportOptions::detect_peer_failure is off). Disconnect() and
+// the destructor say goodbye first, so the far end sees kPeerFailed at once.
+// A failed or disconnected peer's endpoint is closed without blocking (Poll()
+// progresses the close) and its record freed once nothing refers to it.
 //
 // Cancel() cannot withdraw bytes UCX is already moving: kSendDone(CANCELLED)
 // comes once UCX has let go of the source slices (the peer took or dropped
