@@ -82,6 +82,15 @@ ABSL_FLAG(absl::Duration, queue_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
           "still applies)");
+ABSL_FLAG(absl::Duration, reserve_timeout, absl::Seconds(2),
+          "How long a decode worker may take to reserve KV for a request; then the "
+          "reservation is cancelled and the request goes to another decode worker (a hung "
+          "worker costs a request this much)");
+ABSL_FLAG(absl::Duration, prefill_answer_timeout, absl::Seconds(2),
+          "How long a prefill worker may take to answer, per 1024 prompt tokens and per "
+          "request the router already has open on it (the answer comes once the KV has "
+          "shipped); then the request is retried on another prefill worker. Raise it if "
+          "long prompts under load time out");
 ABSL_FLAG(absl::Duration, resolve_interval, absl::Seconds(5),
           "How often worker DNS names are resolved and file: targets read again (workers join "
           "and leave)");
@@ -238,9 +247,12 @@ absl::Status Run() {
   }
   if (absl::GetFlag(FLAGS_request_timeout) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_health_interval) <= absl::ZeroDuration() ||
-      absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration()) {
+      absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_reserve_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_prefill_answer_timeout) <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "--request_timeout, --health_interval and --resolve_interval must be positive");
+        "--request_timeout, --health_interval, --resolve_interval, --reserve_timeout and "
+        "--prefill_answer_timeout must be positive");
   }
 
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
@@ -298,6 +310,8 @@ absl::Status Run() {
   options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  options.driver.reserve_timeout = absl::GetFlag(FLAGS_reserve_timeout);
+  options.driver.prefill_answer_timeout = absl::GetFlag(FLAGS_prefill_answer_timeout);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
         .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/grpc_status.h"
 #include "router/routing_policy.h"
 
 namespace tandem::router {
@@ -233,6 +234,21 @@ void RequestDriver::OpenDecode() {
   awaiting_first_ = true;
   worker_finished_ = 0;
   auto self = shared_from_this();
+  if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();  // An earlier stream's.
+  if (!local_) {
+    // The reservation gets its own deadline: a hung worker answers nothing,
+    // and gRPC notices only after its keepalive timeout.
+    auto timer = std::make_unique<grpc::Alarm>();
+    timer->Set(rpc::ToChrono(std::min(deadline_, absl::Now() + env_.options.reserve_timeout)),
+               // The alarm keeps its callback until the driver drops it: a
+               // weak reference, or the two would keep each other.
+               [weak = weak_from_this(), stream](bool fired) {
+                 std::shared_ptr<RequestDriver> self = weak.lock();
+                 if (self == nullptr) return;
+                 self->Post([self, stream, fired] { self->OnReserveTimer(stream, fired); });
+               });
+    reserve_timers_.push_back(std::move(timer));
+  }
   decode_call_ = DecodeStreamCall::Start(
       decode_worker_->decode_stub(), MakeDecodeRequest(local_), deadline_,
       [self, stream](v1::DecodeEvent event) {
@@ -252,6 +268,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
   if (awaiting_first_) {
     // The worker admitted the request and holds its blocks.
     awaiting_first_ = false;
+    if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();
     decode_load_->ConfirmReservation();
     if (!local_) {
       if (!event.has_reserved()) {
@@ -274,6 +291,9 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
       request.set_prompt_logprobs(req_.echo && req_.logprobs.has_value());
       request.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(),
                                                req_.stop_token_ids.end());
+      prefill_budget_ = PrefillAnswerBudget(env_.options.prefill_answer_timeout,
+                                            static_cast<int>(req_.prompt.size()),
+                                            prefill_worker_->Snapshot().inflight);
       prefill_load_ = prefill_worker_->StartRequest();
       auto self = shared_from_this();
       const int attempt = prefill_attempt_;
@@ -283,7 +303,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
                  std::function<void(grpc::Status)> done) {
             stub->async()->Prefill(c, q, r, std::move(done));
           },
-          std::move(request), deadline_,
+          std::move(request), std::min(deadline_, absl::Now() + prefill_budget_),
           [self, attempt](absl::StatusOr<v1::PrefillResponse> response) {
             self->Post([self, attempt, response = std::move(response)]() mutable {
               self->OnPrefillDone(attempt, std::move(response));
@@ -404,6 +424,19 @@ void RequestDriver::OnDecodeRefused(absl::Status status) {
   LOG(WARNING) << "request " << request_id_ << ": " << message
                << (decode_tried_.size() < 2 ? "; trying another decode worker" : "");
   OpenDecode();
+}
+
+void RequestDriver::OnReserveTimer(int stream, bool fired) {
+  if (!fired || phase_ == Phase::kDone || stream != stream_ || !awaiting_first_) return;
+  // Cancelling the stream makes the worker free the reservation whenever
+  // it gets to it; the stream's end is stale from here on.
+  decode_call_->Cancel();
+  decode_call_.reset();
+  decode_load_.reset();
+  ++stream_;
+  OnDecodeRefused(absl::UnavailableError(
+      absl::StrCat("no reservation within ", absl::FormatDuration(env_.options.reserve_timeout),
+                   " (--reserve_timeout); the worker may be hung")));
 }
 
 std::vector<TokenLogprob> RequestDriver::Texts(
@@ -554,6 +587,7 @@ void RequestDriver::Finish(absl::Status status) {
   }
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
+  if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();
   if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
     for (const Choice& c : choices_) {
       env_.options.prefix_router->RecordFinished(decode_address_, *prompt_blocks_, c.ids);

@@ -7,11 +7,14 @@
 //   disaggregated: DecodeWorker.Generate -> `reserved` -> PrefillWorker.Prefill
 //     -> first tokens to the client -> DecodeWorker.Start -> tokens ->
 //     a `finished` per choice -> end;
-//     a prefill failure before the first token is retried once on another
+//     a prefill failure before the first token (no answer within
+//     PrefillAnswerBudget counts as one) is retried once on another
 //     prefill worker with a fresh decode reservation;
 //   local: DecodeWorker.Generate(local_prefill) -> tokens -> finished.
 // A decode worker that refuses with UNAVAILABLE or RESOURCE_EXHAUSTED
-// before its first event (dead, draining, full) is replaced once. Each
+// before its first event (dead, draining, full), or sends no `reserved`
+// within --reserve_timeout (hung: the stream is cancelled, so the worker
+// frees the reservation when it wakes), is replaced once. Each
 // decode stream gets its own worker-side request id,
 // "<client id>/<router sequence>.<stream>". Tokens are detokenized
 // incrementally, per choice, and checked for stop strings on the way to the
@@ -39,6 +42,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/alarm.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -65,6 +70,17 @@ struct DriverOptions {
   int local_prefill_tokens = 0;
   // Whole-request limit when the client gives no timeout.
   absl::Duration request_timeout = absl::Seconds(300);
+  // How long a decode worker may take to answer a reservation (`reserved`)
+  // before the router cancels it (the worker frees what it reserved once it
+  // sees the cancellation) and tries another decode worker: a hung worker
+  // costs a request this much, not gRPC's keepalive timeout.
+  absl::Duration reserve_timeout = absl::Seconds(2);
+  // How long a prefill worker may take to answer, per unit of work: the
+  // request's own prompt counts one unit per started 1024 tokens, and every
+  // request this router already has open on that worker one more (it may
+  // be queued behind them). Then the answer is abandoned and the request
+  // retried as when the worker is lost. See PrefillAnswerBudget.
+  absl::Duration prefill_answer_timeout = absl::Seconds(2);
   // max_tokens when the request sets none and the context is unknown.
   int default_max_tokens = 16;
   // Where to count the request; null = nowhere. Must outlive the driver.
@@ -87,6 +103,13 @@ struct DriverEnv {
   std::string served_model_name;
   DriverOptions options;
 };
+
+// How long a prefill worker may take to answer a prompt of
+// `prompt_tokens` when the router has `ahead` other requests open on it:
+// `per_unit` * (ceil(prompt_tokens / 1024) + ahead). The Prefill call
+// answers only once the prompt is computed and its KV shipped, so the
+// budget grows with the work the worker may do before it answers.
+absl::Duration PrefillAnswerBudget(absl::Duration per_unit, int prompt_tokens, int ahead);
 
 // A finish reason on the wire (tandem.v1.FinishReason), and back.
 v1::FinishReason FinishReasonToProto(FinishReason reason);
@@ -135,6 +158,10 @@ class RequestDriver final : public RequestHandle,
   void OnStartDone(int stream, absl::Status status);
   // A refusal of the decode stream before its first event.
   void OnDecodeRefused(absl::Status status);
+  // The reservation of decode stream `stream` was not answered within
+  // --reserve_timeout (`fired`: the timer ran out rather than being
+  // cancelled).
+  void OnReserveTimer(int stream, bool fired);
   // The prefill attempt failed before any token: retry or give up.
   void OnPrefillFailed(const absl::Status& status);
   void RunLocal();
@@ -203,6 +230,9 @@ class RequestDriver final : public RequestHandle,
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
   std::shared_ptr<DecodeStreamCall> decode_call_;
+  // The --reserve_timeout timers, kept until the driver goes: one may be
+  // running the step that replaces it. The last is the open stream's.
+  std::vector<std::unique_ptr<grpc::Alarm>> reserve_timers_;
   absl::flat_hash_set<std::string> decode_tried_;
   std::vector<std::string> decode_refusals_;
   bool decode_all_full_ = true;
@@ -213,6 +243,8 @@ class RequestDriver final : public RequestHandle,
   std::shared_ptr<Worker> prefill_worker_;
   std::unique_ptr<Worker::Load> prefill_load_;
   std::shared_ptr<PrefillCall> prefill_call_;
+  // The attempt's answer budget (PrefillAnswerBudget).
+  absl::Duration prefill_budget_;
   std::shared_ptr<StartCall> start_call_;
   absl::StatusCode last_prefill_code_ = absl::StatusCode::kUnavailable;
   // For the log line and the client's kFinished.

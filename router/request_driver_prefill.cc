@@ -1,6 +1,7 @@
 // RequestDriver's disaggregated path: choosing a prefill worker, its
 // answer, the Start that hands the first tokens to the decode worker, and
 // what happens when prefill fails.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,11 @@ absl::StatusCode PrefillFailureCode(absl::StatusCode worker_code) {
 }
 
 }  // namespace
+
+absl::Duration PrefillAnswerBudget(absl::Duration per_unit, int prompt_tokens, int ahead) {
+  const int prompt_units = std::max(1, (prompt_tokens + 1023) / 1024);
+  return per_unit * (prompt_units + std::max(0, ahead));
+}
 
 void RequestDriver::FallBackToLocal(const std::string& detail) {
   const std::string failures =
@@ -87,6 +93,15 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   prefill_call_.reset();
   prefill_load_.reset();
   if (!response.ok()) {
+    if (response.status().code() == absl::StatusCode::kDeadlineExceeded && !OwnFault()) {
+      // The answer budget ran out, not the request's deadline: the worker
+      // is hung or far behind, and the request goes elsewhere.
+      OnPrefillFailed(absl::UnavailableError(absl::StrCat(
+          "no answer within ", absl::FormatDuration(prefill_budget_),
+          " (--prefill_answer_timeout per 1024 prompt tokens and per request ahead); the "
+          "worker may be hung")));
+      return;
+    }
     OnPrefillFailed(response.status());
     return;
   }

@@ -125,7 +125,7 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecodeWorker::Generate(
     absl::MutexLock l(&mu_);
     ++cancelled_;
   });
-  if (!request->local_prefill()) {
+  if (!request->local_prefill() && !behaviour_.hold_reservation) {
     generations_.push_back(stream->generation);
     v1::DecodeEvent event;
     event.mutable_reserved()->set_kv_descriptor(absl::StrCat("kv:", request->request_id()));

@@ -58,6 +58,10 @@ struct DecodeBehaviour {
   // The next this many disaggregated streams end with UNAVAILABLE right
   // after `reserved`, as when the KV transfer's sender is lost.
   int fail_transfers = 0;
+  // Never answer a disaggregated stream's reservation (no `reserved`), as
+  // a hung worker; the stream ends when the router cancels it (bounded by
+  // 30 s).
+  bool hold_reservation = false;
 };
 
 class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {

@@ -12,6 +12,7 @@
 #include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/request_driver.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/router/router_harness.h"
@@ -301,6 +302,91 @@ TEST(RouterServiceTest, FailedKvTransferIsRecomputedOnAnotherPrefillWorker) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(held.cancelled(), static_cast<int>(held.requests().size()));
+}
+
+// Real timers run these; the held worker never answers, so the timeout
+// always passes, and the healthy worker has a whole second to answer.
+constexpr absl::Duration kShortTimeout = absl::Seconds(1);
+
+TEST(RouterServiceTest, HungReservationIsCancelledAndServedByTheOtherDecodeWorker) {
+  HarnessOptions options{.prefill = 1, .decode = 2};
+  options.router.driver.reserve_timeout = kShortTimeout;
+  auto h = StartHarness(std::move(options));
+  ASSERT_NE(h, nullptr);
+  const int hung = h->FirstDecode();
+  h->decode(hung).SetBehaviour({.hold_reservation = true});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - hung));
+  // Asked once, and its reservation cancelled: nothing leaks when it wakes.
+  EXPECT_EQ(h->decode(hung).requests().size(), 1u);
+  EXPECT_TRUE(h->decode(hung).WaitForCancelled(1, kWait));
+  EXPECT_TRUE(h->decode(hung).WaitForNoStreams(kWait));
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  EXPECT_TRUE(h->decode(1 - hung).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, HungReservationOnTheOnlyDecodeWorkerIsUnavailableWithoutRetryLoop) {
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.router.driver.reserve_timeout = kShortTimeout;
+  auto h = StartHarness(std::move(options));
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.hold_reservation = true});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), ::testing::HasSubstr(h->decode_address(0)));
+  EXPECT_THAT(r.status.error_message(), ::testing::HasSubstr("--reserve_timeout"));
+  EXPECT_EQ(h->decode(0).requests().size(), 1u);
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+}
+
+TEST(RouterServiceTest, HungPrefillIsAbandonedAndRetriedOnTheOtherPrefillWorker) {
+  HarnessOptions options{.prefill = 2, .decode = 1};
+  options.router.driver.prefill_answer_timeout = kShortTimeout;
+  auto h = StartHarness(std::move(options));
+  ASSERT_NE(h, nullptr);
+  const int hung = h->FirstPrefill();
+  h->prefill(hung).SetBehaviour({.hold = true});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.finished.prefill_worker(), h->prefill_address(1 - hung));
+  EXPECT_TRUE(r.finished.disaggregated());
+  EXPECT_EQ(h->prefill(hung).requests().size(), 1u);
+  EXPECT_TRUE(h->prefill(hung).WaitForCancelled(1, kWait));
+  // The reservation made for the abandoned prefill was cancelled; the
+  // retry reserved again.
+  EXPECT_EQ(h->decode(0).requests().size(), 2u);
+  EXPECT_TRUE(h->decode(0).WaitForCancelled(1, kWait));
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, HungOnlyPrefillWorkerLeavesThePromptToTheDecodeWorker) {
+  HarnessOptions options{.prefill = 1, .decode = 1};
+  options.router.driver.prefill_answer_timeout = kShortTimeout;
+  auto h = StartHarness(std::move(options));
+  ASSERT_NE(h, nullptr);
+  h->prefill(0).SetBehaviour({.hold = true});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_FALSE(r.finished.disaggregated());
+  EXPECT_EQ(h->prefill(0).requests().size(), 1u);
+  EXPECT_TRUE(h->prefill(0).WaitForCancelled(1, kWait));
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
+}
+
+TEST(RouterServiceTest, PrefillAnswerBudgetGrowsWithThePromptAndTheRequestsAhead) {
+  const absl::Duration unit = absl::Seconds(2);
+  EXPECT_EQ(PrefillAnswerBudget(unit, 3, 0), absl::Seconds(2));
+  EXPECT_EQ(PrefillAnswerBudget(unit, 1024, 0), absl::Seconds(2));
+  EXPECT_EQ(PrefillAnswerBudget(unit, 1025, 0), absl::Seconds(4));
+  EXPECT_EQ(PrefillAnswerBudget(unit, 8000, 0), absl::Seconds(16));
+  EXPECT_EQ(PrefillAnswerBudget(unit, 100, 3), absl::Seconds(8));
 }
 
 TEST(RouterServiceTest, ClientCancelCancelsTheDecodeStream) {
