@@ -8,9 +8,9 @@
 // and reused by later transfers. A pooled connection is closed and dropped
 // when its peer fails, or when no transfer has used its receiver for
 // SenderOptions::idle_timeout (receivers come and go as decode workers are
-// added and removed); the next transfer there connects again. Every message carries the lease's request
-// id and generation, its layer, lane, byte range and, when the lease asks,
-// an XXH3-64 checksum of its bytes.
+// added and removed); the next transfer there connects again. Every
+// message carries the lease's request id and generation, its layer, lane,
+// byte range and, when the lease asks, an XXH3-64 checksum of its bytes.
 //
 // A transfer succeeds only when every send has completed and the receiver
 // has confirmed the whole transfer (kComplete). It fails on its deadline
@@ -61,9 +61,9 @@ struct SenderStats {
   uint64_t failed = 0;  // Every non-OK end, cancellations included.
   uint64_t messages_sent = 0;
   uint64_t bytes_sent = 0;
-  uint64_t connections = 0;  // Connections opened.
+  uint64_t connections = 0;         // Connections opened.
   uint64_t pooled_connections = 0;  // Connections in the pool now.
-  uint64_t idle_closed = 0;  // Connections closed for idling.
+  uint64_t idle_closed = 0;         // Connections closed for idling.
   // Incoming messages that named no transfer of ours (late or foreign).
   uint64_t dropped = 0;
 };
@@ -127,7 +127,7 @@ class TransferSender {
   // The connections to one receiver.
   struct Pooled {
     std::vector<PeerId> lanes;
-    int transfers = 0;  // Transfers to the receiver not yet ended.
+    int transfers = 0;                            // Transfers to the receiver not yet ended.
     absl::Time last_used = absl::InfinitePast();  // When the last one ended.
   };
 
@@ -147,7 +147,7 @@ class TransferSender {
 
   RegionMap regions_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Transfer>> transfers_;  // By request id.
-  absl::flat_hash_map<SendId, uint64_t> sends_;  // Data sends in flight -> request id.
+  absl::flat_hash_map<SendId, uint64_t> sends_;    // Data sends in flight -> request id.
   absl::flat_hash_map<std::string, Pooled> pool_;  // By receiver address.
   SenderStats stats_;
 };

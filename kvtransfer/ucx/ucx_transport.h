@@ -16,7 +16,9 @@
 // peer-failure handling (socket errors, keepalive) as kPeerFailed: the
 // peer's sends and receives then fail with UNAVAILABLE within a bounded time
 // (unless UcxTransportOptions::detect_peer_failure is off). Disconnect() and
-// the destructor say goodbye first, so the far end sees kPeerFailed at once.
+// the destructor say goodbye first, so the far end sees kPeerFailed at once
+// (a send still in flight on the connection may then fail: disconnect idle
+// connections).
 // A failed or disconnected peer's endpoint is closed without blocking (Poll()
 // progresses the close) and its record freed once nothing refers to it.
 //

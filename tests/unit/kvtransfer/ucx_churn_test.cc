@@ -99,12 +99,11 @@ void Transfer(Sender& s, Receiver& r, const FakeClock& clock, uint64_t id, char 
   std::optional<absl::Status> received, sent;
   ASSERT_OK_AND_ASSIGN(
       TransferLease lease,
-      r.receiver->Expect({.request_id = id,
-                          .layers = r.Layers(),
-                          .deadline = clock.Now() + absl::Hours(1),
-                          .done = [&](uint64_t, uint64_t, const absl::Status& status) {
-                            received = status;
-                          }}));
+      r.receiver->Expect(
+          {.request_id = id,
+           .layers = r.Layers(),
+           .deadline = clock.Now() + absl::Hours(1),
+           .done = [&](uint64_t, uint64_t, const absl::Status& status) { received = status; }}));
   ASSERT_OK(s.sender
                 ->Start({.descriptor = lease.Serialize(),
                          .layers = s.Layers(),
@@ -147,17 +146,23 @@ TEST(UcxChurnTest, ReceiversComingAndGoingLeaveNothingBehindAtTheSender) {
     ASSERT_EQ(s->transport->num_peers(), 1u);
     if (i % 2 == 0) {
       // The decode worker goes away; the sender hears it close.
-      ASSERT_TRUE(LeaveWhilePolling(r, [&] { s->sender->Poll(); }, [&] {
-        return s->sender->stats().pooled_connections == 0 && s->transport->num_peers() == 0;
-      })) << "the sender kept the connection to a receiver that is gone";
+      ASSERT_TRUE(LeaveWhilePolling(
+          r, [&] { s->sender->Poll(); },
+          [&] {
+            return s->sender->stats().pooled_connections == 0 && s->transport->num_peers() == 0;
+          }))
+          << "the sender kept the connection to a receiver that is gone";
     } else {
       // The receiver stays but gets no more work: the sender closes the
       // idle connection, and the receiver releases its end too.
       clock.Advance(options.idle_timeout);
-      ASSERT_TRUE(PollUntil([&] { PollBoth(*s, *r); }, [&] {
-        return s->sender->stats().pooled_connections == 0 && s->transport->num_peers() == 0 &&
-               r->transport->num_peers() == 0;
-      })) << "the idle connection was not released on both ends";
+      ASSERT_TRUE(PollUntil([&] { PollBoth(*s, *r); },
+                            [&] {
+                              return s->sender->stats().pooled_connections == 0 &&
+                                     s->transport->num_peers() == 0 &&
+                                     r->transport->num_peers() == 0;
+                            }))
+          << "the idle connection was not released on both ends";
       r.reset();
     }
     if (i == 0) fds_after_first = OpenFds();
@@ -179,8 +184,8 @@ TEST(UcxChurnTest, SendersComingAndGoingLeaveNothingBehindAtTheReceiver) {
     ASSERT_NO_FATAL_FAILURE(Transfer(*s, *r, clock, i + 1, static_cast<char>(i)));
     ASSERT_EQ(r->transport->num_peers(), 1u);
     // The prefill worker goes away with its connection pooled.
-    ASSERT_TRUE(LeaveWhilePolling(s, [&] { r->receiver->Poll(); },
-                                  [&] { return r->transport->num_peers() == 0; }))
+    ASSERT_TRUE(LeaveWhilePolling(
+        s, [&] { r->receiver->Poll(); }, [&] { return r->transport->num_peers() == 0; }))
         << "the receiver kept the peer record of a sender that is gone";
     if (i == 0) fds_after_first = OpenFds();
   }
@@ -207,9 +212,9 @@ TEST(UcxChurnTest, IdleTimeoutClosesThePooledConnectionAndTheNextTransferReconne
   s->sender->Poll();
   EXPECT_EQ(s->sender->stats().pooled_connections, 0u);
   EXPECT_EQ(s->sender->stats().idle_closed, 1u);
-  ASSERT_TRUE(PollUntil([&] { PollBoth(*s, *r); }, [&] {
-    return s->transport->num_peers() == 0 && r->transport->num_peers() == 0;
-  }));
+  ASSERT_TRUE(
+      PollUntil([&] { PollBoth(*s, *r); },
+                [&] { return s->transport->num_peers() == 0 && r->transport->num_peers() == 0; }));
 
   ASSERT_NO_FATAL_FAILURE(Transfer(*s, *r, clock, 2, 'b'));
   EXPECT_EQ(s->sender->stats().connections, 2u);
@@ -223,18 +228,18 @@ TEST(UcxChurnTest, APostToAReleasedPeerIsUnavailable) {
   std::unique_ptr<Receiver> r = MakeReceiver(&clock);
   ASSERT_OK_AND_ASSIGN(PeerId peer, s->transport->Connect(r->transport->LocalAddress()));
   s->transport->Disconnect(peer);
-  ASSERT_TRUE(PollUntil([&] { PollBoth(*s, *r); }, [&] {
-    return s->transport->num_peers() == 0 && r->transport->num_peers() == 0;
-  }));
+  ASSERT_TRUE(
+      PollUntil([&] { PollBoth(*s, *r); },
+                [&] { return s->transport->num_peers() == 0 && r->transport->num_peers() == 0; }));
   EXPECT_THAT(s->transport->PostSend(peer, "late", {}),
               tandem::testing::StatusIs(absl::StatusCode::kUnavailable));
   // Ids are never reused: a new connection gets a new one.
   ASSERT_OK_AND_ASSIGN(PeerId again, s->transport->Connect(r->transport->LocalAddress()));
   EXPECT_NE(again, peer);
   s->transport->Disconnect(again);
-  ASSERT_TRUE(PollUntil([&] { PollBoth(*s, *r); }, [&] {
-    return s->transport->num_peers() == 0 && r->transport->num_peers() == 0;
-  }));
+  ASSERT_TRUE(
+      PollUntil([&] { PollBoth(*s, *r); },
+                [&] { return s->transport->num_peers() == 0 && r->transport->num_peers() == 0; }));
 }
 
 TEST(UcxChurnDeathTest, ANonPositiveIdleTimeoutIsRefused) {
