@@ -220,6 +220,9 @@ TEST(UcxChurnTest, IdleTimeoutClosesThePooledConnectionAndTheNextTransferReconne
   EXPECT_EQ(s->sender->stats().connections, 2u);
   EXPECT_EQ(s->sender->stats().pooled_connections, 1u);
   EXPECT_EQ(s->sender->stats().completed, 2u);
+  // The sender leaves with its connection pooled; the receiver hears of it.
+  EXPECT_TRUE(LeaveWhilePolling(
+      s, [&] { r->receiver->Poll(); }, [&] { return r->transport->num_peers() == 0; }));
 }
 
 TEST(UcxChurnTest, APostToAReleasedPeerIsUnavailable) {
