@@ -77,7 +77,9 @@ TEST(OpenAiTargetTest, TimesStreamedChunks) {
   EXPECT_EQ(r.output_tokens, 4);
   EXPECT_EQ(r.prompt_tokens, 7);  // from usage
   EXPECT_GE(r.ttft, kDelayMs * 0.9e-3);
-  EXPECT_LT(r.ttft, 2.0);
+  // A bound that only catches a wrong time base: a loaded machine may take
+  // seconds to connect and schedule the server's thread.
+  EXPECT_LT(r.ttft, 60.0);
   ASSERT_EQ(r.itls.size(), 3u);
   for (double gap : r.itls) EXPECT_GE(gap, kDelayMs * 0.9e-3);
   EXPECT_GE(r.e2e, 4 * kDelayMs * 0.9e-3);
@@ -164,9 +166,11 @@ TEST(RunnerTest, DurationModeStopsSending) {
   auto run = RunBenchmark(target, **data, {.max_concurrency = 2, .duration_s = 0.3,
                                            .progress = false, .slo = {}});
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_GT(run->metrics.completed, 10);
-  EXPECT_LT(run->metrics.completed, 40);
-  EXPECT_LT(run->metrics.duration_s, 1.0);
+  // Without the duration it would send num_requests (100). Requests take
+  // at least 20 ms, so 2 slots complete at most 2 * 0.3 / 0.02 + 2 in flight;
+  // a loaded machine only makes them fewer, so the lower bound is loose.
+  EXPECT_GE(run->metrics.completed, 2);
+  EXPECT_LE(run->metrics.completed, 32);
   EXPECT_FALSE(RunBenchmark(target, **data, {.duration_s = 1, .progress = false, .slo = {}}).ok());
 }
 

@@ -3,6 +3,7 @@
 // JSON line per request.
 #include "router/router_metrics.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -38,7 +39,11 @@ std::vector<nlohmann::json> ReadLines(const std::string& path) {
 class RouterMetricsTest : public ::testing::Test {
  protected:
   std::unique_ptr<RouterHarness> Start(HarnessOptions options) {
-    log_path_ = tandem::testing::TempDir() + "/requests.jsonl";
+    // One file per test, emptied first: the log appends, and a repeated
+    // run (--gtest_repeat) would read the lines of the one before.
+    log_path_ = tandem::testing::TempDir() + "/requests_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl";
+    std::filesystem::remove(log_path_);
     auto log = RequestLog::Open(log_path_);
     EXPECT_TRUE(log.ok()) << log.status();
     log_ = *std::move(log);
