@@ -3,12 +3,14 @@
 // streams running long enough to kill a worker in the middle of them.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +152,60 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
     EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
   }
   const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
+}
+
+// Runs `n` requests at once; returns each one's outcome and how long it took.
+std::vector<std::pair<Completion, absl::Duration>> RunConcurrently(v1::Router::Stub& router,
+                                                                  const std::string& tag, int n) {
+  std::vector<std::pair<Completion, absl::Duration>> out(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      const absl::Time start = absl::Now();
+      out[i].first = RunGenerate(router, TextRequest(absl::StrCat(tag, " story ", i), 8));
+      out[i].second = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+// A decode worker that hangs (SIGSTOP: its connections stay open, so gRPC
+// notices nothing for its keepalive timeout) costs the requests sent to it
+// --reserve_timeout, then they go to the other worker; once it wakes, it
+// frees the reservations the router cancelled.
+TEST_F(ClusterFaultTest, HungDecodeWorkerCostsARequestAtMostTheReserveTimeout) {
+  constexpr absl::Duration kReserveTimeout = absl::Seconds(2);
+  StartCluster({.prefill = 1,
+                .decode = 2,
+                .router_flags = {absl::StrCat("--reserve_timeout=",
+                                              absl::FormatDuration(kReserveTimeout))}});
+  constexpr int kRequests = 6;
+  // The normal time of such a batch, both workers up (the first batch warms up).
+  RunConcurrently(cluster_->router(), "warm", kRequests);
+  absl::Duration normal;
+  for (const auto& [c, took] : RunConcurrently(cluster_->router(), "normal", kRequests)) {
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
+    normal = std::max(normal, took);
+  }
+  cluster_->decode(0).process->Signal(SIGSTOP);
+  const auto hung = RunConcurrently(cluster_->router(), "hung", kRequests);
+  cluster_->decode(0).process->Signal(SIGCONT);
+  for (const auto& [c, took] : hung) {
+    EXPECT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
+    EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
+    // The batch's work all lands on one worker: twice its normal time, plus
+    // the wait for the hung one (not the 15 s of gRPC's keepalive).
+    EXPECT_LT(took, kReserveTimeout + 2 * normal + absl::Seconds(1))
+        << "normal batch time " << normal;
+  }
+  // Some went to the hung worker first (the router's trace says why they moved).
+  EXPECT_TRUE(cluster_->WaitForLog(cluster_->router_member(), "no reservation within", absl::Seconds(5))
+                  .ok())
+      << cluster_->Logs();
+  // Awake, the worker frees the cancelled reservations: every block free.
+  const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(30));
   EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
 }
 
