@@ -201,9 +201,9 @@ TEST_F(ClusterFaultTest, HungDecodeWorkerCostsARequestAtMostTheReserveTimeout) {
         << "normal batch time " << normal;
   }
   // Some went to the hung worker first (the router's trace says why they moved).
-  EXPECT_TRUE(cluster_->WaitForLog(cluster_->router_member(), "no reservation within", absl::Seconds(5))
-                  .ok())
-      << cluster_->Logs();
+  const absl::Status moved =
+      cluster_->WaitForLog(cluster_->router_member(), "no reservation within", absl::Seconds(5));
+  EXPECT_TRUE(moved.ok()) << moved << "\n" << cluster_->Logs();
   // Awake, the worker frees the cancelled reservations: every block free.
   const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(30));
   EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
