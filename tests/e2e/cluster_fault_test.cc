@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <memory>
@@ -171,6 +172,22 @@ std::vector<std::pair<Completion, absl::Duration>> RunConcurrently(v1::Router::S
   return out;
 }
 
+// Whether every thread of `pid` is stopped (SIGSTOP takes effect on each
+// thread when it next runs; until then the worker may still answer).
+bool AllThreadsStopped(pid_t pid) {
+  const std::filesystem::path tasks = absl::StrCat("/proc/", pid, "/task");
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t name_end = stat.rfind(')');
+    if (name_end == std::string::npos || name_end + 2 >= stat.size()) return false;
+    const char state = stat[name_end + 2];
+    if (state != 'T' && state != 't') return false;
+  }
+  return !error;
+}
+
 // A decode worker that hangs (SIGSTOP: its connections stay open, so gRPC
 // notices nothing for its keepalive timeout) costs the requests sent to it
 // --reserve_timeout, then they go to the other worker; once it wakes, it
@@ -190,6 +207,11 @@ TEST_F(ClusterFaultTest, HungDecodeWorkerCostsARequestAtMostTheReserveTimeout) {
     normal = std::max(normal, took);
   }
   cluster_->decode(0).process->Signal(SIGSTOP);
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!AllThreadsStopped(cluster_->decode(0).process->pid()) && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(AllThreadsStopped(cluster_->decode(0).process->pid()));
   const auto hung = RunConcurrently(cluster_->router(), "hung", kRequests);
   cluster_->decode(0).process->Signal(SIGCONT);
   for (const auto& [c, took] : hung) {
