@@ -94,12 +94,7 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
                             "Reservation until every KV byte had arrived (remote prefills that "
                             "finished OK)",
                             metrics::LatencyBuckets())),
-      device_memory_(AddGauge(registry, "tandem_decode_device_memory_total_bytes",
-                              "Memory of the device the engine computes on (0: host memory)")),
-      kv_cache_bytes_(
-          AddGauge(registry, "tandem_decode_kv_cache_bytes", "Bytes of the engine's KV cache")),
-      engine_failed_(AddGauge(registry, "tandem_decode_engine_failed",
-                              "1 once the engine's backend failed (the worker serves no more)")) {}
+      engine_(registry, "tandem_decode") {}
 
 void DecodeMetrics::Publish(const LoopStats& stats) {
   running_.Set(stats.running);
@@ -114,9 +109,8 @@ void DecodeMetrics::Publish(const LoopStats& stats) {
   metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
   metrics::AdvanceTo(kv_bytes_received_, static_cast<double>(stats.kv_transfer_bytes));
   metrics::AdvanceTo(kv_transfer_failures_, static_cast<double>(stats.kv_transfers_failed));
-  device_memory_.Set(static_cast<double>(stats.device_memory_total_bytes));
-  kv_cache_bytes_.Set(static_cast<double>(stats.kv_cache_bytes));
-  engine_failed_.Set(stats.engine_error.empty() ? 0 : 1);
+  engine_.Publish(stats.device_memory_total_bytes, stats.kv_cache_bytes,
+                  !stats.engine_error.empty());
 }
 
 std::shared_ptr<EventSink> DecodeMetrics::Wrap(std::shared_ptr<EventSink> sink) {

@@ -46,9 +46,7 @@ class DecodeMetrics {
   prometheus::Counter& kv_bytes_received_;
   prometheus::Counter& kv_transfer_failures_;
   prometheus::Histogram& kv_wait_;
-  prometheus::Gauge& device_memory_;
-  prometheus::Gauge& kv_cache_bytes_;
-  prometheus::Gauge& engine_failed_;
+  metrics::EngineGauges engine_;
 };
 
 }  // namespace tandem::decode

@@ -42,12 +42,7 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
           "Prompt tokens whose KV came from the prefix cache instead of being computed")),
       kv_blocks_cached_(AddGauge(registry, "tandem_prefill_kv_blocks_cached",
                                  "KV cache blocks in the prefix cache (in use or evictable)")),
-      device_memory_(AddGauge(registry, "tandem_prefill_device_memory_total_bytes",
-                              "Memory of the device the engine computes on (0: host memory)")),
-      kv_cache_bytes_(
-          AddGauge(registry, "tandem_prefill_kv_cache_bytes", "Bytes of the engine's KV cache")),
-      engine_failed_(AddGauge(registry, "tandem_prefill_engine_failed",
-                              "1 once the engine's backend failed (the worker serves no more)")) {}
+      engine_(registry, "tandem_prefill") {}
 
 void PrefillMetrics::Publish(const PrefillStats& stats) {
   waiting_.Set(stats.waiting);
@@ -62,9 +57,8 @@ void PrefillMetrics::Publish(const PrefillStats& stats) {
                      static_cast<double>(stats.prefix_cache_queried_tokens));
   metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
   kv_blocks_cached_.Set(stats.kv_blocks_cached);
-  device_memory_.Set(static_cast<double>(stats.device_memory_total_bytes));
-  kv_cache_bytes_.Set(static_cast<double>(stats.kv_cache_bytes));
-  engine_failed_.Set(stats.engine_error.empty() ? 0 : 1);
+  engine_.Publish(stats.device_memory_total_bytes, stats.kv_cache_bytes,
+                  !stats.engine_error.empty());
 }
 
 void PrefillMetrics::OnReply(const absl::StatusOr<PrefillResult>& result) {

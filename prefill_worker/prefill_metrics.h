@@ -40,9 +40,7 @@ class PrefillMetrics {
   prometheus::Counter& prefix_cache_queried_tokens_;
   prometheus::Counter& prefix_cache_hit_tokens_;
   prometheus::Gauge& kv_blocks_cached_;
-  prometheus::Gauge& device_memory_;
-  prometheus::Gauge& kv_cache_bytes_;
-  prometheus::Gauge& engine_failed_;
+  metrics::EngineGauges engine_;
 };
 
 }  // namespace tandem::prefill

@@ -28,6 +28,20 @@ prometheus::Gauge& AddGauge(prometheus::Registry& registry, const std::string& n
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
 }
 
+EngineGauges::EngineGauges(prometheus::Registry& registry, const std::string& prefix)
+    : device_memory_(AddGauge(registry, prefix + "_device_memory_total_bytes",
+                              "Memory of the device the engine computes on (0: host memory)")),
+      kv_cache_bytes_(
+          AddGauge(registry, prefix + "_kv_cache_bytes", "Bytes of the engine's KV cache")),
+      engine_failed_(AddGauge(registry, prefix + "_engine_failed",
+                              "1 once the engine's backend failed (the worker serves no more)")) {}
+
+void EngineGauges::Publish(uint64_t device_memory, uint64_t kv_cache_bytes, bool failed) {
+  device_memory_.Set(static_cast<double>(device_memory));
+  kv_cache_bytes_.Set(static_cast<double>(kv_cache_bytes));
+  engine_failed_.Set(failed ? 1 : 0);
+}
+
 prometheus::Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
                                     const std::string& help,
                                     const prometheus::Histogram::BucketBoundaries& buckets) {

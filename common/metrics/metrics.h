@@ -7,6 +7,7 @@
 #define TANDEM_COMMON_METRICS_METRICS_H_
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,21 @@ inline double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 // Moves a counter that mirrors a monotonic total kept elsewhere (a stats
 // snapshot) up to `total`. Call it from one thread only.
 void AdvanceTo(prometheus::Counter& counter, double total);
+
+// A worker's gauges of its engine: `PREFIX_device_memory_total_bytes`,
+// `PREFIX_kv_cache_bytes` and `PREFIX_engine_failed` (PREFIX e.g.
+// "tandem_decode").
+class EngineGauges {
+ public:
+  EngineGauges(prometheus::Registry& registry, const std::string& prefix);
+  // `device_memory` is 0 on host memory; `failed` once the backend failed.
+  void Publish(uint64_t device_memory, uint64_t kv_cache_bytes, bool failed);
+
+ private:
+  prometheus::Gauge& device_memory_;
+  prometheus::Gauge& kv_cache_bytes_;
+  prometheus::Gauge& engine_failed_;
+};
 
 // The `outcome` label of a request that ended with `code`: "ok",
 // "invalid_argument", "resource_exhausted", "unavailable", "cancelled",
