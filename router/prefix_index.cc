@@ -11,6 +11,41 @@ void PrefixIndex::Entries::Clear() {
   where.clear();
 }
 
+void PrefixIndex::Entries::Add(const BlockHash& h) {
+  auto [it, inserted] = where.try_emplace(h);
+  if (!inserted) return;
+  lru.push_front(h);
+  it->second = lru.begin();
+}
+
+void PrefixIndex::Entries::Remove(const BlockHash& h) {
+  auto it = where.find(h);
+  if (it == where.end()) return;
+  lru.erase(it->second);
+  where.erase(it);
+}
+
+void PrefixIndex::Entries::ReadEvents() {
+  if (events == nullptr) return;
+  const CacheEventBatch batch = events->Read(event_cursor, CacheEventRing::kDefaultCapacity);
+  event_cursor = batch.next;
+  // Blocks dropped in the events missed may still be listed.
+  if (batch.lost) Clear();
+  for (const CacheEvent& e : batch.events) {
+    switch (e.kind) {
+      case CacheEventKind::kStored:
+        if (!cache_off) Add(e.hash);
+        break;
+      case CacheEventKind::kEvicted:
+        Remove(e.hash);
+        break;
+      case CacheEventKind::kCleared:
+        Clear();
+        break;
+    }
+  }
+}
+
 void PrefixIndex::Entries::TrimTo(int64_t n) {
   if (n < 0) n = 0;
   while (static_cast<int64_t>(lru.size()) > n) {
@@ -29,6 +64,7 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     if (w.block_size <= 0) continue;
     Entries& e = workers_[w.address];
     const BlockHashKey key = HashKeyOf(w);
+    const bool reporting = w.cache_events != nullptr && w.cache_events->reporting();
     if (e.synced) {
       const bool restarted =
           w.requests_total < e.requests_total || w.prefix_cache_queried_tokens < e.queried_tokens;
@@ -36,9 +72,17 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
       const int64_t cached = w.kv_blocks_cached;
       if (restarted || key != e.key) {
         e.Clear();
-      } else if (cached < e.cached_blocks && held > cached + cached / 4 + kTrimSlackBlocks) {
+      } else if (!reporting && cached < e.cached_blocks &&
+                 held > cached + cached / 4 + kTrimSlackBlocks) {
         e.TrimTo(cached);
       }
+    }
+    if (e.events != w.cache_events) {
+      // Another worker object at the address (it left and came back): its
+      // events are numbered afresh.
+      if (e.events != nullptr) e.Clear();
+      e.events = w.cache_events;
+      e.event_cursor = 0;
     }
     e.synced = true;
     e.key = key;
@@ -48,6 +92,7 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     e.cache_off =
         w.requests_total > 0 && w.prefix_cache_queried_tokens == 0 && w.kv_blocks_cached == 0;
     if (e.cache_off) e.Clear();
+    e.ReadEvents();
     e.capacity = w.kv_blocks_total > 0 ? w.kv_blocks_total : kDefaultCapacityBlocks;
     e.TrimTo(e.capacity);
   }

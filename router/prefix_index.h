@@ -1,12 +1,24 @@
 // PrefixIndex: the router's approximate view of which KV blocks each worker
-// of one pool holds in its prefix cache, built from the router's own routing
-// history (a prompt sent to a worker leaves its full blocks cached there).
-// Blocks are named by their chained hashes (common/kvcache/block_hash.h), so
-// the leading blocks of a prompt that a worker holds are found by walking
-// the prompt's chain until the first miss.
+// of one pool holds in its prefix cache. Blocks are named by their chained
+// hashes (common/kvcache/block_hash.h), so the leading blocks of a prompt
+// that a worker holds are found by walking the prompt's chain until the
+// first miss.
 //
-// The view is kept in bounds and near the truth with the workers' stats
-// (Sync, with the pool's latest snapshots):
+// The view is learned two ways:
+//   - from the router's own routing history (Insert), at once: a prompt
+//     sent to a worker will leave its full blocks cached there, and a
+//     finished decode sequence the blocks it wrote;
+//   - from the cache events the workers report to the stats polls
+//     (router/worker_cache_events.h, read at every Sync): a block stored
+//     is added, a block evicted is removed, so entries the workers have
+//     dropped stop matching within a poll interval, and blocks cached by
+//     requests of other routers are learned. A kCleared event (a flush, a
+//     worker restart seen as a new cache epoch, events lost because the
+//     router fell behind) clears the worker's entries; the events after it
+//     rebuild them.
+//
+// The view is also kept in bounds and near the truth with the workers'
+// stats (Sync, with the pool's latest snapshots):
 //   - at most kv_blocks_total entries per worker (kDefaultCapacityBlocks
 //     before its first stats), evicting its least recently used first; a
 //     prompt's chain is recorded tail first, so a worker's shared prefixes
@@ -15,18 +27,21 @@
 //   - a worker's entries are cleared when it restarted (requests_total or
 //     prefix_cache_queried_tokens went down), changed model or KV layout,
 //     or left the pool;
-//   - when its kv_blocks_cached drops well below what the index holds for
-//     it (its cache was flushed, or evicted for running sequences), its
-//     least recently used entries are trimmed to kv_blocks_cached;
+//   - for a worker that reports no cache events (an older one), when its
+//     kv_blocks_cached drops well below what the index holds for it (its
+//     cache was flushed, or evicted for running sequences), its least
+//     recently used entries are trimmed to kv_blocks_cached;
 //   - a worker that has served requests but never looked a prompt up (its
 //     prefix cache is off) has no entries.
 //
-// Thread-safe; every call is O(blocks given + workers in the pool).
+// Thread-safe; every call is O(blocks given + workers in the pool), plus
+// O(new events) for Sync.
 #ifndef TANDEM_ROUTER_PREFIX_INDEX_H_
 #define TANDEM_ROUTER_PREFIX_INDEX_H_
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +51,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/cache_events.h"
+#include "router/worker_cache_events.h"
 #include "router/worker_snapshot.h"
 
 namespace tandem::router {
@@ -98,10 +115,18 @@ class PrefixIndex {
     int32_t cached_blocks = 0;
     // Its prefix cache is off: nothing is recorded.
     bool cache_off = false;
+    // Its cache events, read up to `event_cursor`.
+    std::shared_ptr<const WorkerCacheEvents> events;
+    uint64_t event_cursor = 0;
 
     void Clear();
     // Evicts least recently used entries until at most `n` are left.
     void TrimTo(int64_t n);
+    // Adds `h` as the most recently used entry unless it is there.
+    void Add(const BlockHash& h);
+    void Remove(const BlockHash& h);
+    // Applies the events after event_cursor.
+    void ReadEvents();
   };
 
   mutable absl::Mutex mu_;

@@ -228,6 +228,7 @@ WorkerSnapshot Worker::Snapshot() const {
   // Saturated: thousands of long requests may reserve more than 2^31 blocks.
   s.reserved_blocks = static_cast<int32_t>(
       std::min<int64_t>(pending_blocks_, std::numeric_limits<int32_t>::max()));
+  s.cache_events = cache_events_;
   return s;
 }
 
@@ -566,6 +567,7 @@ void WorkerRegistry::PollNow() {
     call->worker = std::move(worker);
     call->ctx.set_deadline(rpc::ToChrono(absl::Now() + options_.health_timeout));
     call->poll = call->worker->BeginPoll();
+    call->worker->cache_events().FillRequest(&call->request);
     calls.push_back(call);
   }
   {
@@ -578,6 +580,9 @@ void WorkerRegistry::PollNow() {
     Call* const call = shared.get();
     auto done = [call, round](grpc::Status status) {
       if (status.ok()) {
+        // The stats kept per worker leave the events out.
+        call->worker->cache_events().Receive(call->request, call->response);
+        call->response.clear_cache_events();
         call->worker->RecordPoll(call->poll, call->response);
       } else {
         call->worker->RecordPoll(call->poll, rpc::FromGrpc(status));

@@ -13,6 +13,8 @@
 // worker is polled with GetStats every health_interval on a background
 // thread; a failed poll makes it unhealthy (not routable) until a poll
 // succeeds again, and a worker that reports `draining` is not routable.
+// The polls also fetch the prefix cache events each worker reports since
+// the last poll (Worker::cache_events(), which snapshots share).
 //
 // After every poll round the registry checks that the healthy workers agree
 // on the model and the KV layout (router/pool_identity.h has the rule): a
@@ -41,6 +43,7 @@
 #include "absl/time/time.h"
 #include "common/rpc/tls.h"
 #include "router/pool_identity.h"
+#include "router/worker_cache_events.h"
 #include "router/worker_snapshot.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -113,6 +116,9 @@ class Worker {
 
   WorkerSnapshot Snapshot() const;
 
+  // The prefix cache events the registry's polls received from it.
+  WorkerCacheEvents& cache_events() const { return *cache_events_; }
+
   // A request to the worker failed with UNAVAILABLE (it is gone, or
   // draining): stop routing to it until a stats poll sent after now
   // succeeds, instead of waiting for the next poll to notice.
@@ -145,6 +151,7 @@ class Worker {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub_;
   std::unique_ptr<v1::DecodeWorker::Stub> decode_stub_;
+  const std::shared_ptr<WorkerCacheEvents> cache_events_ = std::make_shared<WorkerCacheEvents>();
 
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;

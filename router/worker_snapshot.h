@@ -5,15 +5,18 @@
 #define TANDEM_ROUTER_WORKER_SNAPSHOT_H_
 
 #include <algorithm>
-#include <vector>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/engine/worker_stats.h"
 
 namespace tandem::router {
 
 enum class WorkerRole { kPrefill, kDecode };
+
+class WorkerCacheEvents;
 
 // "prefill" or "decode".
 inline const char* WorkerRoleName(WorkerRole role) {
@@ -45,6 +48,11 @@ struct WorkerSnapshot : WorkerStatsRecord {
   // last stats poll may not reflect yet.
   int32_t inflight = 0;
   int32_t reserved_blocks = 0;
+
+  // The prefix cache events the worker has reported
+  // (router/worker_cache_events.h), shared with the registry, which keeps
+  // adding to them; null in made-up snapshots.
+  std::shared_ptr<const WorkerCacheEvents> cache_events;
 
   bool routable() const { return healthy && !draining && in_pool; }
 };

@@ -8,12 +8,13 @@
 
 namespace tandem {
 
-BlockPool::BlockPool(int num_blocks)
+BlockPool::BlockPool(int num_blocks, int event_capacity)
     : ref_counts_(num_blocks, 0),
       hash_of_(num_blocks),
       cached_(num_blocks, false),
       prev_(num_blocks, kNone),
-      next_(num_blocks, kNone) {
+      next_(num_blocks, kNone),
+      events_(event_capacity) {
   CHECK(num_blocks >= 0) << num_blocks;
   free_.reserve(num_blocks);
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -64,6 +65,7 @@ bool BlockPool::SetCached(int32_t block, const BlockHash& hash) {
   if (!by_hash_.try_emplace(hash, block).second) return false;
   cached_[block] = true;
   hash_of_[block] = hash;
+  events_.Record(CacheEventKind::kStored, hash);
   return true;
 }
 
@@ -91,10 +93,16 @@ std::vector<int32_t> BlockPool::AcquirePrefix(std::span<const BlockHash> hashes)
 int BlockPool::Flush() {
   int flushed = 0;
   while (head_ != kNone) {
-    free_.push_back(EvictOne());
+    const int32_t b = head_;
+    Uncache(b);
+    free_.push_back(b);
     free_sorted_ = false;
     ++flushed;
   }
+  if (flushed == 0) return 0;
+  // One event instead of one per block; the blocks in use stay cached.
+  events_.Record(CacheEventKind::kCleared);
+  for (const auto& [hash, block] : by_hash_) events_.Record(CacheEventKind::kStored, hash);
   return flushed;
 }
 
@@ -128,11 +136,16 @@ void BlockPool::Unlink(int32_t b) {
 int32_t BlockPool::EvictOne() {
   const int32_t b = head_;
   CHECK(b != kNone) << "no block to evict";
+  Uncache(b);
+  events_.Record(CacheEventKind::kEvicted, hash_of_[b]);
+  return b;
+}
+
+void BlockPool::Uncache(int32_t b) {
   Unlink(b);
   by_hash_.erase(hash_of_[b]);
   cached_[b] = false;
   ++evictions_;
-  return b;
 }
 
 }  // namespace tandem

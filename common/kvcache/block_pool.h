@@ -7,6 +7,11 @@
 // recently released first; a block in use is never evicted. num_free()
 // counts both, so admission control sees the cache as free room.
 //
+// The prefix cache records what enters and leaves it as CacheEvents
+// (cache_events.h) in a bounded ring, events(): kStored as a block is
+// registered, kEvicted as a cached block is evicted for reuse, and on a
+// Flush kCleared followed by kStored for each block still cached (in use).
+//
 // Thread-compatible: the engine's scheduling thread owns it; callers on other
 // threads must synchronise.
 #ifndef TANDEM_COMMON_KVCACHE_BLOCK_POOL_H_
@@ -20,12 +25,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/cache_events.h"
 
 namespace tandem {
 
 class BlockPool {
  public:
-  explicit BlockPool(int num_blocks);
+  // `event_capacity`: how many of the latest cache events events() keeps.
+  explicit BlockPool(int num_blocks, int event_capacity = CacheEventRing::kDefaultCapacity);
 
   int num_blocks() const { return static_cast<int>(ref_counts_.size()); }
   // Blocks Allocate can hand out: free ones and cached unused ones.
@@ -35,6 +42,7 @@ class BlockPool {
   // them no sequence uses.
   int num_cached() const { return static_cast<int>(by_hash_.size()); }
   int num_evictable() const { return evictable_; }
+  // Cached blocks dropped from the cache (evicted or flushed).
   uint64_t evictions() const { return evictions_; }
 
   // `n` blocks, each with reference count 1, lowest free ids first so that a
@@ -70,12 +78,17 @@ class BlockPool {
   // Frees every cached unused block; returns how many.
   int Flush();
 
+  // The prefix cache's latest events (see above).
+  const CacheEventRing& events() const { return events_; }
+
  private:
   static constexpr int32_t kNone = -1;
   void PushEvictable(int32_t block);
   void Unlink(int32_t block);
   // Evicts the least recently released cached unused block.
   int32_t EvictOne();
+  // Takes cached unused `block` out of the cache (no event).
+  void Uncache(int32_t block);
 
   std::vector<int32_t> ref_counts_;
   // Free ids kept sorted descending so that back() is the lowest id.
@@ -91,6 +104,7 @@ class BlockPool {
   int32_t head_ = kNone, tail_ = kNone;
   int evictable_ = 0;
   uint64_t evictions_ = 0;
+  CacheEventRing events_;
 };
 
 }  // namespace tandem
