@@ -62,14 +62,15 @@ absl::StatusOr<int> WaitForPortFile(const std::string& name, const std::string& 
 absl::Status Cluster::Launch(Member& m, const std::string& listen) {
   const std::string port_file = absl::StrCat(dir_, "/", m.name, ".port");
   std::filesystem::remove(port_file);
-  std::vector<std::string> args = m.command;
+  std::vector<std::string> args = m.prefix;
+  args.insert(args.end(), m.command.begin(), m.command.end());
   args.push_back("--listen=" + listen);
   args.push_back("--port_file=" + port_file);
   m.process = std::make_unique<Child>(args, m.log);
   if (!m.process->running()) return absl::InternalError(absl::StrCat("cannot start ", args[0]));
   absl::StatusOr<int> port = WaitForPortFile(m.name, port_file, *m.process, m.log);
   if (!port.ok()) return port.status();
-  m.address = absl::StrCat("127.0.0.1:", *port);
+  m.address = absl::StrCat(m.host, ":", *port);
   m.ready_at = absl::Now();
   return absl::OkStatus();
 }
@@ -78,8 +79,14 @@ absl::Status Cluster::StartMember(Member& m, const std::string& binary,
                                   std::vector<std::string> args) {
   m.log = absl::StrCat(dir_, "/", m.name, ".log");
   args.insert(args.begin(), binary);
+  if (options_.placement) {
+    MemberPlacement placement = options_.placement(m.name);
+    args.insert(args.end(), placement.flags.begin(), placement.flags.end());
+    m.prefix = std::move(placement.prefix);
+    m.host = std::move(placement.host);
+  }
   m.command = std::move(args);
-  return Launch(m, "127.0.0.1:0");
+  return Launch(m, m.host + ":0");
 }
 
 absl::Status Cluster::Restart(Member& m) {

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,14 @@
 #include "tests/testing/child_process.h"
 
 namespace tandem::testing {
+
+// Where one member runs: the command its binary is run under (e.g. `ip
+// netns exec NS`), flags added to its own, and the host it listens on.
+struct MemberPlacement {
+  std::vector<std::string> prefix = {};
+  std::vector<std::string> flags = {};
+  std::string host = "127.0.0.1";
+};
 
 struct ClusterOptions {
   int prefill = 2;
@@ -37,6 +46,9 @@ struct ClusterOptions {
   // Cluster::dir()), so that workers can join (AddPrefillWorker,
   // AddDecodeWorker) and leave (Unlist) while it runs.
   bool target_files = false;
+  // Where each member runs, by its name (router, prefill-0, decode-1, ...);
+  // unset, every member runs here on 127.0.0.1.
+  std::function<MemberPlacement(const std::string& name)> placement = nullptr;
 };
 
 // One worker or router process and its gRPC address.
@@ -44,9 +56,12 @@ struct Member {
   std::string name;
   std::string log;
   std::unique_ptr<Child> process;
-  std::string address;  // 127.0.0.1:port
+  std::string address;  // host:port (127.0.0.1 unless placed elsewhere)
   // The binary and its flags, but for --listen and --port_file.
   std::vector<std::string> command;
+  // Run before the command (ClusterOptions::placement), and the host it listens on.
+  std::vector<std::string> prefix;
+  std::string host = "127.0.0.1";
   // When its port file appeared: it serves from then on.
   absl::Time ready_at;
   // With ClusterOptions::target_files: its address is in its pool's file.
