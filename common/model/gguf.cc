@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/mapped_file.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -137,7 +138,7 @@ uint64_t GgufScalarSize(GgufValueType type) {
 
 class GgufFile::Parser {
  public:
-  explicit Parser(GgufFile& out) : out_(out), bytes_(out.file_->bytes()) {}
+  explicit Parser(GgufFile& out) : out_(out), bytes_(out.bytes_) {}
 
   absl::Status Parse() {
     if (bytes_.size() < 4 || std::memcmp(bytes_.data(), "GGUF", 4) != 0) {
@@ -386,8 +387,17 @@ class GgufFile::Parser {
 
 absl::StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+  auto shared = std::make_shared<const MappedFile>(std::move(mapped));
+  const std::span<const uint8_t> bytes = shared->bytes();
+  return Parse(std::move(shared), bytes, path);
+}
+
+absl::StatusOr<GgufFile> GgufFile::Parse(std::shared_ptr<const void> storage,
+                                         std::span<const uint8_t> bytes, std::string path) {
   GgufFile file;
-  file.file_ = std::make_shared<const MappedFile>(std::move(mapped));
+  file.path_ = std::move(path);
+  file.storage_ = std::move(storage);
+  file.bytes_ = bytes;
   RETURN_IF_ERROR(Parser(file).Parse());
   return file;
 }

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/base/mapped_file.h"
 #include "common/model/ggml_types.h"
 
 namespace tandem {
@@ -80,7 +79,12 @@ class GgufFile {
   // naming the file for anything malformed.
   static absl::StatusOr<GgufFile> Open(const std::string& path);
 
-  const std::string& path() const { return file_->path(); }
+  // Parses `bytes` (a whole file) that `storage` keeps alive; `path` is used
+  // in messages only. For files already in memory and for fuzzing.
+  static absl::StatusOr<GgufFile> Parse(std::shared_ptr<const void> storage,
+                                        std::span<const uint8_t> bytes, std::string path);
+
+  const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
@@ -109,8 +113,9 @@ class GgufFile {
   // nullptr when absent.
   const GgufTensorInfo* FindTensor(std::string_view name) const;
 
-  // The mapping behind every span above; holding it keeps them valid.
-  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
+  // The whole file, and what keeps it (and so every span above) alive.
+  std::span<const uint8_t> bytes() const { return bytes_; }
+  const std::shared_ptr<const void>& keep_alive() const { return storage_; }
 
  private:
   class Parser;
@@ -127,7 +132,9 @@ class GgufFile {
   template <typename T>
   absl::StatusOr<T> GetInteger(std::string_view key, const char* wanted) const;
 
-  std::shared_ptr<const MappedFile> file_;
+  std::string path_;
+  std::shared_ptr<const void> storage_;
+  std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<GgufMetadataEntry> metadata_;

@@ -26,8 +26,8 @@ constexpr char kArchitecture[] = "llama";
 
 // Owns what the tensors of a loaded model point into.
 struct GgufModelStorage {
-  std::shared_ptr<const MappedFile> mapping;  // held when a tensor is used in place
-  std::vector<uint64_t> copied;               // misaligned tensors, in their own type
+  std::shared_ptr<const void> mapping;  // held when a tensor is used in place
+  std::vector<uint64_t> copied;         // misaligned tensors, in their own type
 };
 
 absl::Status Invalid(const std::string& path, const std::string& problem) {
@@ -153,6 +153,11 @@ bool UsableInPlace(const GgufTensorInfo& t) {
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path) {
   ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+  return LoadGgufModel(file);
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file) {
+  const std::string& path = file.path();
   if (file.tensors().empty()) {
     return Invalid(path, "has no tensors (a vocabulary-only file?), so it holds no model weights");
   }
@@ -204,7 +209,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
     const GgufTensorInfo& t = *file.FindTensor(row.name);
     const void* data = t.data.data();
     if (UsableInPlace(t)) {
-      storage->mapping = file.mapping();
+      storage->mapping = file.keep_alive();
     } else {
       std::memcpy(next, t.data.data(), t.data.size());
       data = next;

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/model/gguf.h"
 #include "common/model/model_weights.h"
 
 namespace tandem {
@@ -17,6 +18,8 @@ namespace tandem {
 // used in place from the mapping; F16 tensors are widened to fp32.
 // INVALID_ARGUMENT naming the file and the problem for anything malformed.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
+// The same for a file already parsed; the weights keep its storage alive.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file);
 
 enum class GgufTensorType { kF32, kF16, kBF16 };
 

@@ -45,13 +45,24 @@ Layout LayoutOf(const ModelConfig& c) {
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
-  if (file.size() < kHeaderBytes) {
+  auto shared = std::make_shared<const MappedFile>(std::move(file));
+  const std::span<const uint8_t> bytes = shared->bytes();
+  return ParseLlama2cCheckpoint(std::move(shared), bytes, path);
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ParseLlama2cCheckpoint(
+    std::shared_ptr<const void> storage, std::span<const uint8_t> bytes, const std::string& path) {
+  if (bytes.size() < kHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file '", path, "' is truncated: ", file.size(),
+        "model file '", path, "' is truncated: ", bytes.size(),
         " bytes, fewer than the 28-byte llama2.c header"));
   }
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file '", path, "' is not 4-byte aligned in memory"));
+  }
   int32_t h[7];
-  std::memcpy(h, file.bytes().data(), kHeaderBytes);
+  std::memcpy(h, bytes.data(), kHeaderBytes);
   ModelConfig config;
   config.dim = h[0];
   config.hidden_dim = h[1];
@@ -67,17 +78,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cCheckpoint(const std::s
   }
   const Layout lay = LayoutOf(config);
   const uint64_t expected = kHeaderBytes + static_cast<uint64_t>(lay.Total()) * sizeof(float);
-  if (file.size() != expected) {
+  if (bytes.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model file '", path, "' is ", file.size(), " bytes but its header (", config.ToString(),
-        ") needs ", expected, (file.size() < expected ? "; the file is truncated" : "")));
+        "model file '", path, "' is ", bytes.size(), " bytes but its header (", config.ToString(),
+        ") needs ", expected, (bytes.size() < expected ? "; the file is truncated" : "")));
   }
 
   auto weights = std::make_unique<ModelWeights>();
   weights->config = config;
   weights->source = path;
-  auto shared_file = std::make_shared<MappedFile>(std::move(file));
-  const float* p = reinterpret_cast<const float*>(shared_file->bytes().data() + kHeaderBytes);
+  const float* p = reinterpret_cast<const float*>(bytes.data() + kHeaderBytes);
   auto take = [&p](int64_t n) {
     std::span<const float> s(p, static_cast<size_t>(n));
     p += n;
@@ -105,7 +115,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cCheckpoint(const std::s
   take(lay.rope);
   weights->classifier =
       config.shared_classifier ? weights->token_embedding : take(lay.classifier);
-  weights->storage = std::move(shared_file);
+  weights->storage = std::move(storage);
   return weights;
 }
 

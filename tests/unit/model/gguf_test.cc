@@ -226,7 +226,7 @@ TEST(GgufFileTest, TensorsAreAlignedAndFoundByName) {
   ASSERT_OK_AND_ASSIGN(GgufFile f, GgufFile::Open(path));
   EXPECT_EQ(f.alignment(), 64u);
   ASSERT_EQ(f.tensors().size(), 3u);
-  const uint8_t* base = f.mapping()->bytes().data();
+  const uint8_t* base = f.bytes().data();
   for (const GgufTensorInfo& t : f.tensors()) {
     EXPECT_EQ((t.data.data() - base) % 64, 0) << t.name;
   }
@@ -248,6 +248,30 @@ TEST(GgufFileTest, TensorsAreAlignedAndFoundByName) {
     SCOPED_TRACE(cut);
     ExpectInvalid(bytes.substr(0, cut), cut < 4 ? "not a GGUF file" : "truncated");
   }
+}
+
+TEST(GgufFileTest, ParsesBytesInMemoryAndKeepsThemAlive) {
+  GgufWriter w;
+  w.AddTensor("a", {3}, GgmlType::kF32, FloatBytes({1, 2, 3}));
+  ASSERT_OK_AND_ASSIGN(std::string serialized, w.Serialize());
+  auto owned = std::make_shared<std::string>(serialized);
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(owned->data()),
+                                       owned->size());
+  ASSERT_OK_AND_ASSIGN(GgufFile f, GgufFile::Parse(owned, bytes, "in-memory.gguf"));
+  owned.reset();  // the file holds the only reference now
+  EXPECT_EQ(f.path(), "in-memory.gguf");
+  EXPECT_EQ(f.bytes().data(), bytes.data());
+  float values[3];
+  std::memcpy(values, f.FindTensor("a")->data.data(), sizeof(values));
+  EXPECT_THAT(values, ElementsAre(1, 2, 3));
+
+  const std::string cut = serialized.substr(0, serialized.size() / 2);
+  EXPECT_THAT(GgufFile::Parse(nullptr,
+                              std::span(reinterpret_cast<const uint8_t*>(cut.data()), cut.size()),
+                              "cut.gguf")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'cut.gguf'"), HasSubstr("truncated"))));
 }
 
 TEST(GgufFileTest, WriterChecksTensorSizes) {

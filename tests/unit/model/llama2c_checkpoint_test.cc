@@ -146,6 +146,25 @@ TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
                 absl::StrCat("is ", good.size() + 4, " bytes but its header"));
 }
 
+TEST(Llama2cCheckpointTest, ParsesBytesInMemoryAndKeepsThemAlive) {
+  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4,
+                          .n_kv_heads = 2, .vocab_size = 20, .seq_len = 16};
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
+  const std::string path = TempPath("in_memory.bin");
+  ASSERT_OK(WriteLlama2cCheckpoint(*model, path));
+  auto owned = std::make_shared<std::vector<float>>((ReadBytes(path).size() + 3) / 4);
+  const std::string file = ReadBytes(path);
+  std::memcpy(owned->data(), file.data(), file.size());
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(owned->data()),
+                                       file.size());
+  ASSERT_OK_AND_ASSIGN(auto parsed, ParseLlama2cCheckpoint(owned, bytes, "memory"));
+  owned.reset();  // the weights hold the only reference now
+  ExpectSameWeights(*model, *parsed);
+  EXPECT_EQ(parsed->source, "memory");
+  EXPECT_THAT(ParseLlama2cCheckpoint(nullptr, bytes.subspan(1, 40), "odd").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not 4-byte aligned")));
+}
+
 TEST(Llama2cCheckpointTest, RejectsImpossibleHeaders) {
   // dim, hidden, layers, heads, kv_heads, vocab, seq_len
   ExpectInvalid(Checkpoint({0, 48, 2, 4, 2, 20, 16}, 100), "dim is 0");
