@@ -58,10 +58,17 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Per-ISA clones, but not in the sanitizer builds that cannot run their
+// IFUNC resolvers (see TANDEM_NO_TARGET_CLONES in the top CMakeLists.txt).
+#ifdef TANDEM_NO_TARGET_CLONES
+#define TANDEM_SUM_CLONES
+#else
+#define TANDEM_SUM_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#endif
+
 // Sum of n floats (n a multiple of 64) with 64 independent lanes, so the
 // loop is bound by memory, not by the latency of one accumulator.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) float SumFloats(const float* p,
-                                                                                     size_t n) {
+TANDEM_SUM_CLONES float SumFloats(const float* p, size_t n) {
   float acc[64] = {};
   for (size_t i = 0; i < n; i += 64) {
 #pragma omp simd

@@ -12,8 +12,15 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 // Plain loops the compiler vectorises for each target; `omp simd
-// reduction` lets it reorder sums into lanes without -ffast-math.
+// reduction` lets it reorder sums into lanes without -ffast-math. Sanitizer
+// builds that define TANDEM_NO_TARGET_CLONES (ThreadSanitizer: the clones'
+// IFUNC resolvers run, instrumented, before its runtime starts, and crash)
+// get the default version only.
+#ifdef TANDEM_NO_TARGET_CLONES
+#define TANDEM_MULTIVERSION
+#else
 #define TANDEM_MULTIVERSION __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#endif
 
 namespace tandem::cpu {
 namespace {
