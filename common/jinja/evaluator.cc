@@ -71,17 +71,17 @@ class Evaluator {
     globals_.emplace_back("range", GlobalRange(limits_));
     globals_.emplace_back("namespace", GlobalNamespace(&namespaces_));
     globals_.emplace_back("dict", GlobalDict());
+    // `fn = fn`: Clang 14 (the thread-safety check) cannot capture a
+    // structured binding.
     for (const auto& [name, fn] : options.functions) {
-      globals_.emplace_back(name,
-                            Value::Function(name, [fn](CallArgs& call) -> absl::StatusOr<Value> {
-                              FunctionArgs args;
-                              for (const Value& v : call.positional)
-                                args.positional.push_back(ToJsonLoose(v));
-                              for (const auto& [k, v] : call.keyword)
-                                args.keyword.emplace_back(k, ToJsonLoose(v));
-                              ASSIGN_OR_RETURN(Json r, fn(args));
-                              return Value(std::move(r));
-                            }));
+      globals_.emplace_back(
+          name, Value::Function(name, [fn = fn](CallArgs& call) -> absl::StatusOr<Value> {
+            FunctionArgs args;
+            for (const Value& v : call.positional) args.positional.push_back(ToJsonLoose(v));
+            for (const auto& [k, v] : call.keyword) args.keyword.emplace_back(k, ToJsonLoose(v));
+            ASSIGN_OR_RETURN(Json r, fn(args));
+            return Value(std::move(r));
+          }));
     }
   }
 

@@ -37,7 +37,11 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
   static std::pair<grpc::ServerWriteReactor<Message>*, std::shared_ptr<StreamWriter>> Create() {
     std::shared_ptr<StreamWriter> writer(new StreamWriter());
     auto* reactor = new Reactor(writer);
-    writer->reactor_ = reactor;
+    {
+      // No other thread has the writer yet; the lock is for the analysis.
+      absl::MutexLock lock(&writer->mu_);
+      writer->reactor_ = reactor;
+    }
     return {reactor, writer};
   }
 
