@@ -5,7 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/faulty_transport.h"
@@ -18,6 +22,7 @@ namespace {
 using kvtransfer::Fault;
 using kvtransfer::FaultPlan;
 using ::tandem::decode::testing::DecodeHarness;
+using ::tandem::decode::testing::FakePrefill;
 using ::tandem::decode::testing::LocalRequest;
 using ::tandem::decode::testing::RandomTokens;
 using ::tandem::decode::testing::RecordingSink;
@@ -52,8 +57,10 @@ TEST(DecodeFaults, CorruptedKvFailsTheRequestWithDataLoss) {
 }
 
 TEST(DecodeFaults, LostConnectionFailsTheRequest) {
+  FakeClock clock(absl::Now());
   DecodeLoopOptions options;
-  options.kv_timeout = absl::Seconds(2);
+  options.kv_timeout = absl::Seconds(30);
+  options.clock = &clock;
   FaultPlan plan;
   plan.at_message[1] = Fault{.kind = Fault::Kind::kKill};
   DecodeHarness h(options, plan);
@@ -62,9 +69,10 @@ TEST(DecodeFaults, LostConnectionFailsTheRequest) {
   ASSERT_OK(h.loop().Submit(r, sink).status());
   ASSERT_TRUE(sink->WaitReserved());
   EXPECT_FALSE(h.prefill().Prefill(r.prompt, sink->descriptor()).ok());
-  ASSERT_TRUE(sink->WaitEnded());
   // UNAVAILABLE when the receiver had heard from the sender before the
-  // connection broke; else the lease runs out.
+  // connection broke; else the lease runs out (on the fake clock).
+  clock.Advance(options.kv_timeout);
+  ASSERT_TRUE(sink->WaitEnded());
   EXPECT_THAT(sink->status().code(),
               AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded));
   EXPECT_TRUE(h.AllBlocksFree());
@@ -75,8 +83,13 @@ TEST(DecodeFaults, LostConnectionFailsTheRequest) {
 // either yields exactly the single-engine tokens or fails cleanly, and no
 // block leaks.
 TEST(DecodeFaults, RandomFaultsNeverLeakBlocksOrCorruptTokens) {
+  // The leases run on a fake clock, moved past the KV timeout only for a
+  // transfer that lost a message: a loaded machine cannot expire a healthy
+  // transfer, and which transfers fail depends on the seed alone.
+  FakeClock clock(absl::Now());
   DecodeLoopOptions options;
-  options.kv_timeout = absl::Milliseconds(500);
+  options.kv_timeout = absl::Seconds(30);
+  options.clock = &clock;
   options.receiver.checksums = true;
   options.receiver.chunk_bytes = 1024;
   FaultPlan plan;
@@ -100,11 +113,27 @@ TEST(DecodeFaults, RandomFaultsNeverLeakBlocksOrCorruptTokens) {
     auto sink = std::make_shared<RecordingSink>();
     ASSERT_OK(h.loop().Submit(r, sink).status());
     ASSERT_TRUE(sink->WaitReserved());
-    absl::StatusOr<int32_t> first = h.prefill().Prefill(r.prompt, sink->descriptor());
+    const uint64_t stalls_before = h.prefill().stalling_faults();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<FakePrefill::Sent> sent,
+                         h.prefill().Send(r.prompt, sink->descriptor(), -1, {}, 1, {}));
+    bool advanced = false;
+    absl::StatusOr<std::vector<int32_t>> firsts = h.prefill().Finish(*sent, [&] {
+      if (!advanced && h.prefill().stalling_faults() > stalls_before) {
+        clock.Advance(options.kv_timeout);
+        advanced = true;
+      }
+    });
+    absl::StatusOr<int32_t> first =
+        firsts.ok() ? absl::StatusOr<int32_t>((*firsts)[0]) : firsts.status();
     if (first.ok()) {
       StartResult start;
       h.loop().Start(r.request_id, sink->generation(), *first, start.Callback());
-      ASSERT_OK(start.Wait());
+      // A reorder may still let the transfer complete; if the clock was
+      // moved for it, the Start comes after the lease ran out.
+      const absl::Status started = start.Wait();
+      if (!advanced) {
+        ASSERT_OK(started);
+      }
     }
     ASSERT_TRUE(sink->WaitEnded());
     if (sink->status().ok()) {

@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -16,6 +19,7 @@ namespace {
 
 using ::tandem::decode::testing::DecodeHarness;
 using ::tandem::decode::testing::LocalRequest;
+using ::tandem::decode::testing::LoopCaughtUp;
 using ::tandem::decode::testing::NewSink;
 using ::tandem::decode::testing::RandomTokens;
 using ::tandem::decode::testing::RecordingSink;
@@ -280,9 +284,14 @@ TEST(DecodeLoop, StartBeforeKvArrivesWaitsForIt) {
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
+// The KV timeout runs on the loop's clock: a fake one here, moved by the
+// test, so that a loaded machine neither expires a lease early nor makes
+// the test wait for real time to pass.
 TEST(DecodeLoop, ReservationWithoutKvExpires) {
+  FakeClock clock(absl::Now());
   DecodeLoopOptions options;
-  options.kv_timeout = absl::Milliseconds(200);
+  options.kv_timeout = absl::Seconds(30);
+  options.clock = &clock;
   DecodeHarness h(options);
   auto sink = NewSink();
   const Request r = RemoteRequest("expire", RandomTokens(20, kVocab, 9), 6);
@@ -291,6 +300,11 @@ TEST(DecodeLoop, ReservationWithoutKvExpires) {
   // A Start waiting for KV that never comes fails with the lease.
   StartResult start;
   h.loop().Start(r.request_id, sink->generation(), 3, start.Callback());
+  ASSERT_TRUE(LoopCaughtUp(h.loop()));
+  clock.Advance(options.kv_timeout - absl::Milliseconds(1));
+  ASSERT_TRUE(LoopCaughtUp(h.loop()));
+  EXPECT_FALSE(start.answered()) << "the lease expired before its timeout";
+  clock.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(sink->WaitEnded());
   EXPECT_THAT(sink->status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(start.Wait(), StatusIs(absl::StatusCode::kDeadlineExceeded));
@@ -299,14 +313,17 @@ TEST(DecodeLoop, ReservationWithoutKvExpires) {
 }
 
 TEST(DecodeLoop, ReservationWithoutStartExpires) {
+  FakeClock clock(absl::Now());
   DecodeLoopOptions options;
-  options.kv_timeout = absl::Milliseconds(300);
+  options.kv_timeout = absl::Seconds(30);
+  options.clock = &clock;
   DecodeHarness h(options);
   auto sink = NewSink();
   const Request r = RemoteRequest("no-start", RandomTokens(20, kVocab, 10), 6);
   ASSERT_OK(h.loop().Submit(r, sink).status());
   ASSERT_TRUE(sink->WaitReserved());
   ASSERT_OK(h.prefill().Prefill(r.prompt, sink->descriptor()).status());
+  clock.Advance(options.kv_timeout);
   ASSERT_TRUE(sink->WaitEnded());
   EXPECT_THAT(sink->status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("Start")));
   EXPECT_TRUE(h.AllBlocksFree());
@@ -485,11 +502,18 @@ TEST(DecodeLoop, GenerationStopsAtTheEndOfTheContext) {
 }
 
 TEST(DecodeLoop, RequestDeadlineEndsTheRequest) {
-  DecodeHarness h;
+  FakeClock clock(absl::Now());
+  DecodeLoopOptions options;
+  options.clock = &clock;
+  DecodeHarness h(options);
   Request r = RemoteRequest("late", RandomTokens(10, kVocab, 15), 5);
-  r.deadline = absl::Now() + absl::Milliseconds(100);
+  r.deadline = clock.Now() + absl::Seconds(1);
   auto sink = NewSink();
   ASSERT_OK(h.loop().Submit(r, sink).status());
+  ASSERT_TRUE(sink->WaitReserved());
+  ASSERT_TRUE(LoopCaughtUp(h.loop()));
+  EXPECT_OK(sink->status()) << "the request ended before its deadline";
+  clock.Advance(absl::Seconds(1));
   ASSERT_TRUE(sink->WaitEnded());
   EXPECT_THAT(sink->status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("late")));
   EXPECT_TRUE(h.AllBlocksFree());

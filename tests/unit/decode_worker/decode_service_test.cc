@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "gmock/gmock.h"
@@ -33,6 +34,7 @@ class DecodeServiceTest : public ::testing::Test {
   void SetUp() override {
     DecodeLoopOptions options;
     options.model_name = "synthetic-small";
+    options.clock = loop_clock_;
     harness_ = std::make_unique<DecodeHarness>(options);
     service_ = std::make_unique<DecodeService>(&harness_->loop());
     auto running = rpc::StartServer(rpc::ServerOptions{.address = "127.0.0.1:0"}, {service_.get()});
@@ -71,10 +73,19 @@ class DecodeServiceTest : public ::testing::Test {
     return stats;
   }
 
+  // The loop's clock; null: the real one.
+  const Clock* loop_clock_ = nullptr;
   std::unique_ptr<DecodeHarness> harness_;
   std::unique_ptr<DecodeService> service_;
   rpc::RunningServer server_;
   std::unique_ptr<v1::DecodeWorker::Stub> stub_;
+};
+
+// The loop on a fake clock, standing still unless a test moves it.
+class DecodeServiceFakeClockTest : public DecodeServiceTest {
+ protected:
+  DecodeServiceFakeClockTest() { loop_clock_ = &clock_; }
+  FakeClock clock_{absl::Now()};
 };
 
 TEST_F(DecodeServiceTest, GenerateStreamsLocalPrefillTokens) {
@@ -286,15 +297,24 @@ TEST_F(DecodeServiceTest, ClientCancellationFreesTheReservation) {
   EXPECT_TRUE(harness_->AllBlocksFree());
 }
 
-TEST_F(DecodeServiceTest, RpcDeadlineFreesTheReservation) {
+TEST_F(DecodeServiceFakeClockTest, RpcDeadlineFreesTheReservation) {
   const Request r = RemoteRequest("svc-deadline", RandomTokens(10, kVocab, 24), 12);
   grpc::ClientContext ctx;
-  SetDeadline(ctx, absl::Milliseconds(300));
+  // Shorter than the loop's KV timeout (30 s), so that the request's
+  // deadline, not its lease's, is what runs out.
+  SetDeadline(ctx, absl::Seconds(20));
   auto reader = stub_->Generate(&ctx, ToWire(r));
   v1::DecodeEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_reserved());
+  // The loop holds the RPC's deadline and reads it on its own clock: moved
+  // past it, the loop ends the request long before gRPC's timer would.
+  clock_.Advance(absl::Seconds(21));
   while (reader->Read(&event)) {
   }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr("svc-deadline"));
   EXPECT_TRUE(harness_->AllBlocksFree());
 }
 

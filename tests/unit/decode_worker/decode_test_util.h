@@ -202,11 +202,15 @@ class FakePrefill {
 
   // The second half: waits for the transfer's end (the source blocks stay
   // untouched until then), frees the source blocks and returns the first
-  // tokens once the receiver confirmed the whole transfer.
-  absl::StatusOr<std::vector<int32_t>> Finish(Sent& sent) {
+  // tokens once the receiver confirmed the whole transfer. `on_poll` (if
+  // set) runs after each poll of the sender: to move a fake clock of the
+  // receiving side, say.
+  absl::StatusOr<std::vector<int32_t>> Finish(Sent& sent,
+                                              const std::function<void()>& on_poll = nullptr) {
     const absl::Time deadline = absl::Now() + kWait;
     while (!sent.done.has_value() && absl::Now() < deadline) {
       sender_->Poll();
+      if (on_poll) on_poll();
       if (!sent.done.has_value()) sender_->WaitForActivity(absl::Now() + absl::Milliseconds(2));
     }
     if (!sent.done.has_value()) {
@@ -220,6 +224,14 @@ class FakePrefill {
 
   // The draw counts of the last prefill sent (for Start).
   const std::vector<uint64_t>& last_draws() const { return last_draws_; }
+
+  // Messages so far that left a transfer unable to complete: dropped, or
+  // held back for a reorder that may never come. Such a transfer ends only
+  // when the receiver's lease runs out.
+  uint64_t stalling_faults() const {
+    return transport_->injected(kvtransfer::Fault::Kind::kDrop) +
+           transport_->injected(kvtransfer::Fault::Kind::kReorder);
+  }
 
  private:
   std::vector<uint64_t> last_draws_;
@@ -347,6 +359,20 @@ class DecodeHarness {
   std::unique_ptr<FakePrefill> prefill_;
   std::unique_ptr<Engine> reference_;
 };
+
+// Returns once `loop` has handled every Submit and Start sent before the
+// call and has run a whole round begun after it (so has checked its
+// deadlines against the clock's time at the call). A Start for an unknown
+// request is answered at once, after the commands queued before it: two in
+// turn, the second handled in a later round than the first.
+inline bool LoopCaughtUp(DecodeLoop& loop) {
+  for (int i = 0; i < 2; ++i) {
+    StartResult probe;
+    loop.Start("no-such-request", 0, 0, probe.Callback());
+    if (!absl::IsNotFound(probe.Wait())) return false;
+  }
+  return true;
+}
 
 inline Request RemoteRequest(std::string id, std::vector<int32_t> prompt, int max_tokens) {
   Request r;
