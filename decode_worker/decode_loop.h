@@ -83,6 +83,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/kv_staging.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/cache_events.h"
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_types.h"
@@ -214,6 +215,9 @@ class DecodeLoop {
   void FlushPrefixCache();
 
   LoopStats Stats() const;
+  // The prefix cache's events, as of the loop's last round (see
+  // common/kvcache/cache_events.h); read from any thread.
+  const CacheEventLog& cache_events() const { return cache_events_; }
   // Runs `listener` once the engine fails (Engine::SetFailureListener).
   void SetEngineFailureListener(std::function<void(const absl::Status&)> listener) {
     engine_->SetFailureListener(std::move(listener));
@@ -392,6 +396,8 @@ class DecodeLoop {
   uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   LoopStats stats_ ABSL_GUARDED_BY(mu_);
+  // The block pool's events, copied in by PublishStats.
+  CacheEventLog cache_events_;
 
   std::thread thread_;
 };

@@ -76,6 +76,10 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
       prefix_cache_hit_tokens_(
           AddCounter(registry, "tandem_decode_prefix_cache_hit_tokens_total",
                      "Prompt tokens whose KV the prefix cache held (not computed, not shipped)")),
+      prefix_cache_evicted_blocks_(
+          AddCounter(registry, "tandem_decode_prefix_cache_evicted_blocks_total",
+                     "Cached KV blocks dropped from the prefix cache (evicted for reuse, or "
+                     "flushed)")),
       preemptions_(AddCounter(registry, "tandem_decode_preemptions_total",
                               "Running requests whose KV blocks were given back for others to "
                               "grow into (recomputed later)")),
@@ -105,6 +109,8 @@ void DecodeMetrics::Publish(const LoopStats& stats) {
   metrics::AdvanceTo(prefix_cache_queried_tokens_,
                      static_cast<double>(stats.prefix_cache_queried_tokens));
   metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
+  metrics::AdvanceTo(prefix_cache_evicted_blocks_,
+                     static_cast<double>(stats.prefix_cache_evicted_blocks));
   metrics::AdvanceTo(preemptions_, static_cast<double>(stats.preemptions));
   metrics::AdvanceTo(kv_transfers_, static_cast<double>(stats.kv_transfers));
   metrics::AdvanceTo(kv_bytes_received_, static_cast<double>(stats.kv_transfer_bytes));

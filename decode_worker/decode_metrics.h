@@ -39,6 +39,7 @@ class DecodeMetrics {
   prometheus::Gauge& kv_blocks_cached_;
   prometheus::Counter& prefix_cache_queried_tokens_;
   prometheus::Counter& prefix_cache_hit_tokens_;
+  prometheus::Counter& prefix_cache_evicted_blocks_;
   prometheus::Counter& preemptions_;
   prometheus::Histogram& step_;
   prometheus::Counter& generated_tokens_;

@@ -153,9 +153,10 @@ grpc::ServerUnaryReactor* DecodeService::Start(grpc::CallbackServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetStats(grpc::CallbackServerContext* ctx,
-                                                  const v1::StatsRequest*,
+                                                  const v1::StatsRequest* request,
                                                   v1::WorkerStats* response) {
   *response = ToProto(loop_->Stats());
+  CacheEventsReply(loop_->cache_events(), cache_epoch_, *request, response);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/engine/cache_events_proto.h"
 #include "common/rpc/server.h"
 #include "decode_worker/decode_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -30,6 +31,8 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
 
  private:
   DecodeLoop* const loop_;
+  // Names this process's numbering of the loop's cache events.
+  const uint64_t cache_epoch_ = NewCacheEpoch();
 };
 
 // Turns `server` NOT_SERVING (the server and each of its services) once

@@ -92,9 +92,10 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetStats(grpc::CallbackServerContext* context,
-                                                   const tandem::v1::StatsRequest*,
+                                                   const tandem::v1::StatsRequest* request,
                                                    tandem::v1::WorkerStats* response) {
   WorkerStatsToProto(loop_->Stats(), "prefill", response);
+  CacheEventsReply(loop_->cache_events(), cache_epoch_, *request, response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
+#include "common/engine/cache_events_proto.h"
 #include "common/engine/sampler.h"
 #include "common/rpc/server.h"
 #include "prefill_worker/prefill_loop.h"
@@ -30,6 +31,8 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
 
  private:
   PrefillLoop* const loop_;
+  // Names this process's numbering of the loop's cache events.
+  const uint64_t cache_epoch_ = NewCacheEpoch();
 };
 
 // Turns `server` NOT_SERVING (the server and each of its services) once
