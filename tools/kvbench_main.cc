@@ -9,6 +9,8 @@
 // answer. Run it once per UCX_TLS setting:
 //   tandem-kvbench
 //   UCX_TLS=tcp tandem-kvbench
+// --receiver_prefix starts the receiver behind another network namespace's
+// interface, as scripts/bench-lanes.sh does to measure a long, capped path.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -67,6 +69,9 @@ ABSL_FLAG(bool, perftest, true,
           "Also run ucx_perftest -t tag_bw, with (-e) and without endpoint error handling, when "
           "it is installed");
 ABSL_FLAG(int, perftest_port, 13377, "TCP port for ucx_perftest's rendezvous");
+ABSL_FLAG(std::string, receiver_prefix, "",
+          "Words the receiver process is started under, split on spaces, e.g. 'ip netns exec NS "
+          "env UCX_NET_DEVICES=DEV' to put it behind another network namespace's interface");
 ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
 ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
 ABSL_FLAG(std::string, size, "", "Internal: the receiver's message size");
@@ -186,27 +191,40 @@ struct Result {
   double p99_us;
 };
 
-// Starts a receiver for `size`; returns its pid and address.
+// This binary's path; /proc/self/exe would name the prefix's program
+// (e.g. ip) once a --receiver_prefix runs first.
+std::string SelfPath() {
+  std::string path(4096, '\0');
+  const ssize_t n = readlink("/proc/self/exe", path.data(), path.size());
+  CHECK(n > 0 && n < static_cast<ssize_t>(path.size()));
+  path.resize(n);
+  return path;
+}
+
+// Starts a receiver for `size` (under --receiver_prefix); returns its pid and
+// address. The prefix must exec the receiver, not fork it, so that the
+// receiver's parent stays this process and the pipe's end stays open.
 std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
+  std::vector<std::string> args =
+      absl::StrSplit(absl::GetFlag(FLAGS_receiver_prefix), ' ', absl::SkipEmpty());
+  const std::string self = SelfPath();
   int fds[2];
   CHECK(pipe(fds) == 0);
   const pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
     close(fds[0]);
-    std::vector<std::string> args = {
-        "/proc/self/exe",
-        "--role=receiver",
-        absl::StrCat("--ready_fd=", fds[1]),
-        absl::StrCat("--size=", size),
-        absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
-        absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
-        absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
-        absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))};
+    args.insert(
+        args.end(),
+        {self, "--role=receiver", absl::StrCat("--ready_fd=", fds[1]),
+         absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
+         absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
+         absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
+         absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))});
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   close(fds[1]);
