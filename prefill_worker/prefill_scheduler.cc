@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
@@ -189,7 +190,8 @@ void PrefillScheduler::RunOnce() {
 
 void PrefillScheduler::WaitForTransfers(absl::Time deadline) {
   if (sender_ == nullptr) return;
-  if (layer_copies_pending()) deadline = std::min(deadline, clock_->Now() + kCopyPoll);
+  // A real-time wait, as `deadline` is: the scheduler's clock may be fake.
+  if (layer_copies_pending()) deadline = std::min(deadline, absl::Now() + kCopyPoll);
   sender_->WaitForActivity(deadline);
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
@@ -53,12 +54,14 @@ class PrefillLoopTest : public ::testing::Test {
     vocab_ = weights_->config.vocab_size;
   }
 
-  void StartLoop(PrefillLoopOptions options = {}) {
+  // The loop reads deadlines and timings on `clock`: clock_ (fake) for the
+  // tests of deadlines, which move it by hand.
+  void StartLoop(PrefillLoopOptions options = {}, const Clock* clock = &Clock::Real()) {
     options.model_name = "synthetic";
     auto backend = CpuBackend::Create(CpuBackendOptions{1});
     ASSERT_OK(backend.status());
     ASSERT_OK_AND_ASSIGN(loop_, PrefillLoop::Create(*weights_, std::move(backend).value(),
-                                                    transport_.get(), &Clock::Real(), options));
+                                                    transport_.get(), clock, options));
   }
 
   PrefillJob Job(const std::vector<int32_t>& tokens, const DecodeSide::Lease& lease,
@@ -95,7 +98,10 @@ class PrefillLoopTest : public ::testing::Test {
   std::unique_ptr<DecodeSide> decode_;
   std::unique_ptr<Engine> reference_;
   std::unique_ptr<kvtransfer::InProcTransport> transport_;
-  std::unique_ptr<PrefillLoop> loop_;  // Last: goes before the transport.
+  // Starts at the real time, so that deadlines the decode side reads on the
+  // real clock stay far off; stands still unless a test moves it.
+  FakeClock clock_{absl::Now()};
+  std::unique_ptr<PrefillLoop> loop_;  // Last: goes before the transport and the clock.
   int vocab_ = 0;
 };
 
@@ -418,12 +424,16 @@ TEST_F(PrefillLoopTest, PromptThePoolCanNeverHoldIsRefusedAtOnce) {
 }
 
 TEST_F(PrefillLoopTest, LeaseDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) {
-  StartLoop();
+  StartLoop({}, &clock_);
   const std::vector<int32_t> prompt = RandomTokens(30, vocab_, 7);
   // The decode side is never driven: nothing is ever confirmed.
-  DecodeSide::Lease* lease = decode_->Expect(30, 16, absl::Now() + absl::Milliseconds(300));
+  DecodeSide::Lease* lease = decode_->Expect(30, 16, clock_.Now() + absl::Seconds(1));
   Outcome out;
   loop_->Submit(Job(prompt, *lease), out.Callback());
+  // Computed and sending; the lease runs out on the loop's clock only.
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().steps == 1; }));
+  EXPECT_FALSE(out.done());
+  clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(WaitFor([&] { return out.done(); }));
   EXPECT_THAT(out.status(),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("not confirmed")));
@@ -433,11 +443,15 @@ TEST_F(PrefillLoopTest, LeaseDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) {
 }
 
 TEST_F(PrefillLoopTest, RequestDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) {
-  StartLoop();
+  StartLoop({}, &clock_);
   const std::vector<int32_t> prompt = RandomTokens(30, vocab_, 8);
   DecodeSide::Lease* lease = decode_->Expect(30);
   Outcome out;
-  loop_->Submit(Job(prompt, *lease, absl::Now() + absl::Milliseconds(300)), out.Callback());
+  loop_->Submit(Job(prompt, *lease, clock_.Now() + absl::Seconds(1)), out.Callback());
+  // Computed and sending when the deadline passes.
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().steps == 1; }));
+  EXPECT_FALSE(out.done());
+  clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(WaitFor([&] { return out.done(); }));
   EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
   ExpectEveryBlockFree();
@@ -496,15 +510,20 @@ TEST_F(PrefillLoopTest, QueueFullIsResourceExhaustedAtOnce) {
 }
 
 TEST_F(PrefillLoopTest, DeadlineWhileQueuedIsDeadlineExceeded) {
-  StartLoop({.kv_blocks = 8});
+  StartLoop({.kv_blocks = 8}, &clock_);
   const std::vector<int32_t> big = RandomTokens(120, vocab_, 13);
   DecodeSide::Lease* big_lease = decode_->Expect(120);
   Outcome big_out;
   loop_->Submit(Job(big, *big_lease), big_out.Callback());
   DecodeSide::Lease* lease = decode_->Expect(10);
   Outcome out;
-  loop_->Submit(Job(RandomTokens(10, vocab_, 14), *lease, absl::Now() + absl::Milliseconds(200)),
+  loop_->Submit(Job(RandomTokens(10, vocab_, 14), *lease, clock_.Now() + absl::Seconds(1)),
                 out.Callback());
+  // The big job holds every block, so the small one waits in the queue
+  // when its deadline passes.
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().steps == 1; }));
+  EXPECT_FALSE(out.done());
+  clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(WaitFor([&] { return out.done(); }));
   EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("queued")));
   EXPECT_FALSE(big_out.done());

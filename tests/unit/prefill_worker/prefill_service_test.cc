@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/clock.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/model/synthetic.h"
 #include "common/rpc/grpc_status.h"
@@ -45,7 +46,7 @@ class PrefillServiceTest : public ::testing::Test {
     ASSERT_OK(backend.status());
     ASSERT_OK_AND_ASSIGN(
         loop_, PrefillLoop::Create(*weights_, std::move(backend).value(), transport_.get(),
-                                   &Clock::Real(), {.model_name = "synthetic"}));
+                                   loop_clock_, {.model_name = "synthetic"}));
     service_ = std::make_unique<PrefillService>(loop_.get());
     ASSERT_OK_AND_ASSIGN(server_, rpc::StartServer({.address = "127.0.0.1:0"}, {service_.get()}));
     stub_ = v1::PrefillWorker::NewStub(rpc::MakeChannel(absl::StrCat("127.0.0.1:", server_.port)));
@@ -92,6 +93,10 @@ class PrefillServiceTest : public ::testing::Test {
     return request;
   }
 
+  // Starts at the real time and stands still unless a test moves it; the
+  // loop runs on it in PrefillServiceFakeClockTest.
+  FakeClock fake_clock_{absl::Now()};
+  const Clock* loop_clock_ = &Clock::Real();
   std::unique_ptr<ModelWeights> weights_;
   std::shared_ptr<kvtransfer::InProcFabric> fabric_;
   std::unique_ptr<DecodeSide> decode_;
@@ -100,6 +105,11 @@ class PrefillServiceTest : public ::testing::Test {
   std::unique_ptr<PrefillService> service_;
   rpc::RunningServer server_;
   std::unique_ptr<v1::PrefillWorker::Stub> stub_;
+};
+
+class PrefillServiceFakeClockTest : public PrefillServiceTest {
+ protected:
+  PrefillServiceFakeClockTest() { loop_clock_ = &fake_clock_; }
 };
 
 TEST_F(PrefillServiceTest, PrefillOverGrpcIsExactAndStatsShowIt) {
@@ -197,25 +207,36 @@ TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgumentOverGrpc) {
 }
 
 // The client's deadline passes while the transfer waits for a decode side
-// that never answers: the call ends and every block comes back.
-TEST_F(PrefillServiceTest, ClientDeadlineFreesEveryBlock) {
-  // Connect first, so that the deadline runs out at the worker, not in the
-  // channel's handshake (on a loaded machine that can take long).
-  ASSERT_OK(Stats().status());
+// that never answers: the call ends and every block comes back. The worker
+// reads the call's deadline on its loop's clock, which the test moves once
+// the job is sending: no real time has to pass, and a loaded machine can
+// neither run the deadline out early nor in the handshake.
+TEST_F(PrefillServiceFakeClockTest, ClientDeadlineFreesEveryBlock) {
   DecodeSide::Lease* lease = decode_->Expect(30);
-  EXPECT_THAT(Prefill(Request(RandomTokens(30, 101, 3), *lease), absl::Seconds(2), false),
-              StatusIs(absl::StatusCode::kDeadlineExceeded));
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  v1::WorkerStats stats;
+  absl::StatusOr<v1::PrefillResponse> answer;
+  std::thread caller([&] {
+    answer = Prefill(Request(RandomTokens(30, 101, 3), *lease), absl::Seconds(60), false);
+  });
+  const absl::Time wait_until = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<v1::WorkerStats> stats;
   do {
-    ASSERT_OK_AND_ASSIGN(stats, Stats());
-    if (stats.running() == 0) break;
+    stats = Stats();
+    if (stats.ok() && stats->running() == 1 && stats->kv_blocks_free() < stats->kv_blocks_total()) {
+      break;
+    }
     absl::SleepFor(absl::Milliseconds(5));
-  } while (absl::Now() < deadline);
-  EXPECT_EQ(stats.running(), 0);
-  EXPECT_EQ(stats.kv_blocks_free(), stats.kv_blocks_total());
-  EXPECT_EQ(stats.kv_transfers_failed(), 1u);
-  EXPECT_EQ(stats.requests_failed(), 1u);
+  } while (absl::Now() < wait_until);
+  ASSERT_OK(stats.status());
+  EXPECT_EQ(stats->running(), 1);
+  fake_clock_.Advance(absl::Seconds(61));
+  caller.join();
+  EXPECT_THAT(answer.status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("not confirmed")));
+  // Stats are published before the reply goes out.
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, Stats());
+  EXPECT_EQ(after.running(), 0);
+  EXPECT_EQ(after.kv_blocks_free(), after.kv_blocks_total());
+  EXPECT_EQ(after.kv_transfers_failed(), 1u);
+  EXPECT_EQ(after.requests_failed(), 1u);
 }
 
 }  // namespace
