@@ -1,15 +1,26 @@
 // Prefix caching across the pools: greedy outputs are the same with the
 // caches on and off, colocated and disaggregated; repeated prefixes are not
-// computed again; a multi-turn chat ships only its new blocks.
+// computed again; a multi-turn chat ships only its new blocks; the router's
+// prefix index follows a worker's evictions through its cache events.
+#include <signal.h>
+
+#include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/base/logging.h"
+#include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
 #include "tests/testing/model_files.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tandem::testing {
 namespace {
@@ -124,6 +135,136 @@ TEST_F(PrefixCacheClusterTest, AMultiTurnChatShipsOnlyItsNewBlocks) {
     history.insert(history.end(), a.tokens.begin(), a.tokens.end());
   }
   EXPECT_TRUE(on->WaitUntilIdle(absl::Seconds(30)).ok());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Waits (bounded) until `path` holds at least `n` times `what`.
+absl::Status WaitForCount(const std::string& path, const std::string& what, int n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (CountOf(ReadAll(path), what) < n) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(path, " does not hold '", what, "' ", n, " times"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+// The prompt tokens the router's prefix index said the decode worker held
+// for request `id`, from its line in the request log (waited for, bounded).
+absl::StatusOr<int> IndexedCachedTokens(const std::string& request_log, const std::string& id) {
+  const std::string key = absl::StrCat("\"request_id\":\"", id, "\"");
+  if (absl::Status s = WaitForCount(request_log, key, 1); !s.ok()) return s;
+  const std::vector<std::string> lines = absl::StrSplit(ReadAll(request_log), '\n');
+  for (const std::string& line : lines) {
+    if (line.find(key) == std::string::npos) continue;
+    static const std::regex kClaim(
+        "decode [^ ]+: ([0-9]+) of [0-9]+ prompt tokens cached per the prefix index");
+    std::smatch match;
+    if (!std::regex_search(line, match, kClaim)) {
+      return absl::NotFoundError(absl::StrCat("no prefix index claim in ", line));
+    }
+    return std::stoi(match[1].str());
+  }
+  return absl::NotFoundError(absl::StrCat("no line of ", id));
+}
+
+// A decode worker whose cache evicts a prefix while generating a long
+// sequence the router never records (cancelled): the router hears of the
+// eviction from the worker's cache events, and the next request with the
+// prefix is not scored by a stale entry. The router's index would otherwise
+// still list the evicted blocks: they are within its capacity, and the
+// drop in kv_blocks_cached is too small to trim it.
+TEST_F(PrefixCacheClusterTest, AnEvictedPrefixIsNotCountedByTheRoutersIndex) {
+  const std::string request_log = absl::StrCat(TempDir(), "/evicted-prefix-requests.jsonl");
+  std::remove(request_log.c_str());
+  auto started = Cluster::Start(ClusterOptions{
+      .prefill = 0,
+      .decode = 1,
+      .model = model_,
+      .tokenizer = tokenizer_,
+      .router_flags = {"--routing_policy=prefix", "--health_interval=50ms",
+                       "--request_log=" + request_log},
+      // 32 blocks of 16 tokens: a 512-token sequence fills it.
+      .decode_flags = {"--kv_blocks=32"}});
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& cluster = **started;
+
+  // Four shared blocks, one more block and a tail: 84 tokens, 5 full
+  // blocks cached when the sequence finishes.
+  const std::vector<int32_t> shared = Tokens(80, 1);
+  std::vector<int32_t> first = shared;
+  for (int32_t t : Tokens(4, 300)) first.push_back(t);
+  v1::GenerateRequest first_request = Greedy(first, 4);
+  first_request.set_request_id("first");
+  const Completion a = RunGenerate(cluster.router(), first_request);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message() << cluster.Logs();
+  ASSERT_OK_AND_ASSIGN(const int first_claim, IndexedCachedTokens(request_log, "first"));
+  EXPECT_EQ(first_claim, 0);
+
+  // A 16-token prompt generating into nearly the whole pool: the cache
+  // gives up its least recently released blocks, the tail of `first`.
+  auto evicted_before = cluster.Stats(cluster.decode(0));
+  ASSERT_TRUE(evicted_before.ok()) << evicted_before.status();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(60)));
+    auto reader = cluster.router().Generate(&ctx, Greedy(Tokens(16, 700), 490));
+    v1::GenerateResponse response;
+    int received = 0;
+    while (received < 440 && reader->Read(&response)) received += response.token_ids_size();
+    ASSERT_GE(received, 440) << cluster.Logs();
+    ctx.TryCancel();
+    while (reader->Read(&response)) {
+    }
+    reader->Finish();
+  }
+  ASSERT_TRUE(cluster.WaitUntilIdle(absl::Seconds(30)).ok()) << cluster.Logs();
+  auto evicted_after = cluster.Stats(cluster.decode(0));
+  ASSERT_TRUE(evicted_after.ok()) << evicted_after.status();
+  ASSERT_GE(evicted_after->prefix_cache_evicted_blocks(),
+            evicted_before->prefix_cache_evicted_blocks() + 2)
+      << "the long sequence should have evicted cached blocks";
+
+  // The router has polled the worker since: stop it until a poll fails,
+  // and wait for the router to see it healthy again (a poll answered after
+  // the evictions, whose events the registry takes before the health).
+  const std::string healthy = absl::StrCat("decode worker ", cluster.decode(0).address);
+  const int seen = CountOf(ReadAll(cluster.router_member().log), healthy + " is healthy");
+  cluster.decode(0).process->Signal(SIGSTOP);
+  ASSERT_TRUE(cluster.WaitForLog(cluster.router_member(), healthy + " is unhealthy",
+                                 absl::Seconds(30))
+                  .ok());
+  cluster.decode(0).process->Signal(SIGCONT);
+  ASSERT_TRUE(
+      WaitForCount(cluster.router_member().log, healthy + " is healthy", seen + 1).ok())
+      << cluster.Logs();
+
+  // The same five blocks and another tail: the index claims what the
+  // worker still holds, no more.
+  std::vector<int32_t> second = shared;
+  for (int32_t t : Tokens(4, 400)) second.push_back(t);
+  v1::GenerateRequest second_request = Greedy(second, 4);
+  second_request.set_request_id("second");
+  const Completion b = RunGenerate(cluster.router(), second_request);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message() << cluster.Logs();
+  const int held = b.finished.usage().cached_tokens();
+  EXPECT_LT(held, 80) << "the tail block should have been evicted";
+  ASSERT_OK_AND_ASSIGN(const int claim, IndexedCachedTokens(request_log, "second"));
+  EXPECT_EQ(claim, held) << ReadAll(request_log);
 }
 
 }  // namespace
