@@ -56,6 +56,8 @@ queue=0 # NFQUEUE numbers are per namespace
 delay_pid=""
 mkdir -p "$out"
 
+# Processes started in the background call ip netns exec themselves: a
+# backgrounded function is a subshell, and its $! not the process to stop.
 in_s() { ip netns exec "$ns_s" "$@"; }
 in_r() { ip netns exec "$ns_r" "$@"; }
 
@@ -125,7 +127,7 @@ delay() {
     delay_pid=""
   fi
   [ "$1" -gt 0 ] || return 0
-  in_r chrt -f 50 "$bin/tandem-kvbench-netdelay" --queue "$queue" --delay_ms "$1" &
+  ip netns exec "$ns_r" chrt -f 50 "$bin/tandem-kvbench-netdelay" --queue "$queue" --delay_ms "$1" &
   delay_pid=$!
   sleep 0.3
   kill -0 "$delay_pid" 2>/dev/null || die "tandem-kvbench-netdelay did not start"
@@ -149,7 +151,7 @@ kvbench() {
 run_kv() {
   exec 9>/tmp/tandem-cpu.lock
   flock 9
-  in_r python3 "$root/scripts/lanes_tcp.py" server 5201 &
+  ip netns exec "$ns_r" python3 "$root/scripts/lanes_tcp.py" server 5201 &
   local server=$!
   sleep 0.5
   # What this machine moves with no cap and no delay: the CPU's ceiling.
@@ -188,23 +190,34 @@ run_cluster() {
   flock 9
   shape on
   delay "$cluster_rtt"
+  # KV over TCP, as between data centres: the two workers share this host,
+  # and UCX would otherwise pick shared memory.
+  export UCX_TLS=tcp
   local l
   for l in $cluster_lanes; do
     local dir="$out/cluster-lanes$l"
     mkdir -p "$dir"
-    in_r "$bin/tandem-decode" --listen "$ip_r:8300" --metrics_listen "127.0.0.1:9300" \
+    local pids=()
+    ip netns exec "$ns_r" "$bin/tandem-decode" --listen "$ip_r:8300" --metrics_listen "127.0.0.1:9300" \
       --model "$model" --threads 1 --kv_net_devices "$dev_r" --port_file "$dir/decode.port" \
       >"$dir/decode.log" 2>&1 &
-    in_s "$bin/tandem-prefill" --listen "127.0.0.1:8200" --metrics_listen "127.0.0.1:9200" \
+    pids+=($!)
+    ip netns exec "$ns_s" "$bin/tandem-prefill" --listen "127.0.0.1:8200" --metrics_listen "127.0.0.1:9200" \
       --model "$model" --threads 1 --kv_net_devices "$dev_s" --kv_lanes "$l" \
       --port_file "$dir/prefill.port" >"$dir/prefill.log" 2>&1 &
+    pids+=($!)
     for f in decode prefill; do
       for _ in $(seq 600); do [ -s "$dir/$f.port" ] && break; sleep 0.1; done
       [ -s "$dir/$f.port" ] || die "$f worker did not start: $(tail -5 "$dir/$f.log")"
     done
-    in_s "$bin/tandem-router" --listen "127.0.0.1:8100" --tokenizer "$tokenizer" \
+    # A prefill answers once its KV has shipped: at one lane a 24 MiB KV
+    # alone takes about 2 s, past the router's default 2 s per 1024 tokens.
+    ip netns exec "$ns_s" "$bin/tandem-router" --listen "127.0.0.1:8100" --tokenizer "$tokenizer" \
       --prefill_workers 127.0.0.1:8200 --decode_workers "$ip_r:8300" \
-      --port_file "$dir/router.port" --request_log "$dir/requests.jsonl" >"$dir/router.log" 2>&1 &
+      --prefill_answer_timeout 60s --port_file "$dir/router.port" \
+      --request_log "$dir/requests.jsonl" >"$dir/router.log" 2>&1 &
+    pids+=($!)
+    disown "${pids[@]}"
     for _ in $(seq 600); do [ -s "$dir/router.port" ] && break; sleep 0.1; done
     [ -s "$dir/router.port" ] || die "router did not start: $(tail -5 "$dir/router.log")"
     # One request at a time: TTFT is prefill + KV transfer + first token,
@@ -213,15 +226,17 @@ run_cluster() {
       --output_len 4 --num_requests "$requests" --max_concurrency 1 --vocab_size 512 \
       --progress=false --result_json "$dir/bench.json" >"$dir/bench.txt" 2>&1 ||
       die "tandem-bench failed: $(tail -5 "$dir/bench.txt")"
-    in_s curl -s "http://127.0.0.1:9200/metrics" >"$dir/prefill.metrics" || true
-    for p in $(ip netns pids "$ns_s") $(ip netns pids "$ns_r"); do
-      [ "$p" = "$delay_pid" ] || kill -TERM "$p" 2>/dev/null || true
-    done
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    local alive p
     for _ in $(seq 100); do
-      [ "$(ip netns pids "$ns_s" | wc -l)" -eq 0 ] && [ "$(ip netns pids "$ns_r" | wc -l)" -le 1 ] && break
+      alive=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+      [ "$alive" -eq 1 ] || break
       sleep 0.1
     done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
   done
+  unset UCX_TLS
   delay 0
   flock -u 9
 }

@@ -82,29 +82,30 @@ def main(out, rate, link):
     if clusters:
         print("Cluster TTFT (router + prefill worker | decode worker across the path), "
               "one request at a time:\n")
-        print("| kv_lanes | requests | prompt tokens | TTFT p50 (ms) | TTFT p99 (ms) "
-              "| KV bytes / request |")
-        print("|---|---|---|---|---|---|")
+        print("| kv_lanes | completed | via prefill worker | prompt tokens | TTFT p50 (ms) "
+              "| TTFT p99 (ms) | KV / request |")
+        print("|---|---|---|---|---|---|---|")
         for path in clusters:
             lanes = path.rsplit("lanes", 1)[1]
             bench_json = os.path.join(path, "bench.json")
             if not os.path.exists(bench_json):
-                print(f"| {lanes} | (no result) | | | | |")
+                print(f"| {lanes} | (no result) | | | | | |")
                 continue
             with open(bench_json) as f:
                 bench = json.load(f)
             ttft = bench["ttft_ms"]
             done = bench["completed"]
             tokens = bench["total_input_tokens"] / max(1, done)
+            # The router's request log: KV bytes shipped, and whether the
+            # prompt really went through the prefill worker (a failed
+            # prefill falls back to computing on the decode worker).
+            records = load_lines(os.path.join(path, "requests.jsonl"))
+            remote = [r for r in records if r.get("disaggregated")]
             kv_bytes = "-"
-            metrics = os.path.join(path, "prefill.metrics")
-            if os.path.exists(metrics):
-                with open(metrics) as f:
-                    for line in f:
-                        if line.startswith("tandem_prefill_kv_transfer_bytes_total"):
-                            kv_bytes = f"{float(line.split()[-1]) / max(1, done) / 2**20:.1f} MiB"
-            print(f"| {lanes} | {done} of {bench['num_requests']} | {tokens:.0f} | "
-                  f"{ttft['median']:.0f} | {ttft['p99']:.0f} | {kv_bytes} |")
+            if remote:
+                kv_bytes = f"{sum(r['kv_bytes'] for r in remote) / len(remote) / 2**20:.1f} MiB"
+            print(f"| {lanes} | {done} of {bench['num_requests']} | {len(remote)} | {tokens:.0f} "
+                  f"| {ttft['median']:.0f} | {ttft['p99']:.0f} | {kv_bytes} |")
         print()
 
 
