@@ -18,11 +18,17 @@
 namespace tandem::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+class SteadyClock final : public RunClock {
+ public:
+  using Steady = std::chrono::steady_clock;
+  double Now() override {
+    return std::chrono::duration<double>(Steady::now().time_since_epoch()).count();
+  }
+  void SleepUntil(double t) override {
+    std::this_thread::sleep_until(Steady::time_point(
+        std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(t))));
+  }
+};
 
 // Threads that grow with demand: a new one only when no idle thread can
 // take a job, so a sync stream per thread never waits for another.
@@ -74,8 +80,13 @@ class ElasticPool {
 class Progress {
  public:
   Progress(const RunOptions& o, const std::atomic<int>& done, const std::atomic<int>& failed,
-           Clock::time_point t0)
-      : o_(o), done_(done), failed_(failed), t0_(t0), tty_(isatty(STDERR_FILENO) == 1) {
+           RunClock& clock, double t0)
+      : o_(o),
+        done_(done),
+        failed_(failed),
+        clock_(clock),
+        t0_(t0),
+        tty_(isatty(STDERR_FILENO) == 1) {
     if (o.progress) thread_ = std::thread([this] { Loop(); });
   }
   void Stop(int sent) {
@@ -97,7 +108,7 @@ class Progress {
   }
   void Draw(bool last) {
     const int done = done_.load(), failed = failed_.load();
-    const double t = Since(t0_);
+    const double t = clock_.Now() - t0_;
     double frac;
     std::string count;
     if (o_.duration_s > 0 && !last) {
@@ -123,7 +134,8 @@ class Progress {
   const RunOptions& o_;
   const std::atomic<int>& done_;
   const std::atomic<int>& failed_;
-  Clock::time_point t0_;
+  RunClock& clock_;
+  const double t0_;
   bool tty_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -155,17 +167,19 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
   std::mutex mu;
   std::condition_variable slot_freed;
   int in_flight = 0;
-  const Clock::time_point t0 = Clock::now();
-  Progress progress(o, done, failed, t0);
+  SteadyClock steady;
+  RunClock& clock = o.clock != nullptr ? *o.clock : steady;
+  const double t0 = clock.Now();
+  auto since_start = [&] { return clock.Now() - t0; };
+  Progress progress(o, done, failed, clock, t0);
   {
     ElasticPool pool;
     double next = 0;
     for (int i = 0;; ++i) {
       if (o.duration_s <= 0 && i >= o.num_requests) break;
       if (i > 0) next += arrivals.NextGap();
-      if (o.duration_s > 0 && (next >= o.duration_s || Since(t0) >= o.duration_s)) break;
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(next)));
+      if (o.duration_s > 0 && (next >= o.duration_s || since_start() >= o.duration_s)) break;
+      clock.SleepUntil(t0 + next);
       if (o.max_concurrency > 0) {
         std::unique_lock lock(mu);
         // A wave starts only once the previous one has wholly ended.
@@ -175,11 +189,11 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
         });
         ++in_flight;
         // A slot may free long after the duration is over.
-        if (o.duration_s > 0 && Since(t0) >= o.duration_s) break;
+        if (o.duration_s > 0 && since_start() >= o.duration_s) break;
       }
       RequestRecord* record = &records.emplace_back();
       BenchRequest request = dataset.Get(i);
-      record->start = Since(t0);
+      record->start = since_start();
       pool.Submit([&, record, request = std::move(request)] {
         const double start = record->start;
         *record = target.Send(request);
@@ -194,7 +208,7 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
       });
     }
   }  // the pool joins every stream
-  const double duration = Since(t0);
+  const double duration = since_start();
   progress.Stop(static_cast<int>(records.size()));
   RunResult result;
   result.options = o;

@@ -13,6 +13,17 @@
 
 namespace tandem::bench {
 
+// Where the runner reads time and waits for the next arrival: seconds from
+// any origin. The default is the steady clock; a test gives a fake whose
+// waits move it, so that schedules and durations need no real time.
+class RunClock {
+ public:
+  virtual ~RunClock() = default;
+  virtual double Now() = 0;
+  // Returns once Now() >= t.
+  virtual void SleepUntil(double t) = 0;
+};
+
 struct RunOptions {
   double request_rate = 0;  // req/s; 0 or inf = send as fast as the concurrency allows
   double burstiness = 1;    // gamma shape; 1 = Poisson
@@ -27,6 +38,8 @@ struct RunOptions {
   // Progress on stderr: a bar when it is a terminal, else a line now and then.
   bool progress = true;
   Slo slo;
+  // Null: the steady clock. Must outlive the run.
+  RunClock* clock = nullptr;
 };
 
 struct RunResult {

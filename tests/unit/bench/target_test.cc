@@ -2,13 +2,16 @@
 // null target and the runner's load control.
 #include <httplib.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/arrivals.h"
 #include "tools/bench/runner.h"
 #include "tools/bench/target.h"
 
@@ -49,8 +52,11 @@ class FakeOpenAi {
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    for (int i = 0; i < 200 && !server_.is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // The socket listens already; stop() only works once the server loop
+    // runs, so the destructor needs it running. The bound only stops a hang.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!server_.is_running() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
   ~FakeOpenAi() {
@@ -76,13 +82,20 @@ TEST(OpenAiTargetTest, TimesStreamedChunks) {
   ASSERT_TRUE(r.success) << r.error << " body sent: " << server.last_body_;
   EXPECT_EQ(r.output_tokens, 4);
   EXPECT_EQ(r.prompt_tokens, 7);  // from usage
-  EXPECT_GE(r.ttft, kDelayMs * 0.9e-3);
-  // A bound that only catches a wrong time base: a loaded machine may take
-  // seconds to connect and schedule the server's thread.
-  EXPECT_LT(r.ttft, 60.0);
+  // Only what a loaded machine cannot change: no chunk can arrive before
+  // the server wrote it (so the server's delays are lower bounds), and the
+  // gaps fit in the stream. A gap itself may be short when the client
+  // reads two chunks at once.
+  EXPECT_GE(r.ttft, kDelayMs * 1e-3);
+  EXPECT_LT(r.ttft, 60.0);  // only catches a wrong time base
   ASSERT_EQ(r.itls.size(), 3u);
-  for (double gap : r.itls) EXPECT_GE(gap, kDelayMs * 0.9e-3);
-  EXPECT_GE(r.e2e, 4 * kDelayMs * 0.9e-3);
+  double gaps = 0;
+  for (double gap : r.itls) {
+    EXPECT_GE(gap, 0);
+    gaps += gap;
+  }
+  EXPECT_GE(r.e2e, 4 * kDelayMs * 1e-3);
+  EXPECT_LE(r.ttft + gaps, r.e2e + 1e-9);
   EXPECT_NEAR(*Tpot(r), (r.e2e - r.ttft) / 3, 1e-12);
   const auto sent = nlohmann::json::parse(server.last_body_);
   EXPECT_EQ(sent["stream"], true);
@@ -112,65 +125,120 @@ TEST(TargetTest, RejectsUnknownSchemes) {
   EXPECT_TRUE(MakeTarget("grpc://127.0.0.1:1", {}).ok());
 }
 
-// Counts the most streams in flight at once.
+// The runner's clock in these tests: time moves only when the runner waits
+// for an arrival (it jumps there) or a target says a request took time.
+class FakeRunClock final : public RunClock {
+ public:
+  double Now() override {
+    std::lock_guard lock(mu_);
+    return now_;
+  }
+  void SleepUntil(double t) override {
+    std::lock_guard lock(mu_);
+    now_ = std::max(now_, t);
+  }
+  void Advance(double seconds) {
+    std::lock_guard lock(mu_);
+    now_ += seconds;
+  }
+
+ private:
+  std::mutex mu_;
+  double now_ = 1000;
+};
+
+// Counts the most streams in flight at once. Each request is held until
+// `gate` requests have been in flight together (so that a limit the runner
+// allows is reached however the threads are scheduled), then takes
+// `seconds` of the fake clock, if one is given.
 class SlowTarget : public Target {
  public:
+  SlowTarget(int gate, FakeRunClock* clock, double seconds)
+      : gate_(gate), clock_(clock), seconds_(seconds) {}
   RequestRecord Send(const BenchRequest& request) override {
-    const int now = ++in_flight_;
-    for (int seen = peak_.load(); now > seen && !peak_.compare_exchange_weak(seen, now);) {}
+    {
+      std::unique_lock lock(mu_);
+      peak_ = std::max(peak_, ++in_flight_);
+      gate_reached_.notify_all();
+      // The bound only stops a hang of a runner that never allows `gate`.
+      gate_reached_.wait_for(lock, std::chrono::seconds(60), [&] { return peak_ >= gate_; });
+    }
     StreamTimer timer;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (clock_ != nullptr) clock_->Advance(seconds_);
     timer.OnTokens(request.max_tokens);
-    --in_flight_;
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
     RequestRecord r;
     timer.Finish(r);
     r.success = true;
     return r;
   }
-  std::atomic<int> in_flight_{0}, peak_{0};
+  int peak() {
+    std::lock_guard lock(mu_);
+    return peak_;
+  }
+
+ private:
+  const int gate_;
+  FakeRunClock* const clock_;
+  const double seconds_;
+  std::mutex mu_;
+  std::condition_variable gate_reached_;
+  int in_flight_ = 0;
+  int peak_ = 0;
 };
 
 TEST(RunnerTest, FixedConcurrencyIsRespected) {
-  SlowTarget target;
+  SlowTarget target(/*gate=*/3, nullptr, 0);
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 2});
   ASSERT_TRUE(data.ok());
   auto run = RunBenchmark(target, **data, {.max_concurrency = 3, .num_requests = 30,
                                            .progress = false, .slo = {}});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->metrics.completed, 30);
-  EXPECT_EQ(target.peak_.load(), 3);
-  EXPECT_GE(run->metrics.duration_s, 10 * 0.02 * 0.9);  // 30 / 3 waves of 20 ms
+  EXPECT_EQ(target.peak(), 3);
 }
 
 TEST(RunnerTest, PacesArrivalsAtTheRate) {
   auto target = MakeTarget("null://", {});
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 8});
   ASSERT_TRUE(target.ok() && data.ok());
+  FakeRunClock clock;
   auto run = RunBenchmark(**target, **data, {.request_rate = 200, .burstiness = 1,
                                              .num_requests = 200, .seed = 1,
-                                             .progress = false, .slo = {}});
+                                             .progress = false, .slo = {}, .clock = &clock});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->metrics.completed, 200);
   EXPECT_EQ(run->metrics.total_output_tokens, 1600);
+  // Each request starts at its arrival, from the same generator.
+  ArrivalGenerator arrivals(200, 1, 1);
+  double at = 0;
+  ASSERT_EQ(run->records.size(), 200u);
+  for (size_t i = 0; i < run->records.size(); ++i) {
+    if (i > 0) at += arrivals.NextGap();
+    EXPECT_NEAR(run->records[i].start, at, 1e-9) << "request " << i;
+  }
   // 199 exponential gaps of mean 5 ms: about 1 s (5 sigma is +-0.35 s).
+  EXPECT_NEAR(run->metrics.duration_s, at, 1e-9);
   EXPECT_GT(run->metrics.duration_s, 0.6);
   EXPECT_LT(run->metrics.duration_s, 1.6);
-  for (size_t i = 1; i < run->records.size(); ++i) {
-    EXPECT_GE(run->records[i].start, run->records[i - 1].start);
-  }
 }
 
 TEST(RunnerTest, DurationModeStopsSending) {
-  SlowTarget target;
+  // Each request takes 20 ms of the fake clock; 2 slots; 0.3 s. The runner
+  // sends while less than 0.3 s has passed: 15 requests have ended by then,
+  // and at most one more was in flight.
+  FakeRunClock clock;
+  SlowTarget target(/*gate=*/0, &clock, 0.02);
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 2});
   auto run = RunBenchmark(target, **data, {.max_concurrency = 2, .duration_s = 0.3,
-                                           .progress = false, .slo = {}});
+                                           .progress = false, .slo = {}, .clock = &clock});
   ASSERT_TRUE(run.ok()) << run.status();
-  // Without the duration it would send num_requests (100). Requests take
-  // at least 20 ms, so 2 slots complete at most 2 * 0.3 / 0.02 + 2 in flight;
-  // a loaded machine only makes them fewer, so the lower bound is loose.
-  EXPECT_GE(run->metrics.completed, 2);
-  EXPECT_LE(run->metrics.completed, 32);
+  // Without the duration it would send num_requests (100).
+  EXPECT_GE(run->metrics.completed, 15);
+  EXPECT_LE(run->metrics.completed, 16);
   EXPECT_FALSE(RunBenchmark(target, **data, {.duration_s = 1, .progress = false, .slo = {}}).ok());
 }
 
