@@ -27,7 +27,7 @@ void PrefixIndex::Entries::Remove(const BlockHash& h) {
 
 void PrefixIndex::Entries::ReadEvents() {
   if (events == nullptr) return;
-  const CacheEventBatch batch = events->Read(event_cursor, CacheEventRing::kDefaultCapacity);
+  const CacheEventBatch batch = events->Read(event_cursor, WorkerCacheEvents::kCapacity);
   event_cursor = batch.next;
   // Blocks dropped in the events missed may still be listed.
   if (batch.lost) Clear();

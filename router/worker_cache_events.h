@@ -10,8 +10,9 @@
 // cache_epoch: a restart), events the worker dropped before they were
 // asked for (cache_events_lost), or a malformed reply.
 //
-// Thread-safe; the log keeps the latest CacheEventRing::kDefaultCapacity
-// events (a reader further behind sees `lost` and clears in the same way).
+// Thread-safe; the log keeps the latest kCapacity events (a reader further
+// behind sees `lost` and clears in the same way): 384 KiB per worker at
+// most, for a reader that syncs at every routed request.
 #ifndef TANDEM_ROUTER_WORKER_CACHE_EVENTS_H_
 #define TANDEM_ROUTER_WORKER_CACHE_EVENTS_H_
 
@@ -28,6 +29,7 @@ class WorkerCacheEvents {
  public:
   // Events asked for per poll (the worker caps it too).
   static constexpr int kMaxPerPoll = 8192;
+  static constexpr int kCapacity = 2 * kMaxPerPoll;
 
   WorkerCacheEvents() = default;
   WorkerCacheEvents(const WorkerCacheEvents&) = delete;
@@ -48,7 +50,7 @@ class WorkerCacheEvents {
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;
-  CacheEventRing log_ ABSL_GUARDED_BY(mu_);
+  CacheEventRing log_ ABSL_GUARDED_BY(mu_) = CacheEventRing(kCapacity);
 };
 
 }  // namespace tandem::router

@@ -157,7 +157,7 @@ TEST(PrefixIndexEvents, EventsTheWorkerDroppedBeforeThePollClearTheWorker) {
 TEST(PrefixIndexEvents, AReaderFallenBehindTheRoutersLogClearsTheWorker) {
   auto events = std::make_shared<WorkerCacheEvents>();
   // The worker keeps more than the router: it loses nothing here.
-  FakeWorker worker(7, /*event_capacity=*/2 * CacheEventRing::kDefaultCapacity);
+  FakeWorker worker(7, /*event_capacity=*/CacheEventRing::kDefaultCapacity);
   PrefixIndex index;
   worker.Store(Chain(1, 2));
   worker.Poll(*events);
@@ -166,12 +166,12 @@ TEST(PrefixIndexEvents, AReaderFallenBehindTheRoutersLogClearsTheWorker) {
   // More events than the router keeps per worker arrive between two syncs
   // (over several polls, each capped), the eviction of chain 1 among them.
   worker.Evict(Chain(1, 2));
-  worker.Store(Chain(2, CacheEventRing::kDefaultCapacity));
-  const int polls = CacheEventRing::kDefaultCapacity / WorkerCacheEvents::kMaxPerPoll + 1;
+  worker.Store(Chain(2, WorkerCacheEvents::kCapacity));
+  const int polls = WorkerCacheEvents::kCapacity / WorkerCacheEvents::kMaxPerPoll + 1;
   for (int i = 0; i < polls; ++i) worker.Poll(*events);
   index.Sync({Snapshot("a", events)});
   EXPECT_EQ(index.Match("a", Chain(1, 2)), 0);
-  EXPECT_EQ(index.Match("a", Chain(2, 1, CacheEventRing::kDefaultCapacity - 1)), 1);
+  EXPECT_EQ(index.Match("a", Chain(2, 1, WorkerCacheEvents::kCapacity - 1)), 1);
 }
 
 TEST(PrefixIndexEvents, ARestartedWorkerIsClearedByItsNewEpoch) {
