@@ -30,6 +30,9 @@ RouterHarness::~RouterHarness() {
 absl::Status RouterHarness::Start() {
   RegistryOptions registry_options;
   registry_options.health_interval = absl::Milliseconds(50);
+  // The fake workers answer at once; a loaded machine must not turn a slow
+  // poll into an unhealthy worker (a stopped server fails at once anyway).
+  registry_options.health_timeout = absl::Seconds(30);
   registry_options.resolve_interval = absl::Seconds(1);
   for (int i = 0; i < options_.prefill; ++i) {
     prefill_.push_back(std::make_unique<FakePrefillWorker>(options_.vocab_size));

@@ -1,6 +1,7 @@
 // RouterService against fake prefill and decode workers over real gRPC.
 #include "router/router_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -208,6 +209,20 @@ TEST(RouterServiceTest, DecodeWorkerRefusingIsReplacedByAnother) {
   EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - bad));
   EXPECT_EQ(h->decode(bad).requests().size(), 1u);
   EXPECT_EQ(h->decode(1 - bad).requests().size(), 1u);
+}
+
+// A worker whose server shuts down (SIGTERM) with the reservation call not
+// yet handled ends it CANCELLED; the router did not cancel it, so the
+// request goes to another worker instead of failing CANCELLED.
+TEST(RouterServiceTest, DecodeWorkerCancellingTheReservationIsReplacedByAnother) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstDecode();
+  h->decode(bad).SetBehaviour({.refuse = absl::CancelledError("server shutting down")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - bad));
+  EXPECT_EQ(h->decode(bad).requests().size(), 1u);
 }
 
 // Waits until `pred(registry)` holds, polling the workers.
@@ -443,7 +458,12 @@ TEST(RouterServiceTest, RequestTimeoutIsDeadlineExceededAndFreesTheStream) {
   const Result r = h->Run(request);
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(r.status.error_message(), HasSubstr("timeout_ms"));
-  EXPECT_THAT(r.tokens, ElementsAre(40, 20));
+  // The prefill's token and one decode token come, then the worker holds;
+  // on a loaded machine the timeout may pass before they arrive, so only
+  // their order is certain.
+  ASSERT_LE(r.tokens.size(), 2u);
+  const std::vector<int32_t> sent = {40, 20};
+  EXPECT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), sent.begin())) << r.tokens.size();
   EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
 }
 
@@ -453,12 +473,11 @@ TEST(RouterServiceTest, RouterRequestTimeoutAppliesWithoutTimeoutMs) {
   auto h = StartHarness(options);
   ASSERT_NE(h, nullptr);
   h->decode(0).SetBehaviour({.hold_after = 0});
-  const absl::Time start = absl::Now();
-  // The client's own deadline (20 s) is the later one.
+  // The client's own deadline (20 s) is the later one; the message says
+  // which one ran out.
   const Result r = h->Run(TokenRequest({1, 5, 6}, 100));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(r.status.error_message(), HasSubstr("--request_timeout"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
 }
 
@@ -623,11 +642,11 @@ TEST(RouterServiceTest, OverMaxInflightWithNoQueueIsResourceExhaustedAtOnce) {
   auto reader = h->stub().Generate(&ctx, TokenRequest({1, 5, 6}, 100));
   v1::GenerateResponse response;
   ASSERT_TRUE(reader->Read(&response));  // The first token: the request is in flight.
-  const absl::Time start = absl::Now();
+  // At once: had it been queued, it would wait on the held request and end
+  // with its own deadline instead.
   const Result second = h->Run(TokenRequest({1, 5}, 2));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(second.status.error_message(), HasSubstr("--max_inflight"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   ctx.TryCancel();
   while (reader->Read(&response)) {
   }
