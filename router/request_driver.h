@@ -79,7 +79,9 @@ struct DriverOptions {
   // request's own prompt counts one unit per started 1024 tokens, and every
   // request this router already has open on that worker one more (it may
   // be queued behind them). Then the answer is abandoned and the request
-  // retried as when the worker is lost. See PrefillAnswerBudget.
+  // retried as when the worker is lost, and so are this router's other
+  // requests still waiting on that worker (Worker::MarkUnresponsive). See
+  // PrefillAnswerBudget.
   absl::Duration prefill_answer_timeout = absl::Seconds(2);
   // max_tokens when the request sets none and the context is unknown.
   int default_max_tokens = 16;
@@ -164,6 +166,11 @@ class RequestDriver final : public RequestHandle,
   void OnReserveTimer(int stream, bool fired);
   // The prefill attempt failed before any token: retry or give up.
   void OnPrefillFailed(const absl::Status& status);
+  // Another request found prefill attempt `attempt`'s worker unresponsive
+  // (Worker::MarkUnresponsive): a prefill still waiting there is abandoned
+  // and retried at once rather than when its own budget runs out (that
+  // budget grows with the requests ahead, which a hung worker piles up).
+  void OnPrefillWorkerUnresponsive(int attempt, const absl::Status& why);
   void RunLocal();
   // Every prefill attempt failed (`detail` adds to the message): the
   // request is prefilled on the decode worker, or fails when the failures
@@ -243,6 +250,9 @@ class RequestDriver final : public RequestHandle,
   std::shared_ptr<Worker> prefill_worker_;
   std::unique_ptr<Worker::Load> prefill_load_;
   std::shared_ptr<PrefillCall> prefill_call_;
+  // Until the attempt's prefill is answered (declared after prefill_worker_,
+  // which must outlive it).
+  std::unique_ptr<Worker::Watch> prefill_watch_;
   // The attempt's answer budget (PrefillAnswerBudget).
   absl::Duration prefill_budget_;
   std::shared_ptr<StartCall> start_call_;

@@ -55,6 +55,7 @@ void RequestDriver::FallBackToLocal(const std::string& detail) {
 
 void RequestDriver::StartPrefill() {
   PrefixRouter* const prefix = env_.options.prefix_router.get();
+  prefill_watch_.reset();  // Before the worker it watches may go.
   while (true) {
     const std::vector<WorkerSnapshot> pool = env_.registry->Snapshot(WorkerRole::kPrefill);
     std::optional<Pick> pick = prefix != nullptr
@@ -80,6 +81,13 @@ void RequestDriver::StartPrefill() {
     }
     prefill_tried_.insert(pick->address);
   }
+  std::weak_ptr<RequestDriver> weak = weak_from_this();
+  prefill_watch_ = prefill_worker_->WatchUnresponsive(
+      [weak, attempt = prefill_attempt_](const absl::Status& why) {
+        if (std::shared_ptr<RequestDriver> self = weak.lock()) {
+          self->Post([self, attempt, why] { self->OnPrefillWorkerUnresponsive(attempt, why); });
+        }
+      });
   local_ = false;
   decode_tried_.clear();
   decode_refusals_.clear();
@@ -92,14 +100,18 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   if (phase_ == Phase::kDone || attempt != prefill_attempt_) return;
   prefill_call_.reset();
   prefill_load_.reset();
+  prefill_watch_.reset();
   if (!response.ok()) {
     if (response.status().code() == absl::StatusCode::kDeadlineExceeded && !OwnFault()) {
       // The answer budget ran out, not the request's deadline: the worker
-      // is hung or far behind, and the request goes elsewhere.
-      OnPrefillFailed(absl::UnavailableError(absl::StrCat(
+      // is hung or far behind, and the request goes elsewhere, and so do
+      // the others waiting on it.
+      const absl::Status status = absl::UnavailableError(absl::StrCat(
           "no answer within ", absl::FormatDuration(prefill_budget_),
           " (--prefill_answer_timeout per 1024 prompt tokens and per request ahead); the "
-          "worker may be hung")));
+          "worker may be hung"));
+      prefill_worker_->MarkUnresponsive(status);
+      OnPrefillFailed(status);
       return;
     }
     OnPrefillFailed(response.status());
@@ -170,6 +182,19 @@ void RequestDriver::OnStartDone(int stream, absl::Status status) {
   Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
                                              " was lost mid-stream after ", tokens,
                                              " tokens: Start failed: ", status.ToString())));
+}
+
+void RequestDriver::OnPrefillWorkerUnresponsive(int attempt, const absl::Status& why) {
+  if (phase_ != Phase::kPrefilling || attempt != prefill_attempt_ || prefill_call_ == nullptr) {
+    return;
+  }
+  // The call's own end comes later, for an attempt that is over: ignored.
+  prefill_call_->Cancel();
+  prefill_call_.reset();
+  prefill_load_.reset();
+  prefill_watch_.reset();
+  OnPrefillFailed(absl::UnavailableError(
+      absl::StrCat("abandoned: another request to this worker got ", why.message())));
 }
 
 void RequestDriver::OnPrefillFailed(const absl::Status& status) {

@@ -242,6 +242,30 @@ void Worker::MarkUnavailable(const absl::Status& why) {
   healthy_ = false;
 }
 
+void Worker::MarkUnresponsive(const absl::Status& why) {
+  MarkUnavailable(why);
+  std::vector<std::function<void(const absl::Status&)>> watchers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, fn] : watches_) watchers.push_back(fn);
+  }
+  // Outside the lock: a watcher may end its request, which releases its Load.
+  for (const auto& fn : watchers) fn(why);
+}
+
+std::unique_ptr<Worker::Watch> Worker::WatchUnresponsive(
+    std::function<void(const absl::Status&)> fn) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_watch_id_++;
+  watches_[id] = std::move(fn);
+  return std::unique_ptr<Watch>(new Watch(this, id));
+}
+
+Worker::Watch::~Watch() {
+  absl::MutexLock lock(&worker_->mu_);
+  worker_->watches_.erase(id_);
+}
+
 uint64_t Worker::BeginPoll() {
   absl::MutexLock lock(&mu_);
   return next_poll_++;

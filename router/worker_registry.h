@@ -124,6 +124,29 @@ class Worker {
   // succeeds, instead of waiting for the next poll to notice.
   void MarkUnavailable(const absl::Status& why);
 
+  // A request got no answer from the worker within its budget (it is hung
+  // or far behind): MarkUnavailable, and every request still waiting on it
+  // hears of it at once (WatchUnresponsive) instead of each waiting out its
+  // own, longer budget.
+  void MarkUnresponsive(const absl::Status& why);
+
+  // Calls `fn` with MarkUnresponsive's `why` (on that caller's thread, so it
+  // must not block) until the returned handle is destroyed. The Worker must
+  // outlive the handle (hold the shared_ptr).
+  class Watch {
+   public:
+    ~Watch();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    friend class Worker;
+    Watch(Worker* worker, uint64_t id) : worker_(worker), id_(id) {}
+    Worker* worker_;
+    uint64_t id_;
+  };
+  std::unique_ptr<Watch> WatchUnresponsive(std::function<void(const absl::Status&)> fn);
+
   // The registry's poller: BeginPoll() as a GetStats poll is sent, then
   // RecordPoll with the number it returned and the outcome.
   uint64_t BeginPoll();
@@ -171,6 +194,8 @@ class Worker {
   // The sum of pending_'s blocks (a snapshot per routing decision must not
   // walk every reservation).
   int64_t pending_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::function<void(const absl::Status&)>> watches_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct RegistryOptions {
