@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
@@ -265,6 +266,53 @@ TEST_F(PrefixCacheClusterTest, AnEvictedPrefixIsNotCountedByTheRoutersIndex) {
   EXPECT_LT(held, 80) << "the tail block should have been evicted";
   ASSERT_OK_AND_ASSIGN(const int claim, IndexedCachedTokens(request_log, "second"));
   EXPECT_EQ(claim, held) << ReadAll(request_log);
+}
+
+// A prefill worker's GetStats serves its cache events after a cursor, as
+// the router's polls ask for them.
+TEST_F(PrefixCacheClusterTest, APrefillWorkerReportsTheBlocksItCachedAfterTheCursor) {
+  std::unique_ptr<Cluster> cluster = Start(1, true);
+  const std::vector<int32_t> prompt = Tokens(84, 5);
+  const Completion a = RunGenerate(cluster->router(), Greedy(prompt, 2));
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message() << cluster->Logs();
+  ASSERT_TRUE(cluster->WaitUntilIdle(absl::Seconds(30)).ok()) << cluster->Logs();
+
+  auto stub = v1::PrefillWorker::NewStub(rpc::MakeChannel(cluster->prefill(0).address));
+  auto ask = [&stub](uint64_t epoch, uint64_t after, int max) {
+    v1::StatsRequest request;
+    request.set_cache_epoch(epoch);
+    request.set_cache_events_after(after);
+    request.set_max_cache_events(max);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(10)));
+    v1::WorkerStats stats;
+    const grpc::Status status = stub->GetStats(&ctx, request, &stats);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return stats;
+  };
+  // Every full block but the one holding the last prompt token is cached.
+  const int cached = (84 - 1) / kBlock;
+  const v1::WorkerStats all = ask(0, 0, 100);
+  ASSERT_NE(all.cache_epoch(), 0u);
+  EXPECT_FALSE(all.cache_events_lost());
+  EXPECT_EQ(all.cache_events_next(), static_cast<uint64_t>(cached));
+  ASSERT_EQ(all.cache_events_size(), 1);
+  EXPECT_EQ(all.cache_events(0).kind(), v1::CacheEvent::STORED);
+  EXPECT_EQ(all.cache_events(0).hashes_high_size(), cached);
+  EXPECT_EQ(all.cache_events(0).hashes_low_size(), cached);
+  // Two at a time, then nothing new after the last.
+  const v1::WorkerStats two = ask(all.cache_epoch(), 0, 2);
+  EXPECT_EQ(two.cache_events_next(), 2u);
+  ASSERT_EQ(two.cache_events_size(), 1);
+  EXPECT_EQ(two.cache_events(0).hashes_low(1), all.cache_events(0).hashes_low(1));
+  const v1::WorkerStats none = ask(all.cache_epoch(), all.cache_events_next(), 100);
+  EXPECT_EQ(none.cache_events_size(), 0);
+  EXPECT_EQ(none.cache_events_next(), all.cache_events_next());
+  // A cursor of another process starts from the beginning.
+  const v1::WorkerStats other = ask(all.cache_epoch() + 1, 3, 100);
+  EXPECT_EQ(other.cache_events_next(), static_cast<uint64_t>(cached));
+  ASSERT_EQ(other.cache_events_size(), 1);
+  EXPECT_EQ(other.cache_events(0).hashes_high_size(), cached);
 }
 
 }  // namespace
