@@ -280,6 +280,40 @@ TEST(DecodePrefixCache, StatsAndMetricsShowTheHitRate) {
   EXPECT_EQ(MetricValue(registry, "tandem_decode_kv_blocks_used"), 0);
 }
 
+// What the router's prefix index learns from: the cache's events, as
+// GetStats serves them, and the evicted blocks counted.
+TEST(DecodePrefixCache, CachedAndFlushedBlocksAreEventsAndTheFlushedOnesCount) {
+  prometheus::Registry registry;
+  DecodeMetrics metrics(registry);
+  DecodeLoopOptions options;
+  options.metrics = &metrics;
+  DecodeHarness h(options);
+  RunLocal(h, LocalRequest("a", RandomTokens(33, kVocab, 12), 2));
+  ASSERT_TRUE(h.AllBlocksFree());
+  const CacheEventBatch stored = h.loop().cache_events().Read(0, 100);
+  ASSERT_EQ(stored.events.size(), 2u);  // 34 tokens written: two full blocks.
+  EXPECT_EQ(stored.events[0].kind, CacheEventKind::kStored);
+  EXPECT_EQ(stored.events[1].kind, CacheEventKind::kStored);
+
+  h.loop().FlushPrefixCache();
+  ASSERT_TRUE(testing::WaitFor([&] { return h.loop().Stats().kv_blocks_cached == 0; }));
+  EXPECT_EQ(h.loop().Stats().prefix_cache_evicted_blocks, 2u);
+  EXPECT_EQ(MetricValue(registry, "tandem_decode_prefix_cache_evicted_blocks_total"), 2);
+  const CacheEventBatch flushed = h.loop().cache_events().Read(stored.next, 100);
+  ASSERT_EQ(flushed.events.size(), 1u);
+  EXPECT_EQ(flushed.events[0].kind, CacheEventKind::kCleared);
+
+  // GetStats's reply from them, after the cursor it is given.
+  v1::StatsRequest request;
+  request.set_max_cache_events(100);
+  v1::WorkerStats reply;
+  CacheEventsReply(h.loop().cache_events(), 9, request, &reply);
+  EXPECT_EQ(reply.cache_events_next(), 3u);
+  ASSERT_EQ(reply.cache_events_size(), 2);
+  EXPECT_EQ(reply.cache_events(0).hashes_low_size(), 2);
+  EXPECT_EQ(reply.cache_events(1).kind(), v1::CacheEvent::CLEARED);
+}
+
 TEST(DecodePrefixCache, TheServiceReportsTheCacheInItsProtos) {
   Finished f;
   f.cached_tokens = 48;
@@ -292,6 +326,8 @@ TEST(DecodePrefixCache, TheServiceReportsTheCacheInItsProtos) {
   EXPECT_EQ(w.prefix_cache_queried_tokens(), 640u);
   EXPECT_EQ(w.prefix_cache_hit_tokens(), 320u);
   EXPECT_EQ(w.kv_blocks_cached(), 7);
+  s.prefix_cache_evicted_blocks = 5;
+  EXPECT_EQ(ToProto(s).prefix_cache_evicted_blocks(), 5u);
 }
 
 }  // namespace
