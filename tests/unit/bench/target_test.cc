@@ -227,18 +227,19 @@ TEST(RunnerTest, PacesArrivalsAtTheRate) {
 }
 
 TEST(RunnerTest, DurationModeStopsSending) {
-  // Each request takes 20 ms of the fake clock; 2 slots; 0.3 s. The runner
-  // sends while less than 0.3 s has passed: 15 requests have ended by then,
-  // and at most one more was in flight.
+  // Each request takes 1/64 s of the fake clock (exact in binary, as are
+  // the sums); 2 slots; 0.25 s. The runner sends while less than 0.25 s has
+  // passed: 16 requests have ended by then, and at most one more was in
+  // flight.
   FakeRunClock clock;
-  SlowTarget target(/*gate=*/0, &clock, 0.02);
+  SlowTarget target(/*gate=*/0, &clock, 1.0 / 64);
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 2});
-  auto run = RunBenchmark(target, **data, {.max_concurrency = 2, .duration_s = 0.3,
+  auto run = RunBenchmark(target, **data, {.max_concurrency = 2, .duration_s = 0.25,
                                            .progress = false, .slo = {}, .clock = &clock});
   ASSERT_TRUE(run.ok()) << run.status();
   // Without the duration it would send num_requests (100).
-  EXPECT_GE(run->metrics.completed, 15);
-  EXPECT_LE(run->metrics.completed, 16);
+  EXPECT_GE(run->metrics.completed, 16);
+  EXPECT_LE(run->metrics.completed, 17);
   EXPECT_FALSE(RunBenchmark(target, **data, {.duration_s = 1, .progress = false, .slo = {}}).ok());
 }
 
