@@ -1,8 +1,9 @@
 // Prefix-aware routing (--routing_policy=prefix): the router keeps a
 // PrefixIndex per pool of what its workers hold in their prefix caches,
 // learned from where it sent prompts and where decode sequences finished,
-// and picks workers with routing_policy.h's *ByPrefix scoring: cached prompt
-// tokens against load.
+// and corrected by the cache events the workers report (evictions, flushes,
+// restarts; see prefix_index.h), and picks workers with routing_policy.h's
+// *ByPrefix scoring: cached prompt tokens against load.
 //
 // A request hashes its prompt once (PromptBlocks) with the same chained
 // hashes the workers compute (common/kvcache/block_hash.h), so looking a
