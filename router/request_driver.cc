@@ -408,14 +408,18 @@ void RequestDriver::OnDecodeRefused(absl::Status status) {
   const std::string message =
       absl::StrCat("decode worker ", decode_address_, " did not admit the request: ",
                    status.ok() ? "its stream ended at once" : status.ToString());
-  if (status.code() != absl::StatusCode::kUnavailable &&
-      status.code() != absl::StatusCode::kResourceExhausted) {
+  // The router did not cancel the call (OwnFault): a CANCELLED stream is
+  // the worker's server shutting down with the call not yet in its hands
+  // (a worker stopped by SIGTERM before the router saw it draining).
+  const bool gone = status.code() == absl::StatusCode::kUnavailable ||
+                    status.code() == absl::StatusCode::kCancelled;
+  if (!gone && status.code() != absl::StatusCode::kResourceExhausted) {
     Finish(absl::Status(status.ok() ? absl::StatusCode::kInternal : status.code(), message));
     return;
   }
   // Gone, draining or full (its stats lag behind the router's other
   // requests): another decode worker can take the request.
-  if (status.code() == absl::StatusCode::kUnavailable) {
+  if (gone) {
     decode_worker_->MarkUnavailable(status);
     decode_all_full_ = false;
   }
