@@ -279,6 +279,15 @@ void TransferSender::HandlePeerFailed(PeerId peer) {
   }
 }
 
+void TransferSender::DropLanes(Transfer& t) {
+  for (PeerId lane : std::exchange(t.lanes, {})) {
+    for (auto& [address, pooled] : pool_) std::erase(pooled.lanes, lane);
+    transport_->Disconnect(lane);
+    ++stats_.stuck_closed;
+  }
+  UpdatePoolStats();
+}
+
 void TransferSender::Poll() {
   std::vector<TransportEvent> events;
   transport_->Poll(events);
@@ -310,6 +319,13 @@ void TransferSender::Poll() {
                absl::StrCat(t.Name(), ": KV transfer not confirmed before the deadline (",
                             t.layers_ready, " of ", t.layers.size(), " layers ready)")),
            true);
+    }
+    if (t.ending && !t.outstanding.empty() && now >= t.deadline && !t.lanes.empty()) {
+      // Sends the transport still holds at the deadline will not finish:
+      // the receiver went away without its connection failing (UCX never
+      // reports a peer that dies before the connection is set up). Closing
+      // the connections releases them; the next transfer reconnects.
+      DropLanes(t);
     }
     if (t.ending && t.outstanding.empty()) {
       finished.push_back(std::move(it->second));

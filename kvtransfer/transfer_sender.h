@@ -64,6 +64,9 @@ struct SenderStats {
   uint64_t connections = 0;         // Connections opened.
   uint64_t pooled_connections = 0;  // Connections in the pool now.
   uint64_t idle_closed = 0;         // Connections closed for idling.
+  // Connections closed because a transfer's sends were still unfinished
+  // at its deadline (a receiver gone without the connection failing).
+  uint64_t stuck_closed = 0;
   // Incoming messages that named no transfer of ours (late or foreign).
   uint64_t dropped = 0;
 };
@@ -139,6 +142,8 @@ class TransferSender {
   void HandleIncoming(const TransportEvent& event);
   void HandleSendDone(const TransportEvent& event);
   void HandlePeerFailed(PeerId peer);
+  // Takes `t`'s connections out of the pool and closes them.
+  void DropLanes(Transfer& t);
 
   // Constant after construction.
   KvTransport* const transport_;

@@ -335,7 +335,10 @@ void UcxTransport::Impl::Disconnect(PeerId id) {
   DropQueuedSends(*peer, absl::CancelledError(absl::StrCat("send cancelled: peer ", id,
                                                            " was disconnected before it started")));
   if (!peer->failed) SayGoodbye(*peer);
-  CloseEndpoint(*peer, /*force=*/false);
+  // A graceful close flushes first, which never ends while UCX holds sends
+  // to a peer that does not answer; forced, it fails them (kSendDone) and
+  // lets the endpoint go.
+  CloseEndpoint(*peer, /*force=*/peer->in_flight > 0);
 }
 
 UcxTransport::Impl::Peer* UcxTransport::Impl::FindPeer(PeerId id) {
