@@ -118,7 +118,9 @@ uint64_t TransferLease::total_bytes() const {
 
 uint64_t TransferLease::chunks_in_layer(uint32_t layer) const {
   const uint64_t bytes = layer_bytes[layer];
-  return bytes == 0 ? 1 : (bytes + chunk_bytes - 1) / chunk_bytes;
+  // Not (bytes + chunk_bytes - 1) / chunk_bytes: a lease comes from another
+  // process, and a huge chunk_bytes would wrap that sum to zero chunks.
+  return bytes == 0 ? 1 : bytes / chunk_bytes + (bytes % chunk_bytes != 0 ? 1 : 0);
 }
 
 uint64_t TransferLease::chunk_length(uint32_t layer, uint64_t chunk) const {

@@ -1,5 +1,6 @@
 #include "kvtransfer/wire_format.h"
 
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -130,6 +131,16 @@ TEST(TransferLeaseTest, Chunking) {
   EXPECT_EQ(lease.chunks_in_layer(2), 1u);  // An empty layer still sends one message.
   EXPECT_EQ(lease.chunk_length(2, 0), 0u);
   EXPECT_EQ(lease.chunks_in_layer(3), 1u);
+}
+
+// A lease is another process's bytes: a chunk size near 2^64 must still
+// give one chunk per non-empty layer (rounding up used to wrap to zero, and
+// the sender then sent nothing for the layer).
+TEST(TransferLeaseTest, HugeChunkBytesGiveOneChunk) {
+  TransferLease lease = SampleLease();
+  lease.chunk_bytes = std::numeric_limits<uint64_t>::max() - 1;
+  EXPECT_EQ(lease.chunks_in_layer(0), 1u);
+  EXPECT_EQ(lease.chunk_length(0, 0), lease.layer_bytes[0]);
 }
 
 TEST(TransferLeaseTest, RejectsGarbage) {
