@@ -83,15 +83,28 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromModelDir(const std::string& dir, 
   }
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   const fs::path jinja_path = fs::path(dir) / "chat_template.jinja";
-  Json config = Json::object();
+  std::optional<std::string> config_json;
   if (fs::exists(config_path, ec)) {
-    ASSIGN_OR_RETURN(std::string text, ReadText(config_path));
-    config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSIGN_OR_RETURN(config_json, ReadText(config_path));
+  }
+  std::optional<std::string> jinja_source;
+  if (fs::exists(jinja_path, ec)) {
+    ASSIGN_OR_RETURN(jinja_source, ReadText(jinja_path));
+  }
+  return FromConfig(config_json, jinja_source, config_path.string(), jinja_path.string(),
+                    std::move(options));
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(
+    const std::optional<std::string>& config_json, const std::optional<std::string>& jinja_source,
+    const std::string& config_name, const std::string& jinja_name, Options options) {
+  Json config = Json::object();
+  if (config_json.has_value()) {
+    config = Json::parse(*config_json, nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
+      return absl::InvalidArgumentError(absl::StrCat(config_name, ": not a JSON object"));
     }
   }
-  const std::string config_name = config_path.string();
   Json tokens = Json::object();
   for (const char* field : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
     ASSIGN_OR_RETURN(std::optional<std::string> token, SpecialToken(config, field, config_name));
@@ -100,9 +113,9 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromModelDir(const std::string& dir, 
   std::string source;
   std::string name;
   bool is_default = false;
-  if (fs::exists(jinja_path, ec)) {
-    ASSIGN_OR_RETURN(source, ReadText(jinja_path));
-    name = jinja_path.string();
+  if (jinja_source.has_value()) {
+    source = *jinja_source;
+    name = jinja_name;
   } else {
     ASSIGN_OR_RETURN(std::optional<std::string> from_config, ConfigTemplate(config, config_name));
     if (from_config.has_value()) {

@@ -70,6 +70,14 @@ class ChatTemplate {
   static absl::StatusOr<ChatTemplate> FromModelDir(const std::string& dir,
                                                    Options options = Options());
 
+  // The same from the two files' contents (nullopt: the file is absent);
+  // the names are the files' paths for errors.
+  static absl::StatusOr<ChatTemplate> FromConfig(const std::optional<std::string>& config_json,
+                                                 const std::optional<std::string>& jinja_source,
+                                                 const std::string& config_name,
+                                                 const std::string& jinja_name,
+                                                 Options options = Options());
+
   // A template given as text; `name` says where it came from in errors.
   static absl::StatusOr<ChatTemplate> FromString(absl::string_view source,
                                                  std::optional<std::string> bos_token,

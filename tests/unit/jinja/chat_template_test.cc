@@ -81,6 +81,25 @@ TEST(ChatTemplateTest, ConfigTemplateStringListAndSpecialTokens) {
   EXPECT_THAT(f.Render({{"user", "x"}}, false), testing::IsOkAndHolds("jinja file 1"));
 }
 
+TEST(ChatTemplateTest, FromConfigTakesTheFilesContents) {
+  ASSERT_OK_AND_ASSIGN(
+      ChatTemplate t,
+      ChatTemplate::FromConfig(R"({"eos_token": "</s>", "chat_template": "{{ eos_token }}"})",
+                               std::nullopt, "cfg.json", "t.jinja"));
+  EXPECT_THAT(t.Render({{"user", "x"}}, false), testing::IsOkAndHolds("</s>"));
+  ASSERT_OK_AND_ASSIGN(ChatTemplate j, ChatTemplate::FromConfig(std::nullopt, "j{{ 1 }}",
+                                                                "cfg.json", "t.jinja"));
+  EXPECT_FALSE(j.is_default());
+  EXPECT_THAT(j.Render({}, false), testing::IsOkAndHolds("j1"));
+  ASSERT_OK_AND_ASSIGN(ChatTemplate d,
+                       ChatTemplate::FromConfig(std::nullopt, std::nullopt, "cfg.json", "t.jinja"));
+  EXPECT_TRUE(d.is_default());
+  EXPECT_THAT(ChatTemplate::FromConfig("[1]", std::nullopt, "cfg.json", "t.jinja"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cfg.json: not a JSON object")));
+  EXPECT_THAT(ChatTemplate::FromConfig(std::nullopt, "{% if %}", "cfg.json", "t.jinja"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.jinja")));
+}
+
 TEST(ChatTemplateTest, StrftimeNowReadsTheInjectedClock) {
   FakeClock clock(absl::FromUnixSeconds(kNow));
   ASSERT_OK_AND_ASSIGN(ChatTemplate t,
