@@ -20,7 +20,8 @@
 # Knobs (environment): RATE_MBIT (125), LINK_MBIT (8 x RATE_MBIT), RTTS
 # ("20 50"), LANES (1,2,4,8), OUT (results folder), CLUSTER_LANES ("1 4"),
 # CLUSTER_RTT (20), PROMPT_TOKENS (768), REQUESTS (12).
-# Every measurement holds /tmp/tandem-cpu.lock. Results: $OUT/summary.md.
+# Every measurement holds /tmp/tandem-cpu.lock. Results: $OUT/summary.md;
+# $OUT/load.txt has the load average as each measurement started.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${TANDEM_BIN:-$root/build/bin}"
@@ -142,6 +143,7 @@ tcp_streams() {
 kvbench() {
   local name=$1
   shift
+  echo "$name $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/load.txt"
   UCX_TLS=tcp in_s env UCX_NET_DEVICES="$dev_s" "$bin/tandem-kvbench" --perftest=false \
     --in_flight 1 --receiver_prefix "ip netns exec $ns_r env UCX_NET_DEVICES=$dev_r" "$@" \
     >"$out/$name.txt" 2>&1 || die "kvbench $name failed: $(tail -5 "$out/$name.txt")"
@@ -188,15 +190,19 @@ run_cluster() {
     --tokenizer_output "$tokenizer" >"$out/synth.log" 2>&1
   exec 9>/tmp/tandem-cpu.lock
   flock 9
-  shape on
-  delay "$cluster_rtt"
   # KV over TCP, as between data centres: the two workers share this host,
   # and UCX would otherwise pick shared memory.
   export UCX_TLS=tcp
-  local l
-  for l in $cluster_lanes; do
-    local dir="$out/cluster-lanes$l"
+  # First one lane with no cap and no delay: the TTFT of compute and
+  # protocol alone, which the path then adds to.
+  local config rtt l
+  for config in 0:1 $(for l in $cluster_lanes; do echo "$cluster_rtt:$l"; done); do
+    rtt=${config%:*} l=${config#*:}
+    if [ "$rtt" -eq 0 ]; then shape off; else shape on; fi
+    delay "$rtt"
+    local dir="$out/cluster-rtt$rtt-lanes$l"
     mkdir -p "$dir"
+    echo "cluster-rtt$rtt-lanes$l $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/load.txt"
     local pids=()
     ip netns exec "$ns_r" "$bin/tandem-decode" --listen "$ip_r:8300" --metrics_listen "127.0.0.1:9300" \
       --model "$model" --threads 1 --kv_net_devices "$dev_r" --port_file "$dir/decode.port" \

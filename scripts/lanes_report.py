@@ -57,7 +57,7 @@ def main(out, rate, link):
     if kv:
         print("tandem-kvbench, UCX_TLS=tcp, one transfer in flight "
               "(transfer = layers x size, one message a layer, striped over the lanes):\n")
-        print("| RTT | transfer | lanes | Gbit/s | transfer p50 (ms) | limit (Mbit/s) "
+        print("| RTT | transfer | lanes | Mbit/s | transfer p50 (ms) | limit (Mbit/s) "
               "| % of limit | % of link | % of TCP, same flows |")
         print("|---|---|---|---|---|---|---|---|---|")
         for rtt, layers, r in sorted(kv, key=lambda t: (t[0] is not None, t[0] or 0,
@@ -67,29 +67,31 @@ def main(out, rate, link):
             what = f"{layers} x {size} MiB"
             n = r["lanes"]
             if rtt is None:
-                print(f"| none, no cap | {what} | {n} | {mbps / 1e3:.2f} | {r['p50_us'] / 1e3:.0f} "
+                print(f"| none, no cap | {what} | {n} | {mbps:.0f} | {r['p50_us'] / 1e3:.0f} "
                       f"| - | - | - | - |")
                 continue
             lim = limit(n, rate, link)
             base = tcp.get((rtt, n))
             vs_tcp = f"{100 * mbps / base['mbps']:.0f}%" if base else "-"
-            print(f"| {rtt} ms | {what} | {n} | {mbps / 1e3:.3f} | {r['p50_us'] / 1e3:.0f} "
+            print(f"| {rtt} ms | {what} | {n} | {mbps:.0f} | {r['p50_us'] / 1e3:.0f} "
                   f"| {lim:g} | {100 * mbps / lim:.0f}% | {100 * mbps / link:.0f}% | {vs_tcp} |")
         print()
 
-    clusters = sorted(glob.glob(os.path.join(out, "cluster-lanes*")),
-                      key=lambda p: int(p.rsplit("lanes", 1)[1]))
+    clusters = []
+    for path in glob.glob(os.path.join(out, "cluster-rtt*-lanes*")):
+        m = re.search(r"cluster-rtt(\d+)-lanes(\d+)$", path)
+        clusters.append((int(m.group(1)), int(m.group(2)), path))
     if clusters:
         print("Cluster TTFT (router + prefill worker | decode worker across the path), "
               "one request at a time:\n")
-        print("| kv_lanes | completed | via prefill worker | prompt tokens | TTFT p50 (ms) "
+        print("| RTT, caps | kv_lanes | completed | via prefill worker | prompt tokens | TTFT p50 (ms) "
               "| TTFT p99 (ms) | KV / request |")
-        print("|---|---|---|---|---|---|---|")
-        for path in clusters:
-            lanes = path.rsplit("lanes", 1)[1]
+        print("|---|---|---|---|---|---|---|---|")
+        for rtt, lanes, path in sorted(clusters):
+            where = f"{rtt} ms, capped" if rtt else "none, no cap"
             bench_json = os.path.join(path, "bench.json")
             if not os.path.exists(bench_json):
-                print(f"| {lanes} | (no result) | | | | | |")
+                print(f"| {where} | {lanes} | (no result) | | | | | |")
                 continue
             with open(bench_json) as f:
                 bench = json.load(f)
@@ -104,9 +106,16 @@ def main(out, rate, link):
             kv_bytes = "-"
             if remote:
                 kv_bytes = f"{sum(r['kv_bytes'] for r in remote) / len(remote) / 2**20:.1f} MiB"
-            print(f"| {lanes} | {done} of {bench['num_requests']} | {len(remote)} | {tokens:.0f} "
+            print(f"| {where} | {lanes} | {done} of {bench['num_requests']} | {len(remote)} | {tokens:.0f} "
                   f"| {ttft['median']:.0f} | {ttft['p99']:.0f} | {kv_bytes} |")
         print()
+
+    load = os.path.join(out, "load.txt")
+    if os.path.exists(load):
+        with open(load) as f:
+            first = [float(line.split()[1]) for line in f if line.strip()]
+        print(f"Load average (1 min) as the measurements started: "
+              f"{min(first):.1f} to {max(first):.1f} on {os.cpu_count()} cores.\n")
 
 
 if __name__ == "__main__":

@@ -485,7 +485,7 @@ int RunBench() {
                                  format(ratio[0]), format(anchor[1]), format(ratio[1]), copy,
                                  r.gbps / copy);
     json_rows.push_back(
-        absl::StrFormat(R"({"size":%d,"lanes":%d,"gbps":%.3f,"p50_us":%.1f,"p99_us":%.1f,)"
+        absl::StrFormat(R"({"size":%d,"lanes":%d,"gbps":%.5f,"p50_us":%.1f,"p99_us":%.1f,)"
                         R"("perftest_gbps":%s,"ratio":%s,"perftest_e_gbps":%s,"ratio_e":%s,)"
                         R"("memcpy_gbps":%.3f})",
                         r.size, r.lanes, r.gbps, r.p50_us, r.p99_us, json(anchor[0]),
