@@ -21,6 +21,8 @@ packages=(
   # podman (run as root with runc).
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev yamllint
   podman runc debootstrap
+  # Fuzzing (scripts/fuzz.sh, the `fuzz` preset): clang and libFuzzer.
+  clang-14 libfuzzer-14-dev
 )
 # The Llama 3 tokenizer tests run a reference encoder with node + npm. A node
 # installed from elsewhere (NodeSource's package bundles npm and conflicts with
