@@ -110,7 +110,8 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
           "no answer within ", absl::FormatDuration(prefill_budget_),
           " (--prefill_answer_timeout per 1024 prompt tokens and per request ahead); the "
           "worker may be hung"));
-      prefill_worker_->MarkUnresponsive(status);
+      prefill_worker_->MarkUnresponsive(absl::UnavailableError(
+          absl::StrCat("request ", request_id_, " got ", status.message())));
       OnPrefillFailed(status);
       return;
     }
@@ -194,7 +195,7 @@ void RequestDriver::OnPrefillWorkerUnresponsive(int attempt, const absl::Status&
   prefill_load_.reset();
   prefill_watch_.reset();
   OnPrefillFailed(absl::UnavailableError(
-      absl::StrCat("abandoned: another request to this worker got ", why.message())));
+      absl::StrCat("abandoned, the worker looks hung: ", why.message())));
 }
 
 void RequestDriver::OnPrefillFailed(const absl::Status& status) {

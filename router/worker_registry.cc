@@ -278,7 +278,7 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
         "it says it is a '", stats->role(), "' worker, but was given as a ", WorkerRoleName(role_),
         " worker; check --", WorkerRoleName(role_), "_workers"));
   }
-  absl::MutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   const bool was_healthy = healthy_;
   const bool was_draining = stats_.draining();
   const bool first = !ever_polled_;
@@ -310,6 +310,15 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
     LOG(WARNING) << WorkerRoleName(role_) << " worker " << address_
                  << " is unhealthy, not routing to it: " << status;
   }
+  // No answer at all (hung, or cut off): the requests waiting on it need
+  // not wait out their own budgets.
+  if (status.code() != absl::StatusCode::kDeadlineExceeded) return;
+  std::vector<std::function<void(const absl::Status&)>> watchers;
+  for (const auto& [id, fn] : watches_) watchers.push_back(fn);
+  lock.Release();
+  const absl::Status why = absl::UnavailableError(
+      absl::StrCat("it did not answer a health poll in time (", status.ToString(), ")"));
+  for (const auto& fn : watchers) fn(why);
 }
 
 void Worker::SetPoolVerdict(const ModelIdentity& checked, const std::string& disagreement) {

@@ -130,8 +130,9 @@ class Worker {
   // own, longer budget.
   void MarkUnresponsive(const absl::Status& why);
 
-  // Calls `fn` with MarkUnresponsive's `why` (on that caller's thread, so it
-  // must not block) until the returned handle is destroyed. The Worker must
+  // Calls `fn` with MarkUnresponsive's `why`, or when a health poll gets no
+  // answer within its timeout (on that caller's thread, so it must not
+  // block), until the returned handle is destroyed. The Worker must
   // outlive the handle (hold the shared_ptr).
   class Watch {
    public:

@@ -181,6 +181,28 @@ TEST_F(WorkerRegistryTest, MarkUnavailableTakesItOutUntilTheNextPoll) {
       PollUntil(*registry, WorkerRole::kDecode, [](const auto& all) { return all[0].routable(); }));
 }
 
+// A request that got no answer (MarkUnresponsive) or a health poll that got
+// none tells the requests still waiting on the worker; a refused poll does
+// not (their own calls fail at once).
+TEST(WorkerWatchTest, UnansweredCallsReachTheWatchersUntilTheyLeave) {
+  Worker worker("127.0.0.1:1", "127.0.0.1:1", WorkerRole::kPrefill);
+  std::vector<std::string> heard;
+  auto watch = worker.WatchUnresponsive(
+      [&](const absl::Status& why) { heard.push_back(std::string(why.message())); });
+  worker.RecordPoll(worker.BeginPoll(), absl::UnavailableError("connection refused"));
+  EXPECT_TRUE(heard.empty());
+  worker.RecordPoll(worker.BeginPoll(), absl::DeadlineExceededError("Deadline Exceeded"));
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_THAT(heard[0], HasSubstr("did not answer a health poll"));
+  worker.MarkUnresponsive(absl::UnavailableError("request r got no answer"));
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_EQ(heard[1], "request r got no answer");
+  EXPECT_FALSE(worker.Snapshot().routable());
+  watch.reset();
+  worker.MarkUnresponsive(absl::UnavailableError("again"));
+  EXPECT_EQ(heard.size(), 2u);
+}
+
 TEST_F(WorkerRegistryTest, ReservedBlocksCountUntilAPollSeesThem) {
   RegistryOptions options = Options({address_});
   options.health_interval = absl::Hours(1);  // Polls only when the test says.
