@@ -589,6 +589,8 @@ class FileTargetTest : public ::testing::Test {
   void SetUp() override {
     path_ = ::tandem::testing::TempDir() + "/" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".targets";
+    // A repetition (--gtest_repeat) finds the file the previous one wrote.
+    std::remove(path_.c_str());
     target_ = "file:" + path_;
   }
 
