@@ -13,17 +13,22 @@
 // go to its peer.
 //
 // NETLAB_REQUESTS sets the requests per cell (default 200); NETLAB_TABLE
-// names a file that gets one Markdown table row per cell.
+// names a file that gets one Markdown table row per cell; NETLAB_LOGS a
+// folder that gets each cell's logs.
 // scripts/fault-matrix.sh runs the 18 cells with 1,000 each.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -262,6 +267,12 @@ TEST_P(NetlabFaultTest, Cell) {
   if (const char* table = std::getenv("NETLAB_TABLE"); table != nullptr) {
     std::ofstream(table, std::ios::app) << row << "\n";
   }
+  if (const char* logs = std::getenv("NETLAB_LOGS"); logs != nullptr) {
+    const std::string to = absl::StrCat(logs, "/", FaultName(fault), WhereName(where));
+    std::filesystem::create_directories(to);
+    std::filesystem::copy(cluster_->dir(), to, std::filesystem::copy_options::overwrite_existing |
+                                                    std::filesystem::copy_options::recursive);
+  }
   const NetLab::Counters hub = lab_->counters();
   std::cout << "hub: " << hub.forwarded << " packets forwarded, " << hub.dropped << " dropped"
             << std::endl;
@@ -277,10 +288,16 @@ TEST_P(NetlabFaultTest, Cell) {
                 o.code == grpc::StatusCode::ABORTED)
         << CodeName(o.code) << ": " << o.message;
   }
+  // A worker hung, cut off, dead or restarting has a healthy peer: a
+  // request sent meanwhile loses at most the router's deadlines (1.5 s of
+  // margin for a loaded machine). Requests already on it when the fault
+  // came are not bounded so: their tokens stream from that worker.
+  if (where != Where::kRouter && fault != Fault::kLoss && fault != Fault::kDelay) {
+    EXPECT_LE(detour_max - healthy_max, kRouterDeadlines + absl::Milliseconds(1500));
+  }
   EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
+  // Served normally once the fault cleared: a batch all OK without retries.
   ASSERT_TRUE(recovery.ok()) << recovery.status() << "\n" << cluster_->Logs();
-  // Served normally: one more batch, all OK, no retries.
-  EXPECT_LT(*recovery, absl::Seconds(30));
 }
 
 INSTANTIATE_TEST_SUITE_P(
