@@ -2,6 +2,7 @@
 // in-process transport: integrity, lanes, checksums, deadlines, generations
 // and cancellation. Fault injection per mode is in transfer_faults_test.cc.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -139,6 +140,96 @@ TEST(TransferTest, AFailedConnectionLeavesThePoolAndTheNextTransferReconnects) {
   ASSERT_OK(RunTransfer(h, 2, {2}, {3}, 4));
   EXPECT_THAT(h.tx_done[2], ::testing::ElementsAre(IsOk()));
   EXPECT_EQ(h.sender->stats().connections, 4u);
+}
+
+// A transport whose sends never finish until their connection is closed,
+// as UCX's to a peer that died before the connection was set up: nothing
+// reports the peer failed, and Cancel() cannot withdraw a send.
+class StallingTransport final : public KvTransport {
+ public:
+  explicit StallingTransport(std::unique_ptr<KvTransport> inner) : inner_(std::move(inner)) {}
+
+  std::string_view name() const override { return "stalling"; }
+  absl::StatusOr<RegionId> RegisterMemory(void* base, size_t length, MemoryKind kind) override {
+    return inner_->RegisterMemory(base, length, kind);
+  }
+  absl::Status DeregisterMemory(RegionId region) override {
+    return inner_->DeregisterMemory(region);
+  }
+  std::string LocalAddress() const override { return inner_->LocalAddress(); }
+  absl::StatusOr<PeerId> Connect(std::string_view address) override {
+    return inner_->Connect(address);
+  }
+  // Closing the connection is what lets go of its sends.
+  void Disconnect(PeerId peer) override {
+    disconnected.push_back(peer);
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->second != peer) {
+        ++it;
+        continue;
+      }
+      TransportEvent done{.kind = TransportEvent::Kind::kSendDone, .id = it->first, .peer = peer};
+      done.status = absl::CancelledError("connection closed");
+      released_.push_back(std::move(done));
+      held_.erase(it++);
+    }
+    inner_->Disconnect(peer);
+  }
+  absl::StatusOr<SendId> PostSend(PeerId peer, std::string_view, std::span<const Slice>) override {
+    held_[next_send_] = peer;
+    return next_send_++;
+  }
+  absl::Status Accept(IncomingId incoming, std::span<const Slice> destination) override {
+    return inner_->Accept(incoming, destination);
+  }
+  void Discard(IncomingId incoming) override { inner_->Discard(incoming); }
+  void Cancel(SendId) override {}
+  void Poll(std::vector<TransportEvent>& events) override {
+    inner_->Poll(events);
+    for (TransportEvent& e : released_) events.push_back(std::move(e));
+    released_.clear();
+  }
+  void WaitForActivity(absl::Time deadline) override { inner_->WaitForActivity(deadline); }
+
+  std::vector<PeerId> disconnected;
+
+ private:
+  const std::unique_ptr<KvTransport> inner_;
+  std::map<SendId, PeerId> held_;
+  std::vector<TransportEvent> released_;
+  SendId next_send_ = 1;
+};
+
+TEST(TransferTest, SendsStillHeldAtTheDeadlineCloseTheirConnection) {
+  Harness h(HarnessOptions{});
+  StallingTransport stalling(InProcTransport::Create(h.fabric_));
+  TransferSender sender(&stalling, &h.clock, SenderOptions{});
+  ASSERT_OK_AND_ASSIGN(
+      RegionId region,
+      sender.RegisterMemory(h.src.bytes.data(), h.src.bytes.size(), MemoryKind::kHost));
+  ASSERT_EQ(region, h.src.region);  // The harness's slices name it.
+  ASSERT_OK_AND_ASSIGN(TransferLease lease, h.Expect(5, {0, 1}, absl::Milliseconds(100)));
+  ASSERT_OK(h.Start(lease, {0, 1}, &sender));
+  for (uint32_t layer = 0; layer < 4; ++layer) ASSERT_OK(sender.MarkLayerReady(5, layer));
+  auto round = [&] {
+    sender.Poll();
+    h.receiver->Poll();
+    h.clock.Advance(testing::kStep);
+  };
+  for (int i = 0; i < 90; ++i) round();
+  EXPECT_FALSE(h.tx_done.contains(5));
+  EXPECT_EQ(sender.stats().pooled_connections, 1u);
+  EXPECT_TRUE(stalling.disconnected.empty());
+
+  // At the deadline the held sends can only be released by closing the
+  // connection; the transfer then ends and the next one reconnects.
+  for (int i = 0; i < 20 && !h.tx_done.contains(5); ++i) round();
+  ASSERT_TRUE(h.tx_done.contains(5));
+  EXPECT_THAT(h.tx_done[5], ::testing::ElementsAre(StatusIs(absl::StatusCode::kDeadlineExceeded)));
+  EXPECT_EQ(stalling.disconnected.size(), 1u);
+  EXPECT_EQ(sender.stats().stuck_closed, 1u);
+  EXPECT_EQ(sender.stats().pooled_connections, 0u);
+  EXPECT_TRUE(sender.idle());
 }
 
 TEST(TransferTest, ChecksumCatchesCorruption) {
