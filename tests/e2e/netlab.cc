@@ -5,10 +5,13 @@
 #include <linux/if_tun.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <queue>
@@ -105,13 +108,35 @@ absl::Status NetLab::Available() {
   return absl::OkStatus();
 }
 
+// Deletes the namespaces of labs whose process is gone (killed before its
+// destructor ran): their names are tnl<pid>s<serial>-<node>.
+void SweepStaleNamespaces() {
+  FILE* list = popen("ip netns list 2>/dev/null", "r");
+  if (list == nullptr) return;
+  char line[256];
+  std::vector<std::string> stale;
+  while (std::fgets(line, sizeof(line), list) != nullptr) {
+    int pid = 0;
+    char name[128];
+    if (std::sscanf(line, "%127s", name) == 1 && std::sscanf(name, "tnl%ds", &pid) == 1 &&
+        pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+      stale.push_back(name);
+    }
+  }
+  pclose(list);
+  for (const std::string& ns : stale) (void)Sh("ip netns del " + ns);
+}
+
 absl::StatusOr<std::unique_ptr<NetLab>> NetLab::Create() {
   if (absl::Status s = Available(); !s.ok()) return s;
+  SweepStaleNamespaces();
   std::unique_ptr<NetLab> lab(new NetLab());
   static int serial = 0;
-  const int id = (getpid() * 7 + serial++) % 60000;
-  lab->tag_ = absl::StrCat(id);
-  lab->subnet_ = absl::StrCat("10.", 100 + id / 256 % 100, ".", id % 256, ".");
+  const int n = serial++;
+  // Device names must fit in 15 characters: tnl<pid>s<serial>n<index>.
+  lab->tag_ = absl::StrCat(getpid(), "s", n % 100);
+  const int id = (getpid() * 7 + n) % 25600;
+  lab->subnet_ = absl::StrCat("10.", 100 + id / 256, ".", id % 256, ".");
   if (pipe2(lab->wake_, O_NONBLOCK | O_CLOEXEC) != 0) return absl::InternalError("pipe2");
   lab->hub_ = std::thread([l = lab.get()] { l->Run(); });
   return lab;

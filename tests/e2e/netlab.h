@@ -12,7 +12,8 @@
 //
 // Addresses are 10.A.B.N/24 with A.B taken from the process id, and
 // namespace and device names carry it too, so that two runs never clash; the
-// destructor deletes every namespace and link (also when a test fails).
+// destructor deletes every namespace and link (also when a test fails), and
+// Create deletes those of labs whose process was killed.
 #ifndef TANDEM_TESTS_E2E_NETLAB_H_
 #define TANDEM_TESTS_E2E_NETLAB_H_
 
