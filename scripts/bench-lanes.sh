@@ -150,6 +150,8 @@ kvbench() {
   grep '^{"bench":"kvbench"' "$out/$name.txt" >"$out/$name.json"
 }
 
+# Holds the CPU lock per part (the CPU ceiling about 1 minute, each RTT about
+# 5), so that no one hold lasts 10 minutes.
 run_kv() {
   exec 9>/tmp/tandem-cpu.lock
   flock 9
@@ -164,6 +166,8 @@ run_kv() {
   kvbench kv-unshaped --lanes 1,8 --sizes 1MiB --layers 32 --transfers 20 --warmup 2 --repeats 1
   shape on
   for rtt in $rtts; do
+    flock -u 9
+    flock 9
     delay "$rtt"
     for n in 1 2 4 8 16; do
       tcp_streams "$n" 4 | sed "s/^/{\"rtt\":$rtt,\"shaped\":true,\"tcp\":/; s/\$/}/"
