@@ -138,7 +138,8 @@ extras() {
         code=$(post '{"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true}' \
           --max-time 0.3)
         case "$code" in
-          200) echo "cancel_http expected" ;;
+          # 000: dropped before the headers came (a busy moment).
+          200 | 000) echo "cancel_http expected" ;;
           *) echo "cancel_http unexpected:http_$code" ;;
         esac ;;
       2)  # A gRPC stream whose client is stopped (SIGTERM) mid-way.
