@@ -1,12 +1,13 @@
 // Connection churn: one decode worker stopped (SIGTERM or SIGKILL, mixed)
 // and started again on its address, over and over, while clients keep
 // sending requests. Requests may fail only while the worker is away, and
-// then with a clean status, never by running into their deadline; once it
-// is back, every request succeeds. The router and the prefill workers must
-// not keep anything per decode incarnation: their open descriptors and
-// RSS stay where they were after warm-up, and each prefill worker's KV
-// connections (the sender's pool) and the UCX transport's peer records
-// come back to their warm-up figure.
+// then UNAVAILABLE, never by running into their deadline; once it is back,
+// every request succeeds. The router and the prefill workers must not keep
+// anything per decode incarnation: their open descriptors and RSS stay
+// where they were after warm-up, every KV block is free at the end, and
+// each prefill worker's KV connections (the sender's pool) and the UCX
+// transport's peer records come back to one per running decode worker at
+// most, as after warm-up.
 //
 // TANDEM_CHURN_RESTARTS sets the number of restarts (100 by default: about
 // a minute on 2 cores).
