@@ -23,6 +23,8 @@ packages=(
   podman runc debootstrap
   # Fuzzing (scripts/fuzz.sh, the `fuzz` preset): clang and libFuzzer.
   clang-14 libfuzzer-14-dev
+  # scripts/thread-safety.sh configures with clang-14: its OpenMP runtime.
+  libomp-14-dev
 )
 # The Llama 3 tokenizer tests run a reference encoder with node + npm. A node
 # installed from elsewhere (NodeSource's package bundles npm and conflicts with
