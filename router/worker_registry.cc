@@ -437,8 +437,10 @@ WorkerRegistry::~WorkerRegistry() {
   }
   {
     absl::MutexLock lock(&retired_->mu);
-    auto all_released = [r = retired_.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu) {
-      return r->live == 0;
+    // Captures `this`: clang 14 cannot name an init-capture in the
+    // annotation (scripts/thread-safety.sh).
+    auto all_released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retired_->mu) {
+      return retired_->live == 0;
     };
     if (!retired_->mu.AwaitWithTimeout(absl::Condition(&all_released), options_.retire_timeout)) {
       LOG(WARNING) << retired_->live << " workers still referenced as the registry stops";
