@@ -186,8 +186,10 @@ class Queue {
     if (NLMSG_OK(header, n) && header->nlmsg_type == NLMSG_ERROR) {
       const int error = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(header))->error;
       if (error != 0) {
-        return absl::ErrnoToStatus(-error, absl::StrCat("configuring queue ", number_,
-                                                        " (is another process bound to it?)"));
+        return absl::ErrnoToStatus(
+            -error, absl::StrCat("configuring queue ", number_,
+                                 -error == EPERM ? " (needs root: CAP_NET_ADMIN)"
+                                                 : " (is another process serving it?)"));
       }
     }
     return absl::OkStatus();
