@@ -8,9 +8,12 @@
 # DURATION: 90s, 10m, 1h (a bare number is seconds). Without --rate the
 # script measures the cluster's capacity first (tandem-bench, 8 streams in
 # flight for 20 s) and loads it at 70% of that: 60% of the rate as gRPC
-# streams and 30% as HTTP streams (tandem-bench), and about 3 requests a
-# second of extras (tandem-cli, curl): streams cancelled mid-way over HTTP
-# and gRPC, and bad requests that must be refused with the right code
+# streams and 30% as HTTP streams (tandem-bench; at most 32 and 16 in
+# flight, as clients' connection pools would, so that a moment the machine
+# is slower queues requests at the client rather than past the decode
+# workers' 64 sequences each), and about 3 requests a second of extras
+# (tandem-cli, curl): streams cancelled mid-way over HTTP and gRPC, and bad
+# requests that must be refused with the right code
 # (invalid JSON 400, a prompt over the context 400, a negative temperature
 # 400 and INVALID_ARGUMENT, an unknown model 404).
 # Every TANDEM_SOAK_SAMPLE_S seconds (60) it samples RSS (VmRSS) and open
@@ -33,7 +36,7 @@ dir="${TANDEM_SOAK_DIR:-/tmp/tandem-soak}"
 sample_s="${TANDEM_SOAK_SAMPLE_S:-60}"
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 2
 }
 die() {
@@ -173,11 +176,12 @@ pids+=($!)
 extras >>"$dir/extras.txt" &
 pids+=($!)
 "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" "${bench_common[@]}" \
-  --request_rate "$grpc_rate" --duration "$duration" --seed 1 \
+  --request_rate "$grpc_rate" --max_concurrency 32 --duration "$duration" --seed 1 \
   --result_json "$dir/grpc.json" >"$dir/grpc.txt" &
 grpc_bench=$!
 "$bin/tandem-bench" --target "http://127.0.0.1:$http_port/v1/completions" --model "$model" \
-  "${bench_common[@]}" --request_rate "$http_rate" --duration "$duration" --seed 2 \
+  "${bench_common[@]}" --request_rate "$http_rate" --max_concurrency 16 --duration "$duration" \
+  --seed 2 \
   --result_json "$dir/http.json" >"$dir/http.txt" &
 http_bench=$!
 echo "soak: $duration s of load ($grpc_rate gRPC + $http_rate HTTP streams/s and extras);" \
