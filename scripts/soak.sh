@@ -23,8 +23,9 @@
 # warm-up and at the end, requests by outcome, and exits 1 if a request that
 # should have succeeded failed, a bad request got another answer, a KV block
 # is still held once the load is over, or RSS or descriptors grew more than
-# 5% after warm-up (descriptors: and by more than 2, since a count of 15
-# moves with each client connection open at the moment of the sample).
+# 5% after warm-up (descriptors: the least of the first three samples after
+# warm-up against the least of the last three, and by more than 2, since the
+# router's count moves with each client connection open at the moment).
 # Ports: TANDEM_SOAK_PORT (8700) and the cluster's ports above it
 # (deploy/local/cluster.sh); files in TANDEM_SOAK_DIR (/tmp/tandem-soak).
 set -euo pipefail
@@ -218,17 +219,21 @@ print(f"{'process':<10} {'RSS warm (KiB)':>15} {'RSS end (KiB)':>14} {'change':>
       f" {'fds warm':>9} {'fds end':>8} {'change':>8}")
 for name in sorted(samples):
     s = samples[name]
-    warm = next((x for x in s if x[0] >= warm_at), None) if warm_at >= 0 else None
-    end = s[-1]
-    if warm is None or warm is end:
+    after = [x for x in s if x[0] >= warm_at] if warm_at >= 0 else []
+    if len(after) < 2:
         print(f"{name:<10} no sample after the warm-up")
         ok = False
         continue
+    warm, end = after[0], after[-1]
+    # Descriptors: the least of three samples, since each also counts the
+    # client connections open at that moment (the router's HTTP clients).
+    warm_fds = min(x[2] for x in after[:3])
+    end_fds = min(x[2] for x in after[-3:])
     rss_pct = 100.0 * (end[1] - warm[1]) / warm[1]
-    fds_pct = 100.0 * (end[2] - warm[2]) / warm[2]
-    bad = rss_pct > 5 or (fds_pct > 5 and end[2] - warm[2] > 2)
+    fds_pct = 100.0 * (end_fds - warm_fds) / warm_fds
+    bad = rss_pct > 5 or (fds_pct > 5 and end_fds - warm_fds > 2)
     ok = ok and not bad
-    print(f"{name:<10} {warm[1]:>15} {end[1]:>14} {rss_pct:>+7.1f}% {warm[2]:>9} {end[2]:>8}"
+    print(f"{name:<10} {warm[1]:>15} {end[1]:>14} {rss_pct:>+7.1f}% {warm_fds:>9} {end_fds:>8}"
           f" {fds_pct:>+7.1f}%{'  GREW' if bad else ''}")
 print()
 print(f"{'requests':<34} {'outcome':<12} {'count':>8}")
