@@ -47,9 +47,25 @@ constexpr unsigned kRead = __tsan_mutex_read_lock;
 constexpr unsigned kTry = __tsan_mutex_try_lock;
 constexpr unsigned kTryFailed = __tsan_mutex_try_lock | __tsan_mutex_try_lock_failed;
 
+// Some of absl's calls make others through the PLT, and so through these
+// (AwaitWithTimeout calls AwaitWithDeadline): only the outermost annotates.
+thread_local int tls_depth = 0;
+
+class Scope {
+ public:
+  Scope() : outermost_(tls_depth++ == 0) {}
+  ~Scope() { --tls_depth; }
+  bool outermost() const { return outermost_; }
+
+ private:
+  const bool outermost_;
+};
+
 // A call that takes `mu` (LockWhen...): TSan sees it lock.
 template <typename Call>
 auto Locking(absl::Mutex* mu, unsigned flags, Call call) {
+  Scope scope;
+  if (!scope.outermost()) return call();
   __tsan_mutex_pre_lock(mu, flags);
   if constexpr (std::is_void_v<decltype(call())>) {
     call();
@@ -65,6 +81,7 @@ auto Locking(absl::Mutex* mu, unsigned flags, Call call) {
 // CondVar::Wait): TSan sees an unlock, then a lock around the real call.
 template <typename Call>
 auto Relock(absl::Mutex* mu, unsigned flags, Call call) {
+  if (tls_depth > 0) return call();
   __tsan_mutex_pre_unlock(mu, flags);
   __tsan_mutex_post_unlock(mu, flags);
   return Locking(mu, flags, call);
@@ -74,12 +91,6 @@ auto Relock(absl::Mutex* mu, unsigned flags, Call call) {
 
 namespace absl {
 ABSL_NAMESPACE_BEGIN
-
-Mutex::~Mutex() {
-  static const auto real = Real<void (*)(Mutex*)>("_ZN", "5MutexD2Ev");
-  __tsan_mutex_destroy(this, 0);
-  real(this);
-}
 
 void Mutex::Lock() {
   static const auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex4LockEv");
@@ -93,6 +104,8 @@ void Mutex::ReaderLock() {
 
 bool Mutex::TryLock() {
   static const auto real = Real<bool (*)(Mutex*)>("_ZN", "5Mutex7TryLockEv");
+  Scope scope;
+  if (!scope.outermost()) return real(this);
   __tsan_mutex_pre_lock(this, kTry);
   const bool locked = real(this);
   __tsan_mutex_post_lock(this, locked ? kTry : kTryFailed, 0);
@@ -101,6 +114,8 @@ bool Mutex::TryLock() {
 
 bool Mutex::ReaderTryLock() {
   static const auto real = Real<bool (*)(Mutex*)>("_ZN", "5Mutex13ReaderTryLockEv");
+  Scope scope;
+  if (!scope.outermost()) return real(this);
   __tsan_mutex_pre_lock(this, kRead | kTry);
   const bool locked = real(this);
   __tsan_mutex_post_lock(this, kRead | (locked ? kTry : kTryFailed), 0);
@@ -109,6 +124,8 @@ bool Mutex::ReaderTryLock() {
 
 void Mutex::Unlock() {
   static const auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex6UnlockEv");
+  Scope scope;
+  if (!scope.outermost()) return real(this);
   __tsan_mutex_pre_unlock(this, 0);
   real(this);
   __tsan_mutex_post_unlock(this, 0);
@@ -116,6 +133,8 @@ void Mutex::Unlock() {
 
 void Mutex::ReaderUnlock() {
   static const auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex12ReaderUnlockEv");
+  Scope scope;
+  if (!scope.outermost()) return real(this);
   __tsan_mutex_pre_unlock(this, kRead);
   real(this);
   __tsan_mutex_post_unlock(this, kRead);
@@ -182,6 +201,8 @@ void ReleasableMutexLock::Release() {
       Real<void (*)(ReleasableMutexLock*)>("_ZN", "19ReleasableMutexLock7ReleaseEv");
   // The lock's only member is the Mutex* it releases.
   Mutex* mu = *reinterpret_cast<Mutex**>(this);
+  Scope scope;
+  if (!scope.outermost()) return real(this);
   __tsan_mutex_pre_unlock(mu, 0);
   real(this);
   __tsan_mutex_post_unlock(mu, 0);
