@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/worker_health.h"
@@ -16,7 +17,9 @@ namespace {
 
 // How long the loop sleeps with nothing to do: on the transport while KV is
 // arriving (short, so that inbox commands are not held up), else on the
-// inbox (bounded, so that reservation deadlines are noticed).
+// inbox (bounded, so that reservation deadlines are noticed). Real time,
+// not the loop's clock: a fake clock standing still would put a transport
+// wait's deadline in the past and spin the loop.
 constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
 constexpr absl::Duration kIdleWait = absl::Milliseconds(10);
 // How long shutdown waits for the transport to let go of cancelled leases'
@@ -235,7 +238,7 @@ void DecodeLoop::Run() {
     if (stepped) continue;
     const bool landing = landings_pending();
     if (!receiver_->idle()) {
-      receiver_->WaitForActivity(clock_->Now() + (landing ? kCopyPoll : kTransportWait));
+      receiver_->WaitForActivity(absl::Now() + (landing ? kCopyPoll : kTransportWait));
     } else {
       absl::MutexLock lock(&mu_);
       auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !inbox_.empty(); };
@@ -375,7 +378,7 @@ void DecodeLoop::Shutdown() {
   const absl::Time deadline = absl::Now() + kShutdownGrace;
   while (!receiver_->idle() && absl::Now() < deadline) {
     receiver_->Poll();
-    if (!receiver_->idle()) receiver_->WaitForActivity(clock_->Now() + kTransportWait);
+    if (!receiver_->idle()) receiver_->WaitForActivity(absl::Now() + kTransportWait);
   }
   // Copies out of the staging take a moment; the blocks wait for them.
   while (landings_pending() && absl::Now() < deadline) {
@@ -399,6 +402,8 @@ void DecodeLoop::PublishStats() {
   s.kv_blocks_total = engine_->block_pool().num_blocks();
   s.kv_blocks_free = engine_->block_pool().num_free();
   s.kv_blocks_cached = engine_->block_pool().num_cached();
+  s.prefix_cache_evicted_blocks = engine_->block_pool().evictions();
+  cache_events_.CatchUp(engine_->block_pool().events());
   AddEngineStats(*engine_, s);
   s.prefix_cache_queried_tokens = cache_queried_tokens_;
   s.prefix_cache_hit_tokens = cache_hit_tokens_;

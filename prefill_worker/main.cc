@@ -131,6 +131,7 @@ absl::Status Run() {
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.kv_lanes = absl::GetFlag(FLAGS_kv_lanes);
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  options.transport_peers = [t = transport.get()] { return t->num_peers(); };
   ASSIGN_OR_RETURN(std::unique_ptr<prefill::PrefillLoop> loop,
                    prefill::PrefillLoop::Create(*weights, std::move(backend.backend),
                                                 transport.get(), &Clock::Real(), options));

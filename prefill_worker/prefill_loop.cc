@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/engine/worker_health.h"
 #include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
@@ -259,6 +260,7 @@ void PrefillLoop::Intake(std::vector<Reply>& replies) {
     // Visible to the caller as soon as it returns.
     stats_.kv_blocks_free = scheduler_->free_blocks();
     stats_.kv_blocks_cached = scheduler_->cached_blocks();
+    cache_events_.CatchUp(engine_.block_pool().events());
   }
   if (const absl::Status refusal = EngineRefusal(engine_, "prefill worker"); !refusal.ok()) {
     // Never computed: another worker can serve them.
@@ -300,6 +302,10 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.kv_transfers_failed = c.kv_transfers_failed;
   stats_.prefix_cache_queried_tokens = c.prefix_cache_queried_tokens;
   stats_.prefix_cache_hit_tokens = c.prefix_cache_hit_tokens;
+  stats_.prefix_cache_evicted_blocks = engine_.block_pool().evictions();
+  cache_events_.CatchUp(engine_.block_pool().events());
+  stats_.kv_connections = scheduler_->pooled_connections();
+  if (options_.transport_peers) stats_.kv_peers = options_.transport_peers();
   AddEngineStats(engine_, stats_);
   if (options_.metrics != nullptr) options_.metrics->Publish(stats_);
 }
@@ -333,7 +339,8 @@ void PrefillLoop::Run() {
     Deliver(std::move(replies));
     if (scheduler_->has_compute()) continue;
     if (scheduler_->transfers_pending()) {
-      scheduler_->WaitForTransfers(clock_->Now() + options_.transfer_poll);
+      // Real time: a fake clock standing still would make this wait spin.
+      scheduler_->WaitForTransfers(absl::Now() + options_.transfer_poll);
       continue;
     }
     absl::MutexLock lock(&mu_);

@@ -49,6 +49,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/worker_stats.h"
+#include "common/kvcache/cache_events.h"
 #include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
@@ -97,12 +98,21 @@ struct PrefillLoopOptions {
   absl::Duration shutdown_timeout = absl::Seconds(2);
   // Prometheus metrics to feed; null = none. Must outlive the loop.
   PrefillMetrics* metrics = nullptr;
+  // The transport's connection records (UcxTransport::num_peers), read on
+  // the scheduling thread (the transport's only user) for the stats; null:
+  // PrefillStats::kv_peers stays 0.
+  std::function<size_t()> transport_peers = nullptr;
 };
 
 // A snapshot for WorkerStats.
 // WorkerStats (role "prefill"), and the engine steps run.
 struct PrefillStats : WorkerStatsRecord {
   uint64_t steps = 0;
+  // Connections to decode workers: those the KV sender pools, and the
+  // transport's records of them (PrefillLoopOptions::transport_peers). Both
+  // fall back once decode workers are gone: a rising figure is a leak.
+  uint64_t kv_connections = 0;
+  uint64_t kv_peers = 0;
 };
 
 class PrefillLoop {
@@ -139,6 +149,9 @@ class PrefillLoop {
   bool WaitUntilIdle(absl::Time deadline);
 
   PrefillStats Stats() const;
+  // The prefix cache's events, as of the scheduling thread's last round
+  // (see common/kvcache/cache_events.h); read from any thread.
+  const CacheEventLog& cache_events() const { return cache_events_; }
 
   // Runs `listener` once when the engine fails (Engine::SetFailureListener:
   // at once if it has, null removes it); e.g. to report NOT_SERVING.
@@ -194,6 +207,8 @@ class PrefillLoop {
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   // What the scheduling thread last published, plus counters.
   PrefillStats stats_ ABSL_GUARDED_BY(mu_);
+  // The block pool's events, copied in where the stats are published.
+  CacheEventLog cache_events_;
 
   std::thread thread_;
 };

@@ -40,8 +40,17 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
       prefix_cache_hit_tokens_(AddCounter(
           registry, "tandem_prefill_prefix_cache_hit_tokens_total",
           "Prompt tokens whose KV came from the prefix cache instead of being computed")),
+      prefix_cache_evicted_blocks_(
+          AddCounter(registry, "tandem_prefill_prefix_cache_evicted_blocks_total",
+                     "Cached KV blocks dropped from the prefix cache (evicted for reuse, or "
+                     "flushed)")),
       kv_blocks_cached_(AddGauge(registry, "tandem_prefill_kv_blocks_cached",
                                  "KV cache blocks in the prefix cache (in use or evictable)")),
+      kv_connections_(AddGauge(registry, "tandem_prefill_kv_connections",
+                               "Connections to decode workers the KV sender keeps in its pool")),
+      kv_peers_(AddGauge(registry, "tandem_prefill_kv_peers",
+                         "Connection records the KV transport holds (open ones, and closed "
+                         "ones not yet released)")),
       engine_(registry, "tandem_prefill") {}
 
 void PrefillMetrics::Publish(const PrefillStats& stats) {
@@ -56,7 +65,11 @@ void PrefillMetrics::Publish(const PrefillStats& stats) {
   metrics::AdvanceTo(prefix_cache_queried_tokens_,
                      static_cast<double>(stats.prefix_cache_queried_tokens));
   metrics::AdvanceTo(prefix_cache_hit_tokens_, static_cast<double>(stats.prefix_cache_hit_tokens));
+  metrics::AdvanceTo(prefix_cache_evicted_blocks_,
+                     static_cast<double>(stats.prefix_cache_evicted_blocks));
   kv_blocks_cached_.Set(stats.kv_blocks_cached);
+  kv_connections_.Set(static_cast<double>(stats.kv_connections));
+  kv_peers_.Set(static_cast<double>(stats.kv_peers));
   engine_.Publish(stats.device_memory_total_bytes, stats.kv_cache_bytes,
                   !stats.engine_error.empty());
 }

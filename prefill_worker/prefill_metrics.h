@@ -39,7 +39,10 @@ class PrefillMetrics {
   prometheus::Histogram& kv_transfer_latency_;
   prometheus::Counter& prefix_cache_queried_tokens_;
   prometheus::Counter& prefix_cache_hit_tokens_;
+  prometheus::Counter& prefix_cache_evicted_blocks_;
   prometheus::Gauge& kv_blocks_cached_;
+  prometheus::Gauge& kv_connections_;
+  prometheus::Gauge& kv_peers_;
   metrics::EngineGauges engine_;
 };
 

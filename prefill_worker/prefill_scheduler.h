@@ -127,6 +127,10 @@ class PrefillScheduler {
   bool has_compute() const;
   bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
   const SchedulerCounters& counters() const { return counters_; }
+  // Connections to decode workers the KV sender keeps open now.
+  uint64_t pooled_connections() const {
+    return sender_ == nullptr ? 0 : sender_->stats().pooled_connections;
+  }
   // The KV staging; null when the sender reads the KV cache directly.
   const KvStaging* staging() const { return staging_.get(); }
 
@@ -147,7 +151,7 @@ class PrefillScheduler {
   // has prompt left to compute. Never blocks on the network.
   void RunOnce();
 
-  // Sleeps until the transport has news or `deadline`.
+  // Sleeps until the transport has news or `deadline` (real time).
   void WaitForTransfers(absl::Time deadline);
 
   std::vector<Reply> TakeReplies();
