@@ -261,6 +261,10 @@ TEST_F(ClusterFaultTest, SigtermDrainsAWorkerWithoutLosingItsStreams) {
 TEST(RouterStartupTest, SigtermWhileWaitingForADecodeWorkerExitsZero) {
   TANDEM_MODEL_FILE_OR_SKIP(tokenizer, "tok512.bin");
   const std::string log = ::testing::TempDir() + "/router-startup.log";
+  // The log is appended to: an earlier run's "waiting up to" would send the
+  // signal before this router has blocked it.
+  std::error_code ignored;
+  std::filesystem::remove(log, ignored);
   Child router({TANDEM_ROUTER_BIN, "--listen=127.0.0.1:0", "--decode_workers=127.0.0.1:1",
                 "--tokenizer=" + tokenizer, "--startup_timeout=120s"},
                log);
