@@ -244,6 +244,10 @@ void Worker::MarkUnavailable(const absl::Status& why) {
 
 void Worker::MarkUnresponsive(const absl::Status& why) {
   MarkUnavailable(why);
+  NotifyWatchers(why);
+}
+
+void Worker::NotifyWatchers(const absl::Status& why) {
   std::vector<std::function<void(const absl::Status&)>> watchers;
   {
     absl::MutexLock lock(&mu_);
@@ -313,12 +317,9 @@ void Worker::RecordPoll(uint64_t poll, const absl::StatusOr<v1::WorkerStats>& st
   // No answer at all (hung, or cut off): the requests waiting on it need
   // not wait out their own budgets.
   if (status.code() != absl::StatusCode::kDeadlineExceeded) return;
-  std::vector<std::function<void(const absl::Status&)>> watchers;
-  for (const auto& [id, fn] : watches_) watchers.push_back(fn);
   lock.Release();
-  const absl::Status why = absl::UnavailableError(
-      absl::StrCat("it did not answer a health poll in time (", status.ToString(), ")"));
-  for (const auto& fn : watchers) fn(why);
+  NotifyWatchers(absl::UnavailableError(
+      absl::StrCat("it did not answer a health poll in time (", status.ToString(), ")")));
 }
 
 void Worker::SetPoolVerdict(const ModelIdentity& checked, const std::string& disagreement) {

@@ -161,6 +161,8 @@ class Worker {
 
  private:
   void ErasePendingLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls every watcher with `why`, outside mu_.
+  void NotifyWatchers(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Pending {
     int blocks = 0;
