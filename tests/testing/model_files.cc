@@ -15,10 +15,15 @@ namespace {
 // The folders TempDir() created, with the creating process; the destructor,
 // run at normal exit, removes those this process created. A forked child (a
 // death test, a spawned worker) that exits normally must not delete its
-// parent's folders.
+// parent's folders. TANDEM_KEEP_TEST_DIRS=1 keeps them all (worker logs
+// for a failure's post-mortem).
 class TempDirRegistry {
  public:
   ~TempDirRegistry() {
+    if (const char* keep = std::getenv("TANDEM_KEEP_TEST_DIRS");
+        keep != nullptr && std::string(keep) == "1") {
+      return;
+    }
     for (const auto& [dir, creator] : dirs_) {
       if (creator != ::getpid()) continue;
       std::error_code ignored;
