@@ -110,15 +110,11 @@ class EventSink {
 // The answer to a Start: OK once the sequence is committed to the batch.
 using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
 
-// A snapshot of the worker for WorkerStats.
-// WorkerStats (role "decode"; `running` counts the choices in the batch,
-// `waiting` those held but not in it: queued for KV blocks, waiting for the
-// KV cache or Start, prefilling locally, or preempted), and the running
-// requests whose blocks were given back to let others grow (recomputed
-// later).
-struct LoopStats : WorkerStatsRecord {
-  uint64_t preemptions = 0;
-};
+// A snapshot of the worker for WorkerStats (role "decode"; `running` counts
+// the choices in the batch, `waiting` those held but not in it: queued for
+// KV blocks, waiting for the KV cache or Start, prefilling locally, or
+// preempted).
+using LoopStats = WorkerStatsRecord;
 
 }  // namespace tandem::decode
 

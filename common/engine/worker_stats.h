@@ -39,6 +39,8 @@ struct WorkerStatsRecord {
   uint64_t prefix_cache_hit_tokens = 0;
   // Cached blocks dropped from the prefix cache (evicted or flushed).
   uint64_t prefix_cache_evicted_blocks = 0;
+  // Decode: running requests preempted (blocks given back, recomputed later).
+  uint64_t preemptions = 0;
   // The engine's device memory (0 for a backend in host memory) and KV cache.
   uint64_t device_memory_total_bytes = 0;
   uint64_t kv_cache_bytes = 0;

@@ -24,6 +24,7 @@ void WorkerStatsToProto(const WorkerStatsRecord& s, const char* role, v1::Worker
   proto->set_prefix_cache_queried_tokens(s.prefix_cache_queried_tokens);
   proto->set_prefix_cache_hit_tokens(s.prefix_cache_hit_tokens);
   proto->set_prefix_cache_evicted_blocks(s.prefix_cache_evicted_blocks);
+  proto->set_preemptions(s.preemptions);
   proto->set_device_memory_total_bytes(s.device_memory_total_bytes);
   proto->set_kv_cache_bytes(s.kv_cache_bytes);
   proto->set_engine_error(s.engine_error);
@@ -50,6 +51,7 @@ WorkerStatsRecord WorkerStatsFromProto(const v1::WorkerStats& p) {
                            .prefix_cache_queried_tokens = p.prefix_cache_queried_tokens(),
                            .prefix_cache_hit_tokens = p.prefix_cache_hit_tokens(),
                            .prefix_cache_evicted_blocks = p.prefix_cache_evicted_blocks(),
+                           .preemptions = p.preemptions(),
                            .device_memory_total_bytes = p.device_memory_total_bytes(),
                            .kv_cache_bytes = p.kv_cache_bytes(),
                            .engine_error = p.engine_error()};

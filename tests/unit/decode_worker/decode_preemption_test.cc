@@ -1,11 +1,13 @@
 // The decode loop's KV admission with a watermark, preemption by recompute
 // and priorities: requests whose blocks cannot all be held at once still
-// complete with the tokens a lone run gives, waiting requests are admitted
-// by priority, the lowest priority running request is the one preempted,
-// and no block leaks whatever ends a request.
+// complete with the tokens a lone run gives (greedy, or sampled: a resumed
+// request carries on with its sampler's draws), waiting requests are
+// admitted by priority, the lowest priority running request is the one
+// preempted, and no block leaks whatever ends a request.
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -81,17 +83,36 @@ struct GatedHarness {
   std::unique_ptr<DecodeHarness> h;
 };
 
-class DecodePreemption : public ::testing::TestWithParam<bool> {};
+// Parameters: the prefix cache on or off; greedy or sampled decoding.
+class DecodePreemption : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+ protected:
+  // Sampled: every request draws with its own seed, through top-p and a
+  // frequency penalty (which counts the tokens generated so far), so that a
+  // resumed request must carry on with its sampler's draws and counts.
+  Request Sampled(Request r, uint64_t seed) const {
+    if (std::get<1>(GetParam())) {
+      r.sampling = SamplingParams{
+          .temperature = 0.9f, .top_p = 0.95f, .seed = seed, .frequency_penalty = 0.4f};
+    }
+    return r;
+  }
+};
+
+// Tokens a lone run gives for choice `c` of `r` (seed ChoiceSeed(seed, c)).
+std::vector<int32_t> ExpectedChoice(DecodeHarness& h, Request r, int c) {
+  r.sampling.seed = ChoiceSeed(r.sampling.seed, c);
+  return h.Expected(r);
+}
 
 // Five requests (one remote, one of two choices) that would need 30 blocks
 // at their longest share a pool of 12: they are preempted and recomputed
 // (from the prefix cache, or whole without it), and every one gives the
-// tokens a lone run gives.
+// tokens a lone run gives, greedy or sampled.
 TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
   DecodeLoopOptions options;
   options.kv_blocks = 12;  // 16 tokens a block; each request reaches 70+.
   options.kv_watermark_blocks = 1;
-  options.prefix_cache = GetParam();
+  options.prefix_cache = std::get<0>(GetParam());
   GatedHarness g(options);
   DecodeHarness& h = *g.h;
   g.gate->Arm();
@@ -99,7 +120,7 @@ TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
   // The remote one first: reserved, prefilled, started, held in its first
   // decode step while the others are submitted, so that all of them arrive
   // in one round and grow together.
-  const Request remote = RemoteRequest("remote", RandomTokens(12, kVocab, 1), 60);
+  const Request remote = Sampled(RemoteRequest("remote", RandomTokens(12, kVocab, 1), 60), 77);
   auto remote_sink = NewSink();
   ASSERT_OK(h.loop().Submit(remote, remote_sink).status());
   ASSERT_TRUE(remote_sink->WaitReserved());
@@ -107,15 +128,17 @@ TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
                        h.prefill().PrefillChoices(remote.prompt, remote_sink->descriptor(), -1,
                                                   remote.sampling, 1, remote.stop_token_ids));
   StartResult start;
-  h.loop().Start(remote.request_id, remote_sink->generation(), first[0], start.Callback());
+  h.loop().Start(remote.request_id, remote_sink->generation(), first[0], {}, start.Callback(),
+                 h.prefill().last_draws());
   ASSERT_OK(start.Wait());
   ASSERT_TRUE(g.gate->WaitHeld(1, kWait));
 
   std::vector<Request> locals;
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 4; ++i) {
-    Request r = LocalRequest(absl::StrCat("local", i), RandomTokens(10 + 3 * i, kVocab, 10 + i),
-                             58 + i);
+    Request r = Sampled(LocalRequest(absl::StrCat("local", i),
+                                     RandomTokens(10 + 3 * i, kVocab, 10 + i), 58 + i),
+                        100 + i);
     if (i == 3) r.n = 2;
     locals.push_back(r);
     sinks.push_back(NewSink());
@@ -132,9 +155,9 @@ TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
   for (size_t i = 0; i < locals.size(); ++i) {
     ASSERT_TRUE(sinks[i]->WaitEnded());
     ASSERT_OK(sinks[i]->status());
-    const std::vector<int32_t> expected = h.Expected(locals[i]);
     for (int c = 0; c < locals[i].n; ++c) {
-      EXPECT_EQ(sinks[i]->tokens(c), expected) << "request " << i << " choice " << c;
+      EXPECT_EQ(sinks[i]->tokens(c), ExpectedChoice(h, locals[i], c))
+          << "request " << i << " choice " << c;
     }
   }
   const LoopStats stats = h.loop().Stats();
@@ -143,9 +166,11 @@ TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
-INSTANTIATE_TEST_SUITE_P(PrefixCache, DecodePreemption, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Cached") : std::string("Uncached");
+INSTANTIATE_TEST_SUITE_P(CacheAndSampling, DecodePreemption,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+                           return absl::StrCat(std::get<0>(info.param) ? "Cached" : "Uncached",
+                                               std::get<1>(info.param) ? "Sampled" : "Greedy");
                          });
 
 // A remote reservation holds 7 of 8 blocks; two local requests needing 5

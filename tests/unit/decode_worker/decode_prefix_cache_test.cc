@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/worker_stats_proto.h"
 #include "decode_worker/decode_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -328,6 +329,9 @@ TEST(DecodePrefixCache, TheServiceReportsTheCacheInItsProtos) {
   EXPECT_EQ(w.kv_blocks_cached(), 7);
   s.prefix_cache_evicted_blocks = 5;
   EXPECT_EQ(ToProto(s).prefix_cache_evicted_blocks(), 5u);
+  s.preemptions = 3;
+  EXPECT_EQ(ToProto(s).preemptions(), 3u);
+  EXPECT_EQ(WorkerStatsFromProto(ToProto(s)).preemptions, 3u);
 }
 
 }  // namespace
