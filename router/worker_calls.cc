@@ -12,19 +12,23 @@ std::shared_ptr<DecodeStreamCall> DecodeStreamCall::Start(v1::DecodeWorker::Stub
   call->context_.set_deadline(rpc::ToChrono(deadline));
   call->self_ = call;
   stub->async()->Generate(&call->context_, &call->request_, call.get());
+  rpc::HandToGrpc(call.get());
   call->StartRead(&call->event_);
   call->StartCall();
   return call;
 }
 
 void DecodeStreamCall::OnReadDone(bool ok) {
+  rpc::TakeFromGrpc(this);
   if (!ok) return;  // The stream is over; OnDone follows.
   on_event_(std::move(event_));
   event_.Clear();
+  rpc::HandToGrpc(this);
   StartRead(&event_);
 }
 
 void DecodeStreamCall::OnDone(const grpc::Status& status) {
+  rpc::TakeFromGrpc(this);
   on_done_(rpc::FromGrpc(status));
   // Drop the callbacks (and what they hold) before the last reference.
   on_event_ = nullptr;

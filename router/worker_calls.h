@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/tsan_handoff.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
@@ -69,8 +70,10 @@ class UnaryCall {
     call->context_.set_deadline(rpc::ToChrono(deadline));
     // The lambda keeps the call (context, request, response) alive until
     // gRPC is done with it.
+    rpc::HandToGrpc(call.get());
     async(&call->context_, &call->request_, &call->response_,
           [call, on_done = std::move(on_done)](grpc::Status status) {
+            rpc::TakeFromGrpc(call.get());
             if (status.ok()) {
               on_done(std::move(call->response_));
             } else {

@@ -25,6 +25,7 @@
 #include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
+#include "common/rpc/tsan_handoff.h"
 
 namespace tandem::router {
 namespace {
@@ -615,6 +616,7 @@ void WorkerRegistry::PollNow() {
   for (const std::shared_ptr<Call>& shared : calls) {
     Call* const call = shared.get();
     auto done = [call, round](grpc::Status status) {
+      rpc::TakeFromGrpc(call);
       if (status.ok()) {
         // The stats kept per worker leave the events out.
         call->worker->cache_events().Receive(call->request, call->response);
@@ -626,6 +628,7 @@ void WorkerRegistry::PollNow() {
       absl::MutexLock lock(&round->mu);
       --round->outstanding;
     };
+    rpc::HandToGrpc(call);
     if (call->worker->role() == WorkerRole::kPrefill) {
       call->worker->prefill_stub()->async()->GetStats(&call->ctx, &call->request, &call->response,
                                                       done);

@@ -26,6 +26,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/tsan_handoff.h"
 
 namespace tandem::rpc {
 
@@ -42,6 +43,7 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
       absl::MutexLock lock(&writer->mu_);
       writer->reactor_ = reactor;
     }
+    HandToGrpc(reactor);  // The handler returns it to gRPC.
     return {reactor, writer};
   }
 
@@ -89,9 +91,16 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
   class Reactor : public grpc::ServerWriteReactor<Message> {
    public:
     explicit Reactor(std::shared_ptr<StreamWriter> writer) : writer_(std::move(writer)) {}
-    void OnWriteDone(bool ok) override { writer_->WriteDone(ok); }
-    void OnCancel() override { writer_->Cancelled(); }
+    void OnWriteDone(bool ok) override {
+      TakeFromGrpc(this);
+      writer_->WriteDone(ok);
+    }
+    void OnCancel() override {
+      TakeFromGrpc(this);
+      writer_->Cancelled();
+    }
     void OnDone() override {
+      TakeFromGrpc(this);
       writer_->Done();
       delete this;
     }
@@ -104,6 +113,7 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
 
   void StartNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
+    HandToGrpc(reactor_);
     reactor_->StartWrite(&queue_.front());
   }
 
@@ -111,6 +121,7 @@ class StreamWriter : public std::enable_shared_from_this<StreamWriter<Message>> 
     if (finish_called_ || reactor_ == nullptr) return;
     finish_called_ = true;
     ended_ = true;
+    HandToGrpc(reactor_);
     reactor_->Finish(finish_status_);
   }
 
