@@ -48,6 +48,13 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
       PrefillScheduler::Create(weights, std::move(backend), transport, clock, scheduler_options));
   std::unique_ptr<PrefillLoop> loop(new PrefillLoop(std::move(scheduler), clock, loop_options));
   loop->Publish({});
+  // A job whose KV transfer ends during another prompt's step is answered
+  // from inside that step, not after it.
+  loop->scheduler_->SetReplyHook([l = loop.get()] {
+    std::vector<Reply> replies = l->scheduler_->TakeReplies();
+    l->Publish(replies);
+    l->Deliver(std::move(replies));
+  });
   loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
 }

@@ -182,6 +182,8 @@ void PrefillScheduler::RunOnce() {
   HandleTransferEnds();
   ExpireDeadlines();
   if (has_compute()) {
+    // What ended before the step is answered now, not after it.
+    if (!replies_.empty() && reply_hook_) reply_hook_();
     Step();
     HandleTransferEnds();
   }
@@ -258,6 +260,10 @@ void PrefillScheduler::Step() {
       for (Job* job : finals) job->last_layer = t;
     }
     sender_->Poll();
+    if (!ended_.empty()) {
+      HandleTransferEnds(/*in_step=*/true);
+      if (!replies_.empty() && reply_hook_) reply_hook_();
+    }
   };
   absl::StatusOr<std::vector<float>> logits = engine_->Step(items, kv_written);
   if (!logits.ok()) {
@@ -416,8 +422,12 @@ bool PrefillScheduler::layer_copies_pending() const {
                      [](const auto& j) { return !j->layer_copies.empty(); });
 }
 
-void PrefillScheduler::HandleTransferEnds() {
+void PrefillScheduler::HandleTransferEnds(bool in_step) {
   for (Job* job : std::exchange(ended_, {})) {
+    if (in_step && !job->finished && job->state == Job::State::kComputing) {
+      ended_.push_back(job);  // The step may be computing it.
+      continue;
+    }
     const absl::Status& status = job->transfer_status;
     if (status.ok()) {
       ++counters_.kv_transfers;

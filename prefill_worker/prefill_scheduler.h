@@ -30,7 +30,9 @@
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_SCHEDULER_H_
 #define TANDEM_PREFILL_WORKER_PREFILL_SCHEDULER_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -123,7 +125,10 @@ class PrefillScheduler {
   // Blocks in the prefix cache, in use or not.
   int cached_blocks() { return engine_->block_pool().num_cached(); }
   // Admitted jobs not yet replied to (in compute or transfer).
-  int active() const { return static_cast<int>(active_.size()); }
+  int active() const {
+    return static_cast<int>(
+        std::count_if(active_.begin(), active_.end(), [](const auto& j) { return !j->finished; }));
+  }
   bool has_compute() const;
   bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
   const SchedulerCounters& counters() const { return counters_; }
@@ -156,6 +161,14 @@ class PrefillScheduler {
 
   std::vector<Reply> TakeReplies();
 
+  // Called on the driving thread from RunOnce when replies are queued and
+  // an engine step is about to start, or is running and a job computed in
+  // an earlier step has ended meanwhile (its KV transfer was confirmed or
+  // failed): the hook should take the replies and deliver them, so that an
+  // answer does not wait for a long step of other prompts. Without a hook
+  // they wait for RunOnce to return.
+  void SetReplyHook(std::function<void()> hook) { reply_hook_ = std::move(hook); }
+
   // Fails every job with `why` and waits (until `deadline`) for their
   // transfers to let go of the KV cache.
   void Shutdown(const absl::Status& why, absl::Time deadline);
@@ -183,7 +196,9 @@ class PrefillScheduler {
   // layer order; fails the job when its copy failed.
   void PollLayerCopies();
   bool layer_copies_pending() const;
-  void HandleTransferEnds();
+  // Handles the transfers that ended. `in_step`: an engine step is running,
+  // so jobs it may be computing (their table in use) wait for its end.
+  void HandleTransferEnds(bool in_step = false);
   void ExpireDeadlines();
   // Fails `job`, at once or (transfer in flight) once the sender lets go.
   void Fail(Job& job, const absl::Status& status);
@@ -212,6 +227,7 @@ class PrefillScheduler {
   // outside the engine step.
   std::vector<Job*> ended_;
   std::vector<Reply> replies_;
+  std::function<void()> reply_hook_;
   SchedulerCounters counters_;
 };
 

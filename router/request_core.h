@@ -104,6 +104,8 @@ struct Timeline {
   int64_t decode_queue_us = 0;
   int64_t first_token_us = 0;
   int64_t end_us = 0;
+  int64_t reserve_us = 0;       // summed over the decode workers asked
+  int64_t prefill_call_us = 0;  // the last Prefill call, as the router saw it
 };
 
 // One event of a request's stream.

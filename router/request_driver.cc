@@ -230,6 +230,7 @@ void RequestDriver::OpenDecode() {
       req_.n * static_cast<int>(BlocksFor(std::min<int64_t>(tokens, INT32_MAX / kMaxChoices),
                                           decode_worker_->Snapshot().block_size)));
   if (timeline_.router_queue_us == 0) timeline_.router_queue_us = SinceArrivalUs();
+  reserve_sent_us_ = SinceArrivalUs();
   const int stream = ++stream_;
   awaiting_first_ = true;
   worker_finished_ = 0;
@@ -278,6 +279,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
         return;
       }
       reserved_ = event.reserved();
+      timeline_.reserve_us += SinceArrivalUs() - reserve_sent_us_;
       decode_held_tokens_ = reserved_.cached_tokens();
       // 2. Prefill, shipping the KV cache to the reservation.
       phase_ = Phase::kPrefilling;
@@ -298,6 +300,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
       auto self = shared_from_this();
       const int attempt = prefill_attempt_;
       v1::PrefillWorker::Stub* stub = prefill_worker_->prefill_stub();
+      prefill_sent_us_ = SinceArrivalUs();
       prefill_call_ = PrefillCall::Start(
           [stub](grpc::ClientContext* c, const v1::PrefillRequest* q, v1::PrefillResponse* r,
                  std::function<void(grpc::Status)> done) {

@@ -24,8 +24,9 @@
 // trace line (request_trace.cc) in the RequestLog, or the INFO log:
 //   {"request_id", "status" (ok, invalid_argument, ...), "error" (if not ok),
 //    "finish_reason" (of choice 0), "prompt_tokens", "completion_tokens"
-//    (all choices), "n", "timeline_us": {"router_queue", "prefill_queue",
-//    "prefill", "kv_transfer", "decode_queue", "first_token", "end"},
+//    (all choices), "n", "timeline_us": {"router_queue", "reserve",
+//    "prefill_call", "prefill_queue", "prefill", "kv_transfer",
+//    "decode_queue", "first_token", "end"},
 //    "prefill_worker", "decode_worker", "disaggregated", "routing" (why: the
 //    policy's reasons), "prefill_errors" (if any)}
 //
@@ -259,6 +260,10 @@ class RequestDriver final : public RequestHandle,
   absl::StatusCode last_prefill_code_ = absl::StatusCode::kUnavailable;
   // For the log line and the client's kFinished.
   Timeline timeline_;
+  // When the open reservation and the last Prefill call were sent
+  // (SinceArrivalUs), for timeline_.reserve_us and prefill_call_us.
+  int64_t reserve_sent_us_ = 0;
+  int64_t prefill_sent_us_ = 0;
   // Prompt tokens not computed (prefix cache), those the decode worker
   // already held (not shipped), and the KV bytes shipped.
   int cached_tokens_ = 0;

@@ -118,6 +118,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
     OnPrefillFailed(response.status());
     return;
   }
+  timeline_.prefill_call_us = SinceArrivalUs() - prefill_sent_us_;
   const v1::PrefillResponse& r = *response;
   if (r.extra_first_tokens_size() != req_.n - 1 || r.sampler_draws_size() != req_.n ||
       (req_.logprobs.has_value() && r.first_logprobs_size() != req_.n)) {

@@ -49,6 +49,8 @@ void RequestDriver::Log(const absl::Status& status) const {
       {"n", choices_.size()},
       {"timeline_us",
        {{"router_queue", timeline_.router_queue_us},
+        {"reserve", timeline_.reserve_us},
+        {"prefill_call", timeline_.prefill_call_us},
         {"prefill_queue", timeline_.prefill_queue_us},
         {"prefill", timeline_.prefill_us},
         {"kv_transfer", timeline_.kv_transfer_us},

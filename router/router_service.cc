@@ -116,6 +116,8 @@ v1::GenerateResponse EventToProto(GenerateEvent event) {
       t->set_decode_queue_us(event.timeline.decode_queue_us);
       t->set_first_token_us(event.timeline.first_token_us);
       t->set_end_us(event.timeline.end_us);
+      t->set_reserve_us(event.timeline.reserve_us);
+      t->set_prefill_call_us(event.timeline.prefill_call_us);
       f->set_prefill_worker(std::move(event.prefill_worker));
       f->set_decode_worker(std::move(event.decode_worker));
       f->set_disaggregated(event.disaggregated);

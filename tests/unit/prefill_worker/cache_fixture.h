@@ -11,15 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/status_macros.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/model/synthetic.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/inproc_transport.h"
+#include "kvtransfer/wire_format.h"
 #include "prefill_worker/prefill_loop.h"
 #include "prefill_worker/prefill_metrics.h"
+#include "prefill_worker/prefill_scheduler.h"
 #include "prometheus/registry.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/prefill_worker/decode_side.h"
@@ -169,6 +173,35 @@ int32_t Greedy(const std::vector<int32_t>& prompt) {
   int64_t BlockBytes(int blocks) const {
     const KvLayout& layout = reference_->kv_layout();
     return int64_t{blocks} * layout.n_layers * static_cast<int64_t>(layout.block_bytes());
+  }
+
+  // A scheduler on its own transport, for tests that drive it by hand.
+  absl::StatusOr<std::unique_ptr<PrefillScheduler>> MakeScheduler(SchedulerOptions options) {
+    transports_.push_back(kvtransfer::InProcTransport::Create(fabric_));
+    ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CpuBackend::Create(CpuBackendOptions{1}));
+    options.weights_fingerprint = weights_->Fingerprint();
+    return PrefillScheduler::Create(*weights_, std::move(backend), transports_.back().get(),
+                                    &Clock::Real(), options);
+  }
+
+  // A job for PrefillScheduler::TryAdmit with a fresh lease on the decode
+  // side (returned in `lease_out` when given) and a `done` that drops it.
+  std::unique_ptr<internal::Job> SchedulerJob(const std::vector<int32_t>& prompt, JobId id,
+                                              DecodeSide::Lease** lease_out = nullptr) {
+    DecodeSide::Lease* lease = decode_->Expect(static_cast<int>(prompt.size()));
+    if (lease_out != nullptr) *lease_out = lease;
+    auto job = std::make_unique<internal::Job>(kBlock);
+    job->id = id;
+    job->request.tokens = prompt;
+    job->request.kv_descriptor = lease->descriptor;
+    job->request.deadline = absl::Now() + kWait;
+    job->arrived = absl::Now();
+    job->done = [](absl::StatusOr<PrefillResult>) {};
+    absl::StatusOr<kvtransfer::TransferLease> parsed =
+        kvtransfer::TransferLease::Parse(lease->descriptor);
+    EXPECT_OK(parsed.status());
+    if (parsed.ok()) job->lease = *parsed;
+    return job;
   }
 
   // Every block free or only cached, nothing running.

@@ -162,29 +162,11 @@ TEST_F(PrefillCacheTest, NothingLeaksAndFlushEmptiesTheCache) {
 // blocks but cannot get the rest waits holding none of them, and takes
 // them once room frees up.
 TEST_F(PrefillCacheTest, AdmissionThatDoesNotFitHoldsNoCachedBlocks) {
-  transports_.push_back(kvtransfer::InProcTransport::Create(fabric_));
-  auto backend = CpuBackend::Create(CpuBackendOptions{1});
-  ASSERT_OK(backend.status());
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<PrefillScheduler> scheduler,
-      PrefillScheduler::Create(*weights_, std::move(backend).value(), transports_.back().get(),
-                               &Clock::Real(),
-                               {.kv_blocks = 8, .weights_fingerprint = weights_->Fingerprint()}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PrefillScheduler> scheduler,
+                       MakeScheduler({.kv_blocks = 8}));
   JobId next_id = 1;
   auto make_job = [&](const std::vector<int32_t>& prompt) {
-    DecodeSide::Lease* lease = decode_->Expect(static_cast<int>(prompt.size()));
-    auto job = std::make_unique<internal::Job>(kBlock);
-    job->id = next_id++;
-    job->request.tokens = prompt;
-    job->request.kv_descriptor = lease->descriptor;
-    job->request.deadline = absl::Now() + kWait;
-    job->arrived = absl::Now();
-    job->done = [](absl::StatusOr<PrefillResult>) {};
-    absl::StatusOr<kvtransfer::TransferLease> parsed =
-        kvtransfer::TransferLease::Parse(lease->descriptor);
-    EXPECT_OK(parsed.status());
-    if (parsed.ok()) job->lease = *parsed;
-    return job;
+    return SchedulerJob(prompt, next_id++);
   };
   // Runs both ends until the scheduler replies.
   auto reply = [&]() -> absl::StatusOr<PrefillResult> {
