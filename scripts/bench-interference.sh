@@ -13,7 +13,7 @@
 #     each step's budget of 256 tokens with the decodes
 #     (--schedule_policy=chunked --prefill_chunk_tokens=256), 2 threads;
 #   - disaggregated: one prefill worker on CPU 0 and one decode worker on
-#     CPU 1, 1 thread each.
+#     CPU 1, 1 thread each; prefill steps of at most 512 tokens.
 # Prints TPOT p50/p99 and the inter-token latency p99 of the decoding
 # streams (a prompt computed in the decode worker's step shows as one long
 # gap), and TTFT p50/p99 of the long prompts.
@@ -53,5 +53,8 @@ run "colocated, prefill-first" --prefill 0 --decode 1 --threads 2 \
   --decode_args "--schedule_policy=prefill_first"
 run "colocated, chunked prefill" --prefill 0 --decode 1 --threads 2 \
   --decode_args "--schedule_policy=chunked --prefill_chunk_tokens=256"
+# The prefill worker computes one prompt at a time, in steps of 512 tokens:
+# on one core a step of 512 rows already runs the matmuls at full speed, and
+# two 1,024-token prompts sharing a step would both wait for both.
 run "disaggregated, 1 core each" --prefill 1 --decode 1 --threads 1 \
-  --prefill_cpus 0 --decode_cpus 1
+  --prefill_cpus 0 --decode_cpus 1 --prefill_args "--max_batch_tokens=512"
