@@ -35,6 +35,9 @@ ABSL_FLAG(int, max_concurrency, 0, "Most requests in flight; 0 = no limit");
 ABSL_FLAG(bool, waves, false,
           "Send in waves of --max_concurrency requests, each when the previous wave has "
           "wholly ended (static batching, for comparison with continuous batching)");
+ABSL_FLAG(bool, pad_waves, false,
+          "With --waves: every request of a wave asks for the wave's longest output and "
+          "counts only its own (a static batch padded to its longest member)");
 ABSL_FLAG(int, num_requests, 100, "Requests to send (when --duration is 0)");
 ABSL_FLAG(double, duration, 0, "Send for this many seconds instead of --num_requests");
 ABSL_FLAG(uint64_t, seed, 0, "Seed for prompts and arrivals");
@@ -103,6 +106,7 @@ absl::Status Main() {
       {"burstiness", absl::GetFlag(FLAGS_burstiness)},
       {"max_concurrency", absl::GetFlag(FLAGS_max_concurrency)},
       {"waves", absl::GetFlag(FLAGS_waves)},
+      {"pad_waves", absl::GetFlag(FLAGS_pad_waves)},
       {"num_requests", absl::GetFlag(FLAGS_num_requests)},
       {"duration", absl::GetFlag(FLAGS_duration)}, {"seed", data.seed},
       {"slo", absl::GetFlag(FLAGS_slo)}, {"sweep", absl::GetFlag(FLAGS_sweep)}};
@@ -113,6 +117,7 @@ absl::Status Main() {
                              .burstiness = absl::GetFlag(FLAGS_burstiness),
                              .max_concurrency = absl::GetFlag(FLAGS_max_concurrency),
                              .waves = absl::GetFlag(FLAGS_waves),
+                             .pad_waves = absl::GetFlag(FLAGS_pad_waves),
                              .num_requests = absl::GetFlag(FLAGS_num_requests),
                              .duration_s = absl::GetFlag(FLAGS_duration),
                              .seed = data.seed,

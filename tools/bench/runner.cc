@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -144,6 +146,27 @@ class Progress {
   std::thread thread_;
 };
 
+
+// The longest max_tokens among the wave of requests starting at `first`.
+int WaveMaxTokens(const Dataset& dataset, int first, const RunOptions& o) {
+  int longest = 0;
+  for (int j = first; j < first + o.max_concurrency; ++j) {
+    if (o.duration_s <= 0 && j >= o.num_requests) break;
+    longest = std::max(longest, dataset.Get(j).max_tokens);
+  }
+  return longest;
+}
+
+// Cuts a padded request's record to its first `own` tokens.
+void KeepOwnTokens(RequestRecord& r, int own) {
+  if (!r.success || own <= 0 || r.output_tokens <= own) return;
+  if (static_cast<int>(r.itls.size()) == r.output_tokens - 1) {
+    r.itls.resize(own - 1);
+    r.e2e = r.ttft + std::accumulate(r.itls.begin(), r.itls.end(), 0.0);
+  }
+  r.output_tokens = own;
+}
+
 }  // namespace
 
 absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
@@ -160,6 +183,9 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
   if (o.waves && o.max_concurrency <= 0) {
     return absl::InvalidArgumentError("--waves needs a --max_concurrency (the wave size)");
   }
+  if (o.pad_waves && !o.waves) {
+    return absl::InvalidArgumentError("--pad_waves needs --waves (and a --max_concurrency)");
+  }
 
   ArrivalGenerator arrivals(o.request_rate, o.burstiness, o.seed);
   std::deque<RequestRecord> records;  // stable addresses while growing
@@ -175,6 +201,7 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
   {
     ElasticPool pool;
     double next = 0;
+    int wave_tokens = 0;  // pad_waves: the current wave's longest max_tokens
     for (int i = 0;; ++i) {
       if (o.duration_s <= 0 && i >= o.num_requests) break;
       if (i > 0) next += arrivals.NextGap();
@@ -193,11 +220,17 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
       }
       RequestRecord* record = &records.emplace_back();
       BenchRequest request = dataset.Get(i);
+      const int own_tokens = request.max_tokens;
+      if (o.pad_waves) {
+        if (i % o.max_concurrency == 0) wave_tokens = WaveMaxTokens(dataset, i, o);
+        request.max_tokens = wave_tokens;
+      }
       record->start = since_start();
-      pool.Submit([&, record, request = std::move(request)] {
+      pool.Submit([&, record, own_tokens, request = std::move(request)] {
         const double start = record->start;
         *record = target.Send(request);
         record->start = start;
+        if (o.pad_waves) KeepOwnTokens(*record, own_tokens);
         if (!record->success) failed.fetch_add(1);
         done.fetch_add(1);
         if (o.max_concurrency > 0) {

@@ -32,6 +32,13 @@ struct RunOptions {
   // only when the whole previous wave has ended, as a server without
   // continuous batching runs them (static batching).
   bool waves = false;
+  // With waves: every request of a wave asks for as many tokens as the
+  // wave's longest (each row is computed until the whole batch is done, as
+  // a static batch padded to its longest member is), and its record keeps
+  // only its own: output_tokens and the inter-token gaps are cut to its own
+  // max_tokens, and e2e ends at its own last token (when each message
+  // carried one token; else at the padded end).
+  bool pad_waves = false;
   int num_requests = 100;   // used when duration_s is 0
   double duration_s = 0;    // stop sending after this long (seconds)
   uint64_t seed = 0;
