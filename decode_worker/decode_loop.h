@@ -82,6 +82,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/kv_staging.h"
+#include "common/engine/step_executor.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/cache_events.h"
 #include "common/model/model_weights.h"
@@ -144,6 +145,11 @@ struct DecodeLoopOptions {
   const Clock* clock = nullptr;
   // Prometheus metrics to feed; null = none. Must outlive the loop.
   DecodeMetrics* metrics = nullptr;
+  // What runs the steps, made once the engine exists; null: the engine. A
+  // simulator or a timing test gives a SimulatedExecutor over the engine's
+  // block pool and a FakeClock (`clock` above), and the loop schedules as
+  // it would on real compute.
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
 };
 
 class DecodeLoop {
@@ -363,6 +369,9 @@ class DecodeLoop {
   // Loop thread only (after construction). The destructor destroys the
   // receiver first, while the sequences its callbacks name still exist.
   std::unique_ptr<Engine> engine_;
+  // Runs the steps: the engine, or what options_.make_executor made.
+  std::unique_ptr<StepExecutor> own_executor_;
+  StepExecutor* executor_ = nullptr;
   // Null without staging; the copier belongs to the engine's backend.
   std::unique_ptr<KvStaging> staging_;
   KvCopier* copier_ = nullptr;

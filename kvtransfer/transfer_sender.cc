@@ -20,6 +20,7 @@ struct TransferSender::Transfer {
   absl::flat_hash_set<SendId> outstanding;
   bool confirmed = false;  // The receiver sent kComplete.
   bool ending = false;
+  uint64_t ended_in_poll = 0;  // TransferSender::polls_ when it began to end.
   absl::Status outcome;
 
   std::string Name() const {
@@ -206,6 +207,7 @@ absl::Status TransferSender::Cancel(uint64_t request_id) {
 void TransferSender::Fail(Transfer& t, absl::Status status, bool notify_receiver) {
   if (t.ending) return;
   t.ending = true;
+  t.ended_in_poll = polls_;
   t.outcome = std::move(status);
   // Each cancelled send still reports kSendDone; `done` waits for all of them.
   for (SendId send : t.outstanding) transport_->Cancel(send);
@@ -289,6 +291,7 @@ void TransferSender::DropLanes(Transfer& t) {
 }
 
 void TransferSender::Poll() {
+  ++polls_;
   std::vector<TransportEvent> events;
   transport_->Poll(events);
   for (const TransportEvent& e : events) {
@@ -320,11 +323,15 @@ void TransferSender::Poll() {
                             t.layers_ready, " of ", t.layers.size(), " layers ready)")),
            true);
     }
-    if (t.ending && !t.outstanding.empty() && now >= t.deadline && !t.lanes.empty()) {
-      // Sends the transport still holds at the deadline will not finish:
-      // the receiver went away without its connection failing (UCX never
-      // reports a peer that dies before the connection is set up). Closing
-      // the connections releases them; the next transfer reconnects.
+    if (t.ending && !t.outstanding.empty() && now >= t.deadline && !t.lanes.empty() &&
+        t.ended_in_poll < polls_) {
+      // Sends the transport still holds at the deadline, a poll after they
+      // were cancelled, will not finish: the receiver went away without its
+      // connection failing (UCX never reports a peer that dies before the
+      // connection is set up). Closing the connections releases them; the
+      // next transfer reconnects. Not in the poll that cancelled them: the
+      // abort just posted would go with the connection, and the receiver
+      // would hear nothing until its own deadline.
       DropLanes(t);
     }
     if (t.ending && t.outstanding.empty()) {

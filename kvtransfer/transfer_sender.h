@@ -155,6 +155,7 @@ class TransferSender {
   absl::flat_hash_map<SendId, uint64_t> sends_;    // Data sends in flight -> request id.
   absl::flat_hash_map<std::string, Pooled> pool_;  // By receiver address.
   SenderStats stats_;
+  uint64_t polls_ = 0;  // Poll() calls so far.
 };
 
 }  // namespace tandem::kvtransfer

@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
   scheduler_options.kv_lanes = options.kv_lanes;
   scheduler_options.prefix_cache = options.prefix_cache;
   scheduler_options.weights_fingerprint = loop_options.weights_fingerprint;
+  scheduler_options.make_executor = options.make_executor;
   ASSIGN_OR_RETURN(
       std::unique_ptr<PrefillScheduler> scheduler,
       PrefillScheduler::Create(weights, std::move(backend), transport, clock, scheduler_options));

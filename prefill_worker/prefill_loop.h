@@ -98,6 +98,8 @@ struct PrefillLoopOptions {
   absl::Duration shutdown_timeout = absl::Seconds(2);
   // Prometheus metrics to feed; null = none. Must outlive the loop.
   PrefillMetrics* metrics = nullptr;
+  // What runs the steps (SchedulerOptions::make_executor); null: the engine.
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
   // The transport's connection records (UcxTransport::num_peers), read on
   // the scheduling thread (the transport's only user) for the stats; null:
   // PrefillStats::kv_peers stays 0.

@@ -83,6 +83,8 @@ PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
                                    kvtransfer::KvTransport* transport, const Clock* clock,
                                    const SchedulerOptions& options)
     : engine_(std::move(engine)),
+      own_executor_(options.make_executor ? options.make_executor(*engine_) : nullptr),
+      executor_(own_executor_ != nullptr ? own_executor_.get() : engine_.get()),
       clock_(clock),
       options_(options),
       max_logit_rows_(std::min(options.max_batch_tokens, kMaxLogitRows)),
@@ -265,7 +267,7 @@ void PrefillScheduler::Step() {
       if (!replies_.empty() && reply_hook_) reply_hook_();
     }
   };
-  absl::StatusOr<std::vector<float>> logits = engine_->Step(items, kv_written);
+  absl::StatusOr<std::vector<float>> logits = executor_->Step(items, kv_written);
   if (!logits.ok()) {
     for (Job* job : jobs) {
       Fail(*job, absl::Status(logits.status().code(),

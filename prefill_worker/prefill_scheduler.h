@@ -47,6 +47,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/kv_staging.h"
+#include "common/engine/step_executor.h"
 #include "common/kvcache/block_hash.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
@@ -80,6 +81,9 @@ struct SchedulerOptions {
   // Whether the transport could register device memory itself (for the
   // start-up log line only: device KV always goes through the staging).
   bool transport_device_memory = false;
+  // What runs the steps, made once the engine exists; null: the engine
+  // (common/engine/step_executor.h: a simulator gives a SimulatedExecutor).
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
 };
 
 // Counters for WorkerStats (and tests).
@@ -209,6 +213,9 @@ class PrefillScheduler {
 
   // Constant after construction.
   const std::unique_ptr<Engine> engine_;
+  // Runs the steps: the engine, or what options_.make_executor made.
+  const std::unique_ptr<StepExecutor> own_executor_;
+  StepExecutor* const executor_;
   const Clock* const clock_;
   const SchedulerOptions options_;
   const int max_logit_rows_;

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/compute/backend.h"
+#include "common/engine/step_executor.h"
 #include "common/kvcache/block_pool.h"
 #include "common/kvcache/block_table.h"
 #include "common/kvcache/kv_layout.h"
@@ -71,21 +72,7 @@ struct EngineOptions {
 absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes,
                                             double fraction, size_t block_bytes);
 
-// One sequence's part of a step: `tokens` continue the sequence whose KV
-// cache `table` holds (positions table->num_tokens() onwards). One entry per
-// sequence per step.
-struct BatchItem {
-  BlockTable* table;
-  std::span<const int32_t> tokens;
-  bool want_logits = true;  // logits of the entry's last token
-  // Logits of every token of the entry, in order (one row each; overrides
-  // want_logits), e.g. for the log-probabilities of a prompt.
-  bool all_logits = false;
-
-  int logit_rows() const { return all_logits ? static_cast<int>(tokens.size()) : want_logits; }
-};
-
-class Engine {
+class Engine final : public StepExecutor {
  public:
   // Copies (and packs) the weights into backend memory in their own element
   // type (widened to f32 for a backend that computes in f32 only); `weights`
@@ -152,8 +139,9 @@ class Engine {
   // `layer` are in the cache (before the rest of the layer is computed), so
   // that a sender can ship layer l while layers l+1... are computed. It
   // does not run for a layer the backend failed in (nor for later ones).
-  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
-                                          const std::function<void(int layer)>& kv_written = nullptr);
+  absl::StatusOr<std::vector<float>> Step(
+      std::span<const BatchItem> items,
+      const std::function<void(int layer)>& kv_written = nullptr) override;
 
   // Makes `dst` (empty, or holding blocks reserved and not yet written) a
   // copy of the first `tokens` positions of `src`: it reserves what is

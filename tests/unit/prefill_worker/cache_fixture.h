@@ -176,12 +176,13 @@ int32_t Greedy(const std::vector<int32_t>& prompt) {
   }
 
   // A scheduler on its own transport, for tests that drive it by hand.
-  absl::StatusOr<std::unique_ptr<PrefillScheduler>> MakeScheduler(SchedulerOptions options) {
+  absl::StatusOr<std::unique_ptr<PrefillScheduler>> MakeScheduler(
+      SchedulerOptions options, const Clock* clock = &Clock::Real()) {
     transports_.push_back(kvtransfer::InProcTransport::Create(fabric_));
     ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CpuBackend::Create(CpuBackendOptions{1}));
     options.weights_fingerprint = weights_->Fingerprint();
-    return PrefillScheduler::Create(*weights_, std::move(backend), transports_.back().get(),
-                                    &Clock::Real(), options);
+    return PrefillScheduler::Create(*weights_, std::move(backend), transports_.back().get(), clock,
+                                    options);
   }
 
   // A job for PrefillScheduler::TryAdmit with a fresh lease on the decode
@@ -202,6 +203,18 @@ int32_t Greedy(const std::vector<int32_t>& prompt) {
     EXPECT_OK(parsed.status());
     if (parsed.ok()) job->lease = *parsed;
     return job;
+  }
+
+  // Runs `scheduler` and the decode side until the scheduler replies.
+  absl::StatusOr<PrefillResult> DriveUntilReply(PrefillScheduler& scheduler) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      scheduler.RunOnce();
+      for (Reply& r : scheduler.TakeReplies()) return std::move(r.result);
+      decode_->receiver().Poll();
+      scheduler.WaitForTransfers(absl::Now() + absl::Milliseconds(1));
+    }
+    return absl::DeadlineExceededError("no reply");
   }
 
   // Every block free or only cached, nothing running.

@@ -168,17 +168,7 @@ TEST_F(PrefillCacheTest, AdmissionThatDoesNotFitHoldsNoCachedBlocks) {
   auto make_job = [&](const std::vector<int32_t>& prompt) {
     return SchedulerJob(prompt, next_id++);
   };
-  // Runs both ends until the scheduler replies.
-  auto reply = [&]() -> absl::StatusOr<PrefillResult> {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (absl::Now() < deadline) {
-      scheduler->RunOnce();
-      for (Reply& r : scheduler->TakeReplies()) return std::move(r.result);
-      decode_->receiver().Poll();
-      scheduler->WaitForTransfers(absl::Now() + absl::Milliseconds(1));
-    }
-    return absl::DeadlineExceededError("no reply");
-  };
+  auto reply = [&] { return DriveUntilReply(*scheduler); };
 
   const std::vector<int32_t> big = RandomTokens(120, vocab_, 21);  // Every block.
   std::unique_ptr<internal::Job> big_job = make_job(big);

@@ -445,7 +445,9 @@ TEST_F(PrefillLoopTest, LeaseDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) {
 TEST_F(PrefillLoopTest, RequestDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) {
   StartLoop({}, &clock_);
   const std::vector<int32_t> prompt = RandomTokens(30, vocab_, 8);
-  DecodeSide::Lease* lease = decode_->Expect(30);
+  // The decode side's lease never expires by itself: it ends only when the
+  // sender's abort reaches it.
+  DecodeSide::Lease* lease = decode_->Expect(30, 16, absl::InfiniteFuture());
   Outcome out;
   loop_->Submit(Job(prompt, *lease, clock_.Now() + absl::Seconds(1)), out.Callback());
   // Computed and sending when the deadline passes.
@@ -457,7 +459,8 @@ TEST_F(PrefillLoopTest, RequestDeadlineEndsAnUnconfirmedTransferAndFreesBlocks) 
   ExpectEveryBlockFree();
   // The decode side hears of it and ends its lease too.
   ASSERT_TRUE(decode_->PumpUntil([&] { return lease->ended; }));
-  EXPECT_THAT(lease->status, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(lease->status,
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("aborted by the sender")));
 }
 
 TEST_F(PrefillLoopTest, ReceiverThatGivesUpFailsTheJob) {

@@ -1,0 +1,90 @@
+#include "common/engine/simulated_executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+
+// The greedy token's logit; every other one is 0.
+constexpr float kPeak = 30.0f;
+
+StepShape ShapeOf(std::span<const BatchItem> items) {
+  StepShape shape;
+  for (const BatchItem& item : items) {
+    const int64_t start = item.table->num_tokens();
+    const int64_t n = static_cast<int64_t>(item.tokens.size());
+    ++shape.items;
+    shape.tokens += static_cast<int>(n);
+    // Position p attends to p + 1 keys (itself and everything before it).
+    shape.attended += n * (start + 1) + n * (n - 1) / 2;
+    shape.logit_rows += item.logit_rows();
+  }
+  return shape;
+}
+
+absl::Duration LinearStepCost::operator()(const StepShape& shape) const {
+  return fixed + per_token * shape.tokens + per_attended * shape.attended +
+         per_logit_row * shape.logit_rows;
+}
+
+int32_t SimulatedNextToken(int32_t token, int position, int vocab_size) {
+  const uint64_t mixed = static_cast<uint64_t>(token) * 31 + static_cast<uint64_t>(position) * 17 + 1;
+  return static_cast<int32_t>(mixed % static_cast<uint64_t>(vocab_size));
+}
+
+SimulatedExecutor::SimulatedExecutor(const ModelConfig& config, BlockPool* pool, FakeClock* clock,
+                                     StepCostFn cost)
+    : config_(config), pool_(pool), clock_(clock), cost_(std::move(cost)) {}
+
+absl::StatusOr<std::vector<float>> SimulatedExecutor::Step(
+    std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) {
+  if (items.empty()) return absl::InvalidArgumentError("a step needs at least one item");
+  for (const BatchItem& item : items) {
+    if (item.tokens.empty()) return absl::InvalidArgumentError("a batch item has no tokens");
+    if (item.table->num_tokens() + static_cast<int64_t>(item.tokens.size()) > config_.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a sequence of ", item.table->num_tokens(), " tokens cannot take ", item.tokens.size(),
+          " more within the context of ", config_.seq_len));
+    }
+    for (int32_t t : item.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is outside the vocabulary"));
+      }
+    }
+  }
+  for (const BatchItem& item : items) {
+    RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), *pool_));
+  }
+  const StepShape shape = ShapeOf(items);
+  const absl::Duration cost = cost_(shape);
+  const int layers = std::max(1, config_.n_layers);
+  for (int l = 0; l < layers; ++l) {
+    clock_->Advance(cost / layers);
+    if (kv_written) kv_written(l);
+  }
+  clock_->Advance(cost - (cost / layers) * layers);
+  ++steps_;
+  busy_ += cost;
+
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(shape.logit_rows) * vocab, 0.0f);
+  size_t row = 0;
+  for (const BatchItem& item : items) {
+    const int start = item.table->num_tokens();
+    const int n = static_cast<int>(item.tokens.size());
+    for (int j = 0; j < n; ++j) {
+      if (!item.all_logits && !(item.want_logits && j == n - 1)) continue;
+      logits[row * vocab + SimulatedNextToken(item.tokens[j], start + j, config_.vocab_size)] =
+          kPeak;
+      ++row;
+    }
+  }
+  for (const BatchItem& item : items) item.table->Advance(static_cast<int>(item.tokens.size()));
+  return logits;
+}
+
+}  // namespace tandem

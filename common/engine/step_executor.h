@@ -1,0 +1,49 @@
+// StepExecutor: what runs the steps a worker's scheduler plans. The Engine
+// is the real one. SimulatedExecutor (simulated_executor.h) puts a cost
+// model and a fake clock behind the same call, so that the decode and
+// prefill loops schedule exactly as they do on real compute while their
+// time comes from the model: a capacity-planning simulator (how many
+// workers, what chunk size, for a workload and its SLOs) or a test of the
+// loops' timing.
+#ifndef TANDEM_COMMON_ENGINE_STEP_EXECUTOR_H_
+#define TANDEM_COMMON_ENGINE_STEP_EXECUTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/kvcache/block_table.h"
+
+namespace tandem {
+
+// One sequence's part of a step: `tokens` continue the sequence whose KV
+// cache `table` holds (positions table->num_tokens() onwards). One entry per
+// sequence per step.
+struct BatchItem {
+  BlockTable* table;
+  std::span<const int32_t> tokens;
+  bool want_logits = true;  // logits of the entry's last token
+  // Logits of every token of the entry, in order (one row each; overrides
+  // want_logits), e.g. for the log-probabilities of a prompt.
+  bool all_logits = false;
+
+  int logit_rows() const { return all_logits ? static_cast<int>(tokens.size()) : want_logits; }
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // One forward pass over `items`: appends each item's tokens to its
+  // sequence and returns the logits of the items that want them,
+  // [rows][vocab_size] in item order. `kv_written(layer)` runs once per
+  // layer, as soon as that layer's K/V are in the cache. The full contract
+  // (errors, what a failure leaves) is Engine::Step's.
+  virtual absl::StatusOr<std::vector<float>> Step(
+      std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) = 0;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_ENGINE_STEP_EXECUTOR_H_
