@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
                                       s != nullptr ? s->bytes() : loop->engine_->kv_cache_bytes(),
                                       kvtransfer::MemoryKind::kHost));
   loop->PublishStats();
-  loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
+  if (loop->options_.own_thread) loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
 }
 
@@ -188,11 +188,16 @@ void DecodeLoop::Cancel(Ticket ticket) {
 }
 
 void DecodeLoop::Stop() {
+  bool was_stopped;
   {
     absl::MutexLock lock(&mu_);
-    stop_ = true;
+    was_stopped = std::exchange(stop_, true);
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+  } else if (!options_.own_thread && !was_stopped) {
+    Shutdown();  // The caller's thread drove it: it ends here.
+  }
 }
 
 void DecodeLoop::FlushPrefixCache() {
@@ -221,24 +226,35 @@ LoopStats DecodeLoop::Stats() const {
   return s;
 }
 
-void DecodeLoop::Run() {
+bool DecodeLoop::RunRound() {
+  CHECK(!options_.own_thread) << "RunRound drives a loop made without its own thread";
+  return Round().value_or(false);
+}
+
+std::optional<bool> DecodeLoop::Round() {
   Inbox commands;
-  while (TakeCommands(commands)) {
-    for (SubmitCmd& s : commands.submits) Enqueue(std::move(s));
-    for (StartCmd& s : commands.starts) HandleStart(std::move(s));
-    for (Ticket t : commands.cancels) HandleCancel(t);
-    if (commands.flush) engine_->block_pool().Flush();
-    commands = Inbox();
-    receiver_->Poll();
-    PollLandings();
-    ExpireDeadlines();
-    // The running sequences take their next blocks before waiting ones are
-    // admitted into what is left.
-    GrowRunning();
-    AdmitWaiting();
-    const bool stepped = StepOnce();
-    PublishStats();
-    if (stepped) continue;
+  if (!TakeCommands(commands)) return std::nullopt;
+  for (SubmitCmd& s : commands.submits) Enqueue(std::move(s));
+  for (StartCmd& s : commands.starts) HandleStart(std::move(s));
+  for (Ticket t : commands.cancels) HandleCancel(t);
+  if (commands.flush) engine_->block_pool().Flush();
+  receiver_->Poll();
+  PollLandings();
+  ExpireDeadlines();
+  // The running sequences take their next blocks before waiting ones are
+  // admitted into what is left.
+  GrowRunning();
+  AdmitWaiting();
+  const bool stepped = StepOnce();
+  PublishStats();
+  return stepped;
+}
+
+void DecodeLoop::Run() {
+  while (true) {
+    const std::optional<bool> stepped = Round();
+    if (!stepped.has_value()) break;
+    if (*stepped) continue;
     const bool landing = landings_pending();
     if (!receiver_->idle()) {
       receiver_->WaitForActivity(absl::Now() + (landing ? kCopyPoll : kTransportWait));

@@ -150,6 +150,10 @@ struct DecodeLoopOptions {
   // block pool and a FakeClock (`clock` above), and the loop schedules as
   // it would on real compute.
   std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
+  // False: Create starts no thread, and the caller drives the loop a round
+  // at a time with RunRound() (a discrete-event simulator, on the clock its
+  // executor moves).
+  bool own_thread = true;
 };
 
 class DecodeLoop {
@@ -204,6 +208,13 @@ class DecodeLoop {
   // Ends the request with CANCELLED (the client went away), at any stage.
   // Unknown or ended tickets are ignored.
   void Cancel(Ticket ticket);
+
+  // Without DecodeLoopOptions::own_thread only: one round of the loop on
+  // the calling thread (the commands queued since the last round, the
+  // receiver, deadlines, admission and one engine step); true when it ran
+  // a step. It never waits. The events of the round reach their sinks
+  // before it returns.
+  bool RunRound();
 
   // Refuses new requests from now on; admitted ones run to their end.
   void Drain();
@@ -265,6 +276,8 @@ class DecodeLoop {
 
   // Loop thread only. Rounds, ends and stats (decode_loop.cc):
   void Run();
+  // One round; whether it stepped, or nullopt once the loop is stopped.
+  std::optional<bool> Round();
   // Takes the inbox; false once the loop must stop.
   bool TakeCommands(Inbox& commands);
   void ExpireDeadlines();

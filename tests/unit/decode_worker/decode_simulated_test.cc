@@ -1,7 +1,10 @@
 // The decode loop on a SimulatedExecutor and a fake clock: it schedules as
 // on real compute, and every timing it reports comes from the cost model,
-// which is what a capacity-planning simulator needs of it.
+// which is what a capacity-planning simulator needs of it; without its own
+// thread it runs inside a discrete-event loop, a round at a time.
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -76,6 +79,102 @@ TEST_P(DecodeSimulated, TimingsComeFromTheCostModel) {
   EXPECT_EQ(executor_->steps(), static_cast<uint64_t>(prefill_steps + 4));
   EXPECT_EQ(clock_.Now() - start, prefill + 4 * (kFixed + kPerToken));
   EXPECT_EQ(executor_->busy(), clock_.Now() - start);
+  EXPECT_TRUE(h.AllBlocksFree());
+}
+
+// Token times as the loop's clock has them, per choice 0 of one request.
+class TimingSink final : public EventSink {
+ public:
+  explicit TimingSink(const Clock* clock) : clock_(clock) {}
+  void OnReserved(const Reservation&) override {}
+  void OnPromptLogprobs(std::span<const TokenLogprob>) override {}
+  void OnTokens(int, std::span<const int32_t> ids, std::span<const TokenLogprob>) override {
+    for (size_t i = 0; i < ids.size(); ++i) times.push_back(clock_->Now());
+  }
+  void OnFinished(const Finished& f) override { ended = ended || f.last; }
+  void OnFailed(const absl::Status& status) override {
+    ended = true;
+    failure = status;
+  }
+
+  std::vector<absl::Time> times;
+  bool ended = false;
+  absl::Status failure;
+
+ private:
+  const Clock* clock_;
+};
+
+// A discrete-event run with no thread and no real time: the test drives
+// the loop a round at a time, and the fake clock moves only by the cost of
+// each step, or to the next arrival when the loop is idle. A long prompt
+// arriving while a stream decodes stalls the stream by exactly what the
+// policy puts in the step beside it: the interference benchmark's effect,
+// computed from the cost model.
+TEST_P(DecodeSimulated, ADiscreteEventRunStallsTheStreamAsThePolicySays) {
+  DecodeLoopOptions options = Options();
+  options.own_thread = false;
+  DecodeHarness h(options);
+  const int vocab = h.config().vocab_size;
+  const absl::Time t0 = clock_.Now();
+  struct Arrival {
+    absl::Duration at;
+    Request request;
+    std::shared_ptr<TimingSink> sink;
+  };
+  std::vector<Arrival> arrivals = {
+      {absl::ZeroDuration(), LocalRequest("stream", RandomTokens(8, vocab, 5), 40),
+       std::make_shared<TimingSink>(&clock_)},
+      {absl::Milliseconds(100), LocalRequest("long", RandomTokens(96, vocab, 6), 1),
+       std::make_shared<TimingSink>(&clock_)},
+  };
+  size_t next = 0;
+  while (!(next == arrivals.size() &&
+           std::all_of(arrivals.begin(), arrivals.end(), [](const Arrival& a) {
+             return a.sink->ended;
+           }))) {
+    // What arrived by now is submitted; then one round; an idle loop jumps
+    // the clock to the next arrival.
+    while (next < arrivals.size() && t0 + arrivals[next].at <= clock_.Now()) {
+      ASSERT_OK(h.loop().Submit(arrivals[next].request, arrivals[next].sink).status());
+      ++next;
+    }
+    if (h.loop().RunRound()) continue;
+    ASSERT_LT(next, arrivals.size()) << "the loop is idle with requests unfinished";
+    clock_.Set(t0 + arrivals[next].at);
+  }
+  const TimingSink& stream = *arrivals[0].sink;
+  const TimingSink& long_prompt = *arrivals[1].sink;
+  ASSERT_OK(stream.failure);
+  ASSERT_OK(long_prompt.failure);
+  ASSERT_EQ(stream.times.size(), 40u);
+  ASSERT_EQ(long_prompt.times.size(), 1u);
+  absl::Duration longest_gap;
+  for (size_t i = 1; i < stream.times.size(); ++i) {
+    longest_gap = std::max(longest_gap, stream.times[i] - stream.times[i - 1]);
+  }
+  const absl::Duration ttft = long_prompt.times[0] - (t0 + absl::Milliseconds(100));
+  // The stream's prompt (8 tokens) costs 18 ms, each decode 11 ms: tokens at
+  // 18, 29, ..., 95, 106 ms. The long prompt arrives during the step that
+  // ends at 106 and is admitted after it.
+  switch (GetParam()) {
+    case SchedulePolicyKind::kDecodePriority:
+      // One step: the stream's token and the 96 prompt tokens, 107 ms.
+      EXPECT_EQ(longest_gap, absl::Milliseconds(107));
+      EXPECT_EQ(ttft, absl::Milliseconds(6 + 107));
+      break;
+    case SchedulePolicyKind::kChunked:
+      // Steps of 16 tokens (the stream's one and 15 of the prompt), 26 ms
+      // each; the seventh carries the prompt's last 6: 17 ms.
+      EXPECT_EQ(longest_gap, absl::Milliseconds(26));
+      EXPECT_EQ(ttft, absl::Milliseconds(6 + 6 * 26 + 17));
+      break;
+    case SchedulePolicyKind::kPrefillFirst:
+      // The prompt alone (106 ms), then the stream's next step (11 ms).
+      EXPECT_EQ(longest_gap, absl::Milliseconds(106 + 11));
+      EXPECT_EQ(ttft, absl::Milliseconds(6 + 106));
+      break;
+  }
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
