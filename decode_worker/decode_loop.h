@@ -149,7 +149,7 @@ struct DecodeLoopOptions {
   // simulator or a timing test gives a SimulatedExecutor over the engine's
   // block pool and a FakeClock (`clock` above), and the loop schedules as
   // it would on real compute.
-  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;
   // False: Create starts no thread, and the caller drives the loop a round
   // at a time with RunRound() (a discrete-event simulator, on the clock its
   // executor moves).

@@ -99,7 +99,7 @@ struct PrefillLoopOptions {
   // Prometheus metrics to feed; null = none. Must outlive the loop.
   PrefillMetrics* metrics = nullptr;
   // What runs the steps (SchedulerOptions::make_executor); null: the engine.
-  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;
   // The transport's connection records (UcxTransport::num_peers), read on
   // the scheduling thread (the transport's only user) for the stats; null:
   // PrefillStats::kv_peers stays 0.

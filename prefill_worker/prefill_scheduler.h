@@ -83,7 +83,7 @@ struct SchedulerOptions {
   bool transport_device_memory = false;
   // What runs the steps, made once the engine exists; null: the engine
   // (common/engine/step_executor.h: a simulator gives a SimulatedExecutor).
-  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor;
+  std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;
 };
 
 // Counters for WorkerStats (and tests).

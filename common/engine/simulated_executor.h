@@ -42,10 +42,10 @@ struct StepShape {
 StepShape ShapeOf(std::span<const BatchItem> items);
 
 struct LinearStepCost {
-  absl::Duration fixed;
-  absl::Duration per_token;
-  absl::Duration per_attended;
-  absl::Duration per_logit_row;
+  absl::Duration fixed = absl::ZeroDuration();
+  absl::Duration per_token = absl::ZeroDuration();
+  absl::Duration per_attended = absl::ZeroDuration();
+  absl::Duration per_logit_row = absl::ZeroDuration();
 
   absl::Duration operator()(const StepShape& shape) const;
 };
