@@ -112,8 +112,7 @@ DecodeLoop::DecodeLoop(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging
       transport_(transport),
       receiver_(
           std::make_unique<kvtransfer::TransferReceiver>(transport_, clock_, options_.receiver)) {
-  if (options_.make_executor) own_executor_ = options_.make_executor(*engine_);
-  executor_ = own_executor_ != nullptr ? own_executor_.get() : engine_.get();
+  if (options_.make_executor) executor_ = options_.make_executor(*engine_);
 }
 
 DecodeLoop::~DecodeLoop() {

@@ -382,9 +382,8 @@ class DecodeLoop {
   // Loop thread only (after construction). The destructor destroys the
   // receiver first, while the sequences its callbacks name still exist.
   std::unique_ptr<Engine> engine_;
-  // Runs the steps: the engine, or what options_.make_executor made.
-  std::unique_ptr<StepExecutor> own_executor_;
-  StepExecutor* executor_ = nullptr;
+  // What options_.make_executor made; null: the engine runs the steps.
+  std::unique_ptr<StepExecutor> executor_;
   // Null without staging; the copier belongs to the engine's backend.
   std::unique_ptr<KvStaging> staging_;
   KvCopier* copier_ = nullptr;

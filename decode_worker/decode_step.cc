@@ -172,7 +172,8 @@ absl::StatusOr<std::vector<float>> DecodeLoop::StepEngine(std::span<const BatchI
   // Only the transport and the receiver move inside the step: the done
   // callbacks of leases that end are deferred (in_step_), so nothing here
   // touches the batch, the block pool or a sink.
-  absl::StatusOr<std::vector<float>> logits = executor_->Step(items, [this](int) {
+  StepExecutor& executor = executor_ != nullptr ? *executor_ : *engine_;
+  absl::StatusOr<std::vector<float>> logits = executor.Step(items, [this](int) {
     if (!receiver_->idle()) receiver_->Poll();
   });
   in_step_ = false;

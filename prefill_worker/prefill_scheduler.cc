@@ -83,8 +83,7 @@ PrefillScheduler::PrefillScheduler(std::unique_ptr<Engine> engine,
                                    kvtransfer::KvTransport* transport, const Clock* clock,
                                    const SchedulerOptions& options)
     : engine_(std::move(engine)),
-      own_executor_(options.make_executor ? options.make_executor(*engine_) : nullptr),
-      executor_(own_executor_ != nullptr ? own_executor_.get() : engine_.get()),
+      executor_(options.make_executor ? options.make_executor(*engine_) : nullptr),
       clock_(clock),
       options_(options),
       max_logit_rows_(std::min(options.max_batch_tokens, kMaxLogitRows)),
@@ -267,7 +266,8 @@ void PrefillScheduler::Step() {
       if (!replies_.empty() && reply_hook_) reply_hook_();
     }
   };
-  absl::StatusOr<std::vector<float>> logits = executor_->Step(items, kv_written);
+  StepExecutor& executor = executor_ != nullptr ? *executor_ : *engine_;
+  absl::StatusOr<std::vector<float>> logits = executor.Step(items, kv_written);
   if (!logits.ok()) {
     for (Job* job : jobs) {
       Fail(*job, absl::Status(logits.status().code(),

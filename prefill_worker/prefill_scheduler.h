@@ -213,9 +213,8 @@ class PrefillScheduler {
 
   // Constant after construction.
   const std::unique_ptr<Engine> engine_;
-  // Runs the steps: the engine, or what options_.make_executor made.
-  const std::unique_ptr<StepExecutor> own_executor_;
-  StepExecutor* const executor_;
+  // What options_.make_executor made; null: the engine runs the steps.
+  const std::unique_ptr<StepExecutor> executor_;
   const Clock* const clock_;
   const SchedulerOptions options_;
   const int max_logit_rows_;

@@ -301,70 +301,16 @@ absl::Status Engine::CheckBackend() {
   return status();
 }
 
-absl::Status Engine::Validate(std::span<const BatchItem> items) const {
-  if (items.empty()) return absl::InvalidArgumentError("a step needs at least one batch item");
-  int64_t tokens = 0, logit_rows = 0, new_blocks = 0;
-  absl::flat_hash_set<const BlockTable*> seen;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const BatchItem& item = items[i];
-    if (item.table == nullptr || item.tokens.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batch item ", i, " has no tokens; send at least one token per item"));
-    }
-    if (item.table->block_size() != layout_.block_size) {
-      return absl::InvalidArgumentError(absl::StrCat("batch item ", i, " has block size ",
-                                                     item.table->block_size(), ", engine uses ",
-                                                     layout_.block_size));
-    }
-    if (!seen.insert(item.table).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batch item ", i, " repeats a sequence; merge its tokens into one item"));
-    }
-    for (int32_t id : item.tokens) {
-      if (id < 0 || id >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token id ", id, " is out of range; the vocabulary has ", config_.vocab_size, " ids"));
-      }
-    }
-    const int64_t end = int64_t{item.table->num_tokens()} + item.tokens.size();
-    if (end > config_.seq_len) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence would reach ", end, " tokens, past the model's context of ",
-                       config_.seq_len, "; shorten the prompt or lower max tokens"));
-    }
-    const int64_t blocks_needed = BlocksFor(end, layout_.block_size);
-    new_blocks += std::max<int64_t>(0, blocks_needed - int64_t(item.table->blocks().size()));
-    tokens += item.tokens.size();
-    logit_rows += item.logit_rows();
-  }
-  if (tokens > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("step carries ", tokens,
-                                                   " tokens, over max_batch_tokens ",
-                                                   options_.max_batch_tokens, "; split it"));
-  }
-  if (logit_rows > options_.max_logit_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("step wants ", logit_rows,
-                                                   " rows of logits, over max_logit_rows ",
-                                                   options_.max_logit_rows));
-  }
-  if (new_blocks > pool_.num_free()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: step needs ", new_blocks,
-                                                     " new blocks, ", pool_.num_free(), " of ",
-                                                     pool_.num_blocks(), " free"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items,
                                                 const std::function<void(int layer)>& kv_written) {
   RETURN_IF_ERROR(CheckBackend());
-  RETURN_IF_ERROR(Validate(items));
+  RETURN_IF_ERROR(ValidateStep(items, step_limits(), pool_));
   ids_.clear();
   positions_.clear();
   rows_.clear();
   logit_rows_.clear();
   for (const BatchItem& item : items) {
-    // Cannot fail: Validate counted the free blocks.
+    // Cannot fail: ValidateStep counted the free blocks.
     RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), pool_));
     const int start = item.table->num_tokens();
     for (size_t j = 0; j < item.tokens.size(); ++j) {

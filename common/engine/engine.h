@@ -86,6 +86,11 @@ class Engine final : public StepExecutor {
 
   const ModelConfig& config() const { return config_; }
   const KvLayout& kv_layout() const { return layout_; }
+  // What one step may carry (ValidateStep).
+  StepLimits step_limits() const {
+    return StepLimits{layout_.block_size, config_.vocab_size, config_.seq_len,
+                      options_.max_batch_tokens, options_.max_logit_rows};
+  }
   BlockPool& block_pool() { return pool_; }
   Backend& backend() { return *backend_; }
 
@@ -168,7 +173,6 @@ class Engine final : public StepExecutor {
 
   Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
   absl::Status Init(const ModelWeights& weights);
-  absl::Status Validate(std::span<const BatchItem> items) const;
   // Sizes the KV pool from the device's memory (gpu_memory_fraction) when
   // the backend reports it; before the cache is allocated.
   absl::Status SizeKvPool();

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -36,27 +35,15 @@ int32_t SimulatedNextToken(int32_t token, int position, int vocab_size) {
   return static_cast<int32_t>(mixed % static_cast<uint64_t>(vocab_size));
 }
 
-SimulatedExecutor::SimulatedExecutor(const ModelConfig& config, BlockPool* pool, FakeClock* clock,
-                                     StepCostFn cost)
-    : config_(config), pool_(pool), clock_(clock), cost_(std::move(cost)) {}
+SimulatedExecutor::SimulatedExecutor(const ModelConfig& config, const StepLimits& limits,
+                                     BlockPool* pool, FakeClock* clock, StepCostFn cost)
+    : config_(config), limits_(limits), pool_(pool), clock_(clock), cost_(std::move(cost)) {}
 
 absl::StatusOr<std::vector<float>> SimulatedExecutor::Step(
     std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) {
-  if (items.empty()) return absl::InvalidArgumentError("a step needs at least one item");
+  RETURN_IF_ERROR(ValidateStep(items, limits_, *pool_));
   for (const BatchItem& item : items) {
-    if (item.tokens.empty()) return absl::InvalidArgumentError("a batch item has no tokens");
-    if (item.table->num_tokens() + static_cast<int64_t>(item.tokens.size()) > config_.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a sequence of ", item.table->num_tokens(), " tokens cannot take ", item.tokens.size(),
-          " more within the context of ", config_.seq_len));
-    }
-    for (int32_t t : item.tokens) {
-      if (t < 0 || t >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is outside the vocabulary"));
-      }
-    }
-  }
-  for (const BatchItem& item : items) {
+    // Cannot fail: ValidateStep counted the free blocks.
     RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), *pool_));
   }
   const StepShape shape = ShapeOf(items);

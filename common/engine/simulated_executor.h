@@ -58,8 +58,10 @@ int32_t SimulatedNextToken(int32_t token, int position, int vocab_size);
 
 class SimulatedExecutor final : public StepExecutor {
  public:
-  // `pool` (the blocks the tables take) and `clock` must outlive it.
-  SimulatedExecutor(const ModelConfig& config, BlockPool* pool, FakeClock* clock, StepCostFn cost);
+  // Refuses what an engine with `limits` would (ValidateStep). `pool` (the
+  // blocks the tables take) and `clock` must outlive it.
+  SimulatedExecutor(const ModelConfig& config, const StepLimits& limits, BlockPool* pool,
+                    FakeClock* clock, StepCostFn cost);
 
   absl::StatusOr<std::vector<float>> Step(
       std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) override;
@@ -70,6 +72,7 @@ class SimulatedExecutor final : public StepExecutor {
 
  private:
   const ModelConfig config_;
+  const StepLimits limits_;
   BlockPool* const pool_;
   FakeClock* const clock_;
   const StepCostFn cost_;

@@ -13,7 +13,9 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/kvcache/block_pool.h"
 #include "common/kvcache/block_table.h"
 
 namespace tandem {
@@ -31,6 +33,23 @@ struct BatchItem {
 
   int logit_rows() const { return all_logits ? static_cast<int>(tokens.size()) : want_logits; }
 };
+
+// What a step may carry.
+struct StepLimits {
+  int block_size = 0;
+  int vocab_size = 0;
+  int seq_len = 0;  // the model's context
+  int max_batch_tokens = 0;
+  int max_logit_rows = 0;
+};
+
+// The checks every executor makes before a step, so that a refused step
+// changes nothing: INVALID_ARGUMENT for an empty step or item, a table of
+// another block size, a sequence in two items, a token id outside the
+// vocabulary, a sequence past the context, or a batch over the limits;
+// RESOURCE_EXHAUSTED when `pool` has too few free blocks for the new tokens.
+absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& limits,
+                          const BlockPool& pool);
 
 class StepExecutor {
  public:

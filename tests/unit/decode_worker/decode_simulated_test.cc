@@ -41,7 +41,7 @@ class DecodeSimulated : public ::testing::TestWithParam<SchedulePolicyKind> {
     options.clock = &clock_;
     options.make_executor = [this](Engine& engine) {
       auto executor = std::make_unique<SimulatedExecutor>(
-          engine.config(), &engine.block_pool(), &clock_,
+          engine.config(), engine.step_limits(), &engine.block_pool(), &clock_,
           LinearStepCost{.fixed = kFixed, .per_token = kPerToken});
       executor_ = executor.get();
       return executor;

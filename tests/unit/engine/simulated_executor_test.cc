@@ -1,5 +1,6 @@
 // SimulatedExecutor: a step's shape and cost, time passing layer by layer,
-// the made-up logits, the tables advanced, and bad steps refused.
+// the made-up logits, the tables advanced, and bad steps refused as the
+// engine refuses them (ValidateStep), changing nothing.
 #include "common/engine/simulated_executor.h"
 
 #include <algorithm>
@@ -17,6 +18,14 @@ namespace tandem {
 namespace {
 
 using ::tandem::testing::StatusIs;
+
+StepLimits Limits() {
+  return StepLimits{.block_size = 4,
+                    .vocab_size = 50,
+                    .seq_len = 64,
+                    .max_batch_tokens = 32,
+                    .max_logit_rows = 8};
+}
 
 ModelConfig Shape() {
   ModelConfig c;
@@ -52,7 +61,7 @@ TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
   const ModelConfig config = Shape();
   BlockPool pool(16, 4);
   FakeClock clock;
-  SimulatedExecutor executor(config, &pool, &clock,
+  SimulatedExecutor executor(config, Limits(), &pool, &clock,
                              LinearStepCost{.fixed = absl::Milliseconds(8),
                                             .per_token = absl::Milliseconds(1)});
   BlockTable table(4);
@@ -87,7 +96,7 @@ TEST(SimulatedExecutorTest, RefusesWhatTheEngineWould) {
   const ModelConfig config = Shape();
   BlockPool pool(2, 4);  // Eight positions.
   FakeClock clock;
-  SimulatedExecutor executor(config, &pool, &clock, LinearStepCost{});
+  SimulatedExecutor executor(config, Limits(), &pool, &clock, LinearStepCost{});
   BlockTable table(4);
   const std::vector<int32_t> empty;
   const std::vector<int32_t> outside = {50};
@@ -102,11 +111,20 @@ TEST(SimulatedExecutorTest, RefusesWhatTheEngineWould) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(executor.Step(std::vector<BatchItem>{{&table, five}}, nullptr).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  const std::vector<int32_t> past(65, 1);
-  EXPECT_THAT(executor.Step(std::vector<BatchItem>{{&table, past}}, nullptr).status(),
+  const std::vector<int32_t> one = {1};
+  EXPECT_THAT(executor.Step(std::vector<BatchItem>{{&table, one}, {&table, one}}, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));  // One sequence twice.
+  const std::vector<int32_t> over(33, 1);
+  EXPECT_THAT(executor.Step(std::vector<BatchItem>{{&table, over}}, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));  // Over max_batch_tokens.
+  BlockTable late(4);
+  late.Advance(62);  // Two positions short of the context.
+  const std::vector<int32_t> three = {1, 2, 3};
+  EXPECT_THAT(executor.Step(std::vector<BatchItem>{{&late, three}}, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(executor.steps(), 0u);
   EXPECT_EQ(table.num_tokens(), 0);
+  EXPECT_TRUE(table.blocks().empty());  // A refused step reserves nothing.
   EXPECT_EQ(clock.Now(), FakeClock().Now());
   other.Release(pool);
 }

@@ -79,7 +79,7 @@ TEST_F(PrefillCacheTest, ASimulatedPrefillTakesTheModelsTime) {
   SchedulerOptions options{.kv_blocks = 64, .max_batch_tokens = 16};
   options.make_executor = [&](Engine& engine) {
     auto e = std::make_unique<SimulatedExecutor>(
-        engine.config(), &engine.block_pool(), &clock,
+        engine.config(), engine.step_limits(), &engine.block_pool(), &clock,
         LinearStepCost{.fixed = absl::Milliseconds(10), .per_token = absl::Milliseconds(1)});
     executor = e.get();
     return e;
