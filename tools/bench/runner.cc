@@ -146,7 +146,6 @@ class Progress {
   std::thread thread_;
 };
 
-
 // The longest max_tokens among the wave of requests starting at `first`.
 int WaveMaxTokens(const Dataset& dataset, int first, const RunOptions& o) {
   int longest = 0;
