@@ -51,8 +51,8 @@ absl::Status DecodeLoop::Validate(const Request& r) const {
         absl::StrCat("n is ", r.n, "; ask for 1 to ", kMaxChoices, " choices"));
   }
   if (r.logprobs.has_value() && (*r.logprobs < 0 || *r.logprobs > kMaxTopLogprobs)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "logprobs is ", *r.logprobs, "; ask for 0 to ", kMaxTopLogprobs, " alternatives"));
+    return absl::InvalidArgumentError(absl::StrCat("logprobs is ", *r.logprobs, "; ask for 0 to ",
+                                                   kMaxTopLogprobs, " alternatives"));
   }
   if (r.prompt_logprobs && !r.local_prefill) {
     return absl::InvalidArgumentError(
@@ -91,10 +91,10 @@ void DecodeLoop::Enqueue(SubmitCmd cmd) {
   const int needed = n * static_cast<int>(BlocksFor(tokens, block_size));
   const int pool_blocks = engine_->block_pool().num_blocks();
   if (needed > pool_blocks) {
-    return fail_now(absl::ResourceExhaustedError(absl::StrCat(
-        "request needs ", needed, " KV blocks (", n, " choices of ", tokens,
-        " tokens) but this worker's pool has ", pool_blocks,
-        " in all; lower max_tokens or n, or shorten the prompt")));
+    return fail_now(absl::ResourceExhaustedError(
+        absl::StrCat("request needs ", needed, " KV blocks (", n, " choices of ", tokens,
+                     " tokens) but this worker's pool has ", pool_blocks,
+                     " in all; lower max_tokens or n, or shorten the prompt")));
   }
   auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink));
   Sequence& seq = *owned;
@@ -117,8 +117,8 @@ bool DecodeLoop::Admit(Sequence& seq) {
   // the blocks after it fresh. Taken before counting free blocks, as an
   // unused cached block counts as free until acquired.
   std::vector<int32_t> hits = pool.AcquirePrefix(seq.prompt_hashes);
-  const int fresh = n * static_cast<int>(BlocksFor(tokens, block_size)) -
-                    static_cast<int>(hits.size());
+  const int fresh =
+      n * static_cast<int>(BlocksFor(tokens, block_size)) - static_cast<int>(hits.size());
   if (fresh > AdmissionRoom()) {
     pool.Release(hits);
     return false;
@@ -181,16 +181,17 @@ absl::Status DecodeLoop::ExpectKv(Sequence& seq) {
                        .request_id = ticket,
                        .layers = std::move(layers),
                        .deadline = seq.lease_deadline,
-                       .done = [this, ticket](uint64_t, uint64_t, const absl::Status& status) {
-                         // Mid-step the engine's batch and the pool are in
-                         // use: the lease's end is handled once the step
-                         // has returned.
-                         if (in_step_) {
-                           ended_mid_step_.emplace_back(ticket, status);
-                         } else {
-                           OnLeaseDone(ticket, status);
-                         }
-                       },
+                       .done =
+                           [this, ticket](uint64_t, uint64_t, const absl::Status& status) {
+                             // Mid-step the engine's batch and the pool are in
+                             // use: the lease's end is handled once the step
+                             // has returned.
+                             if (in_step_) {
+                               ended_mid_step_.emplace_back(ticket, status);
+                             } else {
+                               OnLeaseDone(ticket, status);
+                             }
+                           },
                        .first_block = static_cast<uint32_t>(first_block)}));
   seq.MoveTo(Sequence::State::kReceiving);
   seq.generation = lease.generation;
@@ -246,9 +247,9 @@ void DecodeLoop::HandleStart(StartCmd cmd) {
     }
   }
   if (!cmd.sampler_draws.empty() && static_cast<int>(cmd.sampler_draws.size()) != seq.n()) {
-    cmd.done(absl::InvalidArgumentError(absl::StrCat(
-        "Start for request '", cmd.request_id, "' carries ", cmd.sampler_draws.size(),
-        " sampler draw counts but the request has ", seq.n(), " choices")));
+    cmd.done(absl::InvalidArgumentError(
+        absl::StrCat("Start for request '", cmd.request_id, "' carries ", cmd.sampler_draws.size(),
+                     " sampler draw counts but the request has ", seq.n(), " choices")));
     return;
   }
   for (uint64_t draws : cmd.sampler_draws) {
@@ -393,10 +394,11 @@ void DecodeLoop::Commit(Sequence& seq) {
 bool DecodeLoop::ForkChoices(Sequence& seq) {
   const Choice& source = seq.choices[0];
   for (int i = 1; i < seq.n(); ++i) {
-    if (absl::Status s = engine_->CopySequence(source.table, seq.prompt_len(), seq.choices[i].table);
+    if (absl::Status s =
+            engine_->CopySequence(source.table, seq.prompt_len(), seq.choices[i].table);
         !s.ok()) {
-      Fail(seq, absl::InternalError(
-                    absl::StrCat("copying the prompt's KV cache to choice ", i, ": ", s.message())));
+      Fail(seq, absl::InternalError(absl::StrCat("copying the prompt's KV cache to choice ", i,
+                                                 ": ", s.message())));
       return false;
     }
   }

@@ -9,6 +9,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/worker_health.h"
+#include "common/worker/worker_engine.h"
 #include "decode_worker/sequence.h"
 
 namespace tandem::decode {
@@ -47,52 +48,46 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   if (options.schedule_policy == SchedulePolicyKind::kChunked &&
       (options.prefill_chunk_tokens < options.max_sequences ||
        options.prefill_chunk_tokens > options.max_batch_tokens)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prefill_chunk_tokens (", options.prefill_chunk_tokens, ") must be at least max_sequences (",
-        options.max_sequences, ") and at most max_batch_tokens (", options.max_batch_tokens,
-        ") with the chunked schedule policy"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk_tokens (", options.prefill_chunk_tokens,
+                     ") must be at least max_sequences (", options.max_sequences,
+                     ") and at most max_batch_tokens (", options.max_batch_tokens,
+                     ") with the chunked schedule policy"));
   }
   if (options.kv_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("kv_timeout must be positive");
   }
-  EngineOptions engine_options;
-  engine_options.block_size = options.block_size;
-  engine_options.kv_dtype = options.kv_dtype;
-  engine_options.num_blocks = options.kv_blocks > 0
-                                  ? options.kv_blocks
-                                  : 8 * static_cast<int>(BlocksFor(weights.config.seq_len, options.block_size));
-  if (options.kv_blocks == 0) engine_options.gpu_memory_fraction = options.gpu_memory_fraction;
-  engine_options.max_batch_tokens = options.max_batch_tokens;
-  // At most one row of logits per held sequence.
-  engine_options.max_logit_rows = options.max_sequences;
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(weights, std::move(backend), engine_options));
-  const int pool_blocks = engine->block_pool().num_blocks();
+  ASSIGN_OR_RETURN(
+      WorkerEngine we,
+      CreateWorkerEngine(weights, std::move(backend),
+                         {.role = "decode",
+                          .block_size = options.block_size,
+                          .kv_dtype = options.kv_dtype,
+                          .kv_blocks = options.kv_blocks,
+                          .gpu_memory_fraction = options.gpu_memory_fraction,
+                          .max_batch_tokens = options.max_batch_tokens,
+                          // At most one row of logits per held sequence.
+                          .max_logit_rows = options.max_sequences,
+                          .kv_staging_blocks = options.kv_staging_blocks,
+                          .transport_name = transport->name(),
+                          .transport_device_memory = options.transport_device_memory}));
+  const int pool_blocks = we.engine->block_pool().num_blocks();
   if (options.kv_watermark_blocks == -1) {
     options.kv_watermark_blocks = std::max(1, pool_blocks / 50);
   }
   if (options.kv_watermark_blocks < 0 || options.kv_watermark_blocks >= pool_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv_watermark_blocks (", options.kv_watermark_blocks,
-                     ") must be -1 (2% of the pool) or in [0, ", pool_blocks,
-                     "), the KV pool's blocks"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_watermark_blocks (", options.kv_watermark_blocks,
+        ") must be -1 (2% of the pool) or in [0, ", pool_blocks, "), the KV pool's blocks"));
   }
   if (options.weights_fingerprint.empty()) options.weights_fingerprint = weights.Fingerprint();
-  ASSIGN_OR_RETURN(std::unique_ptr<KvStaging> staging,
-                   KvStaging::ForEngine(*engine, options.kv_staging_blocks));
-  LOG(INFO) << "decode worker KV path: "
-            << KvPathDescription(staging.get(), transport->name(), options.transport_device_memory)
-            << (staging != nullptr ? absl::StrCat(", ", staging->capacity(), " blocks of staging")
-                                   : "");
-  std::unique_ptr<DecodeLoop> loop(
-      new DecodeLoop(std::move(engine), std::move(staging), transport, options));
   // The transport writes host memory only: the staging when there is one.
-  KvStaging* const s = loop->staging_.get();
-  ASSIGN_OR_RETURN(
-      loop->kv_region_,
-      loop->receiver_->RegisterMemory(s != nullptr ? s->data() : loop->engine_->kv_cache(),
-                                      s != nullptr ? s->bytes() : loop->engine_->kv_cache_bytes(),
-                                      kvtransfer::MemoryKind::kHost));
+  void* const memory = we.transport_memory();
+  const size_t bytes = we.transport_bytes();
+  std::unique_ptr<DecodeLoop> loop(
+      new DecodeLoop(std::move(we.engine), std::move(we.staging), transport, options));
+  ASSIGN_OR_RETURN(loop->kv_region_,
+                   loop->receiver_->RegisterMemory(memory, bytes, kvtransfer::MemoryKind::kHost));
   loop->PublishStats();
   if (loop->options_.own_thread) loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
@@ -140,10 +135,10 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
   }
   if (refusal.ok()) refusal = EngineRefusal(*engine_, "decode worker");
   if (refusal.ok() && held_ + request.n > options_.max_sequences) {
-    refusal = absl::ResourceExhaustedError(absl::StrCat(
-        "decode worker holds ", held_, " sequences; the request's ", request.n,
-        " choices would exceed its maximum of ", options_.max_sequences,
-        "; retry later or on another worker"));
+    refusal = absl::ResourceExhaustedError(
+        absl::StrCat("decode worker holds ", held_, " sequences; the request's ", request.n,
+                     " choices would exceed its maximum of ", options_.max_sequences,
+                     "; retry later or on another worker"));
   }
   if (!refusal.ok()) {
     ++refused_;
@@ -173,8 +168,7 @@ void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t firs
     absl::MutexLock lock(&mu_);
     if (!stop_) {
       inbox_.starts.push_back(StartCmd{std::move(request_id), generation, std::move(first_tokens),
-                                       std::move(sampler_draws), std::move(done),
-                                       clock_->Now()});
+                                       std::move(sampler_draws), std::move(done), clock_->Now()});
       return;
     }
   }
@@ -281,8 +275,7 @@ void DecodeLoop::ExpireDeadlines() {
     // An open lease expires in the receiver (which tells the sender); a
     // complete one still needs its Start by the lease deadline.
     const bool reservation_expired = seq->state == Sequence::State::kKvReady &&
-                                     !seq->first_tokens.has_value() &&
-                                     now >= seq->lease_deadline;
+                                     !seq->first_tokens.has_value() && now >= seq->lease_deadline;
     if (reservation_expired || now >= seq->request.deadline) expired.push_back(seq.get());
   }
   for (Sequence* seq : expired) {

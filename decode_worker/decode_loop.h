@@ -265,9 +265,7 @@ class DecodeLoop {
     std::vector<StartCmd> starts;
     std::vector<Ticket> cancels;
     bool flush = false;
-    bool empty() const {
-      return submits.empty() && starts.empty() && cancels.empty() && !flush;
-    }
+    bool empty() const { return submits.empty() && starts.empty() && cancels.empty() && !flush; }
   };
 
   DecodeLoop(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging> staging,

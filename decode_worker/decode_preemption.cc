@@ -61,8 +61,7 @@ void DecodeLoop::AdmitWaiting() {
     return RanksBefore(a->request, a->ticket, b->request, b->ticket);
   });
   for (Sequence* seq : waiting) {
-    const bool admitted =
-        seq->state == Sequence::State::kQueued ? Admit(*seq) : Resume(*seq);
+    const bool admitted = seq->state == Sequence::State::kQueued ? Admit(*seq) : Resume(*seq);
     if (!admitted) return;
   }
 }
@@ -89,9 +88,8 @@ void DecodeLoop::GrowSequence(Sequence& seq) {
       if (grown.ok()) break;
       if (!absl::IsResourceExhausted(grown)) {
         // `seq` is destroyed.
-        return Fail(seq, absl::InternalError(absl::StrCat(
-                             "growing the KV cache of choice ", choice.index, ": ",
-                             grown.message())));
+        return Fail(seq, absl::InternalError(absl::StrCat("growing the KV cache of choice ",
+                                                          choice.index, ": ", grown.message())));
       }
       // `seq` itself is running, so there is always one.
       Preempt(*PickVictim());
@@ -137,8 +135,7 @@ bool DecodeLoop::Resume(Sequence& seq) {
     if (choice.finished) continue;
     const int written = static_cast<int>(choice.tokens.size());
     if (options_.prefix_cache) {
-      const size_t full =
-          std::min(choice.hashes.size(), static_cast<size_t>(written / block_size));
+      const size_t full = std::min(choice.hashes.size(), static_cast<size_t>(written / block_size));
       hits[choice.index] =
           pool.AcquirePrefix(std::span<const BlockHash>(choice.hashes).first(full));
     }

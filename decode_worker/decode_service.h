@@ -13,6 +13,7 @@
 #include "common/engine/cache_events_proto.h"
 #include "common/rpc/server.h"
 #include "decode_worker/decode_loop.h"
+#include "decode_worker/decode_proto.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::decode {
@@ -40,11 +41,6 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
 // refuses new requests itself. `server` must outlive what this sets up:
 // clear it (loop.SetEngineFailureListener(nullptr)) or stop the loop first.
 void ReportEngineHealth(DecodeLoop& loop, rpc::RunningServer& server);
-
-// Conversions, exposed for tests.
-Request FromProto(const v1::DecodeRequest& request);
-v1::DecodeFinished ToProto(const Finished& finished);
-v1::WorkerStats ToProto(const LoopStats& stats);
 
 }  // namespace tandem::decode
 

@@ -64,8 +64,8 @@ bool DecodeLoop::StepOnce() {
   // The engine returns at most max_sequences rows; running choices take one
   // each and never more than max_sequences are held, so they all fit.
   const std::vector<ScheduledWork> work = policy_->Plan(
-      entries, ScheduleBudget{.max_tokens = options_.max_batch_tokens,
-                              .max_rows = options_.max_sequences});
+      entries,
+      ScheduleBudget{.max_tokens = options_.max_batch_tokens, .max_rows = options_.max_sequences});
   std::vector<BatchItem> items;
   std::vector<Planned> plan;
   for (const ScheduledWork& w : work) {

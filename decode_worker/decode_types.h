@@ -13,6 +13,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/base/limits.h"
 #include "common/engine/generate.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
@@ -49,9 +50,6 @@ struct Request {
   // priority is preempted first when the KV pool runs out.
   int priority = 0;
 };
-
-// Most choices one request may ask for.
-inline constexpr int kMaxChoices = 16;
 
 // How a choice ended well (worker.proto DecodeFinished).
 struct Finished {

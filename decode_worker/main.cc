@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
@@ -20,12 +21,12 @@
 #include "common/compute/backend_choice.h"
 #include "common/engine/engine.h"
 #include "common/metrics/metrics_server.h"
-#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "common/rpc/tls_flags.h"
+#include "common/worker/worker_flags.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_service.h"
@@ -34,40 +35,11 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:8300",
           "host:port to serve gRPC on; port 0 picks a free one");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, the bound port is written here (one line) once the server is up");
-ABSL_FLAG(std::string, model, "",
-          "The model (required): a Hugging Face folder (config.json and *.safetensors), a GGUF "
-          "file or a llama2.c checkpoint");
-ABSL_FLAG(std::string, served_model_name, "",
-          "Model name reported in GetStats; the router serves only workers whose name, weights "
-          "fingerprint, KV type and block size agree. Default: the name of --model's folder or "
-          "file");
-ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
-ABSL_FLAG(std::string, kv_dtype, "",
-          "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
-          "prefill and decode worker of a cluster must use the same");
-ABSL_FLAG(std::string, backend, "cpu",
-          "Compute backend: cpu, or cuda (needs an NVIDIA GPU and a build with TANDEM_WITH_CUDA)");
-ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
-ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
-ABSL_FLAG(int, kv_blocks, 0,
-          "KV cache blocks in the pool; 0 = enough for 8 full-context sequences on the CPU, or "
-          "what --gpu_memory_fraction leaves on a GPU");
-ABSL_FLAG(int, kv_staging_blocks, 0,
-          "KV blocks of page-locked host staging that KV passes through on a GPU backend (the "
-          "transport cannot reach device memory); 0: room for four longest prompts, within the "
-          "pool; must be 0 on the CPU backend");
-ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
-          "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
-          "KV cache gets what the weights and activations leave of it (workers sharing a GPU "
-          "give each its share). Default 0.9; not with --kv_blocks");
 ABSL_FLAG(int, kv_watermark_blocks, -1,
           "KV blocks admission leaves free for running sequences to grow into (a request holds "
           "its prompt's blocks and takes one more as each fills; when none is left, the running "
           "request of lowest priority is preempted and recomputed later); -1 = 2% of the pool, "
           "at least 1");
-ABSL_FLAG(int, block_size, 16, "Tokens per KV block (must match the prefill workers')");
 ABSL_FLAG(int, max_batch_tokens, 2048,
           "Most tokens one engine step carries: one per running sequence, then chunks of local "
           "prefills");
@@ -85,24 +57,10 @@ ABSL_FLAG(int, max_sequences, 64,
 ABSL_FLAG(absl::Duration, kv_timeout, absl::Seconds(30),
           "How long a reservation waits for its KV cache and its Start before it expires "
           "(DEADLINE_EXCEEDED) and its blocks are freed");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "On SIGTERM/SIGINT, how long running requests may take to finish before shutdown");
 ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
           "Bytes per KV transfer message (the lease's chunk size); 0 = one message per layer");
 ABSL_FLAG(bool, kv_checksums, false,
           "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
-ABSL_FLAG(bool, prefix_cache, true,
-          "Keep the KV blocks of computed and received prompts and of finished sequences in a "
-          "prefix cache (evicted least recently used when room is needed), so that a prompt "
-          "starting with cached tokens reuses them: a local prefill skips them and a remote "
-          "one has only the rest shipped (the next turn of a chat ships only its new tokens)");
-
-ABSL_FLAG(std::string, kv_net_devices, "lo",
-          "Network devices the KV data plane (UCX) listens on and sends over, as "
-          "UCX_NET_DEVICES lists them (overrides it): e.g. eth1, mlx5_0:1, or all. The default, "
-          "lo, keeps KV off the network (workers on one host also use shared memory); a "
-          "multi-host cluster names its private cluster interface");
-
 namespace tandem {
 namespace {
 
@@ -117,10 +75,9 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
   const std::string fingerprint = LoggedFingerprint(*weights);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
-  ASSIGN_OR_RETURN(BackendChoice backend,
-                   ChooseBackend({.name = backend_name,
-                                  .threads = absl::GetFlag(FLAGS_threads),
-                                  .device = absl::GetFlag(FLAGS_device)}));
+  ASSIGN_OR_RETURN(BackendChoice backend, ChooseBackend({.name = backend_name,
+                                                         .threads = absl::GetFlag(FLAGS_threads),
+                                                         .device = absl::GetFlag(FLAGS_device)}));
   const std::string backend_info = backend.description;
   LOG(INFO) << "backend: " << backend_info;
   ASSIGN_OR_RETURN(const double gpu_memory_fraction,
@@ -177,8 +134,7 @@ absl::Status Run() {
             << ") on port " << server.port << " (" << config.n_layers << " layers, context "
             << config.seq_len << ", " << stats.kv_blocks_total << " " << stats.kv_dtype
             << " KV blocks of " << stats.block_size << " tokens, " << (stats.kv_cache_bytes >> 20)
-            << " MiB, " << backend_info
-            << ", KV transport " << transport->name() << ")";
+            << " MiB, " << backend_info << ", KV transport " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);

@@ -117,8 +117,9 @@ absl::StatusOr<SchedulePolicyKind> ParseSchedulePolicy(std::string_view name) {
                                   SchedulePolicyKind::kPrefillFirst}) {
     if (name == SchedulePolicyName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown schedule policy '", std::string(name), "'; use decode_priority, chunked or prefill_first"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule policy '", std::string(name),
+                   "'; use decode_priority, chunked or prefill_first"));
 }
 
 std::string_view SchedulePolicyName(SchedulePolicyKind kind) {

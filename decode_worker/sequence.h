@@ -25,9 +25,10 @@ namespace tandem::decode {
 // or computes the prompt; the others start from a copy of it) and sampler.
 struct Choice {
   Choice(int index, const Request& request, BlockTable table)
-      : index(index), sampler(ChoiceSampling(request, index), request.prompt,
-                              request.stop_token_ids),
-        table(std::move(table)), tokens(request.prompt) {}
+      : index(index),
+        sampler(ChoiceSampling(request, index), request.prompt, request.stop_token_ids),
+        table(std::move(table)),
+        tokens(request.prompt) {}
 
   static SamplingParams ChoiceSampling(const Request& request, int index) {
     SamplingParams params = request.sampling;
@@ -108,9 +109,7 @@ struct DecodeLoop::Sequence {
     state = next;
   }
   // Waiting for KV blocks: queued or preempted.
-  bool waiting_for_blocks() const {
-    return state == State::kQueued || state == State::kPreempted;
-  }
+  bool waiting_for_blocks() const { return state == State::kQueued || state == State::kPreempted; }
   // The sink has heard the end.
   bool ended() const { return state == State::kCancelling || state == State::kEnded; }
   // Expect()ed and its done callback not handled yet.

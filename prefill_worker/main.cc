@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/dtype.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
@@ -22,12 +23,12 @@
 #include "common/compute/backend_choice.h"
 #include "common/engine/engine.h"
 #include "common/metrics/metrics_server.h"
-#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "common/model/served_model.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "common/rpc/tls_flags.h"
+#include "common/worker/worker_flags.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "prefill_worker/prefill_loop.h"
 #include "prefill_worker/prefill_metrics.h"
@@ -35,55 +36,13 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:8200",
           "host:port to serve tandem.v1.PrefillWorker on; port 0 picks a free port");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, the bound port is written here (one line) once the server is up");
-ABSL_FLAG(std::string, model, "",
-          "The model (required): a Hugging Face folder (config.json and *.safetensors), a GGUF "
-          "file or a llama2.c checkpoint");
-ABSL_FLAG(std::string, served_model_name, "",
-          "Model name reported in GetStats; the router serves only workers whose name, weights "
-          "fingerprint, KV type and block size agree. Default: the name of --model's folder or "
-          "file");
-ABSL_FLAG(std::string, model_name, "", "Deprecated alias of --served_model_name");
-ABSL_FLAG(std::string, kv_dtype, "",
-          "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
-          "prefill and decode worker of a cluster must use the same");
-ABSL_FLAG(std::string, backend, "cpu",
-          "Compute backend: cpu, or cuda (needs an NVIDIA GPU and a build with TANDEM_WITH_CUDA)");
-ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
-ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
-ABSL_FLAG(int, kv_blocks, 0,
-          "KV cache blocks; 0 = room for 8 full-context sequences on the CPU, or what "
-          "--gpu_memory_fraction leaves on a GPU. Each queued prompt needs "
-          "ceil(tokens / block_size) blocks while it is computed and sent");
-ABSL_FLAG(int, kv_staging_blocks, 0,
-          "KV blocks of page-locked host staging that KV passes through on a GPU backend (the "
-          "transport cannot reach device memory); 0: room for four longest prompts, within the "
-          "pool; must be 0 on the CPU backend");
-ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
-          "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
-          "KV cache gets what the weights and activations leave of it (workers sharing a GPU "
-          "give each its share). Default 0.9; not with --kv_blocks");
-ABSL_FLAG(int, block_size, 16, "Tokens per KV block; must match the decode workers'");
 ABSL_FLAG(int, max_batch_tokens, 2048,
           "Most prompt tokens per engine step, over all prompts in it; longer prompts are "
           "computed in chunks over several steps");
 ABSL_FLAG(int, max_queue, 256,
           "Most requests waiting for KV blocks; more are refused with RESOURCE_EXHAUSTED");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "On SIGTERM/SIGINT, how long to finish in-flight requests before exiting");
-ABSL_FLAG(bool, prefix_cache, true,
-          "Keep computed prompt blocks in a prefix cache (unused ones evicted least recently "
-          "used first) and compute only the blocks a prompt does not share with an earlier one; "
-          "--noprefix_cache computes every prompt in full");
 ABSL_FLAG(int, kv_lanes, 1,
           "Connections each KV transfer is striped over (helps long, high-latency links)");
-
-ABSL_FLAG(std::string, kv_net_devices, "lo",
-          "Network devices the KV data plane (UCX) listens on and sends over, as "
-          "UCX_NET_DEVICES lists them (overrides it): e.g. eth1, mlx5_0:1, or all. The default, "
-          "lo, keeps KV off the network (workers on one host also use shared memory); a "
-          "multi-host cluster names its private cluster interface");
 
 namespace tandem {
 namespace {
@@ -99,10 +58,9 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
   const std::string fingerprint = LoggedFingerprint(*weights);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
-  ASSIGN_OR_RETURN(BackendChoice backend,
-                   ChooseBackend({.name = backend_name,
-                                  .threads = absl::GetFlag(FLAGS_threads),
-                                  .device = absl::GetFlag(FLAGS_device)}));
+  ASSIGN_OR_RETURN(BackendChoice backend, ChooseBackend({.name = backend_name,
+                                                         .threads = absl::GetFlag(FLAGS_threads),
+                                                         .device = absl::GetFlag(FLAGS_device)}));
   LOG(INFO) << "backend: " << backend.description;
   ASSIGN_OR_RETURN(const double gpu_memory_fraction,
                    GpuMemoryFractionFor(*backend.backend, absl::GetFlag(FLAGS_gpu_memory_fraction),
@@ -150,11 +108,10 @@ absl::Status Run() {
   const prefill::PrefillStats stats = loop->Stats();
   LOG(INFO) << "tandem-prefill serving " << options.model_name << " (weights " << fingerprint
             << ") on port " << server.port << " (" << stats.kv_blocks_total << " " << stats.kv_dtype
-            << " KV blocks of " << stats.block_size << " tokens, "
-            << (stats.kv_cache_bytes >> 20) << " MiB, max_batch_tokens "
-            << options.max_batch_tokens << ", prefix cache "
-            << (options.prefix_cache ? "on" : "off") << ", " << backend.description
-            << ", KV over " << transport->name() << ")";
+            << " KV blocks of " << stats.block_size << " tokens, " << (stats.kv_cache_bytes >> 20)
+            << " MiB, max_batch_tokens " << options.max_batch_tokens << ", prefix cache "
+            << (options.prefix_cache ? "on" : "off") << ", " << backend.description << ", KV over "
+            << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/limits.h"
 #include "common/engine/kv_staging.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
@@ -46,9 +47,6 @@ struct PrefillJob {
   // first token means whenever min_tokens > 0.
   std::vector<int32_t> stop_token_ids;
 };
-
-// Most choices one request may ask for.
-inline constexpr int kMaxChoices = 16;
 
 struct PrefillResult {
   // Choice 0's first token, and the other choices' in order.
@@ -105,8 +103,8 @@ struct Job {
   absl::Time started = absl::InfinitePast();  // First step.
   absl::Time computed;                        // First token sampled.
   absl::Time last_layer;                      // Last layer's KV written in the final step.
-  std::vector<int32_t> first_tokens;  // One per choice.
-  std::vector<uint64_t> sampler_draws;  // One per choice.
+  std::vector<int32_t> first_tokens;          // One per choice.
+  std::vector<uint64_t> sampler_draws;        // One per choice.
   std::vector<TokenLogprob> first_logprobs;
   std::vector<TokenLogprob> prompt_logprobs;  // Filled chunk by chunk.
 

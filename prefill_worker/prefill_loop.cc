@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/engine/worker_health.h"
-#include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/engine/worker_health.h"
+#include "common/kvcache/kv_layout.h"
 
 namespace tandem::prefill {
 namespace {
@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
     l->Publish(replies);
     l->Deliver(std::move(replies));
   });
-  loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
+  if (options.own_thread) loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
 }
 
@@ -84,7 +84,11 @@ PrefillLoop::~PrefillLoop() {
     stop_ = true;
     wake_.Signal();
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+  } else {
+    ShutDown();
+  }
 }
 
 absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLease& lease) const {
@@ -138,10 +142,10 @@ absl::Status PrefillLoop::Validate(const PrefillJob& job, kvtransfer::TransferLe
   }
   const int blocks = static_cast<int>(BlocksFor(len, layout_.block_size));
   if (parsed->first_block > static_cast<uint32_t>(blocks)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": the KV lease starts at block ", parsed->first_block, " but the prompt has only ",
-        blocks, " blocks of ", layout_.block_size,
-        " tokens; the decode worker can hold at most the prompt's blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the KV lease starts at block ", parsed->first_block,
+                     " but the prompt has only ", blocks, " blocks of ", layout_.block_size,
+                     " tokens; the decode worker can hold at most the prompt's blocks"));
   }
   // The decode worker holds the blocks before first_block already.
   const int shipped = blocks - static_cast<int>(parsed->first_block);
@@ -253,9 +257,8 @@ int PrefillLoop::FlushPrefixCache() {
   absl::MutexLock lock(&mu_);
   const uint64_t ticket = ++flushes_asked_;
   wake_.Signal();
-  auto served = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return flushes_done_ >= ticket || stop_;
-  };
+  auto served = [this, ticket]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return flushes_done_ >= ticket || stop_; };
   mu_.Await(absl::Condition(&served));
   return flushes_done_ >= ticket ? flushed_ : 0;
 }
@@ -273,9 +276,9 @@ void PrefillLoop::Intake(std::vector<Reply>& replies) {
   if (const absl::Status refusal = EngineRefusal(engine_, "prefill worker"); !refusal.ok()) {
     // Never computed: another worker can serve them.
     for (std::unique_ptr<Job>& job : queue_) {
-      replies.push_back(Reply{std::move(job->done),
-                              absl::Status(refusal.code(), absl::StrCat(JobName(*job), ": ",
-                                                                        refusal.message()))});
+      replies.push_back(Reply{
+          std::move(job->done),
+          absl::Status(refusal.code(), absl::StrCat(JobName(*job), ": ", refusal.message()))});
     }
     queue_.clear();
     return;
@@ -326,25 +329,43 @@ void PrefillLoop::Deliver(std::vector<Reply> replies) {
   }
 }
 
+bool PrefillLoop::Round() {
+  std::vector<Reply> replies;
+  {
+    absl::MutexLock lock(&mu_);
+    Intake(replies);
+  }
+  const uint64_t steps_before = scheduler_->counters().steps;
+  const absl::Time round_start = clock_->Now();
+  scheduler_->RunOnce();
+  const bool stepped = scheduler_->counters().steps != steps_before;
+  if (options_.metrics != nullptr && stepped) {
+    options_.metrics->ObserveStep(clock_->Now() - round_start);
+  }
+  for (Reply& r : scheduler_->TakeReplies()) replies.push_back(std::move(r));
+  // Stats first, so that a caller woken by its reply sees its blocks free
+  // and its outcome counted.
+  Publish(replies);
+  Deliver(std::move(replies));
+  return stepped;
+}
+
+bool PrefillLoop::RunRound() {
+  CHECK(!options_.own_thread) << "RunRound drives a loop made without its own thread";
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return false;
+  }
+  return Round();
+}
+
 void PrefillLoop::Run() {
   while (true) {
-    std::vector<Reply> replies;
     {
       absl::MutexLock lock(&mu_);
       if (stop_) break;
-      Intake(replies);
     }
-    const uint64_t steps_before = scheduler_->counters().steps;
-    const absl::Time round_start = clock_->Now();
-    scheduler_->RunOnce();
-    if (options_.metrics != nullptr && scheduler_->counters().steps != steps_before) {
-      options_.metrics->ObserveStep(clock_->Now() - round_start);
-    }
-    for (Reply& r : scheduler_->TakeReplies()) replies.push_back(std::move(r));
-    // Stats first, so that a caller woken by its reply sees its blocks free
-    // and its outcome counted.
-    Publish(replies);
-    Deliver(std::move(replies));
+    Round();
     if (scheduler_->has_compute()) continue;
     if (scheduler_->transfers_pending()) {
       // Real time: a fake clock standing still would make this wait spin.
@@ -356,8 +377,11 @@ void PrefillLoop::Run() {
       wake_.WaitWithTimeout(&mu_, options_.idle_wait);
     }
   }
+  ShutDown();
+}
 
-  // Shutting down: nothing new is admitted.
+void PrefillLoop::ShutDown() {
+  // Nothing new is admitted.
   std::vector<Reply> replies;
   {
     absl::MutexLock lock(&mu_);

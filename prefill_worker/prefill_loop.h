@@ -46,11 +46,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/dtype.h"
 #include "common/compute/backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/worker_stats.h"
 #include "common/kvcache/cache_events.h"
-#include "common/base/dtype.h"
 #include "common/model/model_weights.h"
 #include "kvtransfer/kv_transport.h"
 #include "prefill_worker/prefill_job.h"
@@ -104,6 +104,11 @@ struct PrefillLoopOptions {
   // the scheduling thread (the transport's only user) for the stats; null:
   // PrefillStats::kv_peers stays 0.
   std::function<size_t()> transport_peers = nullptr;
+  // False: Create starts no thread, and the caller drives the loop a round
+  // at a time with RunRound() (a discrete-event simulator, on the clock its
+  // executor moves). WaitUntilIdle and FlushPrefixCache then must not be
+  // called: nothing else would make progress while they wait.
+  bool own_thread = true;
 };
 
 // A snapshot for WorkerStats.
@@ -142,6 +147,13 @@ class PrefillLoop {
   // (CANCELLED) once its transfer lets go. Nothing for unknown or ended jobs.
   void Cancel(JobId id);
 
+  // Without PrefillLoopOptions::own_thread only: one round of the loop on
+  // the calling thread (cancels and admissions, transfer progress,
+  // deadlines, at most one engine step, replies); true when it ran a step.
+  // It never waits; the replies of the round are delivered before it
+  // returns (or from inside its step).
+  bool RunRound();
+
   // Refuses new jobs from now on (UNAVAILABLE "worker is draining"); queued
   // and running jobs go on.
   void Drain();
@@ -175,6 +187,10 @@ class PrefillLoop {
 
   absl::Status Validate(const PrefillJob& job, kvtransfer::TransferLease& lease) const;
   void Run();
+  // One round; whether it ran an engine step.
+  bool Round();
+  // Fails what is queued or running and lets the transfers go (bounded).
+  void ShutDown();
   // Applies cancels and admits queued jobs (FIFO) while blocks allow.
   void Intake(std::vector<Reply>& replies) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes the scheduler's state and counts the outcomes of `replies`

@@ -6,12 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/kvcache/block_hash.h"
-#include "common/kvcache/kv_layout.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
+#include "common/kvcache/block_hash.h"
+#include "common/kvcache/kv_layout.h"
 #include "kvtransfer/slices.h"
 
 namespace tandem::prefill {
@@ -30,11 +30,6 @@ int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Micr
 
 }  // namespace
 
-int DefaultKvBlocks(const ModelConfig& config, int block_size) {
-  const int per_sequence = static_cast<int>(BlocksFor(config.seq_len, block_size));
-  return 8 * per_sequence;
-}
-
 std::string JobName(const internal::Job& job) {
   if (job.request.request_id.empty()) return absl::StrCat("job ", job.id);
   return absl::StrCat("request '", job.request.request_id, "'");
@@ -50,31 +45,26 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
                      options.max_batch_tokens, ") and kv_lanes (", options.kv_lanes,
                      ") must be positive and kv_blocks (", options.kv_blocks, ") not negative"));
   }
-  EngineOptions engine_options;
-  engine_options.block_size = options.block_size;
-  engine_options.kv_dtype = options.kv_dtype;
-  engine_options.num_blocks = options.kv_blocks > 0
-                                  ? options.kv_blocks
-                                  : DefaultKvBlocks(weights.config, options.block_size);
-  if (options.kv_blocks == 0) engine_options.gpu_memory_fraction = options.gpu_memory_fraction;
-  engine_options.max_batch_tokens = options.max_batch_tokens;
-  engine_options.max_logit_rows = std::min(options.max_batch_tokens, kMaxLogitRows);
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(weights, std::move(backend), engine_options));
-  ASSIGN_OR_RETURN(std::unique_ptr<KvStaging> staging,
-                   KvStaging::ForEngine(*engine, options.kv_staging_blocks));
-  LOG(INFO) << "prefill worker KV path: "
-            << KvPathDescription(staging.get(), transport->name(), options.transport_device_memory)
-            << (staging != nullptr ? absl::StrCat(", ", staging->capacity(), " blocks of staging")
-                                   : "");
-  std::unique_ptr<PrefillScheduler> s(
-      new PrefillScheduler(std::move(engine), std::move(staging), transport, clock, options));
+  ASSIGN_OR_RETURN(
+      WorkerEngine we,
+      CreateWorkerEngine(weights, std::move(backend),
+                         {.role = "prefill",
+                          .block_size = options.block_size,
+                          .kv_dtype = options.kv_dtype,
+                          .kv_blocks = options.kv_blocks,
+                          .gpu_memory_fraction = options.gpu_memory_fraction,
+                          .max_batch_tokens = options.max_batch_tokens,
+                          .max_logit_rows = std::min(options.max_batch_tokens, kMaxLogitRows),
+                          .kv_staging_blocks = options.kv_staging_blocks,
+                          .transport_name = transport->name(),
+                          .transport_device_memory = options.transport_device_memory}));
   // The transport reads host memory only: the staging when there is one.
-  void* const kv = s->staging_ != nullptr ? s->staging_->data() : s->engine_->kv_cache();
-  const size_t kv_bytes =
-      s->staging_ != nullptr ? s->staging_->bytes() : s->engine_->kv_cache_bytes();
+  void* const memory = we.transport_memory();
+  const size_t bytes = we.transport_bytes();
+  std::unique_ptr<PrefillScheduler> s(
+      new PrefillScheduler(std::move(we.engine), std::move(we.staging), transport, clock, options));
   ASSIGN_OR_RETURN(s->region_,
-                   s->sender_->RegisterMemory(kv, kv_bytes, kvtransfer::MemoryKind::kHost));
+                   s->sender_->RegisterMemory(memory, bytes, kvtransfer::MemoryKind::kHost));
   return s;
 }
 
@@ -226,9 +216,9 @@ void PrefillScheduler::Step() {
       }
     }
     if (job.started == absl::InfinitePast()) job.started = now;
-    BatchItem item{
-        &job.table, std::span<const int32_t>(job.request.tokens).subspan(job.table.num_tokens(), n),
-        final};
+    BatchItem item{&job.table,
+                   std::span<const int32_t>(job.request.tokens).subspan(job.table.num_tokens(), n),
+                   final};
     item.all_logits = all_rows;
     items.push_back(item);
     jobs.push_back(&job);
@@ -337,9 +327,9 @@ void PrefillScheduler::CachePromptBlocks(const Job& job) {
 absl::Status PrefillScheduler::StartTransfer(Job& job) {
   const std::span<const int32_t> blocks = job.table.blocks();
   if (job.lease.first_block > blocks.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        JobName(job), ": the KV lease starts at block ", job.lease.first_block,
-        " but the prompt has only ", blocks.size(), " blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(JobName(job), ": the KV lease starts at block ", job.lease.first_block,
+                     " but the prompt has only ", blocks.size(), " blocks"));
   }
   kvtransfer::SendRequest request;
   request.descriptor = job.request.kv_descriptor;

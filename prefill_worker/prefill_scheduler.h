@@ -50,6 +50,7 @@
 #include "common/engine/step_executor.h"
 #include "common/kvcache/block_hash.h"
 #include "common/model/model_weights.h"
+#include "common/worker/worker_engine.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_sender.h"
 #include "prefill_worker/prefill_job.h"
@@ -236,9 +237,6 @@ class PrefillScheduler {
   std::function<void()> reply_hook_;
   SchedulerCounters counters_;
 };
-
-// Blocks an `options.kv_blocks` of 0 stands for.
-int DefaultKvBlocks(const ModelConfig& config, int block_size);
 
 // "request 'id'" or "job N", for messages.
 std::string JobName(const internal::Job& job);

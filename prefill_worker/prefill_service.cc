@@ -5,9 +5,8 @@
 #include <utility>
 
 #include "common/base/logging.h"
-#include "common/engine/engine_proto.h"
-#include "common/engine/worker_stats_proto.h"
 #include "common/rpc/grpc_status.h"
+#include "prefill_worker/prefill_proto.h"
 
 namespace tandem::prefill {
 namespace {
@@ -29,22 +28,7 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
         Finish(rpc::ToGrpc(result.status()));
         return;
       }
-      response_->set_first_token(result->first_token);
-      response_->mutable_extra_first_tokens()->Assign(result->extra_first_tokens.begin(),
-                                                     result->extra_first_tokens.end());
-      response_->mutable_sampler_draws()->Assign(result->sampler_draws.begin(),
-                                                 result->sampler_draws.end());
-      for (const TokenLogprob& lp : result->first_logprobs) {
-        LogprobToProto(lp, response_->add_first_logprobs());
-      }
-      for (const TokenLogprob& lp : result->prompt_logprobs) {
-        LogprobToProto(lp, response_->add_prompt_logprobs());
-      }
-      response_->set_queue_us(result->queue_us);
-      response_->set_prefill_us(result->prefill_us);
-      response_->set_kv_transfer_us(result->kv_transfer_us);
-      response_->set_kv_bytes(result->kv_bytes);
-      response_->set_cached_tokens(result->cached_tokens);
+      ResultToProto(*result, response_);
       Finish(grpc::Status::OK);
     });
   }
@@ -76,15 +60,7 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,
                                                   tandem::v1::PrefillResponse* response) {
-  PrefillJob job;
-  job.request_id = request->request_id();
-  job.tokens.assign(request->tokens().begin(), request->tokens().end());
-  job.sampling = SamplingFromProto(request->sampling());
-  job.kv_descriptor = request->kv_descriptor();
-  job.n = request->n() == 0 ? 1 : request->n();
-  if (request->has_logprobs()) job.logprobs = request->logprobs();
-  job.prompt_logprobs = request->prompt_logprobs();
-  job.stop_token_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
+  PrefillJob job = JobFromProto(*request);
   job.deadline = DeadlineOf(*context);
   auto* reactor = new PrefillReactor(loop_, response);
   reactor->Start(std::move(job));
@@ -94,7 +70,7 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PrefillService::GetStats(grpc::CallbackServerContext* context,
                                                    const tandem::v1::StatsRequest* request,
                                                    tandem::v1::WorkerStats* response) {
-  WorkerStatsToProto(loop_->Stats(), "prefill", response);
+  *response = StatsToProto(loop_->Stats());
   CacheEventsReply(loop_->cache_events(), cache_epoch_, *request, response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/host_port.h"
 #include "common/base/logging.h"
 
 namespace tandem::router {
@@ -662,16 +663,10 @@ class StreamConnection final : public Connection {
 };
 
 absl::Status ParseListenAddress(const std::string& listen, std::string* host, int* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), port) || *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", listen, "' is not HOST:PORT (port 0 picks a free one)"));
-  }
-  *host = listen.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen, "HTTP listen address", /*min_port=*/0);
+  if (!hp.ok()) return hp.status();
+  *host = std::move(hp->host);
+  *port = hp->port;
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/executor.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
@@ -25,17 +26,18 @@
 #include "common/model/chat_template.h"
 #include "common/model/served_model.h"
 #include "common/model/tokenizer.h"
+#include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
-#include "common/rpc/auth.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/tls_flags.h"
 #include "router/api_keys.h"
+#include "router/grpc_worker_channel.h"
 #include "router/http_server.h"
 #include "router/openai_routes.h"
 #include "router/prefix_routing.h"
-#include "router/router_metrics.h"
 #include "router/router_core.h"
+#include "router/router_metrics.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"
 
@@ -128,8 +130,7 @@ ABSL_FLAG(std::vector<std::string>, api_key, {},
           "API keys clients must present (HTTP: 'Authorization: Bearer KEY'; gRPC: the "
           "'authorization' metadata, same form), comma-separated; with --api_key_file too, "
           "both count. Empty with no file = no key needed");
-ABSL_FLAG(std::string, api_key_file, "",
-          "A file of API keys, one per line ('#' starts a comment)");
+ABSL_FLAG(std::string, api_key_file, "", "A file of API keys, one per line ('#' starts a comment)");
 ABSL_FLAG(std::string, worker_tls_ca, "",
           "PEM CA the workers' certificates must chain to: the router dials its workers over "
           "TLS (empty with no --worker_tls_cert = plain gRPC)");
@@ -239,8 +240,8 @@ absl::Status Run() {
   }
   const std::string routing_policy = absl::GetFlag(FLAGS_routing_policy);
   if (routing_policy != "prefix" && routing_policy != "load") {
-    return absl::InvalidArgumentError(absl::StrCat("--routing_policy is '", routing_policy,
-                                                   "'; it must be 'prefix' or 'load'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--routing_policy is '", routing_policy, "'; it must be 'prefix' or 'load'"));
   }
   if (absl::GetFlag(FLAGS_prefix_routing_load_tokens) < 0) {
     return absl::InvalidArgumentError("--prefix_routing_load_tokens must be >= 0");
@@ -265,8 +266,9 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         "--http_io_threads, --http_max_connections and --http_max_body_bytes must be positive");
   }
-  ASSIGN_OR_RETURN(router::ApiKeys api_keys, router::ApiKeys::Create(absl::GetFlag(FLAGS_api_key),
-                                                                     absl::GetFlag(FLAGS_api_key_file)));
+  ASSIGN_OR_RETURN(
+      router::ApiKeys api_keys,
+      router::ApiKeys::Create(absl::GetFlag(FLAGS_api_key), absl::GetFlag(FLAGS_api_key_file)));
   // --tls_cert and --tls_key serve both listeners over TLS; --tls_client_ca
   // makes gRPC clients present a certificate.
   const rpc::TlsConfig listener_tls = rpc::ServerTlsFromFlags();
@@ -284,7 +286,7 @@ absl::Status Run() {
   registry_options.resolve_interval = absl::GetFlag(FLAGS_resolve_interval);
   registry_options.health_interval = absl::GetFlag(FLAGS_health_interval);
   registry_options.tokenizer_vocab_size = tokenizer->vocab_size();
-  registry_options.worker_tls = worker_tls;
+  ASSIGN_OR_RETURN(registry_options.channels, router::GrpcWorkerChannels(worker_tls));
   ASSIGN_OR_RETURN(std::unique_ptr<router::WorkerRegistry> registry,
                    router::WorkerRegistry::Create(registry_options));
 
@@ -321,6 +323,10 @@ absl::Status Run() {
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
   options.queue_timeout = absl::GetFlag(FLAGS_queue_timeout);
   options.served_model_name = served_model_name;
+  // Request preparation, the HTTP API's heavy handlers and the core's
+  // timers run here, never on a network thread.
+  auto executor = std::make_unique<ThreadPoolExecutor>(options.prepare_threads);
+  options.executor = executor.get();
   auto core = std::make_unique<router::RouterCore>(registry.get(), tokenizer.get(), &chat_template,
                                                    options);
   router::Authorizer authorize;
@@ -349,7 +355,8 @@ absl::Status Run() {
   router::OpenAiRoutes routes(
       core.get(), api_keys,
       {.allowed_origins = SplitTargets(absl::GetFlag(FLAGS_allowed_origins)),
-       .version = kVersion});
+       .version = kVersion,
+       .executor = executor.get()});
   std::unique_ptr<router::HttpServer> http;
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     router::HttpServerOptions http_options{
@@ -408,6 +415,7 @@ absl::Status Run() {
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   service.reset();
   core.reset();
+  executor.reset();  // Runs what is left (the routes outlive it) and joins.
   registry->Stop();
   LOG(INFO) << "tandem-router stopped";
   return absl::OkStatus();

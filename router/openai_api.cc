@@ -474,7 +474,7 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body)
   return out;
 }
 
-const char* FinishReasonName(FinishReason reason) {
+const char* OpenAiFinishReason(FinishReason reason) {
   switch (reason) {
     case FinishReason::kLength:
     case FinishReason::kContext:
@@ -632,7 +632,7 @@ nlohmann::json ResponseBuilder::Build() const {
     }
     choice["logprobs"] = meta_.logprobs ? std::move(logprobs) : json(nullptr);
     choice["finish_reason"] =
-        c.finish.has_value() ? json(FinishReasonName(*c.finish)) : json(nullptr);
+        c.finish.has_value() ? json(OpenAiFinishReason(*c.finish)) : json(nullptr);
     choices.push_back(std::move(choice));
   }
   return {{"id", meta_.id},
@@ -715,7 +715,7 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
         choice["text"] = "";
       }
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = FinishReasonName(e.finish_reason);
+      choice["finish_reason"] = OpenAiFinishReason(e.finish_reason);
       return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
     }
   }

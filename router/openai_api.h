@@ -68,7 +68,7 @@ struct DetokenizeRequest {
 absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body);
 
 // "stop" for EOS and stop strings, "length" for max_tokens and the context.
-const char* FinishReasonName(FinishReason reason);
+const char* OpenAiFinishReason(FinishReason reason);
 
 // What every object of one response repeats, and how it is shaped.
 struct ResponseMeta {

@@ -239,9 +239,9 @@ void OpenAiRoutes::Handle(std::shared_ptr<HttpExchange> ex) const {
   } else if (route->path == "/v1/models/") {
     Models(*ex, path.substr(route->path.size()), std::move(cors));
   } else if (route->path == "/tokenize") {
-    Tokenize(*ex, std::move(cors));
+    Offload([this, ex, cors = std::move(cors)]() mutable { Tokenize(*ex, std::move(cors)); });
   } else if (route->path == "/detokenize") {
-    Detokenize(*ex, std::move(cors));
+    Offload([this, ex, cors = std::move(cors)]() mutable { Detokenize(*ex, std::move(cors)); });
   } else {
     RespondJson(*ex, 200, {{"version", options_.version}}, std::move(cors));
   }
@@ -263,8 +263,30 @@ void OpenAiRoutes::Models(HttpExchange& ex, absl::string_view id,
   }
 }
 
+void OpenAiRoutes::Offload(std::function<void()> work) const {
+  if (options_.executor == nullptr) {
+    work();
+  } else {
+    options_.executor->Post(std::move(work));
+  }
+}
+
 void OpenAiRoutes::Generate(std::shared_ptr<HttpExchange> ex, bool chat,
                             std::vector<HttpHeader> cors) const {
+  if (ex->body().size() <= options_.inline_body_bytes) {
+    ParseAndSubmit(std::move(ex), chat, std::move(cors));
+    return;
+  }
+  // A large body (up to the server's max_body_bytes) takes milliseconds to
+  // parse: not on an io thread. The client's going away is noticed once
+  // the request is submitted.
+  Offload([this, ex = std::move(ex), chat, cors = std::move(cors)]() mutable {
+    ParseAndSubmit(std::move(ex), chat, std::move(cors));
+  });
+}
+
+void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
+                                  std::vector<HttpHeader> cors) const {
   absl::StatusOr<openai_api::ApiRequest> parsed =
       chat ? openai_api::ParseChatRequest(ex->body())
            : openai_api::ParseCompletionRequest(ex->body());

@@ -19,15 +19,19 @@
 // A client that goes away (closes the connection, or stops reading)
 // cancels its request at once, streamed or not.
 //
-// Thread-safe; never blocks (requests go to RequestCore::Submit).
+// Thread-safe; never blocks an io thread: /tokenize and /detokenize, and
+// the parsing of a request body over inline_body_bytes, run on the
+// executor (the router core's), and requests go to RequestCore::Submit.
 #ifndef TANDEM_ROUTER_OPENAI_ROUTES_H_
 #define TANDEM_ROUTER_OPENAI_ROUTES_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/base/executor.h"
 #include "router/api_keys.h"
 #include "router/http_server.h"
 #include "router/request_core.h"
@@ -42,6 +46,11 @@ struct OpenAiRoutesOptions {
   std::string version = "unknown";
   // GenerateParams::timeout of every request (zero = the core's default).
   absl::Duration request_timeout = absl::ZeroDuration();
+  // Where work too long for an io thread runs; it must outlive the
+  // requests. Null: on the io thread (tests).
+  Executor* executor = nullptr;
+  // Bodies up to this size are parsed on the io thread.
+  size_t inline_body_bytes = 64 << 10;
 };
 
 class OpenAiRoutes {
@@ -60,7 +69,12 @@ class OpenAiRoutes {
   void Generate(std::shared_ptr<HttpExchange> ex, bool chat, std::vector<HttpHeader> cors) const;
   void Tokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
   void Detokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
+  // Parses the body and submits the request.
+  void ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
+                      std::vector<HttpHeader> cors) const;
   void Models(HttpExchange& ex, absl::string_view id, std::vector<HttpHeader> cors) const;
+  // Runs `work` on the executor, or here without one.
+  void Offload(std::function<void()> work) const;
   // NOT_FOUND unless `model` is "" or the served model.
   absl::Status CheckModel(const std::string& model) const;
 

@@ -8,10 +8,9 @@ const std::vector<BlockHash>& PromptBlocks::Hashes(const BlockHashKey& key) {
   if (!key_.has_value() || *key_ != key) {
     key_ = key;
     salt_ = BlockHashSalt(key.weights_fingerprint, key.kv_dtype, key.block_size);
-    hashes_ = key.block_size > 0
-                  ? HashBlocks(salt_, prompt_, key.block_size,
-                               static_cast<int>(prompt_.size()) / key.block_size)
-                  : std::vector<BlockHash>();
+    hashes_ = key.block_size > 0 ? HashBlocks(salt_, prompt_, key.block_size,
+                                              static_cast<int>(prompt_.size()) / key.block_size)
+                                 : std::vector<BlockHash>();
   }
   return hashes_;
 }

@@ -21,22 +21,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/finish_reason.h"
+#include "common/base/limits.h"
 
 namespace tandem::router {
 
-// Bounds on what a client controls (INVALID_ARGUMENT above them).
-inline constexpr int kMaxChoices = 16;          // n
-inline constexpr int kMaxTopLogprobs = 20;      // logprobs
-inline constexpr int kMaxStopStrings = 16;      // stop
-inline constexpr size_t kMaxStopBytes = 256;    // each stop string
-inline constexpr int kMaxLogitBias = 1024;      // logit_bias entries
-inline constexpr float kMaxLogitBiasValue = 100.0f;
-inline constexpr int kMaxChatMessages = 1024;   // messages
-inline constexpr size_t kMaxChatBytes = size_t{2} << 20;  // roles + contents
-inline constexpr size_t kMaxPromptBytes = size_t{8} << 20;  // text prompts
-inline constexpr int kMaxPromptTokenIds = 1 << 20;         // token-id prompts
-inline constexpr int kMinPriority = -1000;                 // priority
-inline constexpr int kMaxPriority = 1000;
+// The bounds on what a client controls are common/base/limits.h's.
 
 struct ChatTurn {
   std::string role;  // system, user, assistant or tool
@@ -79,8 +69,6 @@ struct GenerateParams {
   absl::Duration timeout = absl::ZeroDuration();
   absl::Time deadline = absl::InfiniteFuture();
 };
-
-enum class FinishReason { kUnspecified, kLength, kEos, kStop, kContext };
 
 struct TopLogprob {
   int32_t token_id = 0;

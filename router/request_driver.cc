@@ -7,46 +7,13 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-#include "common/rpc/grpc_status.h"
 #include "router/routing_policy.h"
 
 namespace tandem::router {
 
-FinishReason FinishReasonFromProto(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH:
-      return FinishReason::kLength;
-    case v1::FINISH_REASON_EOS:
-      return FinishReason::kEos;
-    case v1::FINISH_REASON_STOP:
-      return FinishReason::kStop;
-    case v1::FINISH_REASON_CONTEXT:
-      return FinishReason::kContext;
-    default:
-      return FinishReason::kUnspecified;
-  }
-}
-
-v1::FinishReason FinishReasonToProto(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kEos:
-      return v1::FINISH_REASON_EOS;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kContext:
-      return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kUnspecified:
-      break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
 RequestDriver::RequestDriver(const DriverEnv& env, GenerateParams params, std::string request_id,
-                             std::string worker_request_id, uint64_t fresh_seed,
-                             absl::Time arrival, std::shared_ptr<ResponseSink> sink,
-                             std::function<void()> on_end)
+                             std::string worker_request_id, uint64_t fresh_seed, absl::Time arrival,
+                             std::shared_ptr<ResponseSink> sink, std::function<void()> on_end)
     : env_(env),
       params_(std::move(params)),
       request_id_(std::move(request_id)),
@@ -99,7 +66,7 @@ std::optional<absl::Status> RequestDriver::OwnFault() const {
   if (cancelled_) return absl::CancelledError("the request was cancelled by the client");
   if (client_gone_) return absl::CancelledError("the client went away");
   // gRPC ends calls at the deadline; the margin absorbs clock rounding.
-  if (absl::Now() >= deadline_ - absl::Milliseconds(5)) {
+  if (env_.clock->Now() >= deadline_ - absl::Milliseconds(5)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "the request did not finish within its deadline (",
         absl::ToInt64Milliseconds(deadline_ - arrival_),
@@ -128,14 +95,13 @@ void RequestDriver::Begin() {
 }
 
 absl::Status RequestDriver::Prepare() {
-  ASSIGN_OR_RETURN(req_,
-                   ValidateRequest(params_, {.tokenizer = env_.tokenizer,
-                                             .chat_template = env_.chat_template,
-                                             .served_model_name = env_.served_model_name,
-                                             .fresh_seed = fresh_seed_}));
+  ASSIGN_OR_RETURN(req_, ValidateRequest(params_, {.tokenizer = env_.tokenizer,
+                                                   .chat_template = env_.chat_template,
+                                                   .served_model_name = env_.served_model_name,
+                                                   .fresh_seed = fresh_seed_}));
   const absl::Duration timeout =
       params_.timeout > absl::ZeroDuration() ? params_.timeout : env_.options.request_timeout;
-  deadline_ = std::min(params_.deadline, absl::Now() + timeout);
+  deadline_ = std::min(params_.deadline, env_.clock->Now() + timeout);
 
   const std::vector<WorkerSnapshot> decode = env_.registry->Snapshot(WorkerRole::kDecode);
   const DecodePoolLimits limits = LimitsOf(decode);
@@ -154,11 +120,11 @@ absl::Status RequestDriver::Prepare() {
         unroutable.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unroutable, ", "), ")"),
         "; retry later"));
   }
-  const int vocab_size = limits.vocab_size > 0                ? limits.vocab_size
+  const int vocab_size = limits.vocab_size > 0       ? limits.vocab_size
                          : env_.tokenizer != nullptr ? env_.tokenizer->vocab_size()
                                                      : 0;
-  RETURN_IF_ERROR(ResolveMaxTokens(req_, vocab_size, limits.max_context,
-                                   env_.options.default_max_tokens));
+  RETURN_IF_ERROR(
+      ResolveMaxTokens(req_, vocab_size, limits.max_context, env_.options.default_max_tokens));
   choices_.resize(req_.n);
   for (Choice& c : choices_) {
     if (env_.tokenizer != nullptr) c.detok.emplace(*env_.tokenizer, req_.prompt.back());
@@ -168,9 +134,14 @@ absl::Status RequestDriver::Prepare() {
   return absl::OkStatus();
 }
 
+std::string RequestDriver::StreamRequestId() const {
+  return absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1);
+}
+
 v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   v1::DecodeRequest r;
-  r.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_++));
+  ++decode_streams_opened_;
+  r.set_request_id(StreamRequestId());
   r.mutable_prompt()->Assign(req_.prompt.begin(), req_.prompt.end());
   *r.mutable_sampling() = req_.sampling;
   r.set_max_tokens(*req_.max_tokens);
@@ -212,9 +183,9 @@ void RequestDriver::OpenDecode() {
     if (decode_refusals_.empty()) {
       Finish(absl::UnavailableError("no healthy decode worker to serve the request; retry later"));
     } else {
-      Finish(absl::Status(decode_all_full_ ? absl::StatusCode::kResourceExhausted
-                                           : absl::StatusCode::kUnavailable,
-                          absl::StrJoin(decode_refusals_, "; ")));
+      Finish(absl::Status(
+          decode_all_full_ ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
+          absl::StrJoin(decode_refusals_, "; ")));
     }
     return;
   }
@@ -235,33 +206,35 @@ void RequestDriver::OpenDecode() {
   awaiting_first_ = true;
   worker_finished_ = 0;
   auto self = shared_from_this();
-  if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();  // An earlier stream's.
+  CancelReserveTimer();  // An earlier stream's.
   if (!local_) {
     // The reservation gets its own deadline: a hung worker answers nothing,
-    // and gRPC notices only after its keepalive timeout.
-    auto timer = std::make_unique<grpc::Alarm>();
-    timer->Set(rpc::ToChrono(std::min(deadline_, absl::Now() + env_.options.reserve_timeout)),
-               // The alarm keeps its callback until the driver drops it: a
-               // weak reference, or the two would keep each other.
-               [weak = weak_from_this(), stream](bool fired) {
-                 std::shared_ptr<RequestDriver> self = weak.lock();
-                 if (self == nullptr) return;
-                 self->Post([self, stream, fired] { self->OnReserveTimer(stream, fired); });
-               });
-    reserve_timers_.push_back(std::move(timer));
+    // and a transport notices only after its keepalive timeout. The timer
+    // holds the driver weakly, or the two would keep each other.
+    reserve_timer_ =
+        env_.executor->PostAt(std::min(deadline_, env_.clock->Now() + env_.options.reserve_timeout),
+                              [weak = weak_from_this(), stream] {
+                                if (std::shared_ptr<RequestDriver> self = weak.lock()) {
+                                  self->Post([self, stream] { self->OnReserveTimer(stream); });
+                                }
+                              });
   }
-  decode_call_ = DecodeStreamCall::Start(
-      decode_worker_->decode_stub(), MakeDecodeRequest(local_), deadline_,
+  decode_call_ = decode_worker_->channel().Generate(
+      MakeDecodeRequest(local_), deadline_,
       [self, stream](v1::DecodeEvent event) {
         self->Post([self, stream, event = std::move(event)]() mutable {
           self->OnDecodeEvent(stream, std::move(event));
         });
       },
       [self, stream](absl::Status status) {
-        self->Post([self, stream, status = std::move(status)] {
-          self->OnDecodeDone(stream, status);
-        });
+        self->Post(
+            [self, stream, status = std::move(status)] { self->OnDecodeDone(stream, status); });
       });
+}
+
+void RequestDriver::CancelReserveTimer() {
+  if (reserve_timer_ != 0) env_.executor->CancelTimer(reserve_timer_);
+  reserve_timer_ = 0;
 }
 
 void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
@@ -269,49 +242,19 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
   if (awaiting_first_) {
     // The worker admitted the request and holds its blocks.
     awaiting_first_ = false;
-    if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();
+    CancelReserveTimer();
     decode_load_->ConfirmReservation();
     if (!local_) {
       if (!event.has_reserved()) {
-        Finish(absl::InternalError(absl::StrCat(
-            "decode worker ", decode_address_, " sent event ", event.event_case(),
-            " before `reserved`; is it a tandem decode worker of this version?")));
+        Finish(absl::InternalError(
+            absl::StrCat("decode worker ", decode_address_, " sent event ", event.event_case(),
+                         " before `reserved`; is it a tandem decode worker of this version?")));
         return;
       }
       reserved_ = event.reserved();
       timeline_.reserve_us += SinceArrivalUs() - reserve_sent_us_;
       decode_held_tokens_ = reserved_.cached_tokens();
-      // 2. Prefill, shipping the KV cache to the reservation.
-      phase_ = Phase::kPrefilling;
-      v1::PrefillRequest request;
-      request.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1));
-      request.mutable_tokens()->Assign(req_.prompt.begin(), req_.prompt.end());
-      *request.mutable_sampling() = req_.sampling;
-      request.set_kv_descriptor(reserved_.kv_descriptor());
-      request.set_n(req_.n);
-      if (req_.logprobs.has_value()) request.set_logprobs(*req_.logprobs);
-      request.set_prompt_logprobs(req_.echo && req_.logprobs.has_value());
-      request.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(),
-                                               req_.stop_token_ids.end());
-      prefill_budget_ = PrefillAnswerBudget(env_.options.prefill_answer_timeout,
-                                            static_cast<int>(req_.prompt.size()),
-                                            prefill_worker_->Snapshot().inflight);
-      prefill_load_ = prefill_worker_->StartRequest();
-      auto self = shared_from_this();
-      const int attempt = prefill_attempt_;
-      v1::PrefillWorker::Stub* stub = prefill_worker_->prefill_stub();
-      prefill_sent_us_ = SinceArrivalUs();
-      prefill_call_ = PrefillCall::Start(
-          [stub](grpc::ClientContext* c, const v1::PrefillRequest* q, v1::PrefillResponse* r,
-                 std::function<void(grpc::Status)> done) {
-            stub->async()->Prefill(c, q, r, std::move(done));
-          },
-          std::move(request), std::min(deadline_, absl::Now() + prefill_budget_),
-          [self, attempt](absl::StatusOr<v1::PrefillResponse> response) {
-            self->Post([self, attempt, response = std::move(response)]() mutable {
-              self->OnPrefillDone(attempt, std::move(response));
-            });
-          });
+      SendPrefill();
       return;
     }
     phase_ = Phase::kStreaming;
@@ -329,8 +272,8 @@ void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
     const v1::DecodeTokens& t = event.tokens();
     if (t.index() < 0 || t.index() >= req_.n ||
         (t.logprobs_size() > 0 && t.logprobs_size() != t.ids_size())) {
-      Finish(absl::InternalError(absl::StrCat("decode worker ", decode_address_,
-                                              " sent a malformed tokens event")));
+      Finish(absl::InternalError(
+          absl::StrCat("decode worker ", decode_address_, " sent a malformed tokens event")));
       return;
     }
     const std::vector<int32_t> ids(t.ids().begin(), t.ids().end());
@@ -408,9 +351,9 @@ void RequestDriver::OnDecodeRefused(absl::Status status) {
     Finish(*own);
     return;
   }
-  const std::string message =
-      absl::StrCat("decode worker ", decode_address_, " did not admit the request: ",
-                   status.ok() ? "its stream ended at once" : status.ToString());
+  const std::string message = absl::StrCat(
+      "decode worker ", decode_address_,
+      " did not admit the request: ", status.ok() ? "its stream ended at once" : status.ToString());
   // The router did not cancel the call (OwnFault): a CANCELLED stream is
   // the worker's server shutting down with the call not yet in its hands
   // (a worker stopped by SIGTERM before the router saw it draining).
@@ -433,8 +376,9 @@ void RequestDriver::OnDecodeRefused(absl::Status status) {
   OpenDecode();
 }
 
-void RequestDriver::OnReserveTimer(int stream, bool fired) {
-  if (!fired || phase_ == Phase::kDone || stream != stream_ || !awaiting_first_) return;
+void RequestDriver::OnReserveTimer(int stream) {
+  if (phase_ == Phase::kDone || stream != stream_ || !awaiting_first_) return;
+  reserve_timer_ = 0;
   // Cancelling the stream makes the worker free the reservation whenever
   // it gets to it; the stream's end is stale from here on.
   decode_call_->Cancel();
@@ -458,7 +402,8 @@ std::vector<TokenLogprob> RequestDriver::Texts(
     TokenLogprob t{
         .token_id = l.token_id(), .logprob = l.logprob(), .token = text(l.token_id()), .top = {}};
     for (const v1::TopLogprob& a : l.top()) {
-      t.top.push_back({.token_id = a.token_id(), .logprob = a.logprob(), .token = text(a.token_id())});
+      t.top.push_back(
+          {.token_id = a.token_id(), .logprob = a.logprob(), .token = text(a.token_id())});
     }
     prev = l.token_id();
     out.push_back(std::move(t));
@@ -594,7 +539,7 @@ void RequestDriver::Finish(absl::Status status) {
   }
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
-  if (!reserve_timers_.empty()) reserve_timers_.back()->Cancel();
+  CancelReserveTimer();
   if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
     for (const Choice& c : choices_) {
       env_.options.prefix_router->RecordFinished(decode_address_, *prompt_blocks_, c.ids);

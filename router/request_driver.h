@@ -1,5 +1,5 @@
 // RequestDriver: one client request, as a state machine driven by the
-// callbacks of its worker calls (router/worker_calls.h). No thread waits
+// callbacks of its worker calls (router/worker_channel.h). No thread waits
 // for it: every step runs on whichever thread delivered the event, one step
 // at a time per request (a strand: events that arrive while a step runs
 // are queued and run by that thread after it), and nothing blocks.
@@ -43,14 +43,14 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/alarm.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/executor.h"
+#include "common/engine/finish_reason_proto.h"
 #include "common/model/chat_template.h"
 #include "common/model/incremental_detokenizer.h"
 #include "common/model/tokenizer.h"
@@ -59,7 +59,7 @@
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
 #include "router/stop_matcher.h"
-#include "router/worker_calls.h"
+#include "router/worker_channel.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/generate.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -97,12 +97,16 @@ struct DriverOptions {
   std::shared_ptr<PrefixRouter> prefix_router;
 };
 
-// What every driver of a router shares; must outlive the drivers.
+// What every driver of a router shares; must outlive the drivers. The
+// environment of the router's core: every time it reads comes from
+// `clock`, every timer and task runs on `executor` (whose clock is
+// `clock`), and the workers are reached through the registry's channels.
 struct DriverEnv {
   WorkerRegistry* registry = nullptr;
   const Tokenizer* tokenizer = nullptr;         // null: token-id prompts only
   const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
   const Clock* clock = &Clock::Real();
+  Executor* executor = nullptr;
   std::string served_model_name;
   DriverOptions options;
 };
@@ -113,10 +117,6 @@ struct DriverEnv {
 // answers only once the prompt is computed and its KV shipped, so the
 // budget grows with the work the worker may do before it answers.
 absl::Duration PrefillAnswerBudget(absl::Duration per_unit, int prompt_tokens, int ahead);
-
-// A finish reason on the wire (tandem.v1.FinishReason), and back.
-v1::FinishReason FinishReasonToProto(FinishReason reason);
-FinishReason FinishReasonFromProto(v1::FinishReason reason);
 
 class RequestDriver final : public RequestHandle,
                             public std::enable_shared_from_this<RequestDriver> {
@@ -141,7 +141,7 @@ class RequestDriver final : public RequestHandle,
     std::optional<StopMatcher> stop;
     std::optional<FinishReason> finish;  // Decided by the router or the worker.
     int tokens = 0;
-    int32_t prev = -1;   // The last token, for logprob texts.
+    int32_t prev = -1;  // The last token, for logprob texts.
     // The tokens sent to the client, kept for the prefix index only.
     std::vector<int32_t> ids;
     bool ended = false;  // Its kFinished was sent.
@@ -154,7 +154,14 @@ class RequestDriver final : public RequestHandle,
   // Opens a decode stream; refusals before its first event try another
   // worker once.
   void OpenDecode();
+  // The worker-side id of the open decode stream (and of its Prefill and
+  // Start): "<client id>/<router sequence>.<stream>".
+  std::string StreamRequestId() const;
+  // The prefill phase (request_driver_prefill.cc), in the order it runs:
+  // pick a prefill worker and reserve on a decode worker; once `reserved`,
+  // send the Prefill; its answer sends the first tokens and the Start.
   void StartPrefill();
+  void SendPrefill();
   void OnDecodeEvent(int stream, v1::DecodeEvent event);
   void OnDecodeDone(int stream, absl::Status status);
   void OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillResponse> response);
@@ -162,9 +169,9 @@ class RequestDriver final : public RequestHandle,
   // A refusal of the decode stream before its first event.
   void OnDecodeRefused(absl::Status status);
   // The reservation of decode stream `stream` was not answered within
-  // --reserve_timeout (`fired`: the timer ran out rather than being
-  // cancelled).
-  void OnReserveTimer(int stream, bool fired);
+  // --reserve_timeout.
+  void OnReserveTimer(int stream);
+  void CancelReserveTimer();
   // The prefill attempt failed before any token: retry or give up.
   void OnPrefillFailed(const absl::Status& status);
   // Another request found prefill attempt `attempt`'s worker unresponsive
@@ -237,10 +244,9 @@ class RequestDriver final : public RequestHandle,
   int worker_finished_ = 0;  // `finished` events of the current stream
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
-  std::shared_ptr<DecodeStreamCall> decode_call_;
-  // The --reserve_timeout timers, kept until the driver goes: one may be
-  // running the step that replaces it. The last is the open stream's.
-  std::vector<std::unique_ptr<grpc::Alarm>> reserve_timers_;
+  std::shared_ptr<WorkerCall> decode_call_;
+  // The open stream's --reserve_timeout timer on the executor; 0: none.
+  Executor::TimerId reserve_timer_ = 0;
   absl::flat_hash_set<std::string> decode_tried_;
   std::vector<std::string> decode_refusals_;
   bool decode_all_full_ = true;
@@ -250,13 +256,13 @@ class RequestDriver final : public RequestHandle,
   absl::flat_hash_set<std::string> prefill_tried_;
   std::shared_ptr<Worker> prefill_worker_;
   std::unique_ptr<Worker::Load> prefill_load_;
-  std::shared_ptr<PrefillCall> prefill_call_;
+  std::shared_ptr<WorkerCall> prefill_call_;
   // Until the attempt's prefill is answered (declared after prefill_worker_,
   // which must outlive it).
   std::unique_ptr<Worker::Watch> prefill_watch_;
   // The attempt's answer budget (PrefillAnswerBudget).
   absl::Duration prefill_budget_;
-  std::shared_ptr<StartCall> start_call_;
+  std::shared_ptr<WorkerCall> start_call_;
   absl::StatusCode last_prefill_code_ = absl::StatusCode::kUnavailable;
   // For the log line and the client's kFinished.
   Timeline timeline_;

@@ -1,6 +1,8 @@
-// RequestDriver's disaggregated path: choosing a prefill worker, its
-// answer, the Start that hands the first tokens to the decode worker, and
-// what happens when prefill fails.
+// RequestDriver's disaggregated path, in the order it runs: choosing a
+// prefill worker and reserving on a decode worker (StartPrefill), the
+// Prefill sent once the reservation is answered (SendPrefill), its answer
+// and the Start that hands the first tokens to the decode worker
+// (OnPrefillDone), and what happens when prefill fails.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -96,6 +98,34 @@ void RequestDriver::StartPrefill() {
   OpenDecode();
 }
 
+void RequestDriver::SendPrefill() {
+  // 2. Prefill, shipping the KV cache to the reservation.
+  phase_ = Phase::kPrefilling;
+  v1::PrefillRequest request;
+  request.set_request_id(StreamRequestId());
+  request.mutable_tokens()->Assign(req_.prompt.begin(), req_.prompt.end());
+  *request.mutable_sampling() = req_.sampling;
+  request.set_kv_descriptor(reserved_.kv_descriptor());
+  request.set_n(req_.n);
+  if (req_.logprobs.has_value()) request.set_logprobs(*req_.logprobs);
+  request.set_prompt_logprobs(req_.echo && req_.logprobs.has_value());
+  request.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(), req_.stop_token_ids.end());
+  prefill_budget_ =
+      PrefillAnswerBudget(env_.options.prefill_answer_timeout, static_cast<int>(req_.prompt.size()),
+                          prefill_worker_->Snapshot().inflight);
+  prefill_load_ = prefill_worker_->StartRequest();
+  auto self = shared_from_this();
+  const int attempt = prefill_attempt_;
+  prefill_sent_us_ = SinceArrivalUs();
+  prefill_call_ = prefill_worker_->channel().Prefill(
+      std::move(request), std::min(deadline_, env_.clock->Now() + prefill_budget_),
+      [self, attempt](absl::StatusOr<v1::PrefillResponse> response) {
+        self->Post([self, attempt, response = std::move(response)]() mutable {
+          self->OnPrefillDone(attempt, std::move(response));
+        });
+      });
+}
+
 void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillResponse> response) {
   if (phase_ == Phase::kDone || attempt != prefill_attempt_) return;
   prefill_call_.reset();
@@ -110,8 +140,8 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
           "no answer within ", absl::FormatDuration(prefill_budget_),
           " (--prefill_answer_timeout per 1024 prompt tokens and per request ahead); the "
           "worker may be hung"));
-      prefill_worker_->MarkUnresponsive(absl::UnavailableError(
-          absl::StrCat("request ", request_id_, " got ", status.message())));
+      prefill_worker_->MarkUnresponsive(
+          absl::UnavailableError(absl::StrCat("request ", request_id_, " got ", status.message())));
       OnPrefillFailed(status);
       return;
     }
@@ -122,10 +152,10 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   const v1::PrefillResponse& r = *response;
   if (r.extra_first_tokens_size() != req_.n - 1 || r.sampler_draws_size() != req_.n ||
       (req_.logprobs.has_value() && r.first_logprobs_size() != req_.n)) {
-    Finish(absl::InternalError(absl::StrCat(
-        "prefill worker ", prefill_worker_->address(), " answered with ",
-        r.extra_first_tokens_size() + 1, " first tokens for ", req_.n,
-        " choices; is it a tandem prefill worker of this version?")));
+    Finish(absl::InternalError(
+        absl::StrCat("prefill worker ", prefill_worker_->address(), " answered with ",
+                     r.extra_first_tokens_size() + 1, " first tokens for ", req_.n,
+                     " choices; is it a tandem prefill worker of this version?")));
     return;
   }
   disaggregated_ = true;
@@ -137,7 +167,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   kv_bytes_ = r.kv_bytes();
   phase_ = Phase::kStreaming;
   if (req_.echo) EmitEcho(req_.logprobs.has_value() ? &r.prompt_logprobs() : nullptr);
-  // 3. The first tokens go to the client at once; then decoding starts.
+  // The first tokens go to the client at once; then decoding starts.
   for (int i = 0; i < req_.n && phase_ != Phase::kDone; ++i) {
     const int32_t token = i == 0 ? r.first_token() : r.extra_first_tokens(i - 1);
     google::protobuf::RepeatedPtrField<v1::TokenLogprob> one;
@@ -151,22 +181,19 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
     return;
   }
   decode_began_ = true;
+  // 3. The decode worker decodes from the first tokens on.
   v1::StartRequest start;
-  start.set_request_id(absl::StrCat(worker_request_id_, ".", decode_streams_opened_ - 1));
+  start.set_request_id(StreamRequestId());
   start.set_generation(reserved_.generation());
   start.set_first_token(r.first_token());
   start.mutable_extra_first_tokens()->CopyFrom(r.extra_first_tokens());
   start.mutable_sampler_draws()->CopyFrom(r.sampler_draws());
   auto self = shared_from_this();
   const int stream = stream_;
-  v1::DecodeWorker::Stub* stub = decode_worker_->decode_stub();
-  start_call_ = StartCall::Start(
-      [stub](grpc::ClientContext* c, const v1::StartRequest* q, v1::StartResponse* s,
-             std::function<void(grpc::Status)> done) {
-        stub->async()->Start(c, q, s, std::move(done));
-      },
+  start_call_ = decode_worker_->channel().Start(
       std::move(start), deadline_, [self, stream](absl::StatusOr<v1::StartResponse> response) {
-        self->Post([self, stream, status = response.status()] { self->OnStartDone(stream, status); });
+        self->Post(
+            [self, stream, status = response.status()] { self->OnStartDone(stream, status); });
       });
 }
 
@@ -195,8 +222,8 @@ void RequestDriver::OnPrefillWorkerUnresponsive(int attempt, const absl::Status&
   prefill_call_.reset();
   prefill_load_.reset();
   prefill_watch_.reset();
-  OnPrefillFailed(absl::UnavailableError(
-      absl::StrCat("abandoned, the worker looks hung: ", why.message())));
+  OnPrefillFailed(
+      absl::UnavailableError(absl::StrCat("abandoned, the worker looks hung: ", why.message())));
 }
 
 void RequestDriver::OnPrefillFailed(const absl::Status& status) {

@@ -10,7 +10,6 @@
 
 namespace tandem::router {
 
-
 void RequestDriver::Log(const absl::Status& status) const {
   // As the client's Finished.timeline says when it got one.
   const int64_t end_us = timeline_.end_us;

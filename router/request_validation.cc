@@ -16,9 +16,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
     return absl::InvalidArgumentError("messages is empty; send at least one message");
   }
   if (messages.size() > static_cast<size_t>(kMaxChatMessages)) {
-    return absl::InvalidArgumentError(absl::StrCat("the chat has ", messages.size(),
-                                                   " messages; at most ", kMaxChatMessages,
-                                                   " are served"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the chat has ", messages.size(), " messages; at most ", kMaxChatMessages, " are served"));
   }
   std::vector<ChatMessage> chat;
   chat.reserve(messages.size());
@@ -163,9 +162,8 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   RETURN_IF_ERROR(CheckRange("frequency_penalty", params.frequency_penalty, -2, 2, ""));
   if (params.repetition_penalty.has_value() &&
       !(std::isfinite(*params.repetition_penalty) && *params.repetition_penalty > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty is ",
-                                                   *params.repetition_penalty,
-                                                   "; it must be > 0 (1 = no penalty)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty is ", *params.repetition_penalty, "; it must be > 0 (1 = no penalty)"));
   }
   if (params.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
     return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", params.logit_bias.size(),
@@ -178,8 +176,8 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
       return absl::InvalidArgumentError(
           absl::StrCat("logit_bias names token ", id, "; token ids are >= 0"));
     }
-    RETURN_IF_ERROR(CheckRange("a logit_bias value", bias, -kMaxLogitBiasValue,
-                               kMaxLogitBiasValue, ""));
+    RETURN_IF_ERROR(
+        CheckRange("a logit_bias value", bias, -kMaxLogitBiasValue, kMaxLogitBiasValue, ""));
     (*s.mutable_logit_bias())[id] = bias;
   }
   if (params.min_tokens < 0) {
@@ -194,9 +192,8 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   for (const std::string& stop : params.stop) {
     if (stop.empty()) return absl::InvalidArgumentError("a stop string is empty; remove it");
     if (stop.size() > kMaxStopBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("a stop string has ", stop.size(),
-                                                     " bytes; at most ", kMaxStopBytes,
-                                                     " are served"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a stop string has ", stop.size(), " bytes; at most ", kMaxStopBytes, " are served"));
     }
     out.stop.push_back(stop);
   }
@@ -210,9 +207,9 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   }
   out.echo = params.echo;
   if (params.timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("timeout_ms is ", absl::ToInt64Milliseconds(params.timeout),
-                     "; it must be >= 0 (0 = the router's default)"));
+    return absl::InvalidArgumentError(absl::StrCat("timeout_ms is ",
+                                                   absl::ToInt64Milliseconds(params.timeout),
+                                                   "; it must be >= 0 (0 = the router's default)"));
   }
   s.set_temperature(params.temperature);
   s.set_top_k(params.top_k);
@@ -231,8 +228,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
 }
 
 absl::StatusOr<std::string> DetokenizeIds(const Tokenizer& tokenizer,
-                                          const std::vector<int32_t>& ids,
-                                          bool skip_leading_bos) {
+                                          const std::vector<int32_t>& ids, bool skip_leading_bos) {
   IncrementalDetokenizer detok(tokenizer, -1);
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -257,9 +253,8 @@ absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_con
     }
     for (const auto& [id, bias] : request.sampling.logit_bias()) {
       if (id >= vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("logit_bias names token ", id,
-                                                       ", outside the vocabulary [0, ",
-                                                       vocab_size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "logit_bias names token ", id, ", outside the vocabulary [0, ", vocab_size, ")"));
       }
     }
   }
@@ -270,8 +265,8 @@ absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_con
         " tokens; shorten the prompt to at most ", max_context - 1, " tokens"));
   }
   if (!request.max_tokens.has_value()) {
-    request.max_tokens = max_context > 0 ? static_cast<int>(max_context - prompt_len)
-                                         : fallback_max_tokens;
+    request.max_tokens =
+        max_context > 0 ? static_cast<int>(max_context - prompt_len) : fallback_max_tokens;
   } else if (max_context > 0 && prompt_len + *request.max_tokens > max_context) {
     // 64-bit: max_tokens may be near INT32_MAX.
     return absl::InvalidArgumentError(absl::StrCat(

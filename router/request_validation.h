@@ -35,7 +35,7 @@ struct ValidRequest {
 
 // What the validation needs to know about the router.
 struct ValidationContext {
-  const Tokenizer* tokenizer = nullptr;        // null: token-id prompts only
+  const Tokenizer* tokenizer = nullptr;         // null: token-id prompts only
   const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
   std::string served_model_name;
   // Used when the request sets no seed.

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "common/base/logging.h"
 
 namespace tandem::router {
@@ -41,21 +40,20 @@ class RouterCore::Handle final : public RequestHandle {
 
 RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
                        const ChatTemplate* chat_template, RouterCoreOptions options)
-    : env_{.registry = registry,
+    : own_executor_(options.executor == nullptr ? std::make_unique<ThreadPoolExecutor>(
+                                                      options.prepare_threads, options.clock)
+                                                : nullptr),
+      env_{.registry = registry,
            .tokenizer = tokenizer,
            .chat_template = chat_template,
            .clock = options.clock,
+           .executor = options.executor != nullptr ? options.executor : own_executor_.get(),
            .served_model_name = options.served_model_name,
            .options = options.driver},
       options_(std::move(options)),
-      created_unix_(absl::ToUnixSeconds(absl::Now())),
+      created_unix_(absl::ToUnixSeconds(options_.clock->Now())),
       seed_base_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
-      queue_(options_.max_inflight, options_.max_queued, options_.queue_timeout) {
-  for (int i = 0; i < std::max(1, options_.prepare_threads); ++i) {
-    threads_.emplace_back([this] { PrepareLoop(); });
-  }
-  timer_ = std::thread([this] { TimerLoop(); });
-}
+      queue_(options_.max_inflight, options_.max_queued, options_.queue_timeout) {}
 
 RouterCore::~RouterCore() {
   StartDraining();
@@ -67,29 +65,19 @@ RouterCore::~RouterCore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    if (expiry_timer_ != 0) env_.executor->CancelTimer(expiry_timer_);
+    expiry_timer_ = 0;
   }
-  timer_.join();
-  for (std::thread& t : threads_) t.join();
+  {
+    absl::MutexLock alive(&life_->mu);
+    life_->alive = false;
+  }
+  // Runs what is still posted (refusals' OnDone) and joins its threads
+  // while the core's members are still alive.
+  own_executor_.reset();
 }
 
-void RouterCore::Enqueue(std::function<void()> job) { jobs_.push_back(std::move(job)); }
-
-void RouterCore::PrepareLoop() {
-  while (true) {
-    std::function<void()> job;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !jobs_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
-  }
-}
+void RouterCore::Enqueue(std::function<void()> job) { env_.executor->Post(std::move(job)); }
 
 std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
                                                   std::shared_ptr<ResponseSink> sink) {
@@ -113,13 +101,13 @@ std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
   const uint64_t id = next_id_++;
   switch (queue_.Arrive(id, params.priority, arrival)) {
     case AdmissionQueue::Decision::kFull:
-      return refuse(absl::ResourceExhaustedError(absl::StrCat(
-          "the router is serving its limit of ", options_.max_inflight,
-          " requests (--max_inflight) and ", options_.max_queued,
-          " more are waiting (--max_queued); retry later")));
+      return refuse(absl::ResourceExhaustedError(
+          absl::StrCat("the router is serving its limit of ", options_.max_inflight,
+                       " requests (--max_inflight) and ", options_.max_queued,
+                       " more are waiting (--max_queued); retry later")));
     case AdmissionQueue::Decision::kQueued:
       pending_.emplace(id, Pending{std::move(params), std::move(sink), arrival});
-      ++queue_version_;
+      ArmExpiryLocked();
       if (metrics != nullptr) metrics->requests_queued.Increment();
       break;
     case AdmissionQueue::Decision::kRun:
@@ -131,8 +119,8 @@ std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
   return handle;
 }
 
-void RouterCore::StartLocked(uint64_t id, GenerateParams params,
-                             std::shared_ptr<ResponseSink> sink, absl::Time arrival) {
+void RouterCore::StartLocked(uint64_t id, GenerateParams params, std::shared_ptr<ResponseSink> sink,
+                             absl::Time arrival) {
   std::string request_id = std::move(params.request_id);
   if (request_id.size() > 256) request_id.resize(256);
   if (request_id.empty()) {
@@ -159,7 +147,6 @@ void RouterCore::OnEnd(uint64_t id) {
     auto it = pending_.find(*next);
     Pending p = std::move(it->second);
     pending_.erase(it);
-    ++queue_version_;
     if (metrics != nullptr) metrics->requests_queued.Decrement();
     StartLocked(*next, std::move(p.params), std::move(p.sink), p.arrival);
   }
@@ -174,7 +161,6 @@ void RouterCore::CancelRequest(uint64_t id) {
       std::shared_ptr<ResponseSink> sink = std::move(it->second.sink);
       pending_.erase(it);
       handles_.erase(id);
-      ++queue_version_;
       if (RouterMetrics* m = options_.driver.metrics; m != nullptr) {
         m->requests_queued.Decrement();
         m->requests.Count(absl::StatusCode::kCancelled);
@@ -195,16 +181,15 @@ void RouterCore::ExpireQueued() {
 
 void RouterCore::ExpireQueuedLocked() {
   const std::vector<uint64_t> expired = queue_.Expire(options_.clock->Now());
-  if (expired.empty()) return;
-  ++queue_version_;
+  ArmExpiryLocked();
   for (uint64_t id : expired) {
     auto it = pending_.find(id);
     std::shared_ptr<ResponseSink> sink = std::move(it->second.sink);
     pending_.erase(it);
     handles_.erase(id);
-    const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
-        "the request waited ", absl::FormatDuration(options_.queue_timeout),
-        " in the router's queue (--queue_timeout) without a free slot; retry later"));
+    const absl::Status status = absl::ResourceExhaustedError(
+        absl::StrCat("the request waited ", absl::FormatDuration(options_.queue_timeout),
+                     " in the router's queue (--queue_timeout) without a free slot; retry later"));
     if (RouterMetrics* m = options_.driver.metrics; m != nullptr) {
       m->requests_queued.Decrement();
       m->requests.Count(status.code());
@@ -213,22 +198,23 @@ void RouterCore::ExpireQueuedLocked() {
   }
 }
 
-void RouterCore::TimerLoop() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const uint64_t seen = queue_version_;
-    const absl::Time next = queue_.next_expiry();
-    // The clock may be a fake one: wait in real time for the time left on
-    // it, and at most a second, then look again.
-    const absl::Duration left =
-        next == absl::InfiniteFuture() ? absl::Seconds(1) : next - options_.clock->Now();
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || queue_version_ != seen;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&changed),
-                         std::clamp(left, absl::ZeroDuration(), absl::Seconds(1)));
-    if (!stopping_) ExpireQueuedLocked();
-  }
+void RouterCore::ArmExpiryLocked() {
+  const absl::Time next = queue_.next_expiry();
+  if (stopping_ || next == expiry_at_) return;
+  if (expiry_timer_ != 0) env_.executor->CancelTimer(expiry_timer_);
+  expiry_timer_ = 0;
+  expiry_at_ = next;
+  if (next == absl::InfiniteFuture()) return;
+  expiry_timer_ = env_.executor->PostAt(next, [this, life = life_, next] {
+    // The core may be going: its destructor waits for a timer running here.
+    absl::MutexLock alive(&life->mu);
+    if (!life->alive) return;
+    absl::MutexLock lock(&mu_);
+    if (expiry_at_ != next) return;  // Replaced meanwhile.
+    expiry_timer_ = 0;
+    expiry_at_ = absl::InfiniteFuture();
+    ExpireQueuedLocked();
+  });
 }
 
 ServedModelInfo RouterCore::ModelInfo() const {
@@ -249,9 +235,8 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::Tokenize(const std::string& tex
     return absl::FailedPreconditionError("this router has no tokenizer");
   }
   if (text.size() > kMaxPromptBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the text has ", text.size(),
-                                                   " bytes; at most ", kMaxPromptBytes,
-                                                   " are served"));
+    return absl::InvalidArgumentError(absl::StrCat("the text has ", text.size(), " bytes; at most ",
+                                                   kMaxPromptBytes, " are served"));
   }
   absl::StatusOr<std::vector<int32_t>> ids = env_.tokenizer->Encode(text, add_special_tokens);
   if (!ids.ok()) {
@@ -261,8 +246,8 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::Tokenize(const std::string& tex
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> RouterCore::TokenizeChat(
-    const std::vector<ChatTurn>& messages, bool add_generation_prompt) const {
+absl::StatusOr<std::vector<int32_t>> RouterCore::TokenizeChat(const std::vector<ChatTurn>& messages,
+                                                              bool add_generation_prompt) const {
   if (env_.tokenizer == nullptr || env_.chat_template == nullptr) {
     return absl::FailedPreconditionError("this router has no tokenizer or chat template");
   }
@@ -318,7 +303,7 @@ void RouterCore::CancelAll() {
       }
       Enqueue([sink] { sink->OnDone(absl::CancelledError("the router is stopping")); });
     }
-    ++queue_version_;
+    ArmExpiryLocked();
     for (auto& [id, weak] : running_) {
       if (std::shared_ptr<RequestDriver> d = weak.lock()) drivers.push_back(std::move(d));
     }

@@ -1,25 +1,29 @@
 // RouterCore: the RequestCore the router's front ends share. It admits a
 // request and hands it to a RequestDriver, whose state machine runs on
-// gRPC's callback threads. Beyond max_inflight requests wait in a bounded
+// the threads its worker channels call back on. Beyond max_inflight requests wait in a bounded
 // queue, higher priority first (AdmissionQueue), for at most queue_timeout;
 // a request is refused at once only while draining (UNAVAILABLE) or when the
 // queue is full (RESOURCE_EXHAUSTED). Validation and
 // prompt tokenization, the only CPU-heavy part of a request on the router,
-// run on a few threads of the core's own, so that a long prompt never holds
-// a network thread. No thread per request.
+// run on the core's executor, so that a long prompt never holds a network
+// thread. No thread per request.
 //
-// Thread-safe. The registry, tokenizer and chat template must outlive the
-// core; destroy the core after the front ends have stopped.
+// Its environment: the clock every deadline and timestamp is read on, the
+// executor that runs request preparation, sinks' refusals and timers, and
+// the registry's worker channels. With a ManualExecutor on a FakeClock and
+// in-process channels the whole core runs in one thread, deterministically
+// (tools/sim).
+//
+// Thread-safe. The registry, tokenizer, chat template and executor must
+// outlive the core; destroy the core after the front ends have stopped.
 #ifndef TANDEM_ROUTER_ROUTER_CORE_H_
 #define TANDEM_ROUTER_ROUTER_CORE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -39,10 +43,14 @@ struct RouterCoreOptions {
   int max_queued = 1024;
   // How long a request may wait before it is refused (RESOURCE_EXHAUSTED).
   absl::Duration queue_timeout = absl::Seconds(30);
-  // Threads that validate and tokenize prompts.
+  // Threads that validate and tokenize prompts, when the core runs its own
+  // executor.
   int prepare_threads = 2;
-  // Timeline stamps. Must outlive the core.
+  // Every time the core reads. Must outlive the core.
   const Clock* clock = &Clock::Real();
+  // Where preparation, callbacks and timers run; its clock must be `clock`.
+  // Null: a ThreadPoolExecutor of prepare_threads that the core owns.
+  Executor* executor = nullptr;
   std::string served_model_name = "tandem";
 };
 
@@ -74,28 +82,36 @@ class RouterCore final : public RequestCore {
   int inflight() const;
   int queued() const;
   // Refuses the queued requests whose queue_timeout has passed by the
-  // clock's time. The core's timer thread calls it; tests on a fake clock
-  // call it after advancing the clock.
+  // clock's time. A timer on the executor calls it; tests on a fake clock
+  // may call it after advancing the clock.
   void ExpireQueued();
 
  private:
-  void PrepareLoop();
-  // Runs `job` on a prepare thread.
+  // Runs `job` on the executor.
   void Enqueue(std::function<void()> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnEnd(uint64_t id);
   // Creates the request's driver and starts it on a prepare thread.
   void StartLocked(uint64_t id, GenerateParams params, std::shared_ptr<ResponseSink> sink,
                    absl::Time arrival) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TimerLoop();
+  // Sets the expiry timer for the earliest queued request, if it moved.
+  void ArmExpiryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What Submit returns: cancels the request, queued or running.
   class Handle;
   void CancelRequest(uint64_t id);
 
-  // Constant after construction.
+  // Constant after construction. The executor the core made, if any
+  // (declared first: destroyed last, after its tasks have run).
+  std::unique_ptr<ThreadPoolExecutor> own_executor_;
   DriverEnv env_;
   const RouterCoreOptions options_;
   const int64_t created_unix_;
+  // What the core's timers check before they touch it.
+  struct Life {
+    absl::Mutex mu;
+    bool alive ABSL_GUARDED_BY(mu) = true;
+  };
+  const std::shared_ptr<Life> life_ = std::make_shared<Life>();
   const uint64_t seed_base_;
 
   mutable absl::Mutex mu_;
@@ -115,11 +131,9 @@ class RouterCore final : public RequestCore {
   // theirs weakly, so the core keeps it until the request ends.
   std::map<uint64_t, std::shared_ptr<Handle>> handles_ ABSL_GUARDED_BY(mu_);
   AdmissionQueue queue_ ABSL_GUARDED_BY(mu_);
-  // Bumped when the queue's next expiry may have moved (wakes the timer).
-  uint64_t queue_version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> threads_;
-  std::thread timer_;
+  // The expiry timer and the time it is set for.
+  Executor::TimerId expiry_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time expiry_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 }  // namespace tandem::router

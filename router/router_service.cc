@@ -32,7 +32,9 @@ void LogprobsToProto(std::vector<TokenLogprob>& in,
 class GrpcSink final : public ResponseSink {
  public:
   explicit GrpcSink(std::shared_ptr<Writer> writer) : writer_(std::move(writer)) {}
-  bool OnEvent(GenerateEvent event) override { return writer_->Write(EventToProto(std::move(event))); }
+  bool OnEvent(GenerateEvent event) override {
+    return writer_->Write(EventToProto(std::move(event)));
+  }
   void OnDone(absl::Status status) override { writer_->Finish(rpc::ToGrpc(status)); }
 
  private:

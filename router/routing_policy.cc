@@ -27,14 +27,13 @@ int64_t PrefillQueue(const WorkerSnapshot& w) { return int64_t{w.waiting} + w.in
 // The tokens of a prompt plus its completion, saturated at INT32_MAX (more
 // KV blocks than any worker has).
 int SequenceTokens(int prompt_len, int max_tokens) {
-  return static_cast<int>(std::min<int64_t>(int64_t{prompt_len} + max_tokens,
-                                            std::numeric_limits<int32_t>::max()));
+  return static_cast<int>(
+      std::min<int64_t>(int64_t{prompt_len} + max_tokens, std::numeric_limits<int32_t>::max()));
 }
 
 // Smaller is better. Workers with room: least load, then most free blocks;
 // workers without: most free blocks (the likeliest to admit), then load.
-std::tuple<bool, int64_t, int64_t, std::string_view> DecodeKey(const WorkerSnapshot& w,
-                                                               bool fits) {
+std::tuple<bool, int64_t, int64_t, std::string_view> DecodeKey(const WorkerSnapshot& w, bool fits) {
   if (fits) return {false, DecodeLoad(w), -FreeBlocks(w), w.address};
   return {true, -FreeBlocks(w), DecodeLoad(w), w.address};
 }
@@ -84,12 +83,12 @@ std::optional<Pick> PickPrefillWorkerByPrefix(const std::vector<WorkerSnapshot>&
     }
   }
   if (best == nullptr) return std::nullopt;
-  return Pick{best->address,
-              absl::StrCat("prefill ", best->address, ": ",
-                           CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
-                                    PrefillQueue(*best), affinity.load_tokens),
-                           " (queue), best of ", candidates,
-                           exclude.empty() ? "" : " not yet tried")};
+  return Pick{
+      best->address,
+      absl::StrCat("prefill ", best->address, ": ",
+                   CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
+                            PrefillQueue(*best), affinity.load_tokens),
+                   " (queue), best of ", candidates, exclude.empty() ? "" : " not yet tried")};
 }
 
 std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& decode,
@@ -105,7 +104,10 @@ std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& 
     return {false,
             PrefixCost(prompt_len, CachedTokens(affinity, w.address, prompt_len), DecodeLoad(w),
                        affinity.load_tokens),
-            DecodeLoad(w), -FreeBlocks(w), IndexedBlocks(affinity, w.address), w.address};
+            DecodeLoad(w),
+            -FreeBlocks(w),
+            IndexedBlocks(affinity, w.address),
+            w.address};
   };
   const WorkerSnapshot* best = nullptr;
   bool best_fits = false;
@@ -124,13 +126,13 @@ std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& 
   }
   if (best == nullptr) return std::nullopt;
   const int needed = static_cast<int>(BlocksFor(tokens, best->block_size));
-  return Pick{best->address,
-              absl::StrCat("decode ", best->address, ": ",
-                           CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
-                                    DecodeLoad(*best), affinity.load_tokens),
-                           " (load); ", FreeBlocks(*best), " free KV blocks (", needed, " wanted",
-                           best_fits ? "" : ", no worker has room", "), best of ", routable,
-                           " routable")};
+  return Pick{
+      best->address,
+      absl::StrCat("decode ", best->address, ": ",
+                   CostText(prompt_len, CachedTokens(affinity, best->address, prompt_len),
+                            DecodeLoad(*best), affinity.load_tokens),
+                   " (load); ", FreeBlocks(*best), " free KV blocks (", needed, " wanted",
+                   best_fits ? "" : ", no worker has room", "), best of ", routable, " routable")};
 }
 
 std::optional<Pick> PickDecodeWorker(const std::vector<WorkerSnapshot>& decode, int prompt_len,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -21,11 +22,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/base/host_port.h"
 #include "common/base/logging.h"
 #include "common/engine/worker_stats_proto.h"
-#include "common/rpc/grpc_status.h"
-#include "common/rpc/server.h"
-#include "common/rpc/tsan_handoff.h"
 
 namespace tandem::router {
 namespace {
@@ -34,25 +33,8 @@ constexpr absl::string_view kFilePrefix = "file:";
 
 bool IsFileTarget(const std::string& target) { return absl::StartsWith(target, kFilePrefix); }
 
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-
 absl::StatusOr<HostPort> SplitTarget(const std::string& target) {
-  const size_t colon = target.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker target '", target, "' is not host:port with a port in 1..65535; ",
-                     "pass e.g. 10.0.0.5:8200 or decode.tandem.svc.cluster.local:8200"));
-  }
-  std::string host = target.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return HostPort{host, target.substr(colon + 1)};
+  return ParseHostPort(target, "worker target");
 }
 
 ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
@@ -61,16 +43,6 @@ ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
                        .kv_dtype = stats.kv_dtype(),
                        .block_size = stats.block_size(),
                        .vocab_size = stats.vocab_size()};
-}
-
-// Over TLS, the name the worker's certificate must carry: the host of the
-// target it was resolved from, unless one is configured.
-rpc::ChannelSecurity NamedAfterTarget(rpc::ChannelSecurity security, const std::string& target) {
-  if (!security.tls || !security.target_name_override.empty()) return security;
-  if (absl::StatusOr<HostPort> hp = SplitTarget(target); hp.ok()) {
-    security.target_name_override = hp->host;
-  }
-  return security;
 }
 
 }  // namespace
@@ -82,7 +54,7 @@ absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
-  const int rc = getaddrinfo(hp->host.c_str(), hp->port.c_str(), &hints, &result);
+  const int rc = getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &result);
   if (rc != 0) {
     const std::string why = gai_strerror(rc);
     if (rc == EAI_NONAME) {
@@ -170,17 +142,11 @@ absl::StatusOr<std::vector<std::string>> ReadTargetFile(const std::string& path)
 // Worker
 
 Worker::Worker(std::string address, std::string target, WorkerRole role,
-               const rpc::ChannelSecurity& security)
+               std::unique_ptr<WorkerChannel> channel)
     : address_(std::move(address)),
       target_(std::move(target)),
       role_(role),
-      channel_(rpc::MakeChannel(address_, NamedAfterTarget(security, target_))) {
-  if (role_ == WorkerRole::kPrefill) {
-    prefill_stub_ = v1::PrefillWorker::NewStub(channel_);
-  } else {
-    decode_stub_ = v1::DecodeWorker::NewStub(channel_);
-  }
-}
+      channel_(std::move(channel)) {}
 
 std::unique_ptr<Worker::Load> Worker::StartRequest() {
   absl::MutexLock lock(&mu_);
@@ -227,8 +193,8 @@ WorkerSnapshot Worker::Snapshot() const {
   if (!in_pool_) s.disagreement = disagreement_;
   s.inflight = inflight_;
   // Saturated: thousands of long requests may reserve more than 2^31 blocks.
-  s.reserved_blocks = static_cast<int32_t>(
-      std::min<int64_t>(pending_blocks_, std::numeric_limits<int32_t>::max()));
+  s.reserved_blocks =
+      static_cast<int32_t>(std::min<int64_t>(pending_blocks_, std::numeric_limits<int32_t>::max()));
   s.cache_events = cache_events_;
   return s;
 }
@@ -359,7 +325,7 @@ std::shared_ptr<Worker> WorkerRegistry::NewWorker(const std::string& address,
     ++retired_->live;
   }
   return std::shared_ptr<Worker>(
-      new Worker(address, target, role, channel_security_),
+      new Worker(address, target, role, options_.channels(address, target, role)),
       [retired = retired_](Worker* w) {
         absl::MutexLock lock(&retired->mu);
         --retired->live;
@@ -410,25 +376,26 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
       }
     }
   }
+  if (!options.channels) {
+    return absl::InvalidArgumentError("the registry needs a factory of worker channels");
+  }
   if (!options.resolver) options.resolver = ResolveTarget;
-  absl::StatusOr<rpc::ChannelSecurity> security = rpc::MakeChannelSecurity(options.worker_tls);
-  if (!security.ok()) return security.status();
-  std::unique_ptr<WorkerRegistry> registry(
-      new WorkerRegistry(std::move(options), *std::move(security)));
+  if (options.clock == nullptr) options.clock = &Clock::Real();
+  std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(std::move(options)));
   {
     absl::MutexLock lock(&registry->mu_);
     registry->file_targets_ = std::move(files);
   }
   registry->ResolveNow();
-  registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
-  registry->poll_thread_ = std::thread([r = registry.get()] { r->PollLoop(); });
+  if (registry->options_.background) {
+    registry->resolve_thread_ = std::thread([r = registry.get()] { r->ResolveLoop(); });
+    registry->poll_thread_ = std::thread([r = registry.get()] { r->PollLoop(); });
+  }
   return registry;
 }
 
-WorkerRegistry::WorkerRegistry(RegistryOptions options, rpc::ChannelSecurity channel_security)
-    : options_(std::move(options)),
-      channel_security_(std::move(channel_security)),
-      retired_(std::make_shared<RetiredWorkers>()) {}
+WorkerRegistry::WorkerRegistry(RegistryOptions options)
+    : options_(std::move(options)), retired_(std::make_shared<RetiredWorkers>()) {}
 
 WorkerRegistry::~WorkerRegistry() {
   Stop();
@@ -459,14 +426,24 @@ void WorkerRegistry::Stop() {
   }
   if (resolve_thread_.joinable()) resolve_thread_.join();
   if (poll_thread_.joinable()) poll_thread_.join();
+  // Every call ends by its deadline, and its round with it.
+  absl::MutexLock lock(&mu_);
+  auto no_round = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return rounds_in_flight_ == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&no_round),
+                            options_.health_timeout + absl::Seconds(4))) {
+    LOG(ERROR) << rounds_in_flight_ << " health poll rounds still open as the registry stops";
+  }
 }
 
 bool WorkerRegistry::SleepUnlessStopped(absl::Duration d) {
   absl::MutexLock lock(&mu_);
-  const absl::Time until = absl::Now() + d;
+  const Clock& clock = *options_.clock;
+  const absl::Time until = clock.Now() + d;
   while (!stopped_) {
-    if (mu_.AwaitWithDeadline(absl::Condition(&stopped_), until)) break;
-    if (absl::Now() >= until) break;
+    // In real time, at most a second at a time: the clock may be a fake one.
+    const absl::Duration left = until - clock.Now();
+    if (left <= absl::ZeroDuration()) break;
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopped_), std::min(left, absl::Seconds(1)))) break;
   }
   return !stopped_;
 }
@@ -581,85 +558,82 @@ std::vector<std::shared_ptr<Worker>> WorkerRegistry::AllWorkers() const {
   return all;
 }
 
-void WorkerRegistry::PollNow() {
-  absl::MutexLock poll_lock(&poll_mu_);
-  // Every worker is asked at once on gRPC's callback API so that one slow
-  // worker does not delay the others' health; the round ends when all have
-  // answered or hit the deadline.
-  struct Call {
-    std::shared_ptr<Worker> worker;
-    grpc::ClientContext ctx;
-    v1::StatsRequest request;
-    v1::WorkerStats response;
-    uint64_t poll = 0;
-  };
+void WorkerRegistry::StartPollRound(std::function<void()> on_done) {
+  // Every worker is asked at once so that one slow worker does not delay
+  // the others' health; the round ends when all have answered or hit the
+  // deadline, on the thread of the last answer.
   struct Round {
-    absl::Mutex mu;
-    int outstanding ABSL_GUARDED_BY(mu) = 0;
+    WorkerRegistry* registry;
+    std::function<void()> on_done;
+    std::atomic<int> outstanding{0};
   };
   auto round = std::make_shared<Round>();
-  std::vector<std::shared_ptr<Call>> calls;
-  for (std::shared_ptr<Worker>& worker : AllWorkers()) {
-    auto call = std::make_shared<Call>();
-    call->worker = std::move(worker);
-    call->ctx.set_deadline(rpc::ToChrono(absl::Now() + options_.health_timeout));
-    call->poll = call->worker->BeginPoll();
-    call->worker->cache_events().FillRequest(&call->request);
-    calls.push_back(call);
-  }
   {
-    absl::MutexLock lock(&round->mu);
-    round->outstanding = static_cast<int>(calls.size());
+    absl::MutexLock lock(&mu_);
+    ++rounds_in_flight_;
   }
-  // The callbacks hold no reference to the calls (nor their workers): the
-  // round's thread owns them, and releases them once every callback ran.
-  for (const std::shared_ptr<Call>& shared : calls) {
-    Call* const call = shared.get();
-    auto done = [call, round](grpc::Status status) {
-      rpc::TakeFromGrpc(call);
-      if (status.ok()) {
-        // The stats kept per worker leave the events out.
-        call->worker->cache_events().Receive(call->request, call->response);
-        call->response.clear_cache_events();
-        call->worker->RecordPoll(call->poll, call->response);
-      } else {
-        call->worker->RecordPoll(call->poll, rpc::FromGrpc(status));
-      }
-      absl::MutexLock lock(&round->mu);
-      --round->outstanding;
-    };
-    rpc::HandToGrpc(call);
-    if (call->worker->role() == WorkerRole::kPrefill) {
-      call->worker->prefill_stub()->async()->GetStats(&call->ctx, &call->request, &call->response,
-                                                      done);
-    } else {
-      call->worker->decode_stub()->async()->GetStats(&call->ctx, &call->request, &call->response,
-                                                     done);
-    }
+  round->registry = this;
+  round->on_done = std::move(on_done);
+  const std::vector<std::shared_ptr<Worker>> workers = AllWorkers();
+  round->outstanding = static_cast<int>(workers.size()) + 1;
+  auto answered = [round] {
+    if (--round->outstanding > 0) return;
+    round->registry->EndPollRound();
+    if (round->on_done) round->on_done();
+  };
+  const absl::Time deadline = options_.clock->Now() + options_.health_timeout;
+  for (const std::shared_ptr<Worker>& worker : workers) {
+    const uint64_t poll = worker->BeginPoll();
+    v1::StatsRequest request;
+    worker->cache_events().FillRequest(&request);
+    // The callback holds no reference to the worker: a worker that leaves
+    // the registry meanwhile is released by the registry's own threads.
+    std::weak_ptr<Worker> weak = worker;
+    worker->channel().GetStats(
+        request, deadline, [weak, poll, request, answered](absl::StatusOr<v1::WorkerStats> stats) {
+          if (std::shared_ptr<Worker> w = weak.lock()) {
+            if (stats.ok()) {
+              // The stats kept per worker leave the events out.
+              w->cache_events().Receive(request, *stats);
+              stats->clear_cache_events();
+            }
+            w->RecordPoll(poll, stats);
+          }
+          answered();
+        });
   }
+  answered();  // The round's own count: it may end here when no worker is left.
+}
+
+void WorkerRegistry::EndPollRound() {
   {
-    absl::MutexLock lock(&round->mu);
-    auto all_done = [&round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(round->mu) {
-      return round->outstanding == 0;
-    };
-    // gRPC ends every call by its deadline; the margin covers scheduling.
-    if (!round->mu.AwaitWithTimeout(absl::Condition(&all_done),
-                                    options_.health_timeout + absl::Seconds(2))) {
-      LOG(WARNING) << "health poll round did not end in time; cancelling it";
-      for (const std::shared_ptr<Call>& call : calls) call->ctx.TryCancel();
-      if (!round->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(2))) {
-        // gRPC still holds the calls: leave them rather than free memory
-        // it may write.
-        LOG(ERROR) << round->outstanding << " health polls ignored their cancellation";
-        new std::vector<std::shared_ptr<Call>>(std::move(calls));
-      }
-    }
+    absl::MutexLock poll_lock(&poll_mu_);
+    CheckPool();
   }
-  CheckPool();
-  calls.clear();
-  FreeRetired();
   absl::MutexLock lock(&mu_);
   ++poll_rounds_;
+  --rounds_in_flight_;
+}
+
+void WorkerRegistry::PollNow() {
+  struct Done {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  auto done = std::make_shared<Done>();
+  StartPollRound([done] {
+    absl::MutexLock lock(&done->mu);
+    done->done = true;
+  });
+  {
+    absl::MutexLock lock(&done->mu);
+    // Every call ends by its deadline; the margin covers scheduling.
+    if (!done->mu.AwaitWithTimeout(absl::Condition(&done->done),
+                                   options_.health_timeout + absl::Seconds(4))) {
+      LOG(WARNING) << "health poll round did not end in time";
+    }
+  }
+  FreeRetired();
 }
 
 void WorkerRegistry::CheckPool() {
@@ -744,7 +718,8 @@ std::shared_ptr<Worker> WorkerRegistry::Find(WorkerRole role, const std::string&
 }
 
 bool WorkerRegistry::WaitForRoutable(WorkerRole role, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
+  const Clock& clock = *options_.clock;
+  const absl::Time deadline = clock.Now() + timeout;
   while (true) {
     for (const WorkerSnapshot& s : Snapshot(role)) {
       if (s.routable()) return true;
@@ -754,7 +729,10 @@ bool WorkerRegistry::WaitForRoutable(WorkerRole role, absl::Duration timeout) co
     auto next_round = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return poll_rounds_ != seen || stopped_;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&next_round), deadline)) return false;
+    const absl::Duration left = deadline - clock.Now();
+    if (left <= absl::ZeroDuration()) return false;
+    // In real time, at most a second at a time: the clock may be a fake one.
+    mu_.AwaitWithTimeout(absl::Condition(&next_round), std::min(left, absl::Seconds(1)));
     if (stopped_) return false;
   }
 }

@@ -41,11 +41,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/rpc/tls.h"
+#include "common/base/clock.h"
 #include "router/pool_identity.h"
 #include "router/worker_cache_events.h"
+#include "router/worker_channel.h"
 #include "router/worker_snapshot.h"
-#include "tandem/v1/worker.grpc.pb.h"
+#include "tandem/v1/worker.pb.h"
 
 namespace tandem::router {
 
@@ -73,12 +74,9 @@ absl::StatusOr<std::vector<std::string>> ReadTargetFile(const std::string& path)
 // router has put on it. Thread-safe.
 class Worker {
  public:
-  // The channel is plain gRPC unless `security` says otherwise. Over TLS
-  // the worker's certificate must name the host of `target` (the name the
-  // router was given, e.g. a headless Service's DNS name, not the resolved
-  // pod IP) unless `security` overrides the name.
+  // `channel` reaches the worker at `address`, resolved from `target`.
   Worker(std::string address, std::string target, WorkerRole role,
-         const rpc::ChannelSecurity& security = {});
+         std::unique_ptr<WorkerChannel> channel);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -86,9 +84,8 @@ class Worker {
   // The host:port target it was resolved from.
   const std::string& target() const { return target_; }
   WorkerRole role() const { return role_; }
-  // The stub of the worker's role; the other one is null.
-  v1::PrefillWorker::Stub* prefill_stub() const { return prefill_stub_.get(); }
-  v1::DecodeWorker::Stub* decode_stub() const { return decode_stub_.get(); }
+  // The calls to the worker (thread-safe).
+  WorkerChannel& channel() const { return *channel_; }
 
   // One request of this router on the worker, counted in `inflight` until
   // destroyed. Thread-compatible; the Worker must outlive it (hold the
@@ -174,9 +171,7 @@ class Worker {
   const std::string address_;
   const std::string target_;
   const WorkerRole role_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub_;
-  std::unique_ptr<v1::DecodeWorker::Stub> decode_stub_;
+  const std::unique_ptr<WorkerChannel> channel_;
   const std::shared_ptr<WorkerCacheEvents> cache_events_ = std::make_shared<WorkerCacheEvents>();
 
   mutable absl::Mutex mu_;
@@ -215,10 +210,14 @@ struct RegistryOptions {
   // The router's tokenizer's vocabulary size: workers whose model has fewer
   // ids are kept out of the pool. 0 = no tokenizer (token-id requests only).
   int32_t tokenizer_vocab_size = 0;
-  // TLS for the channels to the workers (the router's --worker_tls_ca,
-  // --worker_tls_cert, --worker_tls_key; flags = rpc::WorkerClientTlsFlags()):
-  // plain gRPC when it names no file.
-  rpc::TlsConfig worker_tls;
+  // Opens the channel to each worker as it joins (required): gRPC in the
+  // router (GrpcWorkerChannels), in-process cores in a simulation.
+  WorkerChannelFactory channels;
+  // Health-poll deadlines and the waits below are read on it; null: real.
+  const Clock* clock = nullptr;
+  // False: Create starts no thread, and the caller resolves and polls
+  // (ResolveNow, StartPollRound), as a single-threaded simulation does.
+  bool background = true;
 };
 
 // Where the registry's workers go when their last reference is dropped; see
@@ -231,8 +230,7 @@ class WorkerRegistry {
   // does not resolve yet is retried later, with a warning) and starts the
   // background threads. INVALID_ARGUMENT for a malformed target or no
   // decode target; ReadTargetFile's errors for a target file (it must be
-  // readable at start); the errors of rpc::MakeChannelSecurity for
-  // worker_tls.
+  // readable at start).
   static absl::StatusOr<std::unique_ptr<WorkerRegistry>> Create(RegistryOptions options);
 
   // Stop()s, then waits (bounded by `retire_timeout`) until every worker it
@@ -259,12 +257,20 @@ class WorkerRegistry {
   std::optional<ModelIdentity> pool_identity() const;
 
   // Resolve and poll now, synchronously, instead of waiting for the
-  // background threads (start-up, tests).
+  // background threads (start-up, tests). PollNow blocks until every
+  // worker answered or its poll's deadline passed.
   void ResolveNow();
   void PollNow();
+  // One poll round without waiting: every worker's GetStats is sent, and
+  // `on_done` runs (on the thread of the last answer) once all have ended
+  // and the pool has been checked. The registry must outlive the round
+  // (its destructor waits for open rounds).
+  void StartPollRound(std::function<void()> on_done);
 
  private:
-  WorkerRegistry(RegistryOptions options, rpc::ChannelSecurity channel_security);
+  explicit WorkerRegistry(RegistryOptions options);
+  // A poll round's answers are all in: checks the pool.
+  void EndPollRound();
   void ResolveLoop();
   void PollLoop();
   // Waits `d` or until Stop(); false once stopped.
@@ -289,7 +295,6 @@ class WorkerRegistry {
 
   // Constant after construction.
   const RegistryOptions options_;
-  const rpc::ChannelSecurity channel_security_;
 
   mutable absl::Mutex mu_;
   // Per role, address -> worker.
@@ -302,6 +307,7 @@ class WorkerRegistry {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped after every poll round, so that waiters re-check.
   uint64_t poll_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  int rounds_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<ModelIdentity> pool_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex poll_mu_;  // One poll round at a time.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: builds tandem, converts the stories260K fixture model
+# The main job: builds the binaries it runs, converts the stories260K fixture model
 # (../shared/models, or $TANDEM_MODELS) into a Hugging Face folder (bf16
 # safetensors, tokenizer.json) as users download them, starts a local
 # cluster (a router, two prefill and two decode workers on loopback, bf16 KV
@@ -11,7 +11,9 @@
 # deploy/local/cluster.sh down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/build.sh
+# Only what the demo runs; ./scripts/test.sh builds the rest.
+TANDEM_BUILD_TARGETS="tandem-router tandem-prefill tandem-decode tandem-synth tandem-convert \
+tandem-cli" ./scripts/build.sh
 port="${TANDEM_PORT:-8100}"
 export TANDEM_CLUSTER_DIR="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
 deploy/local/cluster.sh down >/dev/null 2>&1 || true

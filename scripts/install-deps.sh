@@ -23,6 +23,8 @@ packages=(
   podman runc debootstrap
   # Fuzzing (scripts/fuzz.sh, the `fuzz` preset): clang and libFuzzer.
   clang-14 libfuzzer-14-dev
+  # scripts/check-format.sh: the formatter CI checks the tree with.
+  clang-format-14
   # scripts/thread-safety.sh configures with clang-14: its OpenMP runtime.
   libomp-14-dev
 )

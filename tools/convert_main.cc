@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
   }
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab != 0) {
     if (vocab < 1 || vocab > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--vocab_size is ", vocab, "; give 1 to 1048576, or 0 for the shape's own"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab_size is ", vocab, "; give 1 to 1048576, or 0 for the shape's own"));
     }
     config.vocab_size = vocab;
   }
@@ -98,9 +98,9 @@ absl::Status Run() {
   if (const std::string path = absl::GetFlag(FLAGS_tokenizer); !path.empty()) {
     ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(path));
     if (tokenizer->vocab_size() != weights->config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tokenizer '%s' has %d tokens but the model's vocabulary has %d", path,
-          tokenizer->vocab_size(), weights->config.vocab_size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tokenizer '%s' has %d tokens but the model's vocabulary has %d", path,
+                          tokenizer->vocab_size(), weights->config.vocab_size));
     }
     if (tokenizer->bos_id() >= 0) options.bos_id = tokenizer->bos_id();
     options.eos_ids = tokenizer->eos_ids();

@@ -113,10 +113,9 @@ absl::Status Run() {
   request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  ASSIGN_OR_RETURN(BackendChoice choice,
-                   ChooseBackend({.name = absl::GetFlag(FLAGS_backend),
-                                  .threads = absl::GetFlag(FLAGS_threads),
-                                  .device = absl::GetFlag(FLAGS_device)}));
+  ASSIGN_OR_RETURN(BackendChoice choice, ChooseBackend({.name = absl::GetFlag(FLAGS_backend),
+                                                        .threads = absl::GetFlag(FLAGS_threads),
+                                                        .device = absl::GetFlag(FLAGS_device)}));
   const std::string backend_info = choice.description;
   EngineOptions options;
   options.max_batch_tokens = std::max<int>(weights->config.seq_len, 1);

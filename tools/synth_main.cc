@@ -134,12 +134,11 @@ int Run(int argc, char** argv) {
       MakeSyntheticModel(config, absl::GetFlag(FLAGS_seed));
   absl::Status written = weights.status();
   if (written.ok()) {
-    written = format == "gguf"
-                  ? WriteGgufModel(**weights, output,
-                                   gguf_type == "f16"    ? GgufTensorType::kF16
-                                   : gguf_type == "bf16" ? GgufTensorType::kBF16
-                                                         : GgufTensorType::kF32)
-                  : WriteLlama2cCheckpoint(**weights, output);
+    written = format == "gguf" ? WriteGgufModel(**weights, output,
+                                                gguf_type == "f16"    ? GgufTensorType::kF16
+                                                : gguf_type == "bf16" ? GgufTensorType::kBF16
+                                                                      : GgufTensorType::kF32)
+                               : WriteLlama2cCheckpoint(**weights, output);
   }
   const std::string tokenizer_output = absl::GetFlag(FLAGS_tokenizer_output);
   if (written.ok() && !tokenizer_output.empty()) {

@@ -17,10 +17,14 @@ std::atomic<int> g_min_severity{static_cast<int>(LogSeverity::kInfo)};
 
 const char* SeverityLetter(LogSeverity s) {
   switch (s) {
-    case LogSeverity::kInfo: return "I";
-    case LogSeverity::kWarning: return "W";
-    case LogSeverity::kError: return "E";
-    case LogSeverity::kFatal: return "F";
+    case LogSeverity::kInfo:
+      return "I";
+    case LogSeverity::kWarning:
+      return "W";
+    case LogSeverity::kError:
+      return "E";
+    case LogSeverity::kFatal:
+      return "F";
   }
   return "?";
 }

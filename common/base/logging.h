@@ -41,23 +41,22 @@ struct LogVoidify {
 #define TANDEM_LOG_ERROR ::tandem::LogSeverity::kError
 #define TANDEM_LOG_FATAL ::tandem::LogSeverity::kFatal
 
-#define LOG(severity)                                          \
-  (TANDEM_LOG_##severity < ::tandem::MinLogSeverity())         \
-      ? (void)0                                                \
-      : ::tandem::LogVoidify() &                               \
+#define LOG(severity)                                  \
+  (TANDEM_LOG_##severity < ::tandem::MinLogSeverity()) \
+      ? (void)0                                        \
+      : ::tandem::LogVoidify() &                       \
             ::tandem::LogMessage(__FILE__, __LINE__, TANDEM_LOG_##severity).stream()
 
-#define CHECK(cond)                                                                    \
-  (cond) ? (void)0                                                                     \
-         : ::tandem::LogVoidify() &                                                    \
-               ::tandem::LogMessage(__FILE__, __LINE__, ::tandem::LogSeverity::kFatal) \
-                       .stream()                                                       \
+#define CHECK(cond)                                                                             \
+  (cond) ? (void)0                                                                              \
+         : ::tandem::LogVoidify() &                                                             \
+               ::tandem::LogMessage(__FILE__, __LINE__, ::tandem::LogSeverity::kFatal).stream() \
                    << "Check failed: " #cond " "
 
-#define CHECK_OK(expr)                                                      \
-  do {                                                                      \
-    const ::absl::Status tandem_check_status_ = (expr);                     \
-    CHECK(tandem_check_status_.ok()) << tandem_check_status_.ToString();    \
+#define CHECK_OK(expr)                                                   \
+  do {                                                                   \
+    const ::absl::Status tandem_check_status_ = (expr);                  \
+    CHECK(tandem_check_status_.ok()) << tandem_check_status_.ToString(); \
   } while (false)
 
 #ifdef NDEBUG

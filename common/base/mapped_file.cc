@@ -18,7 +18,7 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
+    return absl::Status(err == ENOENT   ? absl::StatusCode::kNotFound
                         : err == EACCES ? absl::StatusCode::kPermissionDenied
                                         : absl::StatusCode::kInvalidArgument,
                         absl::StrCat("cannot open '", path, "': ", std::strerror(err)));

@@ -13,8 +13,8 @@ absl::Status WritePortFile(const std::string& path, int port, const std::string&
   out << port << "\n";
   out.close();
   if (!out.good() || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write --", flag, " ", path, ": check the folder exists and is writable"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot write --", flag, " ", path,
+                                                   ": check the folder exists and is writable"));
   }
   return absl::OkStatus();
 }

@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/kvcache/kv_layout.h"
 #include "common/base/dtype.h"
+#include "common/kvcache/kv_layout.h"
 
 namespace tandem {
 
@@ -151,8 +151,9 @@ class Backend {
   // by position * freq_i, using the precomputed `cos_sin` table
   // [max_position][head_dim / 2][2]. Pair i is (2i, 2i+1), or (i, i +
   // head_dim/2) when shape.rope_half_split.
-  virtual void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
-                    const AttentionShape& shape, const float* cos_sin) = 0;
+  virtual void Rope(float* q, int q_stride, float* k, int k_stride,
+                    std::span<const int32_t> positions, const AttentionShape& shape,
+                    const float* cos_sin) = 0;
 
   // out[r, i] = silu(gate_up[r, i]) * gate_up[r, hidden + i].
   virtual void SwiGlu(const float* gate_up, float* out, int rows, int hidden) = 0;

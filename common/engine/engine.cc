@@ -54,9 +54,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
     RETURN_IF_ERROR(CheckGpuMemoryFraction(*opts.gpu_memory_fraction));
   }
   if (opts.num_blocks > kMaxKvBlocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a KV cache of ", opts.num_blocks, " blocks; at most ", kMaxKvBlocks,
-        " are supported (give fewer --kv_blocks)"));
+    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ", opts.num_blocks,
+                                                   " blocks; at most ", kMaxKvBlocks,
+                                                   " are supported (give fewer --kv_blocks)"));
   }
   const DType wtype = weights.dtype();
   for (const LayerWeights& l : weights.layers) {
@@ -99,8 +99,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   return engine;
 }
 
-absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes,
-                                            double fraction, size_t block_bytes) {
+absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes, double fraction,
+                                            size_t block_bytes) {
   RETURN_IF_ERROR(CheckGpuMemoryFraction(fraction));
   const double room = fraction * static_cast<double>(total_bytes) - static_cast<double>(used_bytes);
   const double blocks = std::floor(room / static_cast<double>(std::max<size_t>(block_bytes, 1)));
@@ -285,8 +285,8 @@ absl::Status Engine::CheckBackend() {
     if (failure_.ok()) {
       first = true;
       failure_ = absl::Status(
-          backend.code(), absl::StrCat("the ", std::string(backend_->name()), " backend failed: ",
-                                       backend.message(),
+          backend.code(), absl::StrCat("the ", std::string(backend_->name()),
+                                       " backend failed: ", backend.message(),
                                        "; this engine can compute no more (restart the process)"));
     }
   }
@@ -343,8 +343,8 @@ absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable&
   if (tokens < 0 || tokens > src.num_tokens() || dst.num_tokens() != 0 ||
       src.block_size() != dst.block_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot copy ", tokens, " tokens of a sequence of ", src.num_tokens(),
-        " into one holding ", dst.num_tokens(), " (it must be empty, with the same block size)"));
+        "cannot copy ", tokens, " tokens of a sequence of ", src.num_tokens(), " into one holding ",
+        dst.num_tokens(), " (it must be empty, with the same block size)"));
   }
   RETURN_IF_ERROR(CheckBackend());
   RETURN_IF_ERROR(dst.Reserve(tokens, pool_));  // No-op when already reserved.

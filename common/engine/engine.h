@@ -69,8 +69,8 @@ struct EngineOptions {
 // `used_bytes` (weights, activation buffers), at most kMaxKvBlocks.
 // INVALID_ARGUMENT, saying what to change, for a fraction outside (0, 1] or
 // one that leaves no room for a single block.
-absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes,
-                                            double fraction, size_t block_bytes);
+absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_bytes, double fraction,
+                                            size_t block_bytes);
 
 class Engine final : public StepExecutor {
  public:
@@ -163,9 +163,9 @@ class Engine final : public StepExecutor {
  private:
   struct Layer {
     const float* rms_att;
-    MatrixRef wqkv;  // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
+    MatrixRef wqkv;     // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
     const float* bqkv;  // [q_dim + 2 kv_dim] biases, or null
-    MatrixRef wo;    // [dim, q_dim]
+    MatrixRef wo;       // [dim, q_dim]
     const float* rms_ffn;
     MatrixRef w13;  // [2 hidden, dim]: gate rows, then up rows
     MatrixRef w2;

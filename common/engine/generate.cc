@@ -9,16 +9,6 @@
 
 namespace tandem {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kContext: return "context";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopped: return "stopped";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<GenerateResult> Generate(Engine& engine, const GenerateRequest& request,
                                         const TokenSink& sink) {
   const ModelConfig& config = engine.config();
@@ -67,7 +57,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const GenerateRequest& r
     result.tokens.push_back(token);
     sampler.Accept(token);
     if (sink && !sink(token)) {
-      result.finish = FinishReason::kStopped;
+      result.finish = FinishReason::kStop;
       break;
     }
     if (static_cast<int>(result.tokens.size()) >= request.max_new_tokens) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/finish_reason.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampler.h"
 
@@ -24,22 +25,19 @@ struct GenerateRequest {
   // Generation stops (without emitting the token) at any of these ids; the
   // sampler masks them until sampling.min_tokens tokens were generated.
   std::vector<int32_t> eos_ids;
-  int prefill_chunk = 0;    // tokens per prefill step; 0 = the whole prompt at once
+  int prefill_chunk = 0;  // tokens per prefill step; 0 = the whole prompt at once
 };
-
-enum class FinishReason { kLength, kContext, kEos, kStopped };
-const char* FinishReasonName(FinishReason reason);
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated tokens, EOS excluded
   FinishReason finish = FinishReason::kLength;
-  absl::Duration ttft;      // start to the first sampled token
-  absl::Duration prefill;   // prompt forward passes
-  absl::Duration decode;    // forward passes of generated tokens
+  absl::Duration ttft;     // start to the first sampled token
+  absl::Duration prefill;  // prompt forward passes
+  absl::Duration decode;   // forward passes of generated tokens
 };
 
 // Called with each new token; returning false stops generation
-// (FinishReason::kStopped), e.g. when the reader went away.
+// (FinishReason::kStop), e.g. when the reader went away.
 using TokenSink = std::function<bool(int32_t token)>;
 
 // Runs `request` on a fresh sequence of `engine` and releases its blocks on

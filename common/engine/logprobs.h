@@ -9,10 +9,9 @@
 #include <span>
 #include <vector>
 
-namespace tandem {
+#include "common/base/limits.h"
 
-// Most alternatives a request may ask for per token.
-inline constexpr int kMaxTopLogprobs = 20;
+namespace tandem {
 
 struct TopLogprob {
   int32_t token_id = 0;

@@ -33,13 +33,12 @@ absl::Status SamplingParams::Validate() const {
   if (absl::Status s = CheckPenalty("presence_penalty", presence_penalty); !s.ok()) return s;
   if (absl::Status s = CheckPenalty("frequency_penalty", frequency_penalty); !s.ok()) return s;
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "repetition_penalty ", repetition_penalty, " must be a finite number > 0 (1 = off)"));
+    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty ", repetition_penalty,
+                                                   " must be a finite number > 0 (1 = off)"));
   }
   if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
-    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", logit_bias.size(),
-                                                   " entries; at most ", kMaxLogitBias,
-                                                   " are allowed"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logit_bias has ", logit_bias.size(), " entries; at most ", kMaxLogitBias, " are allowed"));
   }
   absl::flat_hash_set<int32_t> ids;
   for (const auto& [id, bias] : logit_bias) {

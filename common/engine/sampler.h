@@ -14,11 +14,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "common/base/limits.h"
 
 namespace tandem {
-
-// Most logit_bias entries one request may carry.
-inline constexpr int kMaxLogitBias = 1024;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
@@ -109,7 +107,7 @@ class Sampler {
   // Logit processors' state.
   const bool processors_;
   const bool touches_seen_or_biased_;  // anything but min_tokens set
-  const bool count_output_;  // presence / frequency penalties set
+  const bool count_output_;            // presence / frequency penalties set
   std::vector<int32_t> stop_ids_;
   absl::flat_hash_set<int32_t> prompt_seen_;  // repetition penalty only
   absl::flat_hash_map<int32_t, int> output_counts_;

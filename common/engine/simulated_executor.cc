@@ -31,7 +31,8 @@ absl::Duration LinearStepCost::operator()(const StepShape& shape) const {
 }
 
 int32_t SimulatedNextToken(int32_t token, int position, int vocab_size) {
-  const uint64_t mixed = static_cast<uint64_t>(token) * 31 + static_cast<uint64_t>(position) * 17 + 1;
+  const uint64_t mixed =
+      static_cast<uint64_t>(token) * 31 + static_cast<uint64_t>(position) * 17 + 1;
   return static_cast<int32_t>(mixed % static_cast<uint64_t>(vocab_size));
 }
 

@@ -33,10 +33,10 @@ namespace tandem {
 
 // What a step's cost depends on.
 struct StepShape {
-  int items = 0;          // sequences in the step
-  int tokens = 0;         // positions computed (prompt and decode tokens)
-  int64_t attended = 0;   // keys attended, over every position computed
-  int logit_rows = 0;     // rows of the classifier
+  int items = 0;         // sequences in the step
+  int tokens = 0;        // positions computed (prompt and decode tokens)
+  int64_t attended = 0;  // keys attended, over every position computed
+  int logit_rows = 0;    // rows of the classifier
 };
 
 StepShape ShapeOf(std::span<const BatchItem> items);

@@ -51,9 +51,8 @@ absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& li
                                                    limits.max_batch_tokens, "; split it"));
   }
   if (logit_rows > limits.max_logit_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("step wants ", logit_rows,
-                                                   " rows of logits, over max_logit_rows ",
-                                                   limits.max_logit_rows));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step wants ", logit_rows, " rows of logits, over max_logit_rows ", limits.max_logit_rows));
   }
   if (new_blocks > pool.num_free()) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: step needs ", new_blocks,

@@ -26,8 +26,8 @@ std::string BlockHash::ToString() const { return absl::StrFormat("%016x%016x", h
 
 BlockHash BlockHashSalt(std::string_view weights_fingerprint, std::string_view kv_dtype,
                         int block_size) {
-  const std::string text = absl::StrFormat("tandem-kv-blocks|%s|%s|%d", weights_fingerprint,
-                                           kv_dtype, block_size);
+  const std::string text =
+      absl::StrFormat("tandem-kv-blocks|%s|%s|%d", weights_fingerprint, kv_dtype, block_size);
   return FromXxh(XXH3_128bits(text.data(), text.size()));
 }
 

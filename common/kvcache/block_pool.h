@@ -96,7 +96,7 @@ class BlockPool {
   bool free_sorted_ = true;
 
   absl::flat_hash_map<BlockHash, int32_t> by_hash_;
-  std::vector<BlockHash> hash_of_;   // Per block; meaningful when cached_[b].
+  std::vector<BlockHash> hash_of_;  // Per block; meaningful when cached_[b].
   std::vector<bool> cached_;
   // Cached unused blocks, a doubly linked list by block id: head_ is the
   // next to evict.

@@ -15,9 +15,9 @@ absl::Status BlockTable::Reserve(int extra, BlockPool& pool) {
   const int64_t missing = needed - static_cast<int64_t>(blocks_.size());
   if (missing <= 0) return absl::OkStatus();
   if (missing > pool.num_free()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", missing,
-                                                     " blocks wanted, ", pool.num_free(), " of ",
-                                                     pool.num_blocks(), " free"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", missing, " blocks wanted, ",
+                                                     pool.num_free(), " of ", pool.num_blocks(),
+                                                     " free"));
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool.Allocate(static_cast<int>(missing)));
   blocks_.insert(blocks_.end(), fresh.begin(), fresh.end());

@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/host_port.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
 #include "common/base/status_macros.h"
@@ -164,16 +165,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // INVALID_ARGUMENT unless `listen` is HOST:PORT or [V6]:PORT, port in
 // [0, 65535].
 absl::Status ParseListen(const std::string& listen, std::string* host, int* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), port) || *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", listen, "' is not HOST:PORT (port 0 picks a free one)"));
-  }
-  *host = listen.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen, "metrics address", /*min_port=*/0);
+  if (!hp.ok()) return hp.status();
+  *host = std::move(hp->host);
+  *port = hp->port;
   return absl::OkStatus();
 }
 

@@ -141,7 +141,9 @@ bool SameShape(std::vector<int64_t> a, std::vector<int64_t> b) {
 }
 
 DType DTypeOf(GgmlType type) {
-  return type == GgmlType::kF16 ? DType::kF16 : type == GgmlType::kBF16 ? DType::kBF16 : DType::kF32;
+  return type == GgmlType::kF16    ? DType::kF16
+         : type == GgmlType::kBF16 ? DType::kBF16
+                                   : DType::kF32;
 }
 
 // Tensors are used from the mapping unless misaligned for their type.
@@ -280,8 +282,7 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
       const uint16_t h = bf16 ? Fp32ToBf16(values[i]) : Fp32ToFp16(values[i]);
       std::memcpy(&bytes[2 * i], &h, 2);
     }
-    writer.AddTensor(row.name, row.dims, bf16 ? GgmlType::kBF16 : GgmlType::kF16,
-                     std::move(bytes));
+    writer.AddTensor(row.name, row.dims, bf16 ? GgmlType::kBF16 : GgmlType::kF16, std::move(bytes));
   }
   return writer.WriteFile(path);
 }

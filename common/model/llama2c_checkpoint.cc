@@ -53,9 +53,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cCheckpoint(const std::s
 absl::StatusOr<std::unique_ptr<ModelWeights>> ParseLlama2cCheckpoint(
     std::shared_ptr<const void> storage, std::span<const uint8_t> bytes, const std::string& path) {
   if (bytes.size() < kHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model file '", path, "' is truncated: ", bytes.size(),
-        " bytes, fewer than the 28-byte llama2.c header"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file '", path, "' is truncated: ", bytes.size(),
+                     " bytes, fewer than the 28-byte llama2.c header"));
   }
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) != 0) {
     return absl::InvalidArgumentError(
@@ -113,8 +113,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ParseLlama2cCheckpoint(
   slice(lay.w3, &LayerWeights::w3);
   weights->rms_final = take(lay.rms_final);
   take(lay.rope);
-  weights->classifier =
-      config.shared_classifier ? weights->token_embedding : take(lay.classifier);
+  weights->classifier = config.shared_classifier ? weights->token_embedding : take(lay.classifier);
   weights->storage = std::move(storage);
   return weights;
 }

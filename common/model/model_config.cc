@@ -39,8 +39,8 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
 
 int64_t ModelConfig::NumParameters() const {
   const int64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), v = vocab_size;
-  const int64_t per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * d * h +
-                            (attention_bias ? q + 2 * kv : 0);
+  const int64_t per_layer =
+      2 * d + 2 * q * d + 2 * kv * d + 3 * d * h + (attention_bias ? q + 2 * kv : 0);
   return v * d * (shared_classifier ? 1 : 2) + n_layers * per_layer + d;
 }
 
@@ -53,13 +53,11 @@ absl::Status ModelConfig::Validate() const {
     }
     return absl::OkStatus();
   };
-  for (auto [name, v, hi] : {std::tuple{"dim", dim, kMaxSize},
-                             std::tuple{"hidden_dim", hidden_dim, kMaxSize},
-                             std::tuple{"n_layers", n_layers, 4096},
-                             std::tuple{"n_heads", n_heads, 4096},
-                             std::tuple{"n_kv_heads", n_kv_heads, 4096},
-                             std::tuple{"vocab_size", vocab_size, 1 << 22},
-                             std::tuple{"seq_len", seq_len, kMaxSize}}) {
+  for (auto [name, v, hi] :
+       {std::tuple{"dim", dim, kMaxSize}, std::tuple{"hidden_dim", hidden_dim, kMaxSize},
+        std::tuple{"n_layers", n_layers, 4096}, std::tuple{"n_heads", n_heads, 4096},
+        std::tuple{"n_kv_heads", n_kv_heads, 4096}, std::tuple{"vocab_size", vocab_size, 1 << 22},
+        std::tuple{"seq_len", seq_len, kMaxSize}}) {
     if (absl::Status s = check_range(name, v, hi); !s.ok()) return s;
   }
   if (head_size < 0 || head_size > 4096) {
@@ -71,8 +69,8 @@ absl::Status ModelConfig::Validate() const {
         absl::StrCat("model dim ", dim, " is not divisible by n_heads ", n_heads));
   }
   if (n_heads % n_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model n_heads ", n_heads,
-                                                   " is not divisible by n_kv_heads ", n_kv_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model n_heads ", n_heads, " is not divisible by n_kv_heads ", n_kv_heads));
   }
   if (head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(

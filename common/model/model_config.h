@@ -30,13 +30,13 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  int dim = 0;          // residual width
-  int hidden_dim = 0;   // SwiGLU inner width
+  int dim = 0;         // residual width
+  int hidden_dim = 0;  // SwiGLU inner width
   int n_layers = 0;
-  int n_heads = 0;      // query heads
-  int n_kv_heads = 0;   // key/value heads (== n_heads: MHA, 1: MQA, else GQA)
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (== n_heads: MHA, 1: MQA, else GQA)
   int vocab_size = 0;
-  int seq_len = 0;      // context length
+  int seq_len = 0;  // context length
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   bool shared_classifier = true;  // classifier tied to the token embedding
@@ -59,8 +59,8 @@ struct ModelConfig {
   int64_t NumParameters() const;
 
   // INVALID_ARGUMENT naming the first impossible field: non-positive sizes,
-  // dim not divisible by n_heads (unless head_size is set), n_heads not divisible by n_kv_heads, odd
-  // head_dim (RoPE rotates pairs), or sizes beyond sane limits.
+  // dim not divisible by n_heads (unless head_size is set), n_heads not divisible by n_kv_heads,
+  // odd head_dim (RoPE rotates pairs), or sizes beyond sane limits.
   absl::Status Validate() const;
 
   std::string ToString() const;

@@ -47,9 +47,18 @@ std::string ModelWeights::Fingerprint() const {
   // Every config field that changes the maths, in binary (ToString rounds).
   const ModelConfig& c = config;
   const RopeScaling& r = c.rope_scaling;
-  const int32_t ints[] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
-                          c.seq_len, c.head_dim(), c.shared_classifier, c.attention_bias,
-                          static_cast<int32_t>(c.rope_layout), static_cast<int32_t>(r.type),
+  const int32_t ints[] = {c.dim,
+                          c.hidden_dim,
+                          c.n_layers,
+                          c.n_heads,
+                          c.n_kv_heads,
+                          c.vocab_size,
+                          c.seq_len,
+                          c.head_dim(),
+                          c.shared_classifier,
+                          c.attention_bias,
+                          static_cast<int32_t>(c.rope_layout),
+                          static_cast<int32_t>(r.type),
                           r.original_max_position};
   const float floats[] = {c.rope_theta, c.norm_eps, r.factor, r.low_freq_factor,
                           r.high_freq_factor};
@@ -62,8 +71,8 @@ std::string ModelWeights::Fingerprint() const {
   };
   add(token_embedding);
   for (const LayerWeights& l : layers) {
-    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2,
-                            &l.w3, &l.bq, &l.bk, &l.bv}) {
+    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2, &l.w3,
+                            &l.bq, &l.bk, &l.bv}) {
       add(*t);
     }
   }

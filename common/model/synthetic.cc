@@ -40,8 +40,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
   RETURN_IF_ERROR(config.Validate());
   const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim(), q = config.q_dim();
   const int64_t v = config.vocab_size, L = config.n_layers;
-  const int64_t matrices = v * d * (config.shared_classifier ? 1 : 2) +
-                           L * (2 * q * d + 2 * kv * d + 3 * d * h);
+  const int64_t matrices =
+      v * d * (config.shared_classifier ? 1 : 2) + L * (2 * q * d + 2 * kv * d + 3 * d * h);
   const int64_t vectors = L * (2 * d + (config.attention_bias ? q + 2 * kv : 0)) + d;
   const size_t element = DTypeSize(dtype);
   // Matrices first (in `dtype`), then the fp32 vectors, 8-byte aligned.

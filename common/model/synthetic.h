@@ -17,8 +17,8 @@ namespace tandem {
 // Same config and seed give the same weights on every machine. Matrices are
 // held in `dtype` (the same draws, rounded), norms and biases in f32.
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
-                                                                  uint64_t seed,
-                                                                  DType dtype = DType::kF32);
+                                                                 uint64_t seed,
+                                                                 DType dtype = DType::kF32);
 
 // A llama2.c tokenizer.bin for `vocab_size` ids: <unk>, <s>, </s>, the 256
 // byte tokens, then made-up word pieces (" e", "th", ...) scored so that

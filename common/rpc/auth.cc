@@ -13,8 +13,8 @@ namespace {
 constexpr absl::string_view kScheme = "Bearer ";
 
 absl::Status Refuse(absl::string_view why) {
-  return absl::UnauthenticatedError(absl::StrCat(
-      why, "; send the API key as gRPC metadata \"authorization: Bearer <key>\""));
+  return absl::UnauthenticatedError(
+      absl::StrCat(why, "; send the API key as gRPC metadata \"authorization: Bearer <key>\""));
 }
 
 }  // namespace
@@ -28,8 +28,8 @@ absl::Status CheckBearerKey(const grpc::ServerContextBase& context,
   if (std::next(first) != last) return Refuse("more than one authorization entry");
   const absl::string_view value(first->second.data(), first->second.size());
   if (value.size() > kMaxAuthorizationBytes) {
-    return Refuse(absl::StrCat("the authorization value is over ", kMaxAuthorizationBytes,
-                               " bytes"));
+    return Refuse(
+        absl::StrCat("the authorization value is over ", kMaxAuthorizationBytes, " bytes"));
   }
   if (value.size() <= kScheme.size() ||
       !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {

@@ -8,9 +8,9 @@
 #ifndef TANDEM_COMMON_RPC_AUTH_H_
 #define TANDEM_COMMON_RPC_AUTH_H_
 
-#include <string_view>
-
 #include <grpcpp/grpcpp.h>
+
+#include <string_view>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"

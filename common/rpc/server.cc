@@ -1,16 +1,14 @@
 #include "common/rpc/server.h"
 
-#include <signal.h>
-
-#include <cerrno>
-#include <ctime>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/impl/server_initializer.h>
+#include <signal.h>
 
+#include <cerrno>
+#include <ctime>
 #include <utility>
 
 #include "absl/status/status.h"

@@ -5,11 +5,11 @@
 #ifndef TANDEM_COMMON_RPC_SERVER_H_
 #define TANDEM_COMMON_RPC_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"

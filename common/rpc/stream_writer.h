@@ -18,12 +18,12 @@
 #ifndef TANDEM_COMMON_RPC_STREAM_WRITER_H_
 #define TANDEM_COMMON_RPC_STREAM_WRITER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <deque>
 #include <functional>
 #include <memory>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/tsan_handoff.h"

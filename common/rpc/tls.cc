@@ -45,8 +45,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
     return absl::NotFoundError(absl::StrCat("cannot read ", Named(flag, path)));
   }
   if (data.size() > kMaxPemBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(Named(flag, path), " is over ", kMaxPemBytes,
-                                                   " bytes: it is not a PEM file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Named(flag, path), " is over ", kMaxPemBytes, " bytes: it is not a PEM file"));
   }
   return data;
 }
@@ -85,8 +85,8 @@ absl::StatusOr<Cert> ParseCertificates(const std::string& flag, const std::strin
   Bio bio = MemoryBio(pem);
   Cert first(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (first == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Named(flag, path), " holds no valid PEM certificate (", OpenSslReason(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Named(flag, path), " holds no valid PEM certificate (", OpenSslReason(), ")"));
   }
   while (Cert next{PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)}) {
   }
@@ -108,9 +108,8 @@ absl::StatusOr<Key> ParseKey(const std::string& flag, const std::string& path,
   Bio bio = MemoryBio(pem);
   Key key(PEM_read_bio_PrivateKey(bio.get(), nullptr, &NoPassphrase, nullptr));
   if (key == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Named(flag, path), " holds no valid unencrypted PEM private key (",
-                     OpenSslReason(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Named(flag, path), " holds no valid unencrypted PEM private key (", OpenSslReason(), ")"));
   }
   return key;
 }
@@ -125,8 +124,8 @@ struct KeyCertPair {
 absl::StatusOr<std::optional<KeyCertPair>> LoadKeyCertPair(const TlsConfig& config) {
   const TlsFlagNames& f = config.flags;
   if (config.cert_file.empty() != config.key_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.cert, " and ", f.key, " go together: pass both, or neither"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.cert, " and ", f.key, " go together: pass both, or neither"));
   }
   if (config.cert_file.empty()) return std::optional<KeyCertPair>();
   KeyCertPair pair;
@@ -136,9 +135,9 @@ absl::StatusOr<std::optional<KeyCertPair>> LoadKeyCertPair(const TlsConfig& conf
   ASSIGN_OR_RETURN(const Key key, ParseKey(f.key, config.key_file, pair.key_pem));
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the private key in ", Named(f.key, config.key_file),
-        " does not belong to the certificate in ", Named(f.cert, config.cert_file)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the private key in ", Named(f.key, config.key_file),
+                     " does not belong to the certificate in ", Named(f.cert, config.cert_file)));
   }
   return std::optional<KeyCertPair>(std::move(pair));
 }
@@ -162,9 +161,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   const TlsFlagNames& f = config.flags;
   if (!config.enabled()) {
     if (config.require_client_cert) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "client certificates can only be required over TLS: pass ", f.cert, ", ", f.key,
-          " and ", f.ca));
+      return absl::InvalidArgumentError(
+          absl::StrCat("client certificates can only be required over TLS: pass ", f.cert, ", ",
+                       f.key, " and ", f.ca));
     }
     return grpc::InsecureServerCredentials();
   }
@@ -174,8 +173,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
         f.ca, " needs the server's own certificate and key: pass ", f.cert, " and ", f.key));
   }
   if (config.require_client_cert && config.ca_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "requiring client certificates needs the CA that signs them: pass ", f.ca));
+    return absl::InvalidArgumentError(
+        absl::StrCat("requiring client certificates needs the CA that signs them: pass ", f.ca));
   }
   ASSIGN_OR_RETURN(std::string ca, LoadCa(config));
 

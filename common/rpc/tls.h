@@ -12,10 +12,10 @@
 #ifndef TANDEM_COMMON_RPC_TLS_H_
 #define TANDEM_COMMON_RPC_TLS_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 

@@ -111,9 +111,9 @@ absl::Status UcxTransport::Impl::Init() {
                       "setting the UCX keepalive interval");
   }
   if (status.ok() && !options_.net_devices.empty()) {
-    status = UcxError(ucp_config_modify(config, "NET_DEVICES", options_.net_devices.c_str()),
-                      absl::StrCat("setting the UCX network devices to '", options_.net_devices,
-                                   "'"));
+    status =
+        UcxError(ucp_config_modify(config, "NET_DEVICES", options_.net_devices.c_str()),
+                 absl::StrCat("setting the UCX network devices to '", options_.net_devices, "'"));
   }
   if (status.ok()) {
     ucp_params_t params{};
@@ -222,8 +222,7 @@ absl::StatusOr<RegionId> UcxTransport::Impl::RegisterMemory(void* base, size_t l
   if (kind == MemoryKind::kCuda) {
     return absl::UnimplementedError(absl::StrCat(
         "UcxTransport does not register CUDA memory (this UCX supports ",
-        MemoryTypeNames(memory_types_),
-        "); stage GPU KV through page-locked host memory"));
+        MemoryTypeNames(memory_types_), "); stage GPU KV through page-locked host memory"));
   }
   if (base == nullptr || length == 0) {
     return absl::InvalidArgumentError("RegisterMemory needs a non-null base and a non-zero length");
@@ -589,9 +588,7 @@ bool UcxTransport::SupportsMemory(MemoryKind kind) const {
   return false;
 }
 
-std::string UcxTransport::MemoryTypes() const {
-  return MemoryTypeNames(impl_->memory_types());
-}
+std::string UcxTransport::MemoryTypes() const { return MemoryTypeNames(impl_->memory_types()); }
 
 std::string UcxTransport::Description() const {
   const char* tls = std::getenv("UCX_TLS");

@@ -30,8 +30,13 @@ class BenchE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // Small and random: fast enough that a few requests a second stay easy.
-    const ModelConfig shape{.dim = 64, .hidden_dim = 172, .n_layers = 2, .n_heads = 4,
-                            .n_kv_heads = 4, .vocab_size = 512, .seq_len = 512};
+    const ModelConfig shape{.dim = 64,
+                            .hidden_dim = 172,
+                            .n_layers = 2,
+                            .n_heads = 4,
+                            .n_kv_heads = 4,
+                            .vocab_size = 512,
+                            .seq_len = 512};
     auto files = WriteSyntheticModel(shape, 11, "bench");
     CHECK_OK(files.status());
     model_ = files->model;
@@ -44,19 +49,34 @@ std::string BenchE2eTest::model_;
 std::string BenchE2eTest::tokenizer_;
 
 TEST_F(BenchE2eTest, ShortRunWritesResultAndReport) {
-  auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = model_,
-                                 .tokenizer = tokenizer_});
+  auto cluster =
+      Cluster::Start({.prefill = 1, .decode = 1, .model = model_, .tokenizer = tokenizer_});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string json_path = TempDir() + "/bench-result.json";
   const std::string html_path = TempDir() + "/bench-report.html";
   const std::string log = TempDir() + "/bench.log";
   std::remove(json_path.c_str());
   std::remove(html_path.c_str());
-  Child bench({TANDEM_BENCH_BIN, "--target",
-               "grpc://" + (*cluster)->router_member().address, "--request_rate", "4",
-               "--num_requests", "12", "--input_len", "24", "--output_len", "12", "--seed", "2",
-               "--slo", "ttft=10000,tpot=10000", "--progress=false", "--result_json", json_path,
-               "--report_html", html_path},
+  Child bench({TANDEM_BENCH_BIN,
+               "--target",
+               "grpc://" + (*cluster)->router_member().address,
+               "--request_rate",
+               "4",
+               "--num_requests",
+               "12",
+               "--input_len",
+               "24",
+               "--output_len",
+               "12",
+               "--seed",
+               "2",
+               "--slo",
+               "ttft=10000,tpot=10000",
+               "--progress=false",
+               "--result_json",
+               json_path,
+               "--report_html",
+               html_path},
               log);
   const int rc = bench.Wait(absl::Seconds(60));
   ASSERT_EQ(rc, 0) << ReadAll(log) << (*cluster)->Logs();

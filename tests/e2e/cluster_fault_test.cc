@@ -7,8 +7,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,8 +32,13 @@ using ::testing::HasSubstr;
 class ClusterFaultTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const ModelConfig shape{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6,
-                            .n_kv_heads = 6, .vocab_size = 512, .seq_len = 2048};
+    const ModelConfig shape{.dim = 288,
+                            .hidden_dim = 768,
+                            .n_layers = 6,
+                            .n_heads = 6,
+                            .n_kv_heads = 6,
+                            .vocab_size = 512,
+                            .seq_len = 2048};
     auto files = WriteSyntheticModel(shape, 7, "fault");
     CHECK_OK(files.status());
     model_ = files->model;
@@ -122,7 +127,8 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
   for (int i = 0; i < kStreams; ++i) {
     streams[i].Run(cluster_->router(), TextRequest(absl::StrCat("long story ", i), 1800));
   }
-  for (LiveStream& s : streams) ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  for (LiveStream& s : streams)
+    ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
   const std::string victim = cluster_->decode(0).address;
   cluster_->decode(0).process->Kill();
   const absl::Time killed = absl::Now();
@@ -158,7 +164,7 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamEndsOnlyItsStreams) {
 
 // Runs `n` requests at once; returns each one's outcome and how long it took.
 std::vector<std::pair<Completion, absl::Duration>> RunConcurrently(v1::Router::Stub& router,
-                                                                  const std::string& tag, int n) {
+                                                                   const std::string& tag, int n) {
   std::vector<std::pair<Completion, absl::Duration>> out(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
@@ -196,8 +202,8 @@ TEST_F(ClusterFaultTest, HungDecodeWorkerCostsARequestAtMostTheReserveTimeout) {
   constexpr absl::Duration kReserveTimeout = absl::Seconds(2);
   StartCluster({.prefill = 1,
                 .decode = 2,
-                .router_flags = {absl::StrCat("--reserve_timeout=",
-                                              absl::FormatDuration(kReserveTimeout))}});
+                .router_flags = {
+                    absl::StrCat("--reserve_timeout=", absl::FormatDuration(kReserveTimeout))}});
   constexpr int kRequests = 6;
   // The normal time of such a batch, both workers up (the first batch warms up).
   RunConcurrently(cluster_->router(), "warm", kRequests);
@@ -240,7 +246,8 @@ TEST_F(ClusterFaultTest, SigtermDrainsAWorkerWithoutLosingItsStreams) {
   for (int i = 0; i < kStreams; ++i) {
     streams[i].Run(cluster_->router(), TextRequest(absl::StrCat("drain story ", i), 300));
   }
-  for (LiveStream& s : streams) ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  for (LiveStream& s : streams)
+    ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
   cluster_->decode(0).process->Signal(SIGTERM);
   for (LiveStream& s : streams) s.thread.join();
   for (const LiveStream& s : streams) {

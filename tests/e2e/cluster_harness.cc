@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/rpc/grpc_status.h"
 #include "common/base/status_macros.h"
 #include "common/model/llama2c_checkpoint.h"
 #include "common/model/synthetic.h"
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "tests/testing/model_files.h"
 
@@ -53,8 +53,8 @@ absl::StatusOr<int> WaitForPortFile(const std::string& name, const std::string& 
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat(name, " did not write ", port_file,
-                                                  " within 60 s:\n", Tail(ReadFile(log), 20)));
+  return absl::DeadlineExceededError(
+      absl::StrCat(name, " did not write ", port_file, " within 60 s:\n", Tail(ReadFile(log), 20)));
 }
 
 }  // namespace
@@ -260,8 +260,7 @@ Completion RunGenerate(v1::Router::Stub& router, const v1::GenerateRequest& requ
   const absl::Time start = absl::Now();
   grpc::ClientContext ctx;
   ctx.set_deadline(rpc::ToChrono(start + timeout));
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      router.Generate(&ctx, request);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = router.Generate(&ctx, request);
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
     ++c.messages;

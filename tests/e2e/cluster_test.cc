@@ -99,9 +99,8 @@ class ClusterTest : public ::testing::Test {
                                    << cluster_->Logs();
       EXPECT_EQ(got.tokens, want.tokens) << prompt;
       EXPECT_EQ(got.finished.usage().completion_tokens(), static_cast<int>(want.tokens.size()));
-      EXPECT_EQ(got.finished.reason(), want.finish == FinishReason::kEos
-                                           ? v1::FINISH_REASON_EOS
-                                           : v1::FINISH_REASON_LENGTH)
+      EXPECT_EQ(got.finished.reason(), want.finish == FinishReason::kEos ? v1::FINISH_REASON_EOS
+                                                                         : v1::FINISH_REASON_LENGTH)
           << prompt;
     }
   }
@@ -115,10 +114,10 @@ std::string ClusterTest::model_;
 std::string ClusterTest::tokenizer_;
 Reference* ClusterTest::reference_ = nullptr;
 
-#define REQUIRE_FIXTURES()                                    \
-  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");   \
-  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");    \
-  (void)model_path;                                           \
+#define REQUIRE_FIXTURES()                                  \
+  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin"); \
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");  \
+  (void)model_path;                                         \
   (void)tokenizer_path
 
 TEST_F(ClusterTest, GreedyTokensEqualSingleProcessAndKvIsShipped) {
@@ -188,8 +187,8 @@ TEST_F(ClusterTest, SixtyFourConcurrentStreamsAllGetTheirOwnTokens) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
-      got[i] = RunGenerate(cluster_->router(), TextRequest(prompts[i], lengths[i]),
-                           absl::Seconds(120));
+      got[i] =
+          RunGenerate(cluster_->router(), TextRequest(prompts[i], lengths[i]), absl::Seconds(120));
     });
   }
   for (std::thread& t : threads) t.join();

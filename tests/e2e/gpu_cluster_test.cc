@@ -34,11 +34,11 @@ const char* const kPrompts[] = {
     "her mom, so she ran inside and",
 };
 
-#define REQUIRE_GPU_AND_FIXTURES()                                         \
-  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");                \
-  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");                 \
+#define REQUIRE_GPU_AND_FIXTURES()                                           \
+  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");                  \
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");                   \
   if (const std::string why = NoDevice(); !why.empty()) GTEST_SKIP() << why; \
-  model_ = model_path;                                                     \
+  model_ = model_path;                                                       \
   tokenizer_ = tokenizer_path
 
 std::string NoDevice() {
@@ -54,8 +54,8 @@ std::string NoDevice() {
 class GpuClusterTest : public ::testing::Test {
  protected:
   std::unique_ptr<Cluster> Start(int prefill, int decode, std::vector<std::string> worker_flags) {
-    ClusterOptions options{.prefill = prefill, .decode = decode, .model = model_,
-                           .tokenizer = tokenizer_};
+    ClusterOptions options{
+        .prefill = prefill, .decode = decode, .model = model_, .tokenizer = tokenizer_};
     options.prefill_flags = worker_flags;
     options.decode_flags = worker_flags;
     auto cluster = Cluster::Start(options);
@@ -72,8 +72,8 @@ class GpuClusterTest : public ::testing::Test {
   Run Greedy(Cluster& cluster, int max_tokens) {
     Run run;
     for (const char* prompt : kPrompts) {
-      const Completion c = RunGenerate(cluster.router(), TextRequest(prompt, max_tokens),
-                                       absl::Seconds(120));
+      const Completion c =
+          RunGenerate(cluster.router(), TextRequest(prompt, max_tokens), absl::Seconds(120));
       EXPECT_TRUE(c.status.ok()) << prompt << ": " << c.status.error_message() << "\n"
                                  << cluster.Logs();
       EXPECT_TRUE(c.finished.disaggregated()) << prompt;

@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
   std::printf("%s\n", absl::BytesToHexString(*descriptor).c_str());
   std::fflush(stdout);
   (*side)->RunUntilDone(absl::Seconds(25));
-  absl::Status result = (*side)->done_calls() == 1 ? (*side)->status()
-                                                   : absl::DeadlineExceededError("no result");
+  absl::Status result =
+      (*side)->done_calls() == 1 ? (*side)->status() : absl::DeadlineExceededError("no result");
   if (result.ok()) result = (*side)->CheckBytes();
   if (!result.ok()) {
     std::fprintf(stderr, "receiver: %s\n", result.ToString().c_str());

@@ -37,8 +37,7 @@ struct Shape {
 
 class KvReceiverSide {
  public:
-  static absl::StatusOr<std::unique_ptr<KvReceiverSide>> Create(const Shape& shape,
-                                                                uint64_t seed) {
+  static absl::StatusOr<std::unique_ptr<KvReceiverSide>> Create(const Shape& shape, uint64_t seed) {
     std::unique_ptr<KvReceiverSide> side(new KvReceiverSide(shape, seed));
     ASSIGN_OR_RETURN(side->transport_, UcxTransport::Create());
     ReceiverOptions options;
@@ -96,9 +95,9 @@ class KvReceiverSide {
     for (int l = 0; l < shape_.layers; ++l) {
       testing::FillKvPattern(seed_, l, layer.data(), layer.size());
       for (size_t i = 0; i < table_.size(); ++i) {
-        std::copy_n(layer.begin() + i * shape_.block_bytes, shape_.block_bytes,
-                    expected.begin() + (uint64_t(l) * shape_.num_blocks + table_[i]) *
-                                           shape_.block_bytes);
+        std::copy_n(
+            layer.begin() + i * shape_.block_bytes, shape_.block_bytes,
+            expected.begin() + (uint64_t(l) * shape_.num_blocks + table_[i]) * shape_.block_bytes);
       }
     }
     const auto mismatch = std::mismatch(cache_.begin(), cache_.end(), expected.begin());

@@ -91,18 +91,18 @@ TEST_P(TwoProcessTransfer, BytesArriveExactly) {
   EXPECT_TRUE(receiver.receiver().idle());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, TwoProcessTransfer,
-    ::testing::Values(Shape{8, 64, 20, 4096, 1, 0, false, ""},
-                      Shape{32, 40, 9, 65536, 1, 0, true, ""},
-                      Shape{5, 16, 16, 1 << 20, 4, 1 << 18, false, ""},
-                      Shape{12, 30, 7, 12288, 2, 8192, true, "tcp"},
-                      Shape{3, 8, 5, 1 << 20, 1, 0, false, "tcp"}),
-    [](const auto& info) {
-      const Shape& s = info.param;
-      return absl::StrCat(s.layers, "layers_", s.block_bytes, "B_lanes", s.lanes,
-                          s.checksums ? "_xxh3" : "", s.tls.empty() ? "" : "_tcp");
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, TwoProcessTransfer,
+                         ::testing::Values(Shape{8, 64, 20, 4096, 1, 0, false, ""},
+                                           Shape{32, 40, 9, 65536, 1, 0, true, ""},
+                                           Shape{5, 16, 16, 1 << 20, 4, 1 << 18, false, ""},
+                                           Shape{12, 30, 7, 12288, 2, 8192, true, "tcp"},
+                                           Shape{3, 8, 5, 1 << 20, 1, 0, false, "tcp"}),
+                         [](const auto& info) {
+                           const Shape& s = info.param;
+                           return absl::StrCat(s.layers, "layers_", s.block_bytes, "B_lanes",
+                                               s.lanes, s.checksums ? "_xxh3" : "",
+                                               s.tls.empty() ? "" : "_tcp");
+                         });
 
 // A sender killed with SIGKILL halfway: the lease fails within its deadline,
 // its destination is released exactly once, and nothing hangs.
@@ -124,9 +124,8 @@ TEST(TwoProcessTransferFaults, SenderKilledMidTransferFailsTheLease) {
   receiver.RunUntilDone(absl::Seconds(12));
   EXPECT_LT(absl::Now() - start, absl::Seconds(12));
   ASSERT_EQ(receiver.done_calls(), 1);
-  EXPECT_THAT(receiver.status().code(),
-              ::testing::AnyOf(absl::StatusCode::kUnavailable,
-                               absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(receiver.status().code(), ::testing::AnyOf(absl::StatusCode::kUnavailable,
+                                                         absl::StatusCode::kDeadlineExceeded));
   EXPECT_TRUE(receiver.receiver().idle());
 }
 
@@ -195,8 +194,8 @@ TEST(NetnsTransfer, SenderAndReceiverInTwoNamespacesOverVeth) {
   close(pipe_fds[0]);
   ASSERT_FALSE(descriptor_hex.empty()) << "the receiver printed no descriptor";
   Child sender({"ip", "netns", "exec", veth.ns_b(), "env", "UCX_TLS=tcp",
-                "UCX_NET_DEVICES=" + veth.dev_b(), TANDEM_KV_SENDER_PEER, descriptor_hex, "77",
-                "2", "-1"});
+                "UCX_NET_DEVICES=" + veth.dev_b(), TANDEM_KV_SENDER_PEER, descriptor_hex, "77", "2",
+                "-1"});
   EXPECT_EQ(receiver.Wait(absl::Seconds(30)), 0);
   EXPECT_EQ(sender.Wait(absl::Seconds(10)), 0);
 }

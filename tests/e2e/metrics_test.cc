@@ -225,8 +225,8 @@ TEST_F(MetricsTest, CountersMoveByTheRequestsServed) {
     EXPECT_FALSE(t.value("routing", "").empty());
     ASSERT_TRUE(t.contains("timeline_us"));
     const nlohmann::json& tl = t["timeline_us"];
-    for (const char* field : {"router_queue", "reserve", "prefill_call", "prefill_queue",
-                              "prefill", "kv_transfer", "decode_queue", "first_token", "end"}) {
+    for (const char* field : {"router_queue", "reserve", "prefill_call", "prefill_queue", "prefill",
+                              "kv_transfer", "decode_queue", "first_token", "end"}) {
       EXPECT_TRUE(tl.contains(field)) << field;
     }
     EXPECT_GT(tl.value("first_token", int64_t{0}), 0);
@@ -235,9 +235,9 @@ TEST_F(MetricsTest, CountersMoveByTheRequestsServed) {
     EXPECT_GT(tl.value("reserve", int64_t{0}), 0);
     EXPECT_GE(tl.value("prefill_call", int64_t{0}),
               tl.value("prefill_queue", int64_t{0}) + tl.value("prefill", int64_t{0}));
-    EXPECT_GE(tl.value("first_token", int64_t{0}),
-              tl.value("router_queue", int64_t{0}) + tl.value("reserve", int64_t{0}) +
-                  tl.value("prefill_call", int64_t{0}));
+    EXPECT_GE(tl.value("first_token", int64_t{0}), tl.value("router_queue", int64_t{0}) +
+                                                       tl.value("reserve", int64_t{0}) +
+                                                       tl.value("prefill_call", int64_t{0}));
     EXPECT_GE(tl.value("end", int64_t{0}), tl.value("first_token", int64_t{0}));
   }
   EXPECT_EQ(traced_tokens, completion_tokens);

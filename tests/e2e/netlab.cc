@@ -92,9 +92,7 @@ struct NetLab::Pending {
   uint64_t serial;  // keeps packets of one due time in order
   int to;
   std::string bytes;
-  bool operator>(const Pending& o) const {
-    return due != o.due ? due > o.due : serial > o.serial;
-  }
+  bool operator>(const Pending& o) const { return due != o.due ? due > o.due : serial > o.serial; }
 };
 
 absl::Status NetLab::Available() {

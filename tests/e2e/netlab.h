@@ -36,9 +36,9 @@ namespace tandem::testing {
 struct LinkFault {
   absl::Duration delay = absl::ZeroDuration();  // added each way
   double loss = 0;                              // probability a packet is dropped, each way
-  double reorder = 0;     // probability a packet skips the delay (overtakes others)
-  int64_t rate_bps = 0;   // bits per second each way, 0 = unlimited
-  bool cut = false;       // partition: every packet dropped
+  double reorder = 0;    // probability a packet skips the delay (overtakes others)
+  int64_t rate_bps = 0;  // bits per second each way, 0 = unlimited
+  bool cut = false;      // partition: every packet dropped
 };
 
 struct NetNode {

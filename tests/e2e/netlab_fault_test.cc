@@ -52,21 +52,30 @@ constexpr int kClients = 8;
 
 std::string FaultName(Fault f) {
   switch (f) {
-    case Fault::kSigkill: return "Sigkill";
-    case Fault::kSigstop: return "Sigstop10s";
-    case Fault::kLoss: return "Loss5pct";
-    case Fault::kDelay: return "Delay50ms";
-    case Fault::kPartition: return "Partition10s";
-    case Fault::kRestart: return "Restart";
+    case Fault::kSigkill:
+      return "Sigkill";
+    case Fault::kSigstop:
+      return "Sigstop10s";
+    case Fault::kLoss:
+      return "Loss5pct";
+    case Fault::kDelay:
+      return "Delay50ms";
+    case Fault::kPartition:
+      return "Partition10s";
+    case Fault::kRestart:
+      return "Restart";
   }
   return "";
 }
 
 std::string WhereName(Where w) {
   switch (w) {
-    case Where::kPrefill: return "Prefill";
-    case Where::kDecode: return "Decode";
-    case Where::kRouter: return "Router";
+    case Where::kPrefill:
+      return "Prefill";
+    case Where::kDecode:
+      return "Decode";
+    case Where::kRouter:
+      return "Router";
   }
   return "";
 }
@@ -148,9 +157,12 @@ class NetlabFaultTest : public ::testing::TestWithParam<std::tuple<Fault, Where>
 
   Member& Target(Where where) {
     switch (where) {
-      case Where::kPrefill: return cluster_->prefill(0);
-      case Where::kDecode: return cluster_->decode(0);
-      case Where::kRouter: return cluster_->router_member();
+      case Where::kPrefill:
+        return cluster_->prefill(0);
+      case Where::kDecode:
+        return cluster_->decode(0);
+      case Where::kRouter:
+        return cluster_->router_member();
     }
     return cluster_->router_member();
   }
@@ -259,10 +271,10 @@ TEST_P(NetlabFaultTest, Cell) {
   const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(60));
 
   const std::string row = absl::StrCat(
-      "| ", cell, " | ", f.requests, " | ", f.ok, " | ", Counts(f.failed), " | ",
-      Counts(f.retried), " | ", f.wrong_tokens, " | ", Ms(f.p50_latency), " | ",
-      Ms(f.p99_latency), " | ", Ms(f.max_latency), " | ", Ms(detour_max - healthy_max), " | ",
-      idle.ok() ? "yes" : "no", " | ", recovery.ok() ? Ms(*recovery) : "never", " |");
+      "| ", cell, " | ", f.requests, " | ", f.ok, " | ", Counts(f.failed), " | ", Counts(f.retried),
+      " | ", f.wrong_tokens, " | ", Ms(f.p50_latency), " | ", Ms(f.p99_latency), " | ",
+      Ms(f.max_latency), " | ", Ms(detour_max - healthy_max), " | ", idle.ok() ? "yes" : "no",
+      " | ", recovery.ok() ? Ms(*recovery) : "never", " |");
   std::cout << row << std::endl;
   if (const char* table = std::getenv("NETLAB_TABLE"); table != nullptr) {
     std::ofstream(table, std::ios::app) << row << "\n";
@@ -270,8 +282,9 @@ TEST_P(NetlabFaultTest, Cell) {
   if (const char* logs = std::getenv("NETLAB_LOGS"); logs != nullptr) {
     const std::string to = absl::StrCat(logs, "/", FaultName(fault), WhereName(where));
     std::filesystem::create_directories(to);
-    std::filesystem::copy(cluster_->dir(), to, std::filesystem::copy_options::overwrite_existing |
-                                                    std::filesystem::copy_options::recursive);
+    std::filesystem::copy(cluster_->dir(), to,
+                          std::filesystem::copy_options::overwrite_existing |
+                              std::filesystem::copy_options::recursive);
   }
   const NetLab::Counters hub = lab_->counters();
   std::cout << "hub: " << hub.forwarded << " packets forwarded, " << hub.dropped << " dropped"

@@ -22,8 +22,8 @@ struct Outcome {
   grpc::StatusCode code = grpc::StatusCode::OK;  // of the last attempt
   std::string message;
   std::vector<int32_t> tokens;
-  absl::Time start;                   // of the first attempt
-  absl::Duration latency;             // first attempt to last answer
+  absl::Time start;                       // of the first attempt
+  absl::Duration latency;                 // first attempt to last answer
   std::vector<grpc::StatusCode> retried;  // the codes of the attempts retried
 };
 

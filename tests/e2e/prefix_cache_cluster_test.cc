@@ -31,8 +31,13 @@ constexpr int kBlock = 16;
 class PrefixCacheClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const ModelConfig shape{.dim = 64, .hidden_dim = 160, .n_layers = 4, .n_heads = 4,
-                            .n_kv_heads = 2, .vocab_size = 512, .seq_len = 1024};
+    const ModelConfig shape{.dim = 64,
+                            .hidden_dim = 160,
+                            .n_layers = 4,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .vocab_size = 512,
+                            .seq_len = 1024};
     auto files = WriteSyntheticModel(shape, 11, "prefix");
     CHECK_OK(files.status());
     model_ = files->model;
@@ -40,8 +45,8 @@ class PrefixCacheClusterTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Cluster> Start(int prefill, bool cache) {
-    ClusterOptions options{.prefill = prefill, .decode = 1, .model = model_,
-                           .tokenizer = tokenizer_};
+    ClusterOptions options{
+        .prefill = prefill, .decode = 1, .model = model_, .tokenizer = tokenizer_};
     if (!cache) {
       options.prefill_flags = {"--noprefix_cache"};
       options.decode_flags = {"--noprefix_cache"};
@@ -192,15 +197,15 @@ absl::StatusOr<int> IndexedCachedTokens(const std::string& request_log, const st
 TEST_F(PrefixCacheClusterTest, AnEvictedPrefixIsNotCountedByTheRoutersIndex) {
   const std::string request_log = absl::StrCat(TempDir(), "/evicted-prefix-requests.jsonl");
   std::remove(request_log.c_str());
-  auto started = Cluster::Start(ClusterOptions{
-      .prefill = 0,
-      .decode = 1,
-      .model = model_,
-      .tokenizer = tokenizer_,
-      .router_flags = {"--routing_policy=prefix", "--health_interval=50ms",
-                       "--request_log=" + request_log},
-      // 32 blocks of 16 tokens: a 512-token sequence fills it.
-      .decode_flags = {"--kv_blocks=32"}});
+  auto started = Cluster::Start(
+      ClusterOptions{.prefill = 0,
+                     .decode = 1,
+                     .model = model_,
+                     .tokenizer = tokenizer_,
+                     .router_flags = {"--routing_policy=prefix", "--health_interval=50ms",
+                                      "--request_log=" + request_log},
+                     // 32 blocks of 16 tokens: a 512-token sequence fills it.
+                     .decode_flags = {"--kv_blocks=32"}});
   ASSERT_TRUE(started.ok()) << started.status();
   Cluster& cluster = **started;
 
@@ -246,12 +251,11 @@ TEST_F(PrefixCacheClusterTest, AnEvictedPrefixIsNotCountedByTheRoutersIndex) {
   const std::string healthy = absl::StrCat("decode worker ", cluster.decode(0).address);
   const int seen = CountOf(ReadAll(cluster.router_member().log), healthy + " is healthy");
   cluster.decode(0).process->Signal(SIGSTOP);
-  ASSERT_TRUE(cluster.WaitForLog(cluster.router_member(), healthy + " is unhealthy",
-                                 absl::Seconds(30))
-                  .ok());
-  cluster.decode(0).process->Signal(SIGCONT);
   ASSERT_TRUE(
-      WaitForCount(cluster.router_member().log, healthy + " is healthy", seen + 1).ok())
+      cluster.WaitForLog(cluster.router_member(), healthy + " is unhealthy", absl::Seconds(30))
+          .ok());
+  cluster.decode(0).process->Signal(SIGCONT);
+  ASSERT_TRUE(WaitForCount(cluster.router_member().log, healthy + " is healthy", seen + 1).ok())
       << cluster.Logs();
 
   // The same five blocks and another tail: the index claims what the

@@ -3,11 +3,11 @@
 // listeners, mutual TLS from the router to its workers, gRPC and HTTP health
 // following the decode pool, disconnected HTTP clients freeing every KV
 // block, client-controlled limits, and tandem-cli's --api_key and --tls_ca.
-#include <fstream>
 #include <sys/wait.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>

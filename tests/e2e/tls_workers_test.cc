@@ -26,6 +26,7 @@
 #include "common/rpc/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/grpc_worker_channel.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/testing/child_process.h"
@@ -75,8 +76,8 @@ absl::StatusOr<Worker> StartWorker(const std::string& dir, const std::string& na
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat(name, " did not start within 60 s:\n",
-                                                  ReadFile(w.log)));
+  return absl::DeadlineExceededError(
+      absl::StrCat(name, " did not start within 60 s:\n", ReadFile(w.log)));
 }
 
 // The local addresses ("127.0.0.1", "::1", "192.0.2.2", ...) of every TCP
@@ -135,10 +136,12 @@ class TlsWorkersTest : public ::testing::Test {
   }
 
   void StartWorkers() {
-    absl::StatusOr<Worker> prefill = StartWorker(dir_, "prefill", TANDEM_PREFILL_BIN, MutualTlsFlags());
+    absl::StatusOr<Worker> prefill =
+        StartWorker(dir_, "prefill", TANDEM_PREFILL_BIN, MutualTlsFlags());
     ASSERT_TRUE(prefill.ok()) << prefill.status();
     prefill_ = std::move(*prefill);
-    absl::StatusOr<Worker> decode = StartWorker(dir_, "decode", TANDEM_DECODE_BIN, MutualTlsFlags());
+    absl::StatusOr<Worker> decode =
+        StartWorker(dir_, "decode", TANDEM_DECODE_BIN, MutualTlsFlags());
     ASSERT_TRUE(decode.ok()) << decode.status();
     decode_ = std::move(*decode);
   }
@@ -211,8 +214,9 @@ TEST_F(TlsWorkersTest, ClientsWithoutAValidCertificateAreRefused) {
 
 // The router's registry, its decode target `host`:port resolved to the
 // decode worker's 127.0.0.1 address, with `tls` on its channels.
-absl::StatusOr<std::unique_ptr<router::WorkerRegistry>> DecodeRegistry(
-    const std::string& host, const Worker& decode, const rpc::TlsConfig& tls) {
+absl::StatusOr<std::unique_ptr<router::WorkerRegistry>> DecodeRegistry(const std::string& host,
+                                                                       const Worker& decode,
+                                                                       const rpc::TlsConfig& tls) {
   const std::string port = decode.address.substr(decode.address.rfind(':') + 1);
   router::RegistryOptions options;
   options.decode_targets = {absl::StrCat(host, ":", port)};
@@ -220,7 +224,9 @@ absl::StatusOr<std::unique_ptr<router::WorkerRegistry>> DecodeRegistry(
     return absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{address});
   };
   options.health_timeout = absl::Seconds(10);
-  options.worker_tls = tls;
+  absl::StatusOr<router::WorkerChannelFactory> channels = router::GrpcWorkerChannels(tls);
+  if (!channels.ok()) return channels.status();
+  options.channels = *std::move(channels);
   return router::WorkerRegistry::Create(std::move(options));
 }
 
@@ -233,8 +239,8 @@ bool DecodeHealthy(router::WorkerRegistry& registry) {
 
 TEST_F(TlsWorkersTest, RegistryWithTheClusterCertificateReachesTheDecodeWorker) {
   StartWorkers();
-  auto registry = DecodeRegistry("localhost", decode_, RouterTls(files_.client_cert,
-                                                                 files_.client_key));
+  auto registry =
+      DecodeRegistry("localhost", decode_, RouterTls(files_.client_cert, files_.client_key));
   ASSERT_TRUE(registry.ok()) << registry.status();
   EXPECT_TRUE((*registry)->WaitForRoutable(router::WorkerRole::kDecode, absl::Seconds(60)))
       << ReadFile(decode_.log);
@@ -262,10 +268,7 @@ TEST_F(TlsWorkersTest, RegistryChecksTheCertificateAgainstTheTargetName) {
 
 TEST_F(TlsWorkersTest, RegistryRefusesToStartWithABadCertificateFile) {
   rpc::TlsConfig tls = RouterTls(files_.client_cert, files_.server_key);
-  router::RegistryOptions options;
-  options.decode_targets = {"127.0.0.1:1"};
-  options.worker_tls = tls;
-  EXPECT_THAT(router::WorkerRegistry::Create(std::move(options)),
+  EXPECT_THAT(DecodeRegistry("localhost", decode_, tls),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("--worker_tls_key"), HasSubstr("does not belong"))));
 }

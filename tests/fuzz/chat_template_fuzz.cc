@@ -34,9 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.time_zone = absl::UTCTimeZone();
   options.limits.max_output_bytes = 16 << 10;
   options.limits.max_steps = 2'000;
-  absl::StatusOr<tandem::ChatTemplate> chat = tandem::ChatTemplate::FromString(
-      absl::string_view(reinterpret_cast<const char*>(data), size), "<s>", "</s>", options,
-      "fuzz template");
+  absl::StatusOr<tandem::ChatTemplate> chat =
+      tandem::ChatTemplate::FromString(absl::string_view(reinterpret_cast<const char*>(data), size),
+                                       "<s>", "</s>", options, "fuzz template");
   if (!chat.ok()) return 0;
   absl::StatusOr<std::string> out =
       chat->RenderJson(Messages(), /*add_generation_prompt=*/true, Json{{"tools", Json::array()}});

@@ -10,7 +10,8 @@
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::vector<std::string_view> parts = tandem::fuzz::SplitAtNul(tandem::fuzz::AsText(data, size), 3);
+  const std::vector<std::string_view> parts =
+      tandem::fuzz::SplitAtNul(tandem::fuzz::AsText(data, size), 3);
   tandem::HfTokenizer::Files files;
   files.tokenizer_path = "tokenizer.json";
   files.tokenizer_json = std::string(parts[0]);
@@ -27,9 +28,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!tokenizer.ok()) return 0;
   const int vocab = (*tokenizer)->vocab_size();
   for (bool special : {false, true}) {
-    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(
-        "Hello  world!\n\t123 4567 <s></s><|endoftext|> h\xc3\xa9llo \xff\xfe caf\xc3\xa9",
-        tandem::EncodeOptions{.add_bos = true, .parse_special = special});
+    absl::StatusOr<std::vector<int32_t>> ids =
+        (*tokenizer)
+            ->Encode(
+                "Hello  world!\n\t123 4567 <s></s><|endoftext|> h\xc3\xa9llo \xff\xfe caf\xc3\xa9",
+                tandem::EncodeOptions{.add_bos = true, .parse_special = special});
     FUZZ_CHECK(ids.ok());
     int32_t prev = (*tokenizer)->bos_id();
     for (int32_t id : *ids) {

@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!tokenizer.ok()) return 0;
   const int vocab = (*tokenizer)->vocab_size();
   FUZZ_CHECK(vocab > 0);
-  absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode("Hello world, héllo 123!", /*add_bos=*/true);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      (*tokenizer)->Encode("Hello world, héllo 123!", /*add_bos=*/true);
   FUZZ_CHECK(ids.ok());
   int32_t prev = (*tokenizer)->bos_id();
   for (int32_t id : *ids) {

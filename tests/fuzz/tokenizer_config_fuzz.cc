@@ -17,9 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.time_zone = absl::UTCTimeZone();
   options.limits.max_output_bytes = 16 << 10;
   options.limits.max_steps = 2'000;
-  absl::StatusOr<tandem::ChatTemplate> chat = tandem::ChatTemplate::FromConfig(
-      std::string(tandem::fuzz::AsText(data, size)), std::nullopt, "tokenizer_config.json",
-      "chat_template.jinja", options);
+  absl::StatusOr<tandem::ChatTemplate> chat =
+      tandem::ChatTemplate::FromConfig(std::string(tandem::fuzz::AsText(data, size)), std::nullopt,
+                                       "tokenizer_config.json", "chat_template.jinja", options);
   if (!chat.ok()) return 0;
   FUZZ_CHECK(chat->special_tokens().is_object());
   (void)chat->Render({{"system", "s"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}},

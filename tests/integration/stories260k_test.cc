@@ -106,8 +106,9 @@ TEST(Stories260K, PromptedGreedyIsDeterministicAndStreamsWholeText) {
   ASSERT_OK_AND_ASSIGN(auto weights, LoadModel(model_path));
   ASSERT_OK_AND_ASSIGN(auto tokenizer, LoadTokenizer(tokenizer_path));
   auto engine = MakeEngine(*weights);
-  ASSERT_OK_AND_ASSIGN(std::vector<int32_t> prompt,
-                       tokenizer->Encode("Once upon a time, there was a little girl named Lily.", true));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<int32_t> prompt,
+      tokenizer->Encode("Once upon a time, there was a little girl named Lily.", true));
   const std::string first = GreedyText(*engine, *tokenizer, prompt, 40);
   const std::string second = GreedyText(*engine, *tokenizer, prompt, 40);
   EXPECT_FALSE(first.empty());

@@ -56,8 +56,7 @@ class DeviceMemoryBackend final : public ForwardingBackend {
   };
 
   const size_t total_bytes_;
-  const std::shared_ptr<std::atomic<size_t>> allocated_ =
-      std::make_shared<std::atomic<size_t>>(0);
+  const std::shared_ptr<std::atomic<size_t>> allocated_ = std::make_shared<std::atomic<size_t>>(0);
 };
 
 }  // namespace tandem::testing

@@ -36,12 +36,13 @@ absl::StatusOr<ServingStatus> CheckHealth(const std::shared_ptr<grpc::Channel>& 
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   // HealthCheckResponse: field 1 (status), varint; absent = UNKNOWN.
   if (bytes.empty()) return ServingStatus::kUnknown;
   if (bytes.size() != 2 || bytes[0] != '\x08' || bytes[1] < 0 || bytes[1] > 3) {
-    return absl::InternalError(absl::StrCat("unexpected health response of ", bytes.size(),
-                                            " bytes"));
+    return absl::InternalError(
+        absl::StrCat("unexpected health response of ", bytes.size(), " bytes"));
   }
   return static_cast<ServingStatus>(bytes[1]);
 }

@@ -3,10 +3,10 @@
 #ifndef TANDEM_TESTS_TESTING_HEALTH_CLIENT_H_
 #define TANDEM_TESTS_TESTING_HEALTH_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"

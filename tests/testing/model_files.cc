@@ -76,8 +76,8 @@ std::string TempDir() {
   for (char& c : name) {
     if (c == '/') c = '_';
   }
-  const fs::path dir = fs::temp_directory_path() /
-                       ("tandem-test-" + std::to_string(::getpid()) + "-" + name);
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem-test-" + std::to_string(::getpid()) + "-" + name);
   fs::create_directories(dir);
   Registry().Add(dir.string());
   return dir.string();

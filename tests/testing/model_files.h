@@ -26,14 +26,14 @@ std::string TempDir();
 
 // Declares `std::string var` holding the fixture's path, or ends the test:
 // skipped with a message, or failed under TANDEM_REQUIRE_MODELS=1.
-#define TANDEM_MODEL_FILE_OR_SKIP(var, name)                                             \
-  const std::string var = ::tandem::testing::ModelFile(name);                            \
-  if (var.empty()) {                                                                     \
-    if (::tandem::testing::ModelsRequired()) {                                           \
+#define TANDEM_MODEL_FILE_OR_SKIP(var, name)                                               \
+  const std::string var = ::tandem::testing::ModelFile(name);                              \
+  if (var.empty()) {                                                                       \
+    if (::tandem::testing::ModelsRequired()) {                                             \
       FAIL() << "fixture " << (name) << " missing from ../shared/models or $TANDEM_MODELS" \
-             << " and TANDEM_REQUIRE_MODELS=1";                                          \
-    }                                                                                    \
-    GTEST_SKIP() << "fixture " << (name) << " not found; set TANDEM_MODELS";             \
+             << " and TANDEM_REQUIRE_MODELS=1";                                            \
+    }                                                                                      \
+    GTEST_SKIP() << "fixture " << (name) << " not found; set TANDEM_MODELS";               \
   }
 
 #endif  // TANDEM_TESTS_TESTING_MODEL_FILES_H_

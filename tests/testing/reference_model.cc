@@ -121,8 +121,8 @@ std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
       const Vec down = MatVec(w.w2, hidden, d);
       for (int i = 0; i < d; ++i) x[i] += down[i];
     }
-    out.push_back(MatVec(weights.classifier, RmsNorm(x, weights.rms_final, c.norm_eps),
-                         c.vocab_size));
+    out.push_back(
+        MatVec(weights.classifier, RmsNorm(x, weights.rms_final, c.norm_eps), c.vocab_size));
   }
   return out;
 }

@@ -25,8 +25,8 @@ class OpenSsl {
     std::ifstream in(log_);
     std::stringstream out;
     out << in.rdbuf();
-    return absl::InternalError(absl::StrCat("'", absl::StrJoin(args, " "), "' exited with ", code,
-                                            ":\n", out.str()));
+    return absl::InternalError(
+        absl::StrCat("'", absl::StrJoin(args, " "), "' exited with ", code, ":\n", out.str()));
   }
 
   std::string Path(const std::string& name) const { return absl::StrCat(dir_, "/", name); }

@@ -15,10 +15,11 @@ namespace {
 
 // Short common words: most tokenizers (TinyStories' 512-token one
 // included) give about one token each, so N words is about N tokens.
-constexpr std::string_view kWords[] = {
-    "the", "a", "cat", "dog", "sun", "day", "big", "red", "run", "play", "tree", "ball",
-    "and", "was", "he", "she", "it", "to", "in", "on", "happy", "little", "girl", "boy",
-    "went", "saw", "home", "fun", "park", "bird", "friend", "mom", "sky", "blue", "good"};
+constexpr std::string_view kWords[] = {"the",    "a",    "cat",    "dog",  "sun",  "day",  "big",
+                                       "red",    "run",  "play",   "tree", "ball", "and",  "was",
+                                       "he",     "she",  "it",     "to",   "in",   "on",   "happy",
+                                       "little", "girl", "boy",    "went", "saw",  "home", "fun",
+                                       "park",   "bird", "friend", "mom",  "sky",  "blue", "good"};
 constexpr int kFirstTokenId = 3;  // skip <unk>, <s>, </s>
 
 // Per-request randomness that depends only on (seed, stream, index).
@@ -36,7 +37,8 @@ int DrawLen(std::mt19937_64& rng, int len, double ratio) {
 // Appends `n` random words (text) or ids to `r`.
 void AppendRandom(const DatasetOptions& o, std::mt19937_64& rng, int n, BenchRequest& r) {
   if (o.token_ids) {
-    std::uniform_int_distribution<int32_t> id(kFirstTokenId, std::max(kFirstTokenId, o.vocab_size - 1));
+    std::uniform_int_distribution<int32_t> id(kFirstTokenId,
+                                              std::max(kFirstTokenId, o.vocab_size - 1));
     for (int i = 0; i < n; ++i) r.token_ids.push_back(id(rng));
     return;
   }
@@ -106,7 +108,8 @@ absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
   for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()), nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()),
+                                                   nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));

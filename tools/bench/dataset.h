@@ -24,7 +24,7 @@ struct DatasetOptions {
   std::string path;                // jsonl
   int input_len = 128;
   int output_len = 128;
-  double range_ratio = 0;          // lengths uniform in [len*(1-r), len*(1+r)]
+  double range_ratio = 0;  // lengths uniform in [len*(1-r), len*(1+r)]
   int num_prefixes = 4;
   int prefix_len = 64;
   // Send token ids in [first_token_id, vocab_size) instead of text (gRPC
@@ -47,8 +47,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& optio
 // Parses JSONL text: one object per line with a string "prompt" and an
 // optional positive integer "max_tokens" (else `default_max_tokens`). Blank
 // lines are skipped; anything else is an error naming the line.
-absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
-                                                     int default_max_tokens);
+absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text, int default_max_tokens);
 
 }  // namespace tandem::bench
 

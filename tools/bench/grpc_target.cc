@@ -25,7 +25,7 @@ class GrpcTarget : public Target {
       req.set_text(request.prompt);
     } else {
       req.mutable_token_ids()->mutable_ids()->Assign(request.token_ids.begin(),
-                                                      request.token_ids.end());
+                                                     request.token_ids.end());
     }
     req.set_max_tokens(request.max_tokens);
     req.set_ignore_eos(options_.ignore_eos);
@@ -47,8 +47,8 @@ class GrpcTarget : public Target {
     const grpc::Status status = reader->Finish();
     RequestRecord r;
     timer.Finish(r);
-    r.prompt_tokens = request.token_ids.empty() ? request.prompt_len
-                                                : static_cast<int>(request.token_ids.size());
+    r.prompt_tokens =
+        request.token_ids.empty() ? request.prompt_len : static_cast<int>(request.token_ids.size());
     if (has_finished && finished.usage().prompt_tokens() > 0) {
       r.prompt_tokens = finished.usage().prompt_tokens();
     }

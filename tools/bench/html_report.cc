@@ -64,13 +64,13 @@ std::string MetricsTable(const std::vector<RunResult>& runs) {
                     m.failed, "</td>", Td(m.duration_s), Td(m.request_throughput),
                     m.goodput ? Td(*m.goodput) : "<td>-</td>", Td(m.output_throughput),
                     Td(m.total_token_throughput), Td(m.ttft_ms.mean), Td(m.ttft_ms.median),
-                    Td(m.ttft_ms.p90), Td(m.ttft_ms.p99), Td(m.tpot_ms.mean),
-                    Td(m.tpot_ms.median), Td(m.tpot_ms.p90), Td(m.tpot_ms.p99),
-                    Td(m.itl_ms.median), Td(m.itl_ms.p99), Td(m.e2e_ms.median), Td(m.e2e_ms.p99),
-                    "</tr>\n");
+                    Td(m.ttft_ms.p90), Td(m.ttft_ms.p99), Td(m.tpot_ms.mean), Td(m.tpot_ms.median),
+                    Td(m.tpot_ms.p90), Td(m.tpot_ms.p99), Td(m.itl_ms.median), Td(m.itl_ms.p99),
+                    Td(m.e2e_ms.median), Td(m.e2e_ms.p99), "</tr>\n");
   }
-  return h + "</table>\n<p>Latencies in ms (TPOT excludes the first token and requests with "
-             "one output token, as vLLM bench serve).</p>\n";
+  return h +
+         "</table>\n<p>Latencies in ms (TPOT excludes the first token and requests with "
+         "one output token, as vLLM bench serve).</p>\n";
 }
 
 }  // namespace
@@ -86,8 +86,8 @@ std::string HtmlReport(const std::vector<RunResult>& runs, const nlohmann::json&
     ttft_time.series.push_back(OverTime(r, false));
     tpot_time.series.push_back(OverTime(r, true));
   }
-  std::string charts = absl::StrCat(RenderSvg(ttft_cdf), RenderSvg(e2e_cdf),
-                                    RenderSvg(ttft_time), RenderSvg(tpot_time));
+  std::string charts = absl::StrCat(RenderSvg(ttft_cdf), RenderSvg(e2e_cdf), RenderSvg(ttft_time),
+                                    RenderSvg(tpot_time));
   if (runs.size() > 1) {
     Chart tput{"Throughput vs request rate", "request rate (req/s)", "per second", {}};
     Chart ttft{"TTFT vs request rate", "request rate (req/s)", "TTFT (ms)", {}};

@@ -72,9 +72,10 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 absl::StatusOr<double> ClientOverhead(const DatasetOptions& data) {
   ASSIGN_OR_RETURN(auto target, MakeTarget("null://", {}));
   ASSIGN_OR_RETURN(auto dataset, MakeDataset(data));
-  ASSIGN_OR_RETURN(RunResult run, RunBenchmark(*target, *dataset,
-                                               {.max_concurrency = 1, .num_requests = 20000,
-                                                .progress = false, .slo = {}}));
+  ASSIGN_OR_RETURN(
+      RunResult run,
+      RunBenchmark(*target, *dataset,
+                   {.max_concurrency = 1, .num_requests = 20000, .progress = false, .slo = {}}));
   return run.metrics.request_throughput;
 }
 
@@ -98,18 +99,24 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(std::vector<double> rates, ParseRates(absl::GetFlag(FLAGS_sweep)));
   if (rates.empty()) rates.push_back(absl::GetFlag(FLAGS_request_rate));
 
-  nlohmann::json config = {
-      {"target", target_url}, {"dataset", data.kind}, {"dataset_path", data.path},
-      {"input_len", data.input_len}, {"output_len", data.output_len},
-      {"range_ratio", data.range_ratio}, {"num_prefixes", data.num_prefixes},
-      {"prefix_len", data.prefix_len}, {"token_ids", data.token_ids},
-      {"burstiness", absl::GetFlag(FLAGS_burstiness)},
-      {"max_concurrency", absl::GetFlag(FLAGS_max_concurrency)},
-      {"waves", absl::GetFlag(FLAGS_waves)},
-      {"pad_waves", absl::GetFlag(FLAGS_pad_waves)},
-      {"num_requests", absl::GetFlag(FLAGS_num_requests)},
-      {"duration", absl::GetFlag(FLAGS_duration)}, {"seed", data.seed},
-      {"slo", absl::GetFlag(FLAGS_slo)}, {"sweep", absl::GetFlag(FLAGS_sweep)}};
+  nlohmann::json config = {{"target", target_url},
+                           {"dataset", data.kind},
+                           {"dataset_path", data.path},
+                           {"input_len", data.input_len},
+                           {"output_len", data.output_len},
+                           {"range_ratio", data.range_ratio},
+                           {"num_prefixes", data.num_prefixes},
+                           {"prefix_len", data.prefix_len},
+                           {"token_ids", data.token_ids},
+                           {"burstiness", absl::GetFlag(FLAGS_burstiness)},
+                           {"max_concurrency", absl::GetFlag(FLAGS_max_concurrency)},
+                           {"waves", absl::GetFlag(FLAGS_waves)},
+                           {"pad_waves", absl::GetFlag(FLAGS_pad_waves)},
+                           {"num_requests", absl::GetFlag(FLAGS_num_requests)},
+                           {"duration", absl::GetFlag(FLAGS_duration)},
+                           {"seed", data.seed},
+                           {"slo", absl::GetFlag(FLAGS_slo)},
+                           {"sweep", absl::GetFlag(FLAGS_sweep)}};
 
   std::vector<RunResult> runs;
   for (double rate : rates) {

@@ -38,13 +38,15 @@ class OpenAiTarget : public Target {
       }
       const nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
       if (j.is_discarded()) {
-        if (error.empty()) error = absl::StrCat("bad SSE chunk: ", std::string(data.substr(0, 120)));
+        if (error.empty())
+          error = absl::StrCat("bad SSE chunk: ", std::string(data.substr(0, 120)));
         return;
       }
       if (j.contains("error") && error.empty()) error = j["error"].dump().substr(0, 200);
       if (auto c = j.find("choices"); c != j.end() && c->is_array() && !c->empty()) {
         const auto& text = (*c)[0].find("text");
-        if (text != (*c)[0].end() && text->is_string() && !text->get_ref<const std::string&>().empty()) {
+        if (text != (*c)[0].end() && text->is_string() &&
+            !text->get_ref<const std::string&>().empty()) {
           timer.OnTokens(1);
         }
       }
@@ -99,8 +101,8 @@ class OpenAiTarget : public Target {
 
 }  // namespace
 
-std::unique_ptr<Target> MakeOpenAiTarget(const std::string& host, int port,
-                                         const std::string& path, const TargetOptions& options) {
+std::unique_ptr<Target> MakeOpenAiTarget(const std::string& host, int port, const std::string& path,
+                                         const TargetOptions& options) {
   return std::make_unique<OpenAiTarget>(host, port, path, options);
 }
 

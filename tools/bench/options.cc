@@ -11,7 +11,8 @@ namespace tandem::bench {
 
 absl::StatusOr<Slo> ParseSlo(std::string_view text) {
   Slo slo;
-  for (absl::string_view item : absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty())) {
+  for (absl::string_view item :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty())) {
     const std::vector<absl::string_view> kv = absl::StrSplit(item, '=');
     double ms;
     if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &ms) || !(ms > 0)) {
@@ -34,7 +35,8 @@ absl::StatusOr<Slo> ParseSlo(std::string_view text) {
 
 absl::StatusOr<std::vector<double>> ParseRates(std::string_view text) {
   std::vector<double> rates;
-  for (absl::string_view item : absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty())) {
+  for (absl::string_view item :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty())) {
     double r;
     if (item == "inf") {
       r = std::numeric_limits<double>::infinity();

@@ -18,8 +18,7 @@ void Row(std::string& out, const std::string& name, double v) {
 }
 
 // "-----Title-----", 50 wide, as vLLM prints section headers.
-void Latency(std::string& out, const std::string& title, const std::string& key,
-             const Summary& s) {
+void Latency(std::string& out, const std::string& title, const std::string& key, const Summary& s) {
   const int pad = std::max<int>(0, 50 - static_cast<int>(title.size()));
   absl::StrAppend(&out, std::string(pad / 2, '-'), title, std::string(pad - pad / 2, '-'), "\n");
   Row(out, absl::StrCat("Mean ", key, " (ms):"), s.mean);
@@ -38,8 +37,8 @@ nlohmann::json SummaryJson(const Summary& s) {
 std::string SummaryTable(const RunResult& run) {
   const Metrics& m = run.metrics;
   std::string out = absl::StrCat("============ Serving Benchmark Result ============\n");
-  absl::StrAppend(&out, absl::StrFormat("%-40s%s\n", "Request rate (req/s):",
-                                        Rate(run.options.request_rate)));
+  absl::StrAppend(
+      &out, absl::StrFormat("%-40s%s\n", "Request rate (req/s):", Rate(run.options.request_rate)));
   absl::StrAppend(&out, absl::StrFormat("%-40s%d\n", "Successful requests:", m.completed));
   absl::StrAppend(&out, absl::StrFormat("%-40s%d\n", "Failed requests:", m.failed));
   Row(out, "Benchmark duration (s):", m.duration_s);
@@ -60,16 +59,16 @@ std::string SummaryTable(const RunResult& run) {
 }
 
 std::string SweepTable(const std::vector<RunResult>& runs) {
-  std::string out = absl::StrFormat("%8s %6s %6s %9s %10s %10s %10s %10s %10s\n", "rate", "ok",
-                                    "fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99",
-                                    "TPOT p50", "TPOT p99");
+  std::string out =
+      absl::StrFormat("%8s %6s %6s %9s %10s %10s %10s %10s %10s\n", "rate", "ok", "fail", "req/s",
+                      "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
   for (const RunResult& r : runs) {
     const Metrics& m = r.metrics;
-    absl::StrAppend(&out, absl::StrFormat("%8s %6d %6d %9.2f %10.1f %10.2f %10.2f %10.2f %10.2f\n",
-                                          Rate(r.options.request_rate), m.completed, m.failed,
-                                          m.request_throughput, m.output_throughput,
-                                          m.ttft_ms.median, m.ttft_ms.p99, m.tpot_ms.median,
-                                          m.tpot_ms.p99));
+    absl::StrAppend(&out,
+                    absl::StrFormat("%8s %6d %6d %9.2f %10.1f %10.2f %10.2f %10.2f %10.2f\n",
+                                    Rate(r.options.request_rate), m.completed, m.failed,
+                                    m.request_throughput, m.output_throughput, m.ttft_ms.median,
+                                    m.ttft_ms.p99, m.tpot_ms.median, m.tpot_ms.p99));
   }
   return out;
 }
@@ -79,7 +78,8 @@ nlohmann::json RunJson(const RunResult& run) {
   const RunOptions& o = run.options;
   nlohmann::json j = {
       {"request_rate", std::isinf(o.request_rate) || !(o.request_rate > 0)
-                           ? nlohmann::json("inf") : nlohmann::json(o.request_rate)},
+                           ? nlohmann::json("inf")
+                           : nlohmann::json(o.request_rate)},
       {"burstiness", o.burstiness},
       {"max_concurrency", o.max_concurrency},
       {"num_requests", static_cast<int>(run.records.size())},

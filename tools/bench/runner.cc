@@ -210,9 +210,8 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
         std::unique_lock lock(mu);
         // A wave starts only once the previous one has wholly ended.
         const bool wave_start = o.waves && i % o.max_concurrency == 0;
-        slot_freed.wait(lock, [&] {
-          return wave_start ? in_flight == 0 : in_flight < o.max_concurrency;
-        });
+        slot_freed.wait(
+            lock, [&] { return wave_start ? in_flight == 0 : in_flight < o.max_concurrency; });
         ++in_flight;
         // A slot may free long after the duration is over.
         if (o.duration_s > 0 && since_start() >= o.duration_s) break;

@@ -39,8 +39,8 @@ struct RunOptions {
   // max_tokens, and e2e ends at its own last token (when each message
   // carried one token; else at the padded end).
   bool pad_waves = false;
-  int num_requests = 100;   // used when duration_s is 0
-  double duration_s = 0;    // stop sending after this long (seconds)
+  int num_requests = 100;  // used when duration_s is 0
+  double duration_s = 0;   // stop sending after this long (seconds)
   uint64_t seed = 0;
   // Progress on stderr: a bar when it is a terminal, else a line now and then.
   bool progress = true;

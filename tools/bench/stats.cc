@@ -60,8 +60,7 @@ Metrics ComputeMetrics(const std::vector<RequestRecord>& records, double duratio
     if (tpot) tpots.push_back(*tpot * 1e3);
     // As vLLM: a request with one output token has TPOT 0 for the SLO check.
     const bool ok = (!slo.ttft || r.ttft <= *slo.ttft) &&
-                    (!slo.tpot || tpot.value_or(0) <= *slo.tpot) &&
-                    (!slo.e2e || r.e2e <= *slo.e2e);
+                    (!slo.tpot || tpot.value_or(0) <= *slo.tpot) && (!slo.e2e || r.e2e <= *slo.e2e);
     if (ok) ++good;
   }
   m.ttft_ms = Summarize(ttfts);

@@ -32,11 +32,20 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -57,7 +66,8 @@ std::string RenderSvg(const Chart& chart) {
       "font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"%g\" y=\"18\" font-size=\"14\" "
       "text-anchor=\"middle\">%s</text>\n",
       kW, kH, kW, kH, kW / 2, HtmlEscape(chart.title));
-  if (!std::isfinite(x0)) return absl::StrCat(svg, "<text x=\"280\" y=\"160\">no data</text></svg>\n");
+  if (!std::isfinite(x0))
+    return absl::StrCat(svg, "<text x=\"280\" y=\"160\">no data</text></svg>\n");
   // Latencies and throughputs start at 0; x starts at 0 unless far from it.
   const double y0 = 0;
   if (x0 > 0 && x0 < (x1 - x0)) x0 = 0;
@@ -70,23 +80,26 @@ std::string RenderSvg(const Chart& chart) {
   auto py = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
 
   for (double y = y0; y <= y1 + ystep / 2; y += ystep) {
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-        "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-        kLeft, py(y), kW - kRight, py(y), kLeft - 4, py(y) + 4, Num(y)));
+    absl::StrAppend(
+        &svg, absl::StrFormat("<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                              "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                              kLeft, py(y), kW - kRight, py(y), kLeft - 4, py(y) + 4, Num(y)));
   }
   for (double x = x0; x <= x1 + xstep / 2; x += xstep) {
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
-        "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%s</text>\n",
-        px(x), kTop, px(x), kTop + ph, px(x), kTop + ph + 14, Num(x)));
+    absl::StrAppend(
+        &svg, absl::StrFormat("<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
+                              "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%s</text>\n",
+                              px(x), kTop, px(x), kTop + ph, px(x), kTop + ph + 14, Num(x)));
   }
-  absl::StrAppend(&svg, absl::StrFormat(
-      "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#444\"/>\n"
-      "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>\n"
-      "<text x=\"14\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 14 %g)\">%s</text>\n",
-      kLeft, kTop, pw, ph, kLeft + pw / 2, kH - 10, HtmlEscape(chart.x_label), kTop + ph / 2,
-      kTop + ph / 2, HtmlEscape(chart.y_label)));
+  absl::StrAppend(
+      &svg,
+      absl::StrFormat(
+          "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#444\"/>\n"
+          "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>\n"
+          "<text x=\"14\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
+          "%g)\">%s</text>\n",
+          kLeft, kTop, pw, ph, kLeft + pw / 2, kH - 10, HtmlEscape(chart.x_label), kTop + ph / 2,
+          kTop + ph / 2, HtmlEscape(chart.y_label)));
 
   for (size_t i = 0; i < chart.series.size(); ++i) {
     const Series& s = chart.series[i];
@@ -97,19 +110,24 @@ std::string RenderSvg(const Chart& chart) {
       if (s.line) {
         absl::StrAppend(&pts, absl::StrFormat("%.1f,%.1f ", px(x), py(y)));
       } else {
-        absl::StrAppend(&svg, absl::StrFormat(
-            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\" fill-opacity=\"0.6\"/>",
-            px(x), py(y), color));
+        absl::StrAppend(
+            &svg,
+            absl::StrFormat(
+                "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\" fill-opacity=\"0.6\"/>",
+                px(x), py(y), color));
       }
     }
     if (s.line) {
-      absl::StrAppend(&svg, absl::StrFormat(
-          "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"/>", pts, color));
+      absl::StrAppend(
+          &svg, absl::StrFormat(
+                    "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"/>",
+                    pts, color));
     }
-    absl::StrAppend(&svg, absl::StrFormat(
-        "\n<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-        "<text x=\"%g\" y=\"%g\">%s</text>\n",
-        kLeft + 8, kTop + 6 + 14 * i, color, kLeft + 22, kTop + 15 + 14 * i, HtmlEscape(s.name)));
+    absl::StrAppend(
+        &svg, absl::StrFormat("\n<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                              "<text x=\"%g\" y=\"%g\">%s</text>\n",
+                              kLeft + 8, kTop + 6 + 14 * i, color, kLeft + 22, kTop + 15 + 14 * i,
+                              HtmlEscape(s.name)));
   }
   return absl::StrCat(svg, "</svg>\n");
 }

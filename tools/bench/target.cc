@@ -7,9 +7,7 @@
 namespace tandem::bench {
 namespace {
 
-double Seconds(StreamTimer::Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double Seconds(StreamTimer::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Streams max_tokens tokens with no work at all: what is left is the
 // client's own cost per stream (timing, records, threads).

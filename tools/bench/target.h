@@ -16,9 +16,9 @@
 namespace tandem::bench {
 
 struct TargetOptions {
-  std::string model = "";       // the "model" field for OpenAI servers
-  double timeout_s = 600;       // per request
-  bool ignore_eos = true;       // ask the server to generate max_tokens (EOS ignored)
+  std::string model = "";  // the "model" field for OpenAI servers
+  double timeout_s = 600;  // per request
+  bool ignore_eos = true;  // ask the server to generate max_tokens (EOS ignored)
 };
 
 class Target {
@@ -54,8 +54,8 @@ class StreamTimer {
 
 // Target constructors (one file each).
 std::unique_ptr<Target> MakeGrpcTarget(const std::string& address, const TargetOptions& options);
-std::unique_ptr<Target> MakeOpenAiTarget(const std::string& host, int port,
-                                         const std::string& path, const TargetOptions& options);
+std::unique_ptr<Target> MakeOpenAiTarget(const std::string& host, int port, const std::string& path,
+                                         const TargetOptions& options);
 
 }  // namespace tandem::bench
 

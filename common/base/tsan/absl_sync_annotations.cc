@@ -33,8 +33,7 @@ namespace {
 template <typename Fn>
 Fn Real(const char* prefix, const char* rest) {
   const std::string ns = TANDEM_STR(ABSL_OPTION_INLINE_NAMESPACE_NAME);
-  const std::string name =
-      std::string(prefix) + "4absl" + std::to_string(ns.size()) + ns + rest;
+  const std::string name = std::string(prefix) + "4absl" + std::to_string(ns.size()) + ns + rest;
   void* fn = dlsym(RTLD_NEXT, name.c_str());
   if (fn == nullptr) {
     std::fprintf(stderr, "absl_sync_annotations: no %s in the absl libraries\n", name.c_str());

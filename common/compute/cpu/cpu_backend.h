@@ -64,16 +64,15 @@ class CpuBackend final : public Backend {
   // f32 product of x with 16-bit weights for many rows: panels of w are
   // widened into scratch and multiplied by BLAS, so the f32 copy of w that
   // exists at any time is one panel.
-  void MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k,
-                     bool accumulate);
+  void MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k, bool accumulate);
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
-  bool small_matmul_;    // few-row products bypass BLAS (cpu/small_matmul.h)
-  bool small_matmul16_;  // ... also with 16-bit weights
-  bool dot_bf16_;        // ... with bf16 weights through AVX512-BF16
-  std::vector<float> panel_;       // MatMulWidened scratch
-  std::vector<uint16_t> x_bf16_;   // inputs rounded to bf16 for dot_bf16_
+  bool small_matmul_;             // few-row products bypass BLAS (cpu/small_matmul.h)
+  bool small_matmul16_;           // ... also with 16-bit weights
+  bool dot_bf16_;                 // ... with bf16 weights through AVX512-BF16
+  std::vector<float> panel_;      // MatMulWidened scratch
+  std::vector<uint16_t> x_bf16_;  // inputs rounded to bf16 for dot_bf16_
 };
 
 }  // namespace tandem

@@ -119,18 +119,30 @@ __attribute__((always_inline)) inline void NarrowT(const float* src, T* dst, int
 TANDEM_MULTIVERSION
 void Widen(const void* src, DType dtype, float* dst, int64_t n) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
-    case DType::kBF16: WidenT(static_cast<const Bf16*>(src), dst, n); return;
-    case DType::kF16: WidenT(static_cast<const Fp16*>(src), dst, n); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16:
+      WidenT(static_cast<const Bf16*>(src), dst, n);
+      return;
+    case DType::kF16:
+      WidenT(static_cast<const Fp16*>(src), dst, n);
+      return;
   }
 }
 
 TANDEM_MULTIVERSION
 void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t stride) {
   switch (dtype) {
-    case DType::kF32: NarrowT(src, static_cast<float*>(dst), n, stride); return;
-    case DType::kBF16: NarrowT(src, static_cast<Bf16*>(dst), n, stride); return;
-    case DType::kF16: NarrowT(src, static_cast<Fp16*>(dst), n, stride); return;
+    case DType::kF32:
+      NarrowT(src, static_cast<float*>(dst), n, stride);
+      return;
+    case DType::kBF16:
+      NarrowT(src, static_cast<Bf16*>(dst), n, stride);
+      return;
+    case DType::kF16:
+      NarrowT(src, static_cast<Fp16*>(dst), n, stride);
+      return;
   }
 }
 
@@ -247,12 +259,23 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
     CausalSoftmaxRow(scores + g * n, n, n);
     float* o = out + g * head_dim;
     switch (head_dim) {
-      case 32: WeightedValues<2>(p, n, row, layer, layout, cache, kv_off, o); continue;
-      case 48: WeightedValues<3>(p, n, row, layer, layout, cache, kv_off, o); continue;
-      case 64: WeightedValues<4>(p, n, row, layer, layout, cache, kv_off, o); continue;
-      case 96: WeightedValues<6>(p, n, row, layer, layout, cache, kv_off, o); continue;
-      case 128: WeightedValues<8>(p, n, row, layer, layout, cache, kv_off, o); continue;
-      default: break;
+      case 32:
+        WeightedValues<2>(p, n, row, layer, layout, cache, kv_off, o);
+        continue;
+      case 48:
+        WeightedValues<3>(p, n, row, layer, layout, cache, kv_off, o);
+        continue;
+      case 64:
+        WeightedValues<4>(p, n, row, layer, layout, cache, kv_off, o);
+        continue;
+      case 96:
+        WeightedValues<6>(p, n, row, layer, layout, cache, kv_off, o);
+        continue;
+      case 128:
+        WeightedValues<8>(p, n, row, layer, layout, cache, kv_off, o);
+        continue;
+      default:
+        break;
     }
     for (int i = 0; i < head_dim; ++i) o[i] = 0.0f;
     for (int t = 0; t < n; ++t) {
@@ -267,20 +290,19 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
 
 TANDEM_MULTIVERSION
 void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group, int head_dim,
-                 int layer, const KvLayout& layout, const void* cache, float* scores,
-                 float* out) {
+                 int layer, const KvLayout& layout, const void* cache, float* scores, float* out) {
   switch (layout.dtype) {
     case DType::kF32:
       AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
                    static_cast<const float*>(cache), scores, out);
       return;
     case DType::kBF16:
-      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
-                   static_cast<const Bf16*>(cache), scores, out);
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout, static_cast<const Bf16*>(cache),
+                   scores, out);
       return;
     case DType::kF16:
-      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
-                   static_cast<const Fp16*>(cache), scores, out);
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout, static_cast<const Fp16*>(cache),
+                   scores, out);
       return;
   }
 }

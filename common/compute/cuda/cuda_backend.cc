@@ -173,9 +173,9 @@ absl::StatusOr<double> CudaBackend::MeasureCopyBandwidth(size_t bytes) {
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> from, Allocate(bytes));
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> to, Allocate(bytes));
   ASSIGN_OR_RETURN(const double seconds, BestSeconds([&] {
-    return TANDEM_CUDA_STATUS(
-        cudaMemcpyAsync(to->data(), from->data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
-  }));
+                     return TANDEM_CUDA_STATUS(cudaMemcpyAsync(to->data(), from->data(), bytes,
+                                                               cudaMemcpyDeviceToDevice, nullptr));
+                   }));
   return 2.0 * static_cast<double>(bytes) / seconds;
 }
 
@@ -192,9 +192,10 @@ absl::StatusOr<double> CudaBackend::MeasureGemmRate(DType dtype, int m, int n, i
   // Random operands: zeros would flatter the rate (less switching power).
   CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(x->data(), dtype, size_t(m) * k, 1));
   CUDA_RETURN_IF_ERROR(cuda::LaunchFillRandom(w->data(), dtype, size_t(n) * k, 2));
-  ASSIGN_OR_RETURN(const double seconds, BestSeconds([&] {
-    return Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
-  }));
+  ASSIGN_OR_RETURN(
+      const double seconds, BestSeconds([&] {
+        return Product(x->data(), MatrixRef{w->data(), dtype}, out->floats(), m, n, k, 0.0f);
+      }));
   return 2.0 * m * n * static_cast<double>(k) / seconds;
 }
 

@@ -14,13 +14,30 @@ RunResult MakeRun(double rate) {
   RunResult run;
   run.options.request_rate = rate;
   run.options.slo.ttft = 0.2;
-  run.records = {
-      {.start = 0.0, .success = true, .error = "", .ttft = 0.1, .e2e = 0.5, .prompt_tokens = 10,
-       .output_tokens = 5, .itls = {0.1, 0.1, 0.1, 0.1}},
-      {.start = 0.5, .success = true, .error = "", .ttft = 0.3, .e2e = 0.3, .prompt_tokens = 20,
-       .output_tokens = 1, .itls = {}},
-      {.start = 1.0, .success = false, .error = "UNAVAILABLE: <gone>", .ttft = 0, .e2e = 0,
-       .prompt_tokens = 0, .output_tokens = 0, .itls = {}}};
+  run.records = {{.start = 0.0,
+                  .success = true,
+                  .error = "",
+                  .ttft = 0.1,
+                  .e2e = 0.5,
+                  .prompt_tokens = 10,
+                  .output_tokens = 5,
+                  .itls = {0.1, 0.1, 0.1, 0.1}},
+                 {.start = 0.5,
+                  .success = true,
+                  .error = "",
+                  .ttft = 0.3,
+                  .e2e = 0.3,
+                  .prompt_tokens = 20,
+                  .output_tokens = 1,
+                  .itls = {}},
+                 {.start = 1.0,
+                  .success = false,
+                  .error = "UNAVAILABLE: <gone>",
+                  .ttft = 0,
+                  .e2e = 0,
+                  .prompt_tokens = 0,
+                  .output_tokens = 0,
+                  .itls = {}}};
   run.metrics = ComputeMetrics(run.records, 2.0, run.options.slo);
   return run;
 }

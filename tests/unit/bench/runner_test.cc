@@ -60,9 +60,9 @@ std::unique_ptr<Dataset> Synthetic() {
 TEST(RunnerTest, WavesStartOnlyWhenThePreviousWaveHasEnded) {
   CountingTarget target;
   auto dataset = Synthetic();
-  auto run = RunBenchmark(target, *dataset,
-                          {.max_concurrency = 4, .waves = true, .num_requests = 12,
-                           .progress = false});
+  auto run =
+      RunBenchmark(target, *dataset,
+                   {.max_concurrency = 4, .waves = true, .num_requests = 12, .progress = false});
   ASSERT_TRUE(run.ok()) << run.status();
   const std::vector<CountingTarget::Entry> entries = target.entries();
   ASSERT_EQ(entries.size(), 12u);
@@ -104,12 +104,15 @@ class EchoLengthTarget final : public Target {
 
 TEST(RunnerTest, PaddedWavesAskForTheLongestAndCountTheirOwn) {
   EchoLengthTarget target;
-  auto dataset = MakeDataset(
-      {.kind = "synthetic", .input_len = 4, .output_len = 20, .range_ratio = 0.9});
+  auto dataset =
+      MakeDataset({.kind = "synthetic", .input_len = 4, .output_len = 20, .range_ratio = 0.9});
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   auto run = RunBenchmark(target, **dataset,
-                          {.max_concurrency = 4, .waves = true, .pad_waves = true,
-                           .num_requests = 10, .progress = false});
+                          {.max_concurrency = 4,
+                           .waves = true,
+                           .pad_waves = true,
+                           .num_requests = 10,
+                           .progress = false});
   ASSERT_TRUE(run.ok()) << run.status();
   // Waves of 4, 4 and 2: each request asked for its wave's longest.
   std::vector<int> own, longest(3, 0);
@@ -135,18 +138,17 @@ TEST(RunnerTest, PaddedWavesAskForTheLongestAndCountTheirOwn) {
   }
   EXPECT_EQ(run->metrics.total_output_tokens, total);
 
-  EXPECT_FALSE(RunBenchmark(target, **dataset,
-                            {.max_concurrency = 4, .pad_waves = true, .num_requests = 2,
-                             .progress = false})
-                   .ok());
+  EXPECT_FALSE(
+      RunBenchmark(target, **dataset,
+                   {.max_concurrency = 4, .pad_waves = true, .num_requests = 2, .progress = false})
+          .ok());
 }
 
 TEST(RunnerTest, WavesNeedAWaveSize) {
   CountingTarget target;
   auto dataset = Synthetic();
-  EXPECT_FALSE(RunBenchmark(target, *dataset, {.waves = true, .num_requests = 2,
-                                               .progress = false})
-                   .ok());
+  EXPECT_FALSE(
+      RunBenchmark(target, *dataset, {.waves = true, .num_requests = 2, .progress = false}).ok());
 }
 
 }  // namespace

@@ -41,8 +41,14 @@ TEST(SummarizeTest, MeanPopulationStdAndPercentiles) {
 }
 
 RequestRecord Ok(double ttft, double e2e, int out, int prompt, std::vector<double> itls) {
-  return {.start = 0, .success = true, .error = "", .ttft = ttft, .e2e = e2e,
-          .prompt_tokens = prompt, .output_tokens = out, .itls = std::move(itls)};
+  return {.start = 0,
+          .success = true,
+          .error = "",
+          .ttft = ttft,
+          .e2e = e2e,
+          .prompt_tokens = prompt,
+          .output_tokens = out,
+          .itls = std::move(itls)};
 }
 
 RequestRecord Failed(std::string error) {
@@ -76,7 +82,7 @@ TEST(MetricsTest, AggregatesCompletedRequestsOnly) {
   EXPECT_NEAR(m.ttft_ms.mean, 200, 1e-9);
   EXPECT_NEAR(m.ttft_ms.median, 200, 1e-9);
   EXPECT_NEAR(m.ttft_ms.p99, 298, 1e-9);  // 100 + 0.99 * 200
-  EXPECT_EQ(m.tpot_ms.count, 1u);          // B has one token: no TPOT
+  EXPECT_EQ(m.tpot_ms.count, 1u);         // B has one token: no TPOT
   EXPECT_NEAR(m.tpot_ms.mean, 100, 1e-9);
   EXPECT_EQ(m.itl_ms.count, 4u);
   EXPECT_NEAR(m.itl_ms.mean, 100, 1e-9);
@@ -92,10 +98,10 @@ TEST(MetricsTest, GoodputTtftOnly) {
 
 TEST(MetricsTest, GoodputTtftAndTpot) {
   // A's TPOT (100 ms) misses 50 ms; B has one token, so TPOT counts as 0.
-  EXPECT_DOUBLE_EQ(*ComputeMetrics(Fixture(), 2.0, Slo{.ttft = 0.5, .tpot = 0.05, .e2e = {}}).goodput,
-                   0.5);
-  EXPECT_DOUBLE_EQ(*ComputeMetrics(Fixture(), 2.0, Slo{.ttft = 0.5, .tpot = 0.2, .e2e = {}}).goodput,
-                   1.0);
+  EXPECT_DOUBLE_EQ(
+      *ComputeMetrics(Fixture(), 2.0, Slo{.ttft = 0.5, .tpot = 0.05, .e2e = {}}).goodput, 0.5);
+  EXPECT_DOUBLE_EQ(
+      *ComputeMetrics(Fixture(), 2.0, Slo{.ttft = 0.5, .tpot = 0.2, .e2e = {}}).goodput, 1.0);
   EXPECT_DOUBLE_EQ(*ComputeMetrics(Fixture(), 2.0, Slo{.ttft = {}, .tpot = {}, .e2e = 0.4}).goodput,
                    0.5);
 }

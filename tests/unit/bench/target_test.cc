@@ -1,5 +1,7 @@
 // The OpenAI target against an in-process SSE server with known delays, the
 // null target and the runner's load control.
+#include "tools/bench/target.h"
+
 #include <httplib.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/arrivals.h"
 #include "tools/bench/runner.h"
-#include "tools/bench/target.h"
 
 namespace tandem::bench {
 namespace {
@@ -77,8 +78,8 @@ TEST(OpenAiTargetTest, TimesStreamedChunks) {
   ASSERT_GT(server.port(), 0);
   auto target = MakeTarget("http://127.0.0.1:" + std::to_string(server.port()), {.model = "m"});
   ASSERT_TRUE(target.ok()) << target.status();
-  const RequestRecord r = (*target)->Send({.prompt = "hello", .token_ids = {}, .prompt_len = 1,
-                                           .max_tokens = 4});
+  const RequestRecord r =
+      (*target)->Send({.prompt = "hello", .token_ids = {}, .prompt_len = 1, .max_tokens = 4});
   ASSERT_TRUE(r.success) << r.error << " body sent: " << server.last_body_;
   EXPECT_EQ(r.output_tokens, 4);
   EXPECT_EQ(r.prompt_tokens, 7);  // from usage
@@ -107,14 +108,14 @@ TEST(OpenAiTargetTest, ReportsHttpErrorsAndRefusedConnections) {
   FakeOpenAi server;
   auto target = MakeTarget("http://127.0.0.1:" + std::to_string(server.port()), {});
   ASSERT_TRUE(target.ok());
-  const RequestRecord r = (*target)->Send({.prompt = "fail", .token_ids = {}, .prompt_len = 1,
-                                           .max_tokens = 4});
+  const RequestRecord r =
+      (*target)->Send({.prompt = "fail", .token_ids = {}, .prompt_len = 1, .max_tokens = 4});
   EXPECT_FALSE(r.success);
   EXPECT_THAT(r.error, HasSubstr("HTTP 500"));
   auto dead = MakeTarget("http://127.0.0.1:1", {.model = "", .timeout_s = 2});
   ASSERT_TRUE(dead.ok());
-  const RequestRecord d = (*dead)->Send({.prompt = "x", .token_ids = {}, .prompt_len = 1,
-                                         .max_tokens = 1});
+  const RequestRecord d =
+      (*dead)->Send({.prompt = "x", .token_ids = {}, .prompt_len = 1, .max_tokens = 1});
   EXPECT_FALSE(d.success);
   EXPECT_THAT(d.error, HasSubstr("HTTP request failed"));
 }
@@ -194,8 +195,8 @@ TEST(RunnerTest, FixedConcurrencyIsRespected) {
   SlowTarget target(/*gate=*/3, nullptr, 0);
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 2});
   ASSERT_TRUE(data.ok());
-  auto run = RunBenchmark(target, **data, {.max_concurrency = 3, .num_requests = 30,
-                                           .progress = false, .slo = {}});
+  auto run = RunBenchmark(target, **data,
+                          {.max_concurrency = 3, .num_requests = 30, .progress = false, .slo = {}});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->metrics.completed, 30);
   EXPECT_EQ(target.peak(), 3);
@@ -206,9 +207,14 @@ TEST(RunnerTest, PacesArrivalsAtTheRate) {
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 8});
   ASSERT_TRUE(target.ok() && data.ok());
   FakeRunClock clock;
-  auto run = RunBenchmark(**target, **data, {.request_rate = 200, .burstiness = 1,
-                                             .num_requests = 200, .seed = 1,
-                                             .progress = false, .slo = {}, .clock = &clock});
+  auto run = RunBenchmark(**target, **data,
+                          {.request_rate = 200,
+                           .burstiness = 1,
+                           .num_requests = 200,
+                           .seed = 1,
+                           .progress = false,
+                           .slo = {},
+                           .clock = &clock});
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->metrics.completed, 200);
   EXPECT_EQ(run->metrics.total_output_tokens, 1600);
@@ -234,8 +240,9 @@ TEST(RunnerTest, DurationModeStopsSending) {
   FakeRunClock clock;
   SlowTarget target(/*gate=*/0, &clock, 1.0 / 64);
   auto data = MakeDataset({.kind = "synthetic", .path = "", .input_len = 4, .output_len = 2});
-  auto run = RunBenchmark(target, **data, {.max_concurrency = 2, .duration_s = 0.25,
-                                           .progress = false, .slo = {}, .clock = &clock});
+  auto run = RunBenchmark(
+      target, **data,
+      {.max_concurrency = 2, .duration_s = 0.25, .progress = false, .slo = {}, .clock = &clock});
   ASSERT_TRUE(run.ok()) << run.status();
   // Without the duration it would send num_requests (100).
   EXPECT_GE(run->metrics.completed, 16);

@@ -41,7 +41,7 @@ TEST(ArrivalTest, BurstinessChangesVarianceNotRate) {
   const Moments smooth = Sample(10, 4, 42);
   EXPECT_NEAR(1 / bursty.mean, 10, 0.2);
   EXPECT_NEAR(1 / smooth.mean, 10, 0.1);
-  EXPECT_NEAR(bursty.var, 0.04, 0.003);     // mean^2 / shape
+  EXPECT_NEAR(bursty.var, 0.04, 0.003);  // mean^2 / shape
   EXPECT_NEAR(smooth.var, 0.0025, 0.0002);
 }
 
@@ -63,8 +63,10 @@ TEST(ArrivalTest, InfiniteRateSendsAtOnce) {
 }
 
 TEST(JsonlTest, ParsesPromptsAndDefaults) {
-  auto list = ParseJsonl("{\"prompt\": \"one two three\", \"max_tokens\": 5}\n\n"
-                         "{\"prompt\": \"x\"}\r\n", 16);
+  auto list = ParseJsonl(
+      "{\"prompt\": \"one two three\", \"max_tokens\": 5}\n\n"
+      "{\"prompt\": \"x\"}\r\n",
+      16);
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 2u);
   EXPECT_EQ((*list)[0].prompt, "one two three");
@@ -94,8 +96,14 @@ TEST(DatasetTest, MissingJsonlFileIsAnError) {
 }
 
 TEST(DatasetTest, SyntheticLengthsAndDeterminism) {
-  auto d = MakeDataset({.kind = "synthetic", .path = "", .input_len = 100, .output_len = 20,
-                        .range_ratio = 0.5, .token_ids = true, .vocab_size = 64, .seed = 3});
+  auto d = MakeDataset({.kind = "synthetic",
+                        .path = "",
+                        .input_len = 100,
+                        .output_len = 20,
+                        .range_ratio = 0.5,
+                        .token_ids = true,
+                        .vocab_size = 64,
+                        .seed = 3});
   ASSERT_TRUE(d.ok()) << d.status();
   bool varied = false;
   for (size_t i = 0; i < 200; ++i) {
@@ -122,8 +130,13 @@ TEST(DatasetTest, SyntheticLengthsAndDeterminism) {
 }
 
 TEST(DatasetTest, SharedPrefixRequestsShareOneOfKPrefixes) {
-  auto d = MakeDataset({.kind = "shared_prefix", .path = "", .input_len = 8, .output_len = 4,
-                        .num_prefixes = 3, .prefix_len = 32, .token_ids = true});
+  auto d = MakeDataset({.kind = "shared_prefix",
+                        .path = "",
+                        .input_len = 8,
+                        .output_len = 4,
+                        .num_prefixes = 3,
+                        .prefix_len = 32,
+                        .token_ids = true});
   ASSERT_TRUE(d.ok());
   auto prefix = [&](size_t i) {
     const auto ids = (*d)->Get(i).token_ids;

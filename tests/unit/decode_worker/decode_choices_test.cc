@@ -117,13 +117,15 @@ TEST(DecodeChoices, LocalAndRemoteGiveTheSameTokensWithPenalties) {
   r.n = 3;
   r.stop_token_ids = {5, 60};
   auto remote_sink = NewSink();
-  ASSERT_OK_AND_ASSIGN(std::vector<std::vector<int32_t>> remote, h.RunRemoteChoices(r, remote_sink));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::vector<int32_t>> remote,
+                       h.RunRemoteChoices(r, remote_sink));
 
   Request local = r;
   local.request_id = "pen-local";
   local.local_prefill = true;
   auto local_sink = NewSink();
-  ASSERT_OK_AND_ASSIGN(std::vector<std::vector<int32_t>> here, h.RunLocalChoices(local, local_sink));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::vector<int32_t>> here,
+                       h.RunLocalChoices(local, local_sink));
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(remote[i], here[i]) << "choice " << i;
     EXPECT_EQ(here[i], ExpectedChoice(h, local, i)) << "choice " << i;
@@ -283,19 +285,22 @@ TEST(DecodeChoices, OutOfBoundsOptionsAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n is 0")));
   EXPECT_THAT(h.loop().Submit(with([](Request& r) { r.n = kMaxChoices + 1; }), NewSink()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("choices")));
-  EXPECT_THAT(h.loop().Submit(with([](Request& r) { r.logprobs = kMaxTopLogprobs + 1; }), NewSink()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs")));
+  EXPECT_THAT(
+      h.loop().Submit(with([](Request& r) { r.logprobs = kMaxTopLogprobs + 1; }), NewSink()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs")));
   EXPECT_THAT(h.loop().Submit(with([](Request& r) { r.logprobs = -1; }), NewSink()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs")));
   EXPECT_THAT(h.loop().Submit(with([](Request& r) {
-                r.local_prefill = false;
-                r.prompt_logprobs = true;
-              }),
+                                r.local_prefill = false;
+                                r.prompt_logprobs = true;
+                              }),
                               NewSink()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("local_prefill")));
-  EXPECT_THAT(
-      h.loop().Submit(with([](Request& r) { r.sampling.logit_bias = {{kVocab, 1.0f}}; }), NewSink()),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary")));
+  EXPECT_THAT(h.loop().Submit(with([](Request& r) {
+                                r.sampling.logit_bias = {{kVocab, 1.0f}};
+                              }),
+                              NewSink()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary")));
   EXPECT_THAT(
       h.loop().Submit(with([](Request& r) { r.sampling.repetition_penalty = 0.0f; }), NewSink()),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repetition_penalty")));
@@ -322,15 +327,14 @@ TEST(DecodeChoices, StartNeedsOneFirstTokenPerChoice) {
   StartResult huge_draws;
   h.loop().Start(r.request_id, sink->generation(), 1, {2, 3}, huge_draws.Callback(),
                  {1, 1, Sampler::kMaxAdvance + 1});
-  EXPECT_THAT(huge_draws.Wait(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                          HasSubstr("sampler draw count of")));
+  EXPECT_THAT(huge_draws.Wait(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sampler draw count of")));
   // The reservation is still there: a good Start goes through.
-  ASSERT_OK_AND_ASSIGN(std::vector<int32_t> first,
-                       h.prefill().PrefillChoices(r.prompt, sink->descriptor(), -1, r.sampling, 3,
-                                                  {}));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<int32_t> first,
+      h.prefill().PrefillChoices(r.prompt, sink->descriptor(), -1, r.sampling, 3, {}));
   StartResult good;
-  h.loop().Start(r.request_id, sink->generation(), first[0], {first[1], first[2]},
-                 good.Callback());
+  h.loop().Start(r.request_id, sink->generation(), first[0], {first[1], first[2]}, good.Callback());
   EXPECT_OK(good.Wait());
   ASSERT_TRUE(sink->WaitEnded());
   ExpectEveryChoiceFinished(*sink, 3);

@@ -122,9 +122,9 @@ TEST(DecodeEngineFailure, StepRequestsFailWithTheEngineErrorTheRestWithUnavailab
   EXPECT_TRUE(h.AllBlocksFree());
 
   // Refused at once from now on, naming the cause.
-  EXPECT_THAT(h.loop().Submit(LocalRequest("late", RandomTokens(5, kVocab, 4), 5), NewSink())
-                  .status(),
-              Refusal());
+  EXPECT_THAT(
+      h.loop().Submit(LocalRequest("late", RandomTokens(5, kVocab, 4), 5), NewSink()).status(),
+      Refusal());
   const LoopStats stats = h.loop().Stats();
   EXPECT_THAT(stats.engine_error, HasSubstr("injected device failure"));
   EXPECT_EQ(stats.requests_failed, 4u);
@@ -236,9 +236,9 @@ TEST(DecodeGpuMemoryFraction, SizesThePoolFromTheDeviceUnlessKvBlocksAreGiven) {
     const KvLayout layout{h.config().n_layers, 1, 16, h.config().kv_dim(), DType::kF32};
     const size_t block_bytes = layout.block_bytes() * layout.n_layers;
     const size_t others = device->allocated() - stats.kv_cache_bytes;
-    const int want = kv_blocks > 0 ? kv_blocks
-                                   : static_cast<int>(std::floor((0.5 * kTotal - others) /
-                                                                 block_bytes));
+    const int want = kv_blocks > 0
+                         ? kv_blocks
+                         : static_cast<int>(std::floor((0.5 * kTotal - others) / block_bytes));
     EXPECT_EQ(stats.kv_blocks_total, want);
     EXPECT_EQ(stats.kv_cache_bytes, uint64_t(want) * block_bytes);
     EXPECT_EQ(stats.device_memory_total_bytes, kTotal);

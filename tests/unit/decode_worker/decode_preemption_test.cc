@@ -43,9 +43,7 @@ class EndOrderSink final : public EventSink {
       : name_(std::move(name)), log_(log), inner_(std::move(inner)) {}
 
   void OnReserved(const Reservation& r) override { inner_->OnReserved(r); }
-  void OnPromptLogprobs(std::span<const TokenLogprob> l) override {
-    inner_->OnPromptLogprobs(l);
-  }
+  void OnPromptLogprobs(std::span<const TokenLogprob> l) override { inner_->OnPromptLogprobs(l); }
   void OnTokens(int index, std::span<const int32_t> ids,
                 std::span<const TokenLogprob> logprobs) override {
     inner_->OnTokens(index, ids, logprobs);
@@ -136,9 +134,9 @@ TEST_P(DecodePreemption, EveryRequestCompletesWithTheTokensOfALoneRun) {
   std::vector<Request> locals;
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 4; ++i) {
-    Request r = Sampled(LocalRequest(absl::StrCat("local", i),
-                                     RandomTokens(10 + 3 * i, kVocab, 10 + i), 58 + i),
-                        100 + i);
+    Request r = Sampled(
+        LocalRequest(absl::StrCat("local", i), RandomTokens(10 + 3 * i, kVocab, 10 + i), 58 + i),
+        100 + i);
     if (i == 3) r.n = 2;
     locals.push_back(r);
     sinks.push_back(NewSink());
@@ -183,9 +181,9 @@ TEST(DecodePriority, HigherPriorityIsAdmittedFirst) {
   GatedHarness g(options);
   DecodeHarness& h = *g.h;
   auto holder = NewSink();
-  ASSERT_OK_AND_ASSIGN(DecodeLoop::Ticket held,
-                       h.loop().Submit(RemoteRequest("holder", RandomTokens(100, kVocab, 1), 5),
-                                       holder));
+  ASSERT_OK_AND_ASSIGN(
+      DecodeLoop::Ticket held,
+      h.loop().Submit(RemoteRequest("holder", RandomTokens(100, kVocab, 1), 5), holder));
   ASSERT_TRUE(holder->WaitReserved());
   // 69 and 70 prompt tokens: 5 blocks each with the first decode token.
   Request low = LocalRequest("low", RandomTokens(69, kVocab, 2), 4);
@@ -230,8 +228,7 @@ TEST(DecodePriority, LowestPriorityRunningRequestIsTheVictim) {
   high.priority = 1;
   auto low_sink = NewSink();
   auto high_sink = NewSink();
-  ASSERT_OK(
-      h.loop().Submit(low, std::make_shared<EndOrderSink>("low", &order, low_sink)).status());
+  ASSERT_OK(h.loop().Submit(low, std::make_shared<EndOrderSink>("low", &order, low_sink)).status());
   ASSERT_TRUE(g.gate->WaitHeld(1, kWait));  // Low's prompt.
   ASSERT_OK(
       h.loop().Submit(high, std::make_shared<EndOrderSink>("high", &order, high_sink)).status());
@@ -334,8 +331,8 @@ TEST(DecodeAdmission, OnlyARequestTooBigForThePoolFails) {
   ASSERT_TRUE(big_sink->WaitEnded());
   EXPECT_THAT(big_sink->status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("needs 16 KV blocks")));
-  EXPECT_THAT(big_sink->status(), StatusIs(absl::StatusCode::kResourceExhausted,
-                                           HasSubstr("pool has 8 in all")));
+  EXPECT_THAT(big_sink->status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("pool has 8 in all")));
 
   auto holder = NewSink();
   ASSERT_OK_AND_ASSIGN(

@@ -86,7 +86,8 @@ TEST(DecodePrefixCacheLeaks, RandomMixLeavesOnlyCachedBlocksAndFlushEmptiesTheCa
                               mid_decode ? 1000 : 1 + static_cast<int>(rng() % 16));
     r.local_prefill = kind == kLocalComplete || kind == kLocalCancelMidDecode;
     r.n = 1 + static_cast<int>(rng() % 2);
-    SCOPED_TRACE(absl::StrCat("request ", i, " kind ", kind, " prompt ", prompt.size(), " n ", r.n));
+    SCOPED_TRACE(
+        absl::StrCat("request ", i, " kind ", kind, " prompt ", prompt.size(), " n ", r.n));
 
     auto sink = NewSink();
     ASSERT_OK_AND_ASSIGN(DecodeLoop::Ticket ticket, h.loop().Submit(r, sink));

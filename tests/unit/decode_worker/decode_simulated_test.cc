@@ -129,10 +129,9 @@ TEST_P(DecodeSimulated, ADiscreteEventRunStallsTheStreamAsThePolicySays) {
        std::make_shared<TimingSink>(&clock_)},
   };
   size_t next = 0;
-  while (!(next == arrivals.size() &&
-           std::all_of(arrivals.begin(), arrivals.end(), [](const Arrival& a) {
-             return a.sink->ended;
-           }))) {
+  while (
+      !(next == arrivals.size() && std::all_of(arrivals.begin(), arrivals.end(),
+                                               [](const Arrival& a) { return a.sink->ended; }))) {
     // What arrived by now is submitted; then one round; an idle loop jumps
     // the clock to the next arrival.
     while (next < arrivals.size() && t0 + arrivals[next].at <= clock_.Now()) {

@@ -33,12 +33,12 @@
 #include "common/model/synthetic.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_types.h"
-#include "tests/unit/decode_worker/recording_sink.h"
 #include "kvtransfer/faulty_transport.h"
 #include "kvtransfer/inproc_transport.h"
 #include "kvtransfer/slices.h"
 #include "kvtransfer/transfer_sender.h"
 #include "kvtransfer/wire_format.h"
+#include "tests/unit/decode_worker/recording_sink.h"
 
 namespace tandem::decode::testing {
 
@@ -103,8 +103,7 @@ class FakePrefill {
   // A sequence holding `blocks`, layer by layer, as a prefill worker sends it.
   std::vector<std::vector<kvtransfer::Slice>> LayerSlices(std::span<const int32_t> blocks) const {
     const KvLayout& layout = engine_->kv_layout();
-    return kvtransfer::PagedKvSlices(region_, layout.n_layers,
-                                     layout.layer_bytes(),
+    return kvtransfer::PagedKvSlices(region_, layout.n_layers, layout.layer_bytes(),
                                      layout.block_bytes(), blocks);
   }
 
@@ -148,8 +147,7 @@ class FakePrefill {
   // layer's KV as it is written and samples the first tokens, without
   // waiting for the receiver.
   absl::StatusOr<std::unique_ptr<Sent>> Send(const std::vector<int32_t>& prompt,
-                                             const std::string& descriptor,
-                                             int abort_after_layer,
+                                             const std::string& descriptor, int abort_after_layer,
                                              const SamplingParams& sampling, int n,
                                              const std::vector<int32_t>& stop_ids) {
     auto sent = std::make_unique<Sent>();
@@ -256,8 +254,7 @@ struct HarnessSetup {
 // the same fabric, and a reference engine for expected tokens.
 class DecodeHarness {
  public:
-  explicit DecodeHarness(DecodeLoopOptions options = {},
-                         kvtransfer::FaultPlan prefill_faults = {},
+  explicit DecodeHarness(DecodeLoopOptions options = {}, kvtransfer::FaultPlan prefill_faults = {},
                          HarnessSetup setup = HarnessSetup()) {
     constexpr uint64_t model_seed = 7;
     weights_ = MakeSyntheticModel(setup.shape, model_seed).value();

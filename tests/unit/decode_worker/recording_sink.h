@@ -83,9 +83,8 @@ class RecordingSink final : public EventSink {
   // Choice 0's tokens.
   bool WaitTokens(size_t n, absl::Duration timeout = kWait) {
     absl::MutexLock lock(&mu_);
-    auto cond = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return tokens_[0].size() >= n || ended();
-    };
+    auto cond = [this, n]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return tokens_[0].size() >= n || ended(); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && tokens_[0].size() >= n;
   }
 

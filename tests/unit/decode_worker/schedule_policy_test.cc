@@ -148,7 +148,8 @@ TEST(SchedulePolicy, PlansRespectTheBudget) {
       }
       const auto plan = policy->Plan(entries, ScheduleBudget{max_tokens, max_rows});
       const Totals t = Sum(entries, plan);
-      const int cap = kind == SchedulePolicyKind::kChunked ? std::min(chunk, max_tokens) : max_tokens;
+      const int cap =
+          kind == SchedulePolicyKind::kChunked ? std::min(chunk, max_tokens) : max_tokens;
       EXPECT_LE(t.tokens, std::max(cap, t.decodes)) << SchedulePolicyName(kind);
       EXPECT_LE(t.tokens, max_tokens) << SchedulePolicyName(kind);
       EXPECT_LE(t.rows, max_rows) << SchedulePolicyName(kind);

@@ -26,8 +26,13 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 ModelConfig Shape() {
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2,
-                     .vocab_size = 101, .seq_len = 128};
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = 8,
+                     .n_kv_heads = 2,
+                     .vocab_size = 101,
+                     .seq_len = 128};
 }
 
 std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
@@ -44,8 +49,8 @@ class EngineFailureTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({1}));
     auto backend = std::make_unique<FailingBackend>(std::move(cpu));
     backend_ = backend.get();
-    ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(*weights_, std::move(backend),
-                                                 EngineOptions{.num_blocks = 32}));
+    ASSERT_OK_AND_ASSIGN(
+        engine_, Engine::Create(*weights_, std::move(backend), EngineOptions{.num_blocks = 32}));
   }
 
   // Operations one step of `tokens` tokens with logits runs.

@@ -26,8 +26,13 @@ using ::testing::HasSubstr;
 constexpr size_t kMiB = size_t{1} << 20;
 
 ModelConfig Shape() {
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = 8, .n_kv_heads = 2,
-                     .vocab_size = 101, .seq_len = 128};
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = 8,
+                     .n_kv_heads = 2,
+                     .vocab_size = 101,
+                     .seq_len = 128};
 }
 
 class EngineMemoryTest : public ::testing::Test {
@@ -113,8 +118,7 @@ TEST(KvBlocksForDeviceMemory, CountsWholeBlocksAndCapsAtTheMostAPoolHolds) {
   EXPECT_THAT(KvBlocksForDeviceMemory(1000, 100, 0.5, 100), IsOkAndHolds(4));
   EXPECT_THAT(KvBlocksForDeviceMemory(1000, 100, 0.5, 99), IsOkAndHolds(4));
   EXPECT_THAT(KvBlocksForDeviceMemory(1000, 100, 1.0, 300), IsOkAndHolds(3));
-  EXPECT_THAT(KvBlocksForDeviceMemory(size_t{1} << 50, 0, 1.0, 1024),
-              IsOkAndHolds(kMaxKvBlocks));
+  EXPECT_THAT(KvBlocksForDeviceMemory(size_t{1} << 50, 0, 1.0, 1024), IsOkAndHolds(kMaxKvBlocks));
   EXPECT_THAT(KvBlocksForDeviceMemory(1000, 450, 0.5, 100),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(KvBlocksForDeviceMemory(1000, 0, 0.0, 100),

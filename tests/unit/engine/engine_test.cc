@@ -25,8 +25,13 @@ using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
 ModelConfig SmallShape(int n_heads, int n_kv_heads, bool tied = true) {
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = n_heads,
-                     .n_kv_heads = n_kv_heads, .vocab_size = 101, .seq_len = 128,
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = n_heads,
+                     .n_kv_heads = n_kv_heads,
+                     .vocab_size = 101,
+                     .seq_len = 128,
                      .shared_classifier = tied};
 }
 
@@ -183,9 +188,8 @@ TEST(Engine, EveryBlockIsFreeAfterSequencesFinishOrAbort) {
       // A full pool or a full context is an expected outcome here; anything
       // else is a bug.
       if (!logits.ok()) {
-        ASSERT_THAT(logits.status().code(),
-                    ::testing::AnyOf(absl::StatusCode::kResourceExhausted,
-                                     absl::StatusCode::kInvalidArgument))
+        ASSERT_THAT(logits.status().code(), ::testing::AnyOf(absl::StatusCode::kResourceExhausted,
+                                                             absl::StatusCode::kInvalidArgument))
             << logits.status();
       }
     }
@@ -271,7 +275,6 @@ TEST(Engine, GenerationStopsAtContextEnd) {
   EXPECT_EQ(result.tokens.size(), 9u);
   EXPECT_EQ(engine->block_pool().num_free(), engine->block_pool().num_blocks());
 }
-
 
 // What a prefill worker and a decode worker do: one engine prefills and,
 // layer by layer as each layer's K/V is written, its blocks are copied into

@@ -82,18 +82,18 @@ TEST(SamplingParams, PenaltyBiasAndMinTokensBounds) {
   for (float v : {2.01f, -2.01f, nan}) {
     SamplingParams q;
     q.presence_penalty = v;
-    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("presence_penalty")));
+    EXPECT_THAT(q.Validate(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("presence_penalty")));
     q = SamplingParams{};
     q.frequency_penalty = v;
-    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("frequency_penalty")));
+    EXPECT_THAT(q.Validate(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("frequency_penalty")));
   }
   for (float v : {0.0f, -1.0f, nan, std::numeric_limits<float>::infinity()}) {
     SamplingParams q;
     q.repetition_penalty = v;
-    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("repetition_penalty")));
+    EXPECT_THAT(q.Validate(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repetition_penalty")));
   }
   SamplingParams q;
   q.logit_bias = {{3, 100.5f}};
@@ -188,7 +188,7 @@ TEST(Sampler, MinTokensMasksStopIdsUntilEnoughWereAccepted) {
   EXPECT_EQ(sampler.Sample(logits), 2);
   sampler.Accept(2);
   EXPECT_EQ(sampler.generated(), 2);
-  EXPECT_EQ(sampler.Sample(logits), 1);  // unmasked now
+  EXPECT_EQ(sampler.Sample(logits), 1);                        // unmasked now
   EXPECT_EQ(sampler.Processed(logits).data(), logits.data());  // and no longer copied
 
   // At a temperature too, a masked stop id is never drawn.

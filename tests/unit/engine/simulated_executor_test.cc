@@ -61,9 +61,9 @@ TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
   const ModelConfig config = Shape();
   BlockPool pool(16, 4);
   FakeClock clock;
-  SimulatedExecutor executor(config, Limits(), &pool, &clock,
-                             LinearStepCost{.fixed = absl::Milliseconds(8),
-                                            .per_token = absl::Milliseconds(1)});
+  SimulatedExecutor executor(
+      config, Limits(), &pool, &clock,
+      LinearStepCost{.fixed = absl::Milliseconds(8), .per_token = absl::Milliseconds(1)});
   BlockTable table(4);
   const std::vector<int32_t> prompt = {3, 9, 27, 31, 2, 40};
   const absl::Time start = clock.Now();
@@ -72,9 +72,9 @@ TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
                        executor.Step(std::vector<BatchItem>{{&table, prompt}},
                                      [&](int) { at_layer.push_back(clock.Now() - start); }));
   // 8 + 6 = 14 ms in four shares, each before its layer's hook.
-  EXPECT_EQ(at_layer, (std::vector<absl::Duration>{absl::Microseconds(3500), absl::Milliseconds(7),
-                                                   absl::Microseconds(10500),
-                                                   absl::Milliseconds(14)}));
+  EXPECT_EQ(at_layer,
+            (std::vector<absl::Duration>{absl::Microseconds(3500), absl::Milliseconds(7),
+                                         absl::Microseconds(10500), absl::Milliseconds(14)}));
   EXPECT_EQ(clock.Now() - start, absl::Milliseconds(14));
   EXPECT_EQ(table.num_tokens(), 6);
   EXPECT_EQ(pool.num_free(), 16 - 2);

@@ -87,15 +87,16 @@ TEST(ChatTemplateTest, FromConfigTakesTheFilesContents) {
       ChatTemplate::FromConfig(R"({"eos_token": "</s>", "chat_template": "{{ eos_token }}"})",
                                std::nullopt, "cfg.json", "t.jinja"));
   EXPECT_THAT(t.Render({{"user", "x"}}, false), testing::IsOkAndHolds("</s>"));
-  ASSERT_OK_AND_ASSIGN(ChatTemplate j, ChatTemplate::FromConfig(std::nullopt, "j{{ 1 }}",
-                                                                "cfg.json", "t.jinja"));
+  ASSERT_OK_AND_ASSIGN(ChatTemplate j,
+                       ChatTemplate::FromConfig(std::nullopt, "j{{ 1 }}", "cfg.json", "t.jinja"));
   EXPECT_FALSE(j.is_default());
   EXPECT_THAT(j.Render({}, false), testing::IsOkAndHolds("j1"));
   ASSERT_OK_AND_ASSIGN(ChatTemplate d,
                        ChatTemplate::FromConfig(std::nullopt, std::nullopt, "cfg.json", "t.jinja"));
   EXPECT_TRUE(d.is_default());
-  EXPECT_THAT(ChatTemplate::FromConfig("[1]", std::nullopt, "cfg.json", "t.jinja"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cfg.json: not a JSON object")));
+  EXPECT_THAT(
+      ChatTemplate::FromConfig("[1]", std::nullopt, "cfg.json", "t.jinja"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cfg.json: not a JSON object")));
   EXPECT_THAT(ChatTemplate::FromConfig(std::nullopt, "{% if %}", "cfg.json", "t.jinja"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.jinja")));
 }

@@ -80,8 +80,7 @@ TEST(PrefixCache, ReleasedBlocksStayFindableAndCountAsFree) {
   EXPECT_EQ(pool.num_evictable(), 3);
   // A longer prompt with the same start finds the three blocks.
   const std::vector<int32_t> prompt = Iota(17);
-  const std::vector<int32_t> hit =
-      pool.AcquirePrefix(HashBlocks(kSalt, prompt, kBs, 1000));
+  const std::vector<int32_t> hit = pool.AcquirePrefix(HashBlocks(kSalt, prompt, kBs, 1000));
   EXPECT_EQ(hit, blocks);
   EXPECT_EQ(pool.num_evictable(), 0);
   EXPECT_EQ(pool.num_free(), 3);

@@ -43,8 +43,7 @@ struct KvPool {
   // A sequence holding `blocks` (in sequence order), layer by layer, as a
   // worker would send or receive it.
   std::vector<std::vector<Slice>> Slices(const std::vector<int32_t>& blocks) const {
-    return PagedKvSlices(region, layout.n_layers, layout.layer_bytes(),
-                         block_bytes(), blocks);
+    return PagedKvSlices(region, layout.n_layers, layout.layer_bytes(), block_bytes(), blocks);
   }
   std::string Block(int layer, int32_t block) const {
     const size_t offset = BlockOffset(layer, block);

@@ -38,8 +38,13 @@ float F16Expected(const std::string& name, float v) {
 }
 
 ModelConfig TinyShape(int n_heads, int n_kv_heads, bool tied) {
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = n_heads,
-                     .n_kv_heads = n_kv_heads, .vocab_size = 40, .seq_len = 32,
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 2,
+                     .n_heads = n_heads,
+                     .n_kv_heads = n_kv_heads,
+                     .vocab_size = 40,
+                     .seq_len = 32,
                      .shared_classifier = tied};
 }
 
@@ -346,8 +351,14 @@ TEST(GgufModelTest, TruncatedOrPaddedModelFilesAreInvalid) {
 // Corrupt header bytes must give an error or a valid model, never a crash
 // (the sanitizer builds check the "never" part).
 TEST(GgufModelTest, RandomCorruptionIsAnErrorNotACrash) {
-  const ModelConfig c{.dim = 16, .hidden_dim = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1,
-                      .vocab_size = 6, .seq_len = 32, .shared_classifier = false};
+  const ModelConfig c{.dim = 16,
+                      .hidden_dim = 8,
+                      .n_layers = 1,
+                      .n_heads = 2,
+                      .n_kv_heads = 1,
+                      .vocab_size = 6,
+                      .seq_len = 32,
+                      .shared_classifier = false};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 5));
   const std::string path = TempPath("small.gguf");
   ASSERT_OK(WriteGgufModel(*model, path));

@@ -266,12 +266,12 @@ TEST(GgufFileTest, ParsesBytesInMemoryAndKeepsThemAlive) {
   EXPECT_THAT(values, ElementsAre(1, 2, 3));
 
   const std::string cut = serialized.substr(0, serialized.size() / 2);
-  EXPECT_THAT(GgufFile::Parse(nullptr,
-                              std::span(reinterpret_cast<const uint8_t*>(cut.data()), cut.size()),
-                              "cut.gguf")
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("'cut.gguf'"), HasSubstr("truncated"))));
+  EXPECT_THAT(
+      GgufFile::Parse(nullptr, std::span(reinterpret_cast<const uint8_t*>(cut.data()), cut.size()),
+                      "cut.gguf")
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("'cut.gguf'"), HasSubstr("truncated"))));
 }
 
 TEST(GgufFileTest, WriterChecksTensorSizes) {

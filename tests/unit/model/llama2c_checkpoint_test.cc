@@ -73,8 +73,7 @@ TEST(Llama2cCheckpointTest, LoadsStories260K) {
   // rms_final sits right before the two RoPE tables at the end.
   const size_t rope_bytes = 512 * 8 * 4;
   EXPECT_EQ(
-      std::memcmp(w->rms_final.data, bytes.data() + bytes.size() - rope_bytes - 64 * 4, 64 * 4),
-      0);
+      std::memcmp(w->rms_final.data, bytes.data() + bytes.size() - rope_bytes - 64 * 4, 64 * 4), 0);
 }
 
 TEST(Llama2cCheckpointTest, Stories260KRewritesToTheSameWeights) {
@@ -98,8 +97,13 @@ class SyntheticRoundTripTest : public ::testing::TestWithParam<ShapeCase> {};
 // Synthetic weights through both writers and back, then across formats.
 TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
   const ShapeCase& s = GetParam();
-  const ModelConfig c{.dim = 96, .hidden_dim = 160, .n_layers = 3, .n_heads = s.n_heads,
-                      .n_kv_heads = s.n_kv_heads, .vocab_size = 70, .seq_len = 48,
+  const ModelConfig c{.dim = 96,
+                      .hidden_dim = 160,
+                      .n_layers = 3,
+                      .n_heads = s.n_heads,
+                      .n_kv_heads = s.n_kv_heads,
+                      .vocab_size = 70,
+                      .seq_len = 48,
                       .shared_classifier = s.tied};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 3));
   const std::string bin = TempPath(absl::StrCat(s.name, ".bin"));
@@ -127,8 +131,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticRoundTripTest,
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
-  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4,
-                          .n_kv_heads = 2, .vocab_size = 20, .seq_len = 16};
+  const ModelConfig small{.dim = 32,
+                          .hidden_dim = 48,
+                          .n_layers = 2,
+                          .n_heads = 4,
+                          .n_kv_heads = 2,
+                          .vocab_size = 20,
+                          .seq_len = 16};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   const std::string good = ReadBytes([&] {
     const std::string path = TempPath("good.bin");
@@ -147,8 +156,13 @@ TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
 }
 
 TEST(Llama2cCheckpointTest, ParsesBytesInMemoryAndKeepsThemAlive) {
-  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4,
-                          .n_kv_heads = 2, .vocab_size = 20, .seq_len = 16};
+  const ModelConfig small{.dim = 32,
+                          .hidden_dim = 48,
+                          .n_layers = 2,
+                          .n_heads = 4,
+                          .n_kv_heads = 2,
+                          .vocab_size = 20,
+                          .seq_len = 16};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   const std::string path = TempPath("in_memory.bin");
   ASSERT_OK(WriteLlama2cCheckpoint(*model, path));
@@ -182,8 +196,13 @@ TEST(Llama2cCheckpointTest, RejectsImpossibleHeaders) {
 }
 
 TEST(LoadModelTest, DispatchesOnTheMagic) {
-  const ModelConfig small{.dim = 32, .hidden_dim = 48, .n_layers = 1, .n_heads = 2,
-                          .n_kv_heads = 2, .vocab_size = 10, .seq_len = 8};
+  const ModelConfig small{.dim = 32,
+                          .hidden_dim = 48,
+                          .n_layers = 1,
+                          .n_heads = 2,
+                          .n_kv_heads = 2,
+                          .vocab_size = 10,
+                          .seq_len = 8};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   // A misleading name: the contents decide.
   const std::string gguf = TempPath("model.bin");

@@ -24,8 +24,14 @@ int RunSynth(const std::string& args) {
 }
 
 ModelConfig GqaShape() {
-  return ModelConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 8, .n_kv_heads = 2,
-                     .vocab_size = 50, .seq_len = 32, .shared_classifier = false};
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 2,
+                     .n_heads = 8,
+                     .n_kv_heads = 2,
+                     .vocab_size = 50,
+                     .seq_len = 32,
+                     .shared_classifier = false};
 }
 
 constexpr char kGqaFlags[] =

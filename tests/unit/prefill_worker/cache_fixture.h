@@ -72,10 +72,9 @@ class PrefillCacheTest : public ::testing::Test {
       transports_.push_back(kvtransfer::InProcTransport::Create(fabric_));
       auto backend = CpuBackend::Create(CpuBackendOptions{1});
       ASSERT_OK(backend.status());
-      ASSERT_OK_AND_ASSIGN(
-          (cache ? cached_ : uncached_),
-          PrefillLoop::Create(*weights_, std::move(backend).value(), transports_.back().get(),
-                              &Clock::Real(), o));
+      ASSERT_OK_AND_ASSIGN((cache ? cached_ : uncached_),
+                           PrefillLoop::Create(*weights_, std::move(backend).value(),
+                                               transports_.back().get(), &Clock::Real(), o));
     }
   }
 
@@ -94,9 +93,8 @@ class PrefillCacheTest : public ::testing::Test {
                                     const DecodeSide::Lease& lease) {
     Outcome out;
     loop.Submit(job, out.Callback());
-    const bool ended = decode_->PumpUntil([&] {
-      return out.done() && (lease.ended || !out.status().ok());
-    });
+    const bool ended =
+        decode_->PumpUntil([&] { return out.done() && (lease.ended || !out.status().ok()); });
     EXPECT_TRUE(ended) << job.request_id << " did not end";
     return out.result();
   }
@@ -142,31 +140,31 @@ class PrefillCacheTest : public ::testing::Test {
   }
 
   // Equal bytes, or where the first difference is and how large the
-// largest one is (the KV is f32).
-static ::testing::AssertionResult Same(const std::vector<std::string>& got,
-                                       const std::vector<std::string>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << got.size() << " blocks, want " << want.size();
-  }
-  for (size_t b = 0; b < got.size(); ++b) {
-    if (got[b] == want[b]) continue;
-    const auto* g = reinterpret_cast<const float*>(got[b].data());
-    const auto* w = reinterpret_cast<const float*>(want[b].data());
-    size_t first = 0, differ = 0;
-    float largest = 0;
-    for (size_t i = 0; i < got[b].size() / sizeof(float); ++i) {
-      if (g[i] == w[i]) continue;
-      if (differ++ == 0) first = i;
-      largest = std::max(largest, std::abs(g[i] - w[i]));
+  // largest one is (the KV is f32).
+  static ::testing::AssertionResult Same(const std::vector<std::string>& got,
+                                         const std::vector<std::string>& want) {
+    if (got.size() != want.size()) {
+      return ::testing::AssertionFailure() << got.size() << " blocks, want " << want.size();
     }
-    return ::testing::AssertionFailure() << "block " << b << ": " << differ
-                                         << " floats differ, first at " << first
-                                         << ", largest by " << largest;
+    for (size_t b = 0; b < got.size(); ++b) {
+      if (got[b] == want[b]) continue;
+      const auto* g = reinterpret_cast<const float*>(got[b].data());
+      const auto* w = reinterpret_cast<const float*>(want[b].data());
+      size_t first = 0, differ = 0;
+      float largest = 0;
+      for (size_t i = 0; i < got[b].size() / sizeof(float); ++i) {
+        if (g[i] == w[i]) continue;
+        if (differ++ == 0) first = i;
+        largest = std::max(largest, std::abs(g[i] - w[i]));
+      }
+      return ::testing::AssertionFailure()
+             << "block " << b << ": " << differ << " floats differ, first at " << first
+             << ", largest by " << largest;
+    }
+    return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionSuccess();
-}
 
-int32_t Greedy(const std::vector<int32_t>& prompt) {
+  int32_t Greedy(const std::vector<int32_t>& prompt) {
     return ReferenceTokens(*reference_, prompt, 1).front();
   }
 

@@ -143,8 +143,8 @@ class DecodeSide {
   // the test also checks that both sides agree on the byte order.
   Lease* Expect(int prompt_len, int extra = 16,
                 absl::Time deadline = absl::Now() + absl::Seconds(60), int first_block = 0) {
-    auto lease = std::make_unique<Lease>(
-        Lease{next_id_++, prompt_len, engine_->NewSequence(), first_block});
+    auto lease =
+        std::make_unique<Lease>(Lease{next_id_++, prompt_len, engine_->NewSequence(), first_block});
     CHECK_OK(lease->table.Reserve(prompt_len + extra, engine_->block_pool()));
     const KvLayout& layout = engine_->kv_layout();
     const int prompt_blocks = (prompt_len + layout.block_size - 1) / layout.block_size;
@@ -207,8 +207,8 @@ class DecodeSide {
     const auto* cache = static_cast<const char*>(engine_->kv_cache());
     std::string bytes;
     for (int l = 0; l < layout.n_layers; ++l) {
-      const size_t offset = layout.BlockOffset(l, lease.table.blocks()[block]) *
-                            layout.element_bytes();
+      const size_t offset =
+          layout.BlockOffset(l, lease.table.blocks()[block]) * layout.element_bytes();
       bytes.append(cache + offset, layout.block_bytes());
     }
     return bytes;

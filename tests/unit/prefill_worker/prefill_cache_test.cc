@@ -16,8 +16,8 @@ namespace {
 using ::tandem::prefill::testing::Concat;
 using ::tandem::prefill::testing::DecodeSide;
 using ::tandem::prefill::testing::kBlock;
-using ::tandem::prefill::testing::Prefix;
 using ::tandem::prefill::testing::PrefillCacheTest;
+using ::tandem::prefill::testing::Prefix;
 using ::tandem::prefill::testing::RandomTokens;
 using ::tandem::prefill::testing::ReferenceTokens;
 using ::tandem::prefill::testing::Value;

@@ -4,8 +4,8 @@
 // the cause, health turns NOT_SERVING and the stats say why. Also the KV
 // pool sized by gpu_memory_fraction on a backend that reports device
 // memory.
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,8 +83,8 @@ class PrefillEngineFailureTest : public ::testing::Test {
 
   void StartLoop(std::unique_ptr<Backend> backend, PrefillLoopOptions options = {}) {
     options.model_name = "synthetic";
-    ASSERT_OK_AND_ASSIGN(loop_, PrefillLoop::Create(*weights_, std::move(backend),
-                                                    transport_.get(), &Clock::Real(), options));
+    ASSERT_OK_AND_ASSIGN(loop_, PrefillLoop::Create(*weights_, std::move(backend), transport_.get(),
+                                                    &Clock::Real(), options));
   }
   // The loop over a backend that fails when told to.
   void StartFailingLoop() {
@@ -114,7 +114,7 @@ class PrefillEngineFailureTest : public ::testing::Test {
   std::shared_ptr<kvtransfer::InProcFabric> fabric_;
   std::unique_ptr<DecodeSide> decode_;
   std::unique_ptr<kvtransfer::InProcTransport> transport_;
-  FailingBackend* device_ = nullptr;  // Owned by the loop's engine.
+  FailingBackend* device_ = nullptr;   // Owned by the loop's engine.
   std::unique_ptr<PrefillLoop> loop_;  // Last: goes before the transport.
 };
 
@@ -127,8 +127,7 @@ TEST_F(PrefillEngineFailureTest, FailedStepFailsItsJobFreesEveryBlockAndRefusesN
   device_->FailAfter(5);
   DecodeSide::Lease* lease = decode_->Expect(37);
   Outcome out;
-  EXPECT_NE(loop_->Submit(Job(RandomTokens(37, TestShape().vocab_size, 1), *lease),
-                          out.Callback()),
+  EXPECT_NE(loop_->Submit(Job(RandomTokens(37, TestShape().vocab_size, 1), *lease), out.Callback()),
             0u);
   ASSERT_TRUE(decode_->PumpUntil([&] { return out.done() && lease->ended; }));
   EXPECT_THAT(out.status(), StepError());
@@ -142,9 +141,9 @@ TEST_F(PrefillEngineFailureTest, FailedStepFailsItsJobFreesEveryBlockAndRefusesN
   // Refused at once (id 0), naming the cause.
   DecodeSide::Lease* next = decode_->Expect(20);
   Outcome refused;
-  EXPECT_EQ(loop_->Submit(Job(RandomTokens(20, TestShape().vocab_size, 2), *next),
-                          refused.Callback()),
-            0u);
+  EXPECT_EQ(
+      loop_->Submit(Job(RandomTokens(20, TestShape().vocab_size, 2), *next), refused.Callback()),
+      0u);
   ASSERT_TRUE(refused.done());
   EXPECT_THAT(refused.status(), Refusal());
 
@@ -229,9 +228,9 @@ TEST_F(PrefillEngineFailureTest, GpuMemoryFractionSizesThePoolUnlessKvBlocksAreG
     const KvLayout layout{TestShape().n_layers, 1, 16, TestShape().kv_dim(), DType::kF32};
     const size_t block_bytes = layout.block_bytes() * layout.n_layers;
     const size_t others = device->allocated() - stats.kv_cache_bytes;
-    const int want = kv_blocks > 0 ? kv_blocks
-                                   : static_cast<int>(std::floor((0.5 * kTotal - others) /
-                                                                 block_bytes));
+    const int want = kv_blocks > 0
+                         ? kv_blocks
+                         : static_cast<int>(std::floor((0.5 * kTotal - others) / block_bytes));
     EXPECT_EQ(stats.kv_blocks_total, want);
     EXPECT_EQ(stats.kv_cache_bytes, uint64_t(want) * block_bytes);
     EXPECT_EQ(stats.device_memory_total_bytes, kTotal);

@@ -400,7 +400,10 @@ TEST_F(PrefillLoopTest, ChoicesLogprobsAndBiasOutOfBoundsAreInvalidArgument) {
       {[](PrefillJob& j) { j.n = kMaxChoices + 1; }, "choices"},
       {[](PrefillJob& j) { j.logprobs = -1; }, "logprobs"},
       {[](PrefillJob& j) { j.logprobs = kMaxTopLogprobs + 1; }, "logprobs"},
-      {[&](PrefillJob& j) { j.sampling.logit_bias = {{vocab_, 1.0f}}; }, "vocabulary"},
+      {[&](PrefillJob& j) {
+         j.sampling.logit_bias = {{vocab_, 1.0f}};
+       },
+       "vocabulary"},
       {[](PrefillJob& j) { j.sampling.frequency_penalty = 3.0f; }, "frequency_penalty"},
       {[&](PrefillJob& j) { j.stop_token_ids = {vocab_}; }, "stop token"},
   };

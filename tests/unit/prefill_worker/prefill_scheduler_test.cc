@@ -4,6 +4,8 @@
 //   otherwise hold the first job's first token back for its whole step);
 // - on a SimulatedExecutor and a fake clock it plans the same chunks as on
 //   real compute, and the times it reports come from the cost model.
+#include "prefill_worker/prefill_scheduler.h"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,7 +16,6 @@
 #include "common/base/clock.h"
 #include "common/engine/simulated_executor.h"
 #include "gtest/gtest.h"
-#include "prefill_worker/prefill_scheduler.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/prefill_worker/cache_fixture.h"
 #include "tests/unit/prefill_worker/decode_side.h"
@@ -84,8 +85,7 @@ TEST_F(PrefillCacheTest, ASimulatedPrefillTakesTheModelsTime) {
     executor = e.get();
     return e;
   };
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PrefillScheduler> scheduler,
-                       MakeScheduler(options, &clock));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PrefillScheduler> scheduler, MakeScheduler(options, &clock));
   ASSERT_NE(executor, nullptr);
 
   const std::vector<int32_t> prompt = RandomTokens(40, vocab_, 41);

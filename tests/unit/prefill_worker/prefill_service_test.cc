@@ -230,7 +230,8 @@ TEST_F(PrefillServiceFakeClockTest, ClientDeadlineFreesEveryBlock) {
   EXPECT_EQ(stats->running(), 1);
   fake_clock_.Advance(absl::Seconds(61));
   caller.join();
-  EXPECT_THAT(answer.status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("not confirmed")));
+  EXPECT_THAT(answer.status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("not confirmed")));
   // Stats are published before the reply goes out.
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, Stats());
   EXPECT_EQ(after.running(), 0);

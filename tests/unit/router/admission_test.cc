@@ -2,8 +2,6 @@
 // gRPC front end with fake workers (a queued request starts when a slot
 // frees, larger priority first; a full queue or a timed-out wait is
 // RESOURCE_EXHAUSTED; a client that leaves the queue is gone at once).
-#include "router/admission_queue.h"
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,15 +13,16 @@
 #include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/admission_queue.h"
 #include "tests/unit/router/router_harness.h"
 
 namespace tandem::router {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::HarnessOptions;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::HarnessOptions;
 using testing::Result;
 using testing::RouterHarness;
 using testing::TokenRequest;

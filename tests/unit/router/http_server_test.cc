@@ -4,12 +4,12 @@
 // stop.
 #include "router/http_server.h"
 
-#include <algorithm>
-#include <iostream>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>

@@ -113,8 +113,8 @@ TEST(RouterLimitsTest, ExtremeGrpcFieldsAreInvalidArgumentNamingTheField) {
   }
   cases.push_back({TokenRequest({kInt32Max, kInt32Max}, 3), "prompt token 0 is 2147483647"});
   cases.push_back({TokenRequest({1, kInt32Min}, 3), "prompt token 1 is -2147483648"});
-  cases.push_back({TokenRequest(std::vector<int32_t>(kMaxPromptTokenIds + 1, 5), 3),
-                   "1048577 token ids"});
+  cases.push_back(
+      {TokenRequest(std::vector<int32_t>(kMaxPromptTokenIds + 1, 5), 3), "1048577 token ids"});
   {
     v1::GenerateRequest r = Plain();
     (*r.mutable_sampling()->mutable_logit_bias())[kInt32Max] = 1.0f;
@@ -190,8 +190,8 @@ class HttpLimitsTest : public ::testing::Test {
     ASSERT_NE(harness_, nullptr);
     absl::StatusOr<ApiKeys> keys = ApiKeys::Create({}, "");
     ASSERT_OK(keys.status());
-    routes_ = std::make_unique<OpenAiRoutes>(&harness_->core(), *std::move(keys),
-                                             OpenAiRoutesOptions{});
+    routes_ =
+        std::make_unique<OpenAiRoutes>(&harness_->core(), *std::move(keys), OpenAiRoutesOptions{});
     absl::StatusOr<std::unique_ptr<HttpServer>> server =
         HttpServer::Start(HttpServerOptions{}, routes_->Handler());
     ASSERT_OK(server.status());
@@ -242,7 +242,8 @@ TEST_F(HttpLimitsTest, ExtremeFieldsAre400NamingTheField) {
        "`max_tokens`"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": -9223372036854775808})",
        "`max_tokens`"},
-      {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": 1e300})", "`max_tokens` must be an integer"},
+      {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": 1e300})",
+       "`max_tokens` must be an integer"},
       {"/v1/completions", R"({"prompt": [1, 5], "n": 2147483647})", "`n`"},
       {"/v1/completions", R"({"prompt": [1, 5], "best_of": 2147483647})", "`best_of`"},
       {"/v1/completions", R"({"prompt": [1, 5], "logprobs": 2147483647})", "`logprobs`"},
@@ -259,11 +260,9 @@ TEST_F(HttpLimitsTest, ExtremeFieldsAre400NamingTheField) {
       {"/v1/completions", R"({"prompt": [1, 5], "logit_bias": {"-2147483648": 1}})",
        "logit_bias names token -2147483648"},
       {"/v1/completions", R"({"prompt": [1, 5], "logit_bias": {"5": 1e300}})", "logit_bias"},
-      {"/v1/completions", R"({"prompt": [1, 5], "logit_bias": {"5": 3.4e38}})",
-       "logit_bias value"},
+      {"/v1/completions", R"({"prompt": [1, 5], "logit_bias": {"5": 3.4e38}})", "logit_bias value"},
       {"/v1/completions", R"({"prompt": [1, 5], "temperature": 1e300})", "temperature"},
-      {"/v1/completions", R"({"prompt": [1, 5], "presence_penalty": -3.4e38})",
-       "presence_penalty"},
+      {"/v1/completions", R"({"prompt": [1, 5], "presence_penalty": -3.4e38})", "presence_penalty"},
       {"/v1/chat/completions", absl::StrCat("{", messages, R"(, "max_tokens": 2147483647})"),
        "max_tokens"},
       {"/v1/chat/completions",
@@ -274,8 +273,7 @@ TEST_F(HttpLimitsTest, ExtremeFieldsAre400NamingTheField) {
        absl::StrCat("{", messages, R"(, "logprobs": true, "top_logprobs": 2147483647})"),
        "`top_logprobs`"},
       {"/v1/chat/completions",
-       absl::StrCat("{", messages, R"(, "logit_bias": {"2147483647": 3.4e38}})"),
-       "logit_bias"},
+       absl::StrCat("{", messages, R"(, "logit_bias": {"2147483647": 3.4e38}})"), "logit_bias"},
   };
   for (const Case& k : cases) {
     const HttpResponse r = Post(k.path, k.body);

@@ -2,6 +2,8 @@
 // prefill and decode workers on real gRPC: requests sharing a 64-token
 // prefix stay on one prefill (and decode) worker while unrelated prompts
 // spread; routing by load alone does neither.
+#include "router/prefix_routing.h"
+
 #include <memory>
 #include <set>
 #include <string>
@@ -9,7 +11,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/prefix_routing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/router/router_harness.h"
 

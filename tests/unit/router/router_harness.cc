@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/grpc_status.h"
+#include "router/grpc_worker_channel.h"
 
 namespace tandem::router::testing {
 
@@ -29,6 +30,7 @@ RouterHarness::~RouterHarness() {
 
 absl::Status RouterHarness::Start() {
   RegistryOptions registry_options;
+  registry_options.channels = GrpcWorkerChannels().value();
   registry_options.health_interval = absl::Milliseconds(50);
   // The fake workers answer at once; a loaded machine must not turn a slow
   // poll into an unhealthy worker (a stopped server fails at once anyway).
@@ -70,7 +72,7 @@ absl::Status RouterHarness::Start() {
     }
   }
   core_ = std::make_unique<RouterCore>(registry_.get(), tokenizer,
-                                       options_.no_chat_template ? nullptr
+                                       options_.no_chat_template           ? nullptr
                                        : options_.chat_template != nullptr ? options_.chat_template
                                                                            : &chat_template_,
                                        options_.router);

@@ -312,8 +312,7 @@ TEST(RouterServiceTest, FailedKvTransferIsRecomputedOnAnotherPrefillWorker) {
   // worker saw it cancelled, or never saw it.
   testing::FakePrefillWorker& held = h->prefill(first);
   const absl::Time deadline = absl::Now() + kWait;
-  while (held.cancelled() != static_cast<int>(held.requests().size()) &&
-         absl::Now() < deadline) {
+  while (held.cancelled() != static_cast<int>(held.requests().size()) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(held.cancelled(), static_cast<int>(held.requests().size()));
@@ -497,8 +496,8 @@ TEST(RouterServiceTest, BadInputIsInvalidArgumentSayingWhatToChange) {
   cases.push_back({TokenRequest({1, 5}, -1), "max_tokens"});
   // INT32_MAX must not overflow the context check.
   cases.push_back({TokenRequest({1, 5}, INT32_MAX), "2147483649 were requested"});
-  cases.push_back({TokenRequest(std::vector<int32_t>(kFakeMaxContext - 2, 5), 3),
-                   "maximum context length is"});
+  cases.push_back(
+      {TokenRequest(std::vector<int32_t>(kFakeMaxContext - 2, 5), 3), "maximum context length is"});
   {
     v1::GenerateRequest r = TokenRequest({1, 5}, 4);
     r.set_n(kMaxChoices + 1);

@@ -19,6 +19,7 @@
 #include "common/rpc/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/grpc_worker_channel.h"
 #include "router/routing_policy.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
@@ -70,6 +71,7 @@ class WorkerRegistryTest : public ::testing::Test {
 
   RegistryOptions Options(std::vector<std::string> decode_targets) {
     RegistryOptions o;
+    o.channels = GrpcWorkerChannels().value();
     o.decode_targets = std::move(decode_targets);
     o.health_interval = absl::Milliseconds(20);
     // Live fake workers answer at once and a stopped one fails at once: the
@@ -185,7 +187,8 @@ TEST_F(WorkerRegistryTest, MarkUnavailableTakesItOutUntilTheNextPoll) {
 // none tells the requests still waiting on the worker; a refused poll does
 // not (their own calls fail at once).
 TEST(WorkerWatchTest, UnansweredCallsReachTheWatchersUntilTheyLeave) {
-  Worker worker("127.0.0.1:1", "127.0.0.1:1", WorkerRole::kPrefill);
+  Worker worker("127.0.0.1:1", "127.0.0.1:1", WorkerRole::kPrefill,
+                NewGrpcWorkerChannel("127.0.0.1:1", "127.0.0.1:1", WorkerRole::kPrefill, {}));
   std::vector<std::string> heard;
   auto watch = worker.WatchUnresponsive(
       [&](const absl::Status& why) { heard.push_back(std::string(why.message())); });
@@ -253,6 +256,7 @@ class PoolAgreementTest : public ::testing::Test {
   // A registry that polls only when the test says.
   std::unique_ptr<WorkerRegistry> Registry(int tokenizer_vocab_size = 0) {
     RegistryOptions o;
+    o.channels = GrpcWorkerChannels().value();
     o.prefill_targets = {prefill_address_};
     o.decode_targets = decode_addresses_;
     o.health_interval = absl::Hours(1);
@@ -435,6 +439,7 @@ TEST(WorkerRegistryResolveTest, WorkersJoinAndLeaveAsTheNameResolvesDifferently)
   auto answer = std::make_shared<absl::StatusOr<std::vector<std::string>>>(
       std::vector<std::string>{"10.0.0.1:8200", "10.0.0.2:8200"});
   RegistryOptions options;
+  options.channels = GrpcWorkerChannels().value();
   options.decode_targets = {"decode.svc:8200"};
   options.resolve_interval = absl::Hours(1);
   options.health_interval = absl::Hours(1);
@@ -478,9 +483,10 @@ TEST(WorkerRegistryResolveTest, WorkersJoinAndLeaveAsTheNameResolvesDifferently)
 // threads.
 TEST(WorkerRegistryResolveTest, AWorkerReleasedElsewhereIsDestroyedByTheRegistry) {
   auto mu = std::make_shared<absl::Mutex>();
-  auto answer = std::make_shared<std::vector<std::string>>(std::vector<std::string>{
-      "10.0.0.1:8200", "10.0.0.2:8200"});
+  auto answer = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{"10.0.0.1:8200", "10.0.0.2:8200"});
   RegistryOptions options;
+  options.channels = GrpcWorkerChannels().value();
   options.decode_targets = {"decode.svc:8200"};
   options.resolve_interval = absl::Hours(1);
   options.health_interval = absl::Hours(1);
@@ -596,6 +602,8 @@ class FileTargetTest : public ::testing::Test {
 
   RegistryOptions Options() {
     RegistryOptions options;
+    options.channels = GrpcWorkerChannels().value();
+    options.channels = GrpcWorkerChannels().value();
     options.decode_targets = {target_};
     options.resolve_interval = absl::Hours(1);
     options.health_interval = absl::Hours(1);

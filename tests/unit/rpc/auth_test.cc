@@ -26,8 +26,8 @@ class KeyedService final : public v1::PrefillWorker::CallbackService {
  public:
   explicit KeyedService(std::vector<std::string> keys) : keys_(std::move(keys)) {}
 
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
-                                     const v1::StatsRequest*, v1::WorkerStats*) override {
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::StatsRequest*,
+                                     v1::WorkerStats*) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpc(CheckBearerKey(*context, [this](std::string_view key) {
       for (const std::string& k : keys_) {
@@ -81,8 +81,7 @@ TEST_F(AuthTest, AttachBearerKeyMakesTheMetadataTheServiceExpects) {
 }
 
 TEST_F(AuthTest, MissingKeyIsUnauthenticated) {
-  EXPECT_THAT(Call({}), StatusIs(absl::StatusCode::kUnauthenticated,
-                                 HasSubstr("missing API key")));
+  EXPECT_THAT(Call({}), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("missing API key")));
 }
 
 TEST_F(AuthTest, WrongKeyIsUnauthenticatedWithoutEchoingIt) {

@@ -41,8 +41,7 @@ class HealthTest : public ::testing::Test {
 };
 
 TEST_F(HealthTest, TheServerAndEachServiceReportServingOnceStarted) {
-  EXPECT_THAT(server_.services,
-              ElementsAre("tandem.v1.PrefillWorker", "tandem.v1.DecodeWorker"));
+  EXPECT_THAT(server_.services, ElementsAre("tandem.v1.PrefillWorker", "tandem.v1.DecodeWorker"));
   EXPECT_THAT(Health(""), IsOkAndHolds(ServingStatus::kServing));
   EXPECT_THAT(Health("tandem.v1.PrefillWorker"), IsOkAndHolds(ServingStatus::kServing));
   EXPECT_THAT(Health("tandem.v1.DecodeWorker"), IsOkAndHolds(ServingStatus::kServing));

@@ -40,7 +40,8 @@ class TlsTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (server_.server != nullptr) server_.server->Shutdown(ToChrono(absl::Now() + absl::Seconds(5)));
+    if (server_.server != nullptr)
+      server_.server->Shutdown(ToChrono(absl::Now() + absl::Seconds(5)));
   }
 
   // A server on 127.0.0.1 with the test CA's "localhost" certificate; with
@@ -175,9 +176,10 @@ TEST_F(TlsTest, CertificateIsNotAKey) {
   TlsConfig config;
   config.cert_file = files_->server_cert;
   config.key_file = files_->server_cert;
-  EXPECT_THAT(MakeServerCredentials(config),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("--tls_key"), HasSubstr("no valid unencrypted PEM private key"))));
+  EXPECT_THAT(
+      MakeServerCredentials(config),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("--tls_key"), HasSubstr("no valid unencrypted PEM private key"))));
 }
 
 TEST_F(TlsTest, IncompleteServerConfigurationsAreInvalid) {

@@ -1,0 +1,48 @@
+#include "common/worker/worker_engine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/kvcache/kv_layout.h"
+
+namespace tandem {
+
+void* WorkerEngine::transport_memory() const {
+  return staging != nullptr ? staging->data() : engine->kv_cache();
+}
+
+size_t WorkerEngine::transport_bytes() const {
+  return staging != nullptr ? staging->bytes() : engine->kv_cache_bytes();
+}
+
+int DefaultKvBlocks(const ModelConfig& config, int block_size) {
+  return 8 * static_cast<int>(BlocksFor(config.seq_len, block_size));
+}
+
+absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
+                                                std::unique_ptr<Backend> backend,
+                                                const WorkerEngineOptions& options) {
+  EngineOptions engine_options;
+  engine_options.block_size = options.block_size;
+  engine_options.kv_dtype = options.kv_dtype;
+  engine_options.num_blocks = options.kv_blocks > 0
+                                  ? options.kv_blocks
+                                  : DefaultKvBlocks(weights.config, options.block_size);
+  if (options.kv_blocks == 0) engine_options.gpu_memory_fraction = options.gpu_memory_fraction;
+  engine_options.max_batch_tokens = options.max_batch_tokens;
+  engine_options.max_logit_rows = options.max_logit_rows;
+  WorkerEngine out;
+  ASSIGN_OR_RETURN(out.engine, Engine::Create(weights, std::move(backend), engine_options));
+  ASSIGN_OR_RETURN(out.staging, KvStaging::ForEngine(*out.engine, options.kv_staging_blocks));
+  LOG(INFO) << options.role << " worker KV path: "
+            << KvPathDescription(out.staging.get(), options.transport_name,
+                                 options.transport_device_memory)
+            << (out.staging != nullptr
+                    ? absl::StrCat(", ", out.staging->capacity(), " blocks of staging")
+                    : "");
+  return out;
+}
+
+}  // namespace tandem

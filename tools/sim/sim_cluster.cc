@@ -1,0 +1,136 @@
+#include "tools/sim/sim_cluster.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem::sim {
+namespace {
+
+// A worker that did not step may still have moved state another worker's
+// next round depends on (KV headers, payloads and their confirmations over
+// the fabric take a round of each side). This many passes over the idle
+// workers without a step or a router task end the settling at one time.
+constexpr int kQuietPasses = 4;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeights& weights,
+                                                               SimClusterOptions options) {
+  if (options.decode_workers < 1) {
+    return absl::InvalidArgumentError("a simulated cluster needs a decode worker");
+  }
+  if (!options.make_backend) return absl::InvalidArgumentError("make_backend is required");
+  std::unique_ptr<SimCluster> cluster(new SimCluster(options.start));
+  cluster->fabric_ = kvtransfer::InProcFabric::Create();
+  auto sim_options = [&](const std::string& address) {
+    return SimWorkerOptions{.address = address,
+                            .start = options.start,
+                            .fabric = cluster->fabric_,
+                            .backend = options.make_backend(),
+                            .make_executor = options.make_executor};
+  };
+  router::RegistryOptions registry_options;
+  for (int i = 0; i < options.prefill_workers; ++i) {
+    const std::string address = absl::StrCat("prefill-", i, ":1");
+    ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> worker,
+                     NewSimPrefillWorker(weights, sim_options(address), options.prefill));
+    cluster->prefill_.push_back(std::move(worker));
+    registry_options.prefill_targets.push_back(address);
+  }
+  for (int i = 0; i < options.decode_workers; ++i) {
+    const std::string address = absl::StrCat("decode-", i, ":1");
+    ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> worker,
+                     NewSimDecodeWorker(weights, sim_options(address), options.decode));
+    cluster->decode_.push_back(std::move(worker));
+    registry_options.decode_targets.push_back(address);
+  }
+  SimCluster* const c = cluster.get();
+  registry_options.resolver = [](const std::string& target) {
+    return absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{target});
+  };
+  registry_options.channels = [c](const std::string& address, const std::string&,
+                                  router::WorkerRole role) {
+    const auto& pool = role == router::WorkerRole::kPrefill ? c->prefill_ : c->decode_;
+    for (const std::unique_ptr<SimWorker>& w : pool) {
+      if (w->address() == address) return w->OpenChannel(&c->executor_);
+    }
+    return std::unique_ptr<router::WorkerChannel>();
+  };
+  registry_options.clock = &cluster->clock_;
+  registry_options.background = false;
+  ASSIGN_OR_RETURN(cluster->registry_, router::WorkerRegistry::Create(registry_options));
+  RETURN_IF_ERROR(cluster->Poll());
+  options.router.clock = &cluster->clock_;
+  options.router.executor = &cluster->executor_;
+  cluster->core_ = std::make_unique<router::RouterCore>(cluster->registry_.get(), nullptr, nullptr,
+                                                        options.router);
+  return cluster;
+}
+
+SimCluster::~SimCluster() {
+  // The core cancels what still runs; the cancellations' ends are tasks.
+  if (core_ != nullptr) {
+    core_->StartDraining();
+    core_->CancelAll();
+    Settle();
+  }
+  core_.reset();
+  registry_.reset();
+  executor_.RunDue();
+  prefill_.clear();
+  decode_.clear();
+}
+
+std::vector<SimWorker*> SimCluster::Workers() {
+  std::vector<SimWorker*> all;
+  for (auto& w : prefill_) all.push_back(w.get());
+  for (auto& w : decode_) all.push_back(w.get());
+  return all;
+}
+
+void SimCluster::Settle() {
+  int quiet = 0;
+  while (quiet < kQuietPasses) {
+    bool busy = executor_.RunDue() > 0;
+    const absl::Time now = clock_.Now();
+    for (SimWorker* w : Workers()) {
+      if (w->clock().Now() > now) continue;  // Still in a step.
+      w->clock().Set(now);
+      busy |= w->RunRound();
+    }
+    // What the rounds emitted at this time is a task now due.
+    busy |= executor_.next_time() <= now;
+    quiet = busy ? 0 : quiet + 1;
+  }
+}
+
+absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time until) {
+  while (true) {
+    Settle();
+    if (done()) return absl::OkStatus();
+    absl::Time next = executor_.next_time();
+    for (SimWorker* w : Workers()) {
+      if (w->clock().Now() > clock_.Now()) next = std::min(next, w->clock().Now());
+    }
+    if (next == absl::InfiniteFuture()) {
+      return absl::FailedPreconditionError(
+          "the simulated cluster is idle and the condition does not hold");
+    }
+    if (next > until) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the condition does not hold at ", absl::FormatTime(until)));
+    }
+    executor_.RunUntil(next);
+  }
+}
+
+absl::Status SimCluster::Poll() {
+  bool polled = false;
+  registry_->StartPollRound([&polled] { polled = true; });
+  return RunUntil([&polled] { return polled; });
+}
+
+}  // namespace tandem::sim

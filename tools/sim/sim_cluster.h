@@ -1,0 +1,96 @@
+// A whole tandem cluster in one thread on a fake clock: the production
+// router core (admission queue, request state machines, worker registry,
+// routing) over a ManualExecutor, and prefill and decode workers running
+// their production loops a round at a time (sim_workers.h), reached
+// through in-process WorkerChannels. Deterministic: the same requests give
+// the same tokens at the same times on every run.
+//
+// The discrete-event loop: the cluster's time is the router's clock. At
+// each time, the router's due tasks run (its steps, and what workers
+// emitted by then), then every worker whose clock is not ahead runs rounds
+// (its clock brought up to the cluster's time first); a round that steps
+// moves that worker's clock by what its executor says the step costs, and
+// the worker is busy until the cluster's time reaches it. When nothing more
+// happens at a time, the cluster moves to the next: the earliest router
+// task or busy worker's clock.
+//
+// Thread-compatible.
+#ifndef TANDEM_TOOLS_SIM_SIM_CLUSTER_H_
+#define TANDEM_TOOLS_SIM_SIM_CLUSTER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/clock.h"
+#include "common/base/executor.h"
+#include "decode_worker/decode_loop.h"
+#include "prefill_worker/prefill_loop.h"
+#include "router/router_core.h"
+#include "router/worker_registry.h"
+#include "tools/sim/sim_workers.h"
+
+namespace tandem::sim {
+
+struct SimClusterOptions {
+  int prefill_workers = 1;
+  int decode_workers = 2;
+  // The workers' loop options (clock, own_thread and make_executor are the
+  // cluster's to set).
+  prefill::PrefillLoopOptions prefill;
+  decode::DecodeLoopOptions decode;
+  // Every worker's step executor; null: real compute on each worker's
+  // backend (then time stands still).
+  ExecutorMaker make_executor;
+  // A fresh backend per worker.
+  std::function<std::unique_ptr<Backend>()> make_backend;
+  // The router core's options (clock and executor are the cluster's).
+  router::RouterCoreOptions router;
+  // When the simulation starts.
+  absl::Time start = absl::UnixEpoch() + absl::Hours(1);
+};
+
+class SimCluster {
+ public:
+  // Builds the workers on `weights` (which must outlive the cluster), the
+  // registry (polled once) and the router core.
+  static absl::StatusOr<std::unique_ptr<SimCluster>> Create(const ModelWeights& weights,
+                                                            SimClusterOptions options);
+  ~SimCluster();
+
+  router::RouterCore& core() { return *core_; }
+  router::WorkerRegistry& registry() { return *registry_; }
+  const Clock& clock() const { return clock_; }
+  ManualExecutor& executor() { return executor_; }
+  SimWorker& prefill(int i) { return *prefill_[i]; }
+  SimWorker& decode(int i) { return *decode_[i]; }
+
+  // Runs the loop until `done` holds or nothing is left to happen (then
+  // FAILED_PRECONDITION, unless `done` holds), or the cluster's time passes
+  // `until` (DEADLINE_EXCEEDED).
+  absl::Status RunUntil(const std::function<bool()>& done,
+                        absl::Time until = absl::InfiniteFuture());
+  // One health poll round of the registry, run to its end.
+  absl::Status Poll();
+
+ private:
+  explicit SimCluster(absl::Time start) : clock_(start), executor_(&clock_) {}
+  // Runs the router's due tasks and the idle workers' rounds at the
+  // cluster's time until neither does anything more.
+  void Settle();
+  std::vector<SimWorker*> Workers();
+
+  FakeClock clock_;
+  ManualExecutor executor_;
+  std::shared_ptr<kvtransfer::InProcFabric> fabric_;
+  std::vector<std::unique_ptr<SimWorker>> prefill_;
+  std::vector<std::unique_ptr<SimWorker>> decode_;
+  std::unique_ptr<router::WorkerRegistry> registry_;
+  std::unique_ptr<router::RouterCore> core_;
+};
+
+}  // namespace tandem::sim
+
+#endif  // TANDEM_TOOLS_SIM_SIM_CLUSTER_H_
