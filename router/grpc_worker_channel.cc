@@ -107,8 +107,8 @@ class UnaryCall final : public WorkerCall {
 class GrpcWorkerChannel final : public WorkerChannel {
  public:
   GrpcWorkerChannel(const std::string& address, const rpc::ChannelSecurity& security,
-                    WorkerRole role)
-      : channel_(rpc::MakeChannel(address, security)) {
+                    WorkerRole role, const Clock* clock)
+      : clock_(clock), channel_(rpc::MakeChannel(address, security)) {
     if (role == WorkerRole::kPrefill) {
       prefill_stub_ = v1::PrefillWorker::NewStub(channel_);
     } else {
@@ -118,7 +118,7 @@ class GrpcWorkerChannel final : public WorkerChannel {
 
   std::shared_ptr<WorkerCall> Generate(v1::DecodeRequest request, absl::Time deadline,
                                        DecodeEventFn on_event, DoneFn on_done) override {
-    return DecodeStreamCall::Start(decode_stub_.get(), std::move(request), deadline,
+    return DecodeStreamCall::Start(decode_stub_.get(), std::move(request), Real(deadline),
                                    std::move(on_event), std::move(on_done));
   }
 
@@ -130,7 +130,7 @@ class GrpcWorkerChannel final : public WorkerChannel {
                std::function<void(grpc::Status)> done) {
           stub->async()->Prefill(c, q, r, std::move(done));
         },
-        std::move(request), deadline, std::move(on_done));
+        std::move(request), Real(deadline), std::move(on_done));
   }
 
   std::shared_ptr<WorkerCall> Start(v1::StartRequest request, absl::Time deadline,
@@ -141,7 +141,7 @@ class GrpcWorkerChannel final : public WorkerChannel {
                std::function<void(grpc::Status)> done) {
           stub->async()->Start(c, q, s, std::move(done));
         },
-        std::move(request), deadline, std::move(on_done));
+        std::move(request), Real(deadline), std::move(on_done));
   }
 
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time deadline,
@@ -154,7 +154,7 @@ class GrpcWorkerChannel final : public WorkerChannel {
                  std::function<void(grpc::Status)> done) {
             stub->async()->GetStats(c, q, s, std::move(done));
           },
-          std::move(request), deadline, std::move(on_done));
+          std::move(request), Real(deadline), std::move(on_done));
     }
     v1::DecodeWorker::Stub* stub = decode_stub_.get();
     return Call::Start(
@@ -162,10 +162,14 @@ class GrpcWorkerChannel final : public WorkerChannel {
                std::function<void(grpc::Status)> done) {
           stub->async()->GetStats(c, q, s, std::move(done));
         },
-        std::move(request), deadline, std::move(on_done));
+        std::move(request), Real(deadline), std::move(on_done));
   }
 
  private:
+  // The wall-clock time of a deadline on the router's clock.
+  absl::Time Real(absl::Time deadline) const { return ToRealTime(deadline, *clock_); }
+
+  const Clock* const clock_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub_;
   std::unique_ptr<v1::DecodeWorker::Stub> decode_stub_;
@@ -175,23 +179,25 @@ class GrpcWorkerChannel final : public WorkerChannel {
 
 std::unique_ptr<WorkerChannel> NewGrpcWorkerChannel(const std::string& address,
                                                     const std::string& target, WorkerRole role,
-                                                    const rpc::ChannelSecurity& security) {
+                                                    const rpc::ChannelSecurity& security,
+                                                    const Clock* clock) {
   rpc::ChannelSecurity named = security;
   if (named.tls && named.target_name_override.empty()) {
     if (absl::StatusOr<HostPort> hp = ParseHostPort(target, "worker target"); hp.ok()) {
       named.target_name_override = hp->host;
     }
   }
-  return std::make_unique<GrpcWorkerChannel>(address, named, role);
+  return std::make_unique<GrpcWorkerChannel>(address, named, role, clock);
 }
 
-absl::StatusOr<WorkerChannelFactory> GrpcWorkerChannels(const rpc::TlsConfig& tls) {
+absl::StatusOr<WorkerChannelFactory> GrpcWorkerChannels(const rpc::TlsConfig& tls,
+                                                        const Clock* clock) {
   absl::StatusOr<rpc::ChannelSecurity> security = rpc::MakeChannelSecurity(tls);
   if (!security.ok()) return security.status();
-  return WorkerChannelFactory([security = *std::move(security)](const std::string& address,
-                                                                const std::string& target,
-                                                                WorkerRole role) {
-    return NewGrpcWorkerChannel(address, target, role, security);
+  return WorkerChannelFactory([security = *std::move(security), clock](const std::string& address,
+                                                                       const std::string& target,
+                                                                       WorkerRole role) {
+    return NewGrpcWorkerChannel(address, target, role, security, clock);
   });
 }
 

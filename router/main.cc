@@ -21,19 +21,19 @@
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
+#include "common/base/served_model.h"
 #include "common/base/status_macros.h"
+#include "common/chat/chat_template.h"
+#include "common/http/http_server.h"
 #include "common/metrics/metrics_server.h"
-#include "common/model/chat_template.h"
-#include "common/model/served_model.h"
-#include "common/model/tokenizer.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/tls_flags.h"
+#include "common/tokenizer/tokenizer.h"
 #include "router/api_keys.h"
 #include "router/grpc_worker_channel.h"
-#include "router/http_server.h"
 #include "router/openai_routes.h"
 #include "router/prefix_routing.h"
 #include "router/router_core.h"
@@ -259,7 +259,7 @@ absl::Status Run() {
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     std::string host;
     int port = 0;
-    RETURN_IF_ERROR(router::ParseListenAddress(listen, &host, &port));
+    RETURN_IF_ERROR(http::ParseListenAddress(listen, &host, &port));
   }
   if (absl::GetFlag(FLAGS_http_io_threads) < 1 || absl::GetFlag(FLAGS_http_max_connections) < 1 ||
       absl::GetFlag(FLAGS_http_max_body_bytes) < 1) {

@@ -32,11 +32,18 @@
 
 #include "absl/time/time.h"
 #include "common/base/executor.h"
+#include "common/http/http_server.h"
 #include "router/api_keys.h"
-#include "router/http_server.h"
 #include "router/request_core.h"
 
 namespace tandem::router {
+
+// The shared HTTP server's types, as the router's API uses them.
+using http::HttpExchange;
+using http::HttpHandler;
+using http::HttpHeader;
+using http::HttpServer;
+using http::HttpServerOptions;
 
 struct OpenAiRoutesOptions {
   // CORS: the origins a browser may call from ("*" = any). Empty = no CORS

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
-#include "common/model/incremental_detokenizer.h"
+#include "common/tokenizer/incremental_detokenizer.h"
 
 namespace tandem::router {
 

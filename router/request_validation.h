@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model/chat_template.h"
-#include "common/model/tokenizer.h"
+#include "common/chat/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
 #include "router/request_core.h"
 #include "tandem/v1/generate.pb.h"
 

@@ -129,8 +129,8 @@ v1::GenerateResponse EventToProto(GenerateEvent event) {
   return m;
 }
 
-RouterService::RouterService(RequestCore* core, Authorizer authorize)
-    : core_(core), authorize_(std::move(authorize)) {}
+RouterService::RouterService(RequestCore* core, Authorizer authorize, const Clock* clock)
+    : core_(core), authorize_(std::move(authorize)), clock_(clock) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
@@ -141,9 +141,9 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
       return reactor;
     }
   }
-  std::shared_ptr<RequestHandle> handle =
-      core_->Submit(ParamsFromProto(*request, absl::FromChrono(context->deadline())),
-                    std::make_shared<GrpcSink>(writer));
+  std::shared_ptr<RequestHandle> handle = core_->Submit(
+      ParamsFromProto(*request, FromRealTime(absl::FromChrono(context->deadline()), *clock_)),
+      std::make_shared<GrpcSink>(writer));
   // Weak: the handle holds the sink, which holds the writer.
   writer->OnCancel([weak = std::weak_ptr<RequestHandle>(handle)] {
     if (std::shared_ptr<RequestHandle> h = weak.lock()) h->Cancel();

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "common/base/clock.h"
 #include "router/request_core.h"
 #include "tandem/v1/generate.grpc.pb.h"
 
@@ -30,7 +31,10 @@ v1::GenerateResponse EventToProto(GenerateEvent event);
 class RouterService final : public v1::Router::CallbackService {
  public:
   // `authorize` may be empty: every call proceeds.
-  explicit RouterService(RequestCore* core, Authorizer authorize = nullptr);
+  // `clock` is the core's: the call's deadline is handed to it as the same
+  // time left on that clock.
+  explicit RouterService(RequestCore* core, Authorizer authorize = nullptr,
+                         const Clock* clock = &Clock::Real());
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -38,6 +42,7 @@ class RouterService final : public v1::Router::CallbackService {
  private:
   RequestCore* const core_;
   const Authorizer authorize_;
+  const Clock* const clock_;
 };
 
 }  // namespace tandem::router

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/base/host_port.h"
 #include "common/base/logging.h"
 #include "common/engine/worker_stats_proto.h"
@@ -437,14 +438,7 @@ void WorkerRegistry::Stop() {
 
 bool WorkerRegistry::SleepUnlessStopped(absl::Duration d) {
   absl::MutexLock lock(&mu_);
-  const Clock& clock = *options_.clock;
-  const absl::Time until = clock.Now() + d;
-  while (!stopped_) {
-    // In real time, at most a second at a time: the clock may be a fake one.
-    const absl::Duration left = until - clock.Now();
-    if (left <= absl::ZeroDuration()) break;
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopped_), std::min(left, absl::Seconds(1)))) break;
-  }
+  mu_.AwaitWithTimeout(absl::Condition(&stopped_), d);
   return !stopped_;
 }
 
@@ -718,8 +712,8 @@ std::shared_ptr<Worker> WorkerRegistry::Find(WorkerRole role, const std::string&
 }
 
 bool WorkerRegistry::WaitForRoutable(WorkerRole role, absl::Duration timeout) const {
-  const Clock& clock = *options_.clock;
-  const absl::Time deadline = clock.Now() + timeout;
+  // Real time: a start-up wait of the threaded registry, on any clock.
+  const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     for (const WorkerSnapshot& s : Snapshot(role)) {
       if (s.routable()) return true;
@@ -729,10 +723,7 @@ bool WorkerRegistry::WaitForRoutable(WorkerRole role, absl::Duration timeout) co
     auto next_round = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return poll_rounds_ != seen || stopped_;
     };
-    const absl::Duration left = deadline - clock.Now();
-    if (left <= absl::ZeroDuration()) return false;
-    // In real time, at most a second at a time: the clock may be a fake one.
-    mu_.AwaitWithTimeout(absl::Condition(&next_round), std::min(left, absl::Seconds(1)));
+    if (!mu_.AwaitWithDeadline(absl::Condition(&next_round), deadline)) return false;
     if (stopped_) return false;
   }
 }

@@ -213,7 +213,7 @@ struct RegistryOptions {
   // Opens the channel to each worker as it joins (required): gRPC in the
   // router (GrpcWorkerChannels), in-process cores in a simulation.
   WorkerChannelFactory channels;
-  // Health-poll deadlines and the waits below are read on it; null: real.
+  // Health-poll deadlines are read on it; null: the real clock.
   const Clock* clock = nullptr;
   // False: Create starts no thread, and the caller resolves and polls
   // (ResolveNow, StartPollRound), as a single-threaded simulation does.
@@ -249,7 +249,8 @@ class WorkerRegistry {
   // The worker at `address`, or null when it has left the pool.
   std::shared_ptr<Worker> Find(WorkerRole role, const std::string& address) const;
 
-  // Waits up to `timeout` until some worker of `role` is routable.
+  // Waits up to `timeout` (real time: a start-up wait of the threaded
+  // registry) until some worker of `role` is routable.
   bool WaitForRoutable(WorkerRole role, absl::Duration timeout) const;
 
   // The model and KV layout the pool serves; nullopt until a healthy worker

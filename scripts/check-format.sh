@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format-14 >/dev/null || ./scripts/install-deps.sh
+# Tracked and new files that exist (a deletion not yet staged is skipped).
 mapfile -t files < <(git ls-files --cached --others --exclude-standard -- \
-  '*.cc' '*.h' '*.cu' '*.cuh' | grep -v '^tests/fuzz/corpus/')
+  '*.cc' '*.h' '*.cu' '*.cuh' | grep -v '^tests/fuzz/corpus/' |
+  while read -r f; do [ -f "$f" ] && echo "$f"; done)
 if [ "${1:-}" = --fix ]; then
   clang-format-14 -i "${files[@]}"
   exit 0

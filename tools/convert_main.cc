@@ -15,11 +15,11 @@
 #include "absl/time/clock.h"
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
-#include "common/model/hf_tokenizer_writer.h"
 #include "common/model/hub_model.h"
 #include "common/model/model_weights.h"
 #include "common/model/synthetic.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/hf_tokenizer_writer.h"
+#include "common/tokenizer/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "",
           "Source model: a llama2.c checkpoint, a GGUF file or a hub folder (or use --synthetic)");

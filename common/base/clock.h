@@ -49,6 +49,12 @@ class FakeClock final : public Clock {
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
+// A deadline read on the wall clock (a transport's) as a time on `clock`,
+// and back: the same time left. Infinite times stay infinite. Only the
+// adapters between a transport and a core on another clock use them.
+absl::Time FromRealTime(absl::Time real, const Clock& clock);
+absl::Time ToRealTime(absl::Time on_clock, const Clock& clock);
+
 }  // namespace tandem
 
 #endif  // TANDEM_COMMON_BASE_CLOCK_H_

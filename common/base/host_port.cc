@@ -13,7 +13,7 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::strin
       !absl::SimpleAtoi(text.substr(colon + 1), &out.port) || out.port < min_port ||
       out.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", text, "' is not HOST:PORT with a port in ", min_port, "..65535",
+        what, " '", text, "' is not host:port with a port in ", min_port, "..65535",
         min_port == 0 ? " (0 picks a free one)" : "", "; e.g. 10.0.0.5:8200 or [::1]:8200"));
   }
   out.host = text.substr(0, colon);

@@ -1,16 +1,15 @@
 // MetricsServer: serves a prometheus::Registry as Prometheus text format on
-// http://HOST:PORT/metrics, on a small HTTP/1.1 server of its own
-// (Boost.Beast on Boost.Asio): one io thread serves every connection, with
-// keep-alive, no thread per connection or request. GET /metrics is 200,
-// another path 404, another method 405; a request header over 8 KiB is 431,
-// a body over 4 KiB 413, and a connection that sends no whole request (or
-// does not take its response) within `timeout` is closed.
+// http://HOST:PORT/metrics, on the shared HTTP server (common/http) with one
+// io thread: keep-alive, no thread per connection or request. GET /metrics
+// is 200, another path 404, another method 405; a request header over 8 KiB
+// is 431, a body over 4 KiB 413, and a connection that sends no whole
+// request (or does not take its response) within `timeout` is closed.
 //
 // Why not prometheus-cpp's CivetWeb exposer: CivetWeb creates its threads
 // with a fixed ~100 KiB stack, and glibc places a thread's static TLS on its
 // stack. The workers link cuBLAS (libcublasLt alone has ~94 KiB of static
 // TLS), so those threads could not be created and the endpoint never came
-// up. Our one thread is a std::thread with the default stack.
+// up. The HTTP server's threads are std::threads with the default stack.
 //
 // Every process links the flags below and calls StartMetricsServerFromFlags:
 //   --metrics_listen HOST:PORT   empty (default) = no endpoint; port 0 picks
@@ -24,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/http/http_server.h"
 #include "prometheus/registry.h"
 
 namespace tandem::metrics {
@@ -50,15 +50,15 @@ class MetricsServer {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // The port bound.
-  int port() const { return port_; }
-
-  class Impl;
+  int port() const { return server_->port(); }
 
  private:
-  MetricsServer(std::unique_ptr<Impl> impl, int port);
+  explicit MetricsServer(std::shared_ptr<prometheus::Registry> registry);
+  void Handle(http::HttpExchange& ex) const;
 
-  const std::unique_ptr<Impl> impl_;
-  const int port_;
+  // Outlives the server, which reads it on its io thread.
+  const std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<http::HttpServer> server_;
 };
 
 // Starts a MetricsServer for `registry` as --metrics_listen and

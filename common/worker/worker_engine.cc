@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/kvcache/kv_layout.h"
@@ -43,6 +44,14 @@ absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
                     ? absl::StrCat(", ", out.staging->capacity(), " blocks of staging")
                     : "");
   return out;
+}
+
+std::string LoggedFingerprint(const ModelWeights& weights) {
+  const absl::Time start = absl::Now();
+  std::string fingerprint = weights.Fingerprint();
+  LOG(INFO) << "weights fingerprint " << fingerprint << " (" << DTypeName(weights.dtype())
+            << " weights, hashed in " << absl::Now() - start << ")";
+  return fingerprint;
 }
 
 }  // namespace tandem

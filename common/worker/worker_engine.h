@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,10 @@ struct WorkerEngine {
 // KV blocks a kv_blocks of 0 stands for on the CPU: 8 full-context
 // sequences.
 int DefaultKvBlocks(const ModelConfig& config, int block_size);
+
+// ModelWeights::Fingerprint(), with its time logged: it reads every weight
+// byte once.
+std::string LoggedFingerprint(const ModelWeights& weights);
 
 // Builds the engine and, when its backend has a KvCopier, the staging, and
 // logs the KV path. The errors of Engine::Create and KvStaging::ForEngine.

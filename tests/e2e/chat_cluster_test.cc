@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/base/logging.h"
-#include "common/model/chat_template.h"
-#include "common/model/tokenizer.h"
+#include "common/chat/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"

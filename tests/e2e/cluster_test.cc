@@ -17,7 +17,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
 #include "common/model/model_weights.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"

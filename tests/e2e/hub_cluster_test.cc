@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/base/logging.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"

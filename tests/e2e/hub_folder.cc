@@ -7,9 +7,9 @@
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
-#include "common/model/hf_tokenizer_writer.h"
 #include "common/model/model_weights.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/hf_tokenizer_writer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/testing/model_files.h"
 
 namespace tandem::testing {

@@ -1,4 +1,4 @@
-// Chat templates (common/jinja through ChatTemplate): parsing the template
+// Chat templates (common/chat through ChatTemplate): parsing the template
 // and rendering it with a small conversation, under render limits small
 // enough that one input runs in milliseconds.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/base/clock.h"
-#include "common/model/chat_template.h"
+#include "common/chat/chat_template.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/hf_tokenizer.h"
+#include "common/tokenizer/hf_tokenizer.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <span>
 
-#include "common/model/llama2c_tokenizer.h"
+#include "common/tokenizer/llama2c_tokenizer.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/base/clock.h"
-#include "common/model/chat_template.h"
+#include "common/chat/chat_template.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

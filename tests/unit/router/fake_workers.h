@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router::testing {

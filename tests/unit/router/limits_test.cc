@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/chat_template.h"
+#include "common/chat/chat_template.h"
+#include "common/http/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/api_keys.h"
-#include "router/http_server.h"
 #include "router/openai_routes.h"
 #include "router/routing_policy.h"
 #include "tests/testing/status_matchers.h"

@@ -11,10 +11,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/http/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "router/http_server.h"
 #include "tests/unit/router/fake_core.h"
 #include "tests/unit/router/http_test_client.h"
 

@@ -30,7 +30,8 @@ RouterHarness::~RouterHarness() {
 
 absl::Status RouterHarness::Start() {
   RegistryOptions registry_options;
-  registry_options.channels = GrpcWorkerChannels().value();
+  registry_options.channels = GrpcWorkerChannels({}, options_.router.clock).value();
+  registry_options.clock = options_.router.clock;
   registry_options.health_interval = absl::Milliseconds(50);
   // The fake workers answer at once; a loaded machine must not turn a slow
   // poll into an unhealthy worker (a stopped server fails at once anyway).
@@ -76,7 +77,8 @@ absl::Status RouterHarness::Start() {
                                        : options_.chat_template != nullptr ? options_.chat_template
                                                                            : &chat_template_,
                                        options_.router);
-  service_ = std::make_unique<RouterService>(core_.get(), options_.authorize);
+  service_ =
+      std::make_unique<RouterService>(core_.get(), options_.authorize, options_.router.clock);
   absl::StatusOr<rpc::RunningServer> s = rpc::StartServer({}, {service_.get()});
   if (!s.ok()) return s.status();
   router_server_ = *std::move(s);

@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/model/chat_template.h"
-#include "common/model/tokenizer.h"
+#include "common/chat/chat_template.h"
 #include "common/rpc/server.h"
+#include "common/tokenizer/tokenizer.h"
 #include "router/router_core.h"
 #include "router/router_service.h"
 #include "router/worker_registry.h"

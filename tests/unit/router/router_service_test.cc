@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/model/incremental_detokenizer.h"
-#include "common/model/tokenizer.h"
 #include "common/rpc/grpc_status.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/request_driver.h"
