@@ -1,5 +1,12 @@
 // What a prefill job is: the request (prompt, sampling, the decode worker's
 // KV lease), its result, and the loop's bookkeeping for it.
+//
+// Ownership: PrefillLoop owns a job from Submit until its reply: first in
+// its queue, then in the scheduler, whose block table holds the job's KV
+// blocks until the transfer has let go of them. The reply callback (`done`)
+// is called exactly once, on the loop's thread (or Submit's, for a job
+// refused at once), with the result or the error PrefillLoop documents.
+// internal::Job is the scheduler's; only the loop's thread touches it.
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
 #define TANDEM_PREFILL_WORKER_PREFILL_JOB_H_
 

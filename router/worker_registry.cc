@@ -30,14 +30,6 @@
 namespace tandem::router {
 namespace {
 
-constexpr absl::string_view kFilePrefix = "file:";
-
-bool IsFileTarget(const std::string& target) { return absl::StartsWith(target, kFilePrefix); }
-
-absl::StatusOr<HostPort> SplitTarget(const std::string& target) {
-  return ParseHostPort(target, "worker target");
-}
-
 ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
   return ModelIdentity{.model = stats.model(),
                        .weights_fingerprint = stats.weights_fingerprint(),
@@ -47,97 +39,6 @@ ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<std::string>> ResolveTarget(const std::string& target) {
-  absl::StatusOr<HostPort> hp = SplitTarget(target);
-  if (!hp.ok()) return hp.status();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* result = nullptr;
-  const int rc = getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &result);
-  if (rc != 0) {
-    const std::string why = gai_strerror(rc);
-    if (rc == EAI_NONAME) {
-      return absl::NotFoundError(absl::StrCat("cannot resolve '", target, "': ", why));
-    }
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", target, "': ", why));
-  }
-  std::set<std::string> addresses;
-  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
-    char ip[INET6_ADDRSTRLEN] = {};
-    if (ai->ai_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, ip, sizeof(ip));
-      addresses.insert(absl::StrCat(ip, ":", hp->port));
-    } else if (ai->ai_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, ip, sizeof(ip));
-      addresses.insert(absl::StrCat("[", ip, "]:", hp->port));
-    }
-  }
-  freeaddrinfo(result);
-  if (addresses.empty()) {
-    return absl::NotFoundError(absl::StrCat("'", target, "' resolved to no IP address"));
-  }
-  return std::vector<std::string>(addresses.begin(), addresses.end());
-}
-
-absl::StatusOr<std::vector<std::string>> ReadTargetFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    const std::string why =
-        absl::StrCat("cannot open worker target file ", path, ": ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(why) : absl::FailedPreconditionError(why);
-  }
-  std::string text;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n == 0) break;
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      close(fd);
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot read worker target file ", path, ": ", std::strerror(error)));
-    }
-    text.append(buffer, static_cast<size_t>(n));
-    if (static_cast<int64_t>(text.size()) > kMaxTargetFileBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrCat("worker target file ", path, " is over ",
-                                                     kMaxTargetFileBytes, " bytes; list at most ",
-                                                     kMaxTargetFileTargets, " host:port targets"));
-    }
-  }
-  close(fd);
-  std::vector<std::string> targets;
-  std::set<std::string> seen;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    std::string target(line);
-    if (IsFileTarget(target)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " line ", line_number,
-                       ": a worker target file lists host:port targets, not "
-                       "other files"));
-    }
-    if (absl::StatusOr<HostPort> hp = SplitTarget(target); !hp.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " line ", line_number, ": ", hp.status().message()));
-    }
-    if (!seen.insert(target).second) continue;
-    if (static_cast<int>(targets.size()) == kMaxTargetFileTargets) {
-      return absl::InvalidArgumentError(absl::StrCat("worker target file ", path,
-                                                     " lists more than ", kMaxTargetFileTargets,
-                                                     " targets; list fewer"));
-    }
-    targets.push_back(std::move(target));
-  }
-  return targets;
-}
 
 // ---------------------------------------------------------------------------
 // Worker
@@ -364,7 +265,7 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
     for (const std::string& t : *targets) {
       if (IsFileTarget(t)) {
         absl::StatusOr<std::vector<std::string>> listed =
-            ReadTargetFile(t.substr(kFilePrefix.size()));
+            ReadTargetFile(t.substr(kFileTargetPrefix.size()));
         if (!listed.ok()) {
           return absl::Status(listed.status().code(),
                               absl::StrCat("worker target '", t, "': ", listed.status().message(),
@@ -372,7 +273,7 @@ absl::StatusOr<std::unique_ptr<WorkerRegistry>> WorkerRegistry::Create(RegistryO
                                            "per line"));
         }
         files[t] = *std::move(listed);
-      } else if (absl::StatusOr<HostPort> hp = SplitTarget(t); !hp.ok()) {
+      } else if (absl::StatusOr<HostPort> hp = ParseHostPort(t, "worker target"); !hp.ok()) {
         return hp.status();
       }
     }
@@ -462,7 +363,7 @@ std::map<std::string, std::string> WorkerRegistry::ExpandFileTargets(
     }
     // Read outside the lock: the file may sit on a slow volume.
     absl::StatusOr<std::vector<std::string>> listed =
-        ReadTargetFile(target.substr(kFilePrefix.size()));
+        ReadTargetFile(target.substr(kFileTargetPrefix.size()));
     absl::MutexLock lock(&mu_);
     std::vector<std::string>& last = file_targets_[target];
     if (listed.ok()) {

@@ -1,5 +1,12 @@
 // The blocks holding one sequence's KV cache, in position order: token at
 // position p lives in slot p % block_size of block blocks()[p / block_size].
+//
+// Ownership: the table holds one reference on each of its blocks in the
+// BlockPool it reserved them from (or adopted them with); it does not free
+// them by itself. Release() gives them back, and must be called, with that
+// same pool, before the table is destroyed or reused: a table dropped
+// without Release leaks its blocks (the pool's counts say so).
+// Thread-compatible: the pool's single user (a worker's loop) drives it.
 #ifndef TANDEM_COMMON_KVCACHE_BLOCK_TABLE_H_
 #define TANDEM_COMMON_KVCACHE_BLOCK_TABLE_H_
 

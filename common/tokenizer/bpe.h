@@ -15,7 +15,11 @@
 namespace tandem {
 
 // Immutable once built (after the last AddMerge); then safe to use from many
-// threads, each with its own Scratch.
+// threads, each with its own Scratch. Building is single-threaded. It owns
+// its vocabulary and merge table; callers own the ids and scratch they
+// pass. Only AddMerge fails; EncodeWord cannot: a character missing from
+// the vocabulary becomes unk_id, its <0xXX> byte tokens, or nothing, as
+// Options say.
 class BpeModel {
  public:
   struct Options {

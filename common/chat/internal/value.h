@@ -7,6 +7,12 @@
 // Values are immutable and cheap to copy: JSON data is shared, and a
 // subscript points into its parent without copying it. A namespace is shared
 // by reference, as in Python.
+//
+// Thread safety: a Value may be read from several threads at once (its
+// shared data is never written after it is built) but a namespace's
+// attributes are written by the one render that owns it. Errors of the
+// operations on values are statuses with Python-like messages
+// (INVALID_ARGUMENT), never exceptions.
 #ifndef TANDEM_COMMON_CHAT_INTERNAL_VALUE_H_
 #define TANDEM_COMMON_CHAT_INTERNAL_VALUE_H_
 

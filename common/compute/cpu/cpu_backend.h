@@ -2,6 +2,14 @@
 // vectorised kernels for the rest, all cores through OpenMP. Kernels are
 // compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at load time
 // by the CPU's features, so one binary runs everywhere.
+//
+// Thread-compatible, as Backend is: one thread (an engine's) issues its
+// operations; its kernels use the OpenMP pool inside each call. Buffers it
+// allocates are host memory owned by the DeviceBuffer handed out (freed
+// when that is destroyed). Create fails with INVALID_ARGUMENT for a
+// negative thread count and FAILED_PRECONDITION when OpenBLAS cannot be
+// loaded; an allocation the host cannot satisfy is RESOURCE_EXHAUSTED.
+// Work is synchronous: an operation has finished when it returns.
 #ifndef TANDEM_COMMON_COMPUTE_CPU_CPU_BACKEND_H_
 #define TANDEM_COMMON_COMPUTE_CPU_CPU_BACKEND_H_
 

@@ -2,6 +2,14 @@
 // stream of their own (non-blocking, so they overlap the kernels on the
 // legacy default stream) ordered after the compute work by events.
 // Internal to the CUDA backend: CudaBackend::kv_copier() hands it out.
+//
+// Ownership: the backend owns the copier, and the copier its stream and
+// events; staging it allocates (page-locked) belongs to the returned
+// DeviceBuffer. Thread-compatible: the worker's loop thread, which also
+// drives the backend, queues and polls the copies. A CUDA error is
+// returned as a status by the call that meets it (CudaStatus: naming the
+// CUDA call), a copy that failed on the device reports its error from
+// Finished, and an unknown ticket is NOT_FOUND; nothing is retried.
 #ifndef TANDEM_COMMON_COMPUTE_CUDA_CUDA_KV_COPIER_H_
 #define TANDEM_COMMON_COMPUTE_CUDA_CUDA_KV_COPIER_H_
 
