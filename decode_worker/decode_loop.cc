@@ -8,8 +8,8 @@
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-#include "common/engine/worker_health.h"
 #include "common/worker/worker_engine.h"
+#include "common/worker/worker_health.h"
 #include "decode_worker/sequence.h"
 
 namespace tandem::decode {

@@ -4,8 +4,8 @@
 
 #include "absl/time/time.h"
 #include "common/engine/engine_proto.h"
-#include "common/engine/finish_reason_proto.h"
-#include "common/engine/worker_stats_proto.h"
+#include "common/worker/finish_reason_proto.h"
+#include "common/worker/worker_stats_proto.h"
 
 namespace tandem::decode {
 Request FromProto(const v1::DecodeRequest& request) {

@@ -38,11 +38,12 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* DecodeService::Generate(
   auto [reactor, writer] = rpc::StreamWriter<v1::DecodeEvent>::Create();
   Request r = FromProto(*request);
   r.deadline = Deadline(*ctx);
+  // A named copy: structured bindings cannot be captured (clang 14).
+  std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> out = writer;
   absl::StatusOr<DecodeLoop::Ticket> ticket = loop_->Submit(
-      std::move(r),
-      std::make_shared<ProtoEventSink>(
-          [writer](v1::DecodeEvent event) { writer->Write(std::move(event)); },
-          [writer](const absl::Status& status) { writer->Finish(rpc::ToGrpc(status)); }));
+      std::move(r), std::make_shared<ProtoEventSink>(
+                        [out](v1::DecodeEvent event) { out->Write(std::move(event)); },
+                        [out](const absl::Status& status) { out->Finish(rpc::ToGrpc(status)); }));
   if (!ticket.ok()) {
     writer->Finish(rpc::ToGrpc(ticket.status()));
     return reactor;

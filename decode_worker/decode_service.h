@@ -10,8 +10,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/engine/cache_events_proto.h"
 #include "common/rpc/server.h"
+#include "common/worker/cache_events_proto.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_proto.h"
 #include "tandem/v1/worker.grpc.pb.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/engine/logprobs.h"
-#include "common/engine/worker_health.h"
+#include "common/worker/worker_health.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/sequence.h"
 

@@ -17,7 +17,7 @@
 #include "common/engine/generate.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
-#include "common/engine/worker_stats.h"
+#include "common/worker/worker_stats.h"
 
 namespace tandem::decode {
 

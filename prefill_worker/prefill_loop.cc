@@ -7,8 +7,8 @@
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-#include "common/engine/worker_health.h"
 #include "common/kvcache/kv_layout.h"
+#include "common/worker/worker_health.h"
 
 namespace tandem::prefill {
 namespace {

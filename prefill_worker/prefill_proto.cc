@@ -1,7 +1,7 @@
 #include "prefill_worker/prefill_proto.h"
 
 #include "common/engine/engine_proto.h"
-#include "common/engine/worker_stats_proto.h"
+#include "common/worker/worker_stats_proto.h"
 
 namespace tandem::prefill {
 

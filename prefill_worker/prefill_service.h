@@ -10,9 +10,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
-#include "common/engine/cache_events_proto.h"
 #include "common/engine/sampler.h"
 #include "common/rpc/server.h"
+#include "common/worker/cache_events_proto.h"
 #include "prefill_worker/prefill_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/logging.h"
-#include "common/engine/cache_events_proto.h"
+#include "common/worker/cache_events_proto.h"
 
 namespace tandem::router {
 

@@ -25,7 +25,7 @@
 #include "absl/time/clock.h"
 #include "common/base/host_port.h"
 #include "common/base/logging.h"
-#include "common/engine/worker_stats_proto.h"
+#include "common/worker/worker_stats_proto.h"
 
 namespace tandem::router {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/worker_stats.h"
+#include "common/worker/worker_stats.h"
 
 namespace tandem::router {
 

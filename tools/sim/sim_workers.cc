@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/base/status_macros.h"
-#include "common/engine/cache_events_proto.h"
+#include "common/worker/cache_events_proto.h"
 #include "decode_worker/decode_proto.h"
 #include "prefill_worker/prefill_proto.h"
 
@@ -50,6 +50,27 @@ void Deliver(Executor* router, const Clock* worker, std::function<void()> fn) {
 // The status a cancelled call ends with, as a transport reports it.
 absl::Status CancelledCall() { return absl::CancelledError("the call was cancelled"); }
 
+// A call answered at once (a refusal, or stats read on the spot), on the
+// router's executor: never on the caller's stack.
+template <typename T>
+std::shared_ptr<WorkerCall> AnswerNow(Executor* router, absl::StatusOr<T> result,
+                                      WorkerChannel::ResultFn<T> on_done) {
+  auto call = std::make_shared<Call>(nullptr);
+  router->Post([call, on_done = std::move(on_done), result = std::move(result)]() mutable {
+    if (call->End()) on_done(std::move(result));
+  });
+  return call;
+}
+
+// The GetStats answer of a worker: its stats and its cache events after the
+// cursor `request` names.
+template <typename Loop>
+absl::StatusOr<v1::WorkerStats> StatsReply(v1::WorkerStats stats, const Loop& loop, uint64_t epoch,
+                                           const v1::StatsRequest& request) {
+  CacheEventsReply(loop.cache_events(), epoch, request, &stats);
+  return stats;
+}
+
 class DecodeChannel final : public WorkerChannel {
  public:
   DecodeChannel(decode::DecodeLoop* loop, uint64_t epoch, Executor* router, const Clock* clock)
@@ -94,11 +115,8 @@ class DecodeChannel final : public WorkerChannel {
 
   std::shared_ptr<WorkerCall> Prefill(v1::PrefillRequest, absl::Time,
                                       ResultFn<v1::PrefillResponse> on_done) override {
-    auto call = std::make_shared<Call>(nullptr);
-    router_->Post([call, on_done = std::move(on_done)] {
-      if (call->End()) on_done(absl::UnimplementedError("a decode worker serves no Prefill"));
-    });
-    return call;
+    return AnswerNow<v1::PrefillResponse>(
+        router_, absl::UnimplementedError("a decode worker serves no Prefill"), std::move(on_done));
   }
 
   std::shared_ptr<WorkerCall> Start(v1::StartRequest request, absl::Time,
@@ -129,13 +147,8 @@ class DecodeChannel final : public WorkerChannel {
 
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time,
                                        ResultFn<v1::WorkerStats> on_done) override {
-    v1::WorkerStats stats = decode::ToProto(loop_->Stats());
-    CacheEventsReply(loop_->cache_events(), epoch_, request, &stats);
-    auto call = std::make_shared<Call>(nullptr);
-    router_->Post([call, on_done = std::move(on_done), stats = std::move(stats)]() mutable {
-      if (call->End()) on_done(std::move(stats));
-    });
-    return call;
+    return AnswerNow(router_, StatsReply(decode::ToProto(loop_->Stats()), *loop_, epoch_, request),
+                     std::move(on_done));
   }
 
  private:
@@ -193,22 +206,15 @@ class PrefillChannel final : public WorkerChannel {
 
   std::shared_ptr<WorkerCall> Start(v1::StartRequest, absl::Time,
                                     ResultFn<v1::StartResponse> on_done) override {
-    auto call = std::make_shared<Call>(nullptr);
-    router_->Post([call, on_done = std::move(on_done)] {
-      if (call->End()) on_done(absl::UnimplementedError("a prefill worker serves no Start"));
-    });
-    return call;
+    return AnswerNow<v1::StartResponse>(
+        router_, absl::UnimplementedError("a prefill worker serves no Start"), std::move(on_done));
   }
 
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time,
                                        ResultFn<v1::WorkerStats> on_done) override {
-    v1::WorkerStats stats = prefill::StatsToProto(loop_->Stats());
-    CacheEventsReply(loop_->cache_events(), epoch_, request, &stats);
-    auto call = std::make_shared<Call>(nullptr);
-    router_->Post([call, on_done = std::move(on_done), stats = std::move(stats)]() mutable {
-      if (call->End()) on_done(std::move(stats));
-    });
-    return call;
+    return AnswerNow(router_,
+                     StatsReply(prefill::StatsToProto(loop_->Stats()), *loop_, epoch_, request),
+                     std::move(on_done));
   }
 
  private:

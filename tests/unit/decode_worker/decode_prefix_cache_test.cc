@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/worker_stats_proto.h"
+#include "common/worker/worker_stats_proto.h"
 #include "decode_worker/decode_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/cache_events_proto.h"
 #include "common/kvcache/block_pool.h"
 #include "common/kvcache/cache_events.h"
+#include "common/worker/cache_events_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/prefix_index.h"

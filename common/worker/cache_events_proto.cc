@@ -1,4 +1,4 @@
-#include "common/engine/cache_events_proto.h"
+#include "common/worker/cache_events_proto.h"
 
 #include <algorithm>
 

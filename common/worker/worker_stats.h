@@ -3,8 +3,8 @@
 // services send it with WorkerStatsToProto, and the router's view of a
 // worker (WorkerSnapshot) starts from the one WorkerStatsFromProto reads
 // back (worker_stats_proto.h).
-#ifndef TANDEM_COMMON_ENGINE_WORKER_STATS_H_
-#define TANDEM_COMMON_ENGINE_WORKER_STATS_H_
+#ifndef TANDEM_COMMON_WORKER_WORKER_STATS_H_
+#define TANDEM_COMMON_WORKER_WORKER_STATS_H_
 
 #include <cstdint>
 #include <string>
@@ -51,4 +51,4 @@ struct WorkerStatsRecord {
 
 }  // namespace tandem
 
-#endif  // TANDEM_COMMON_ENGINE_WORKER_STATS_H_
+#endif  // TANDEM_COMMON_WORKER_WORKER_STATS_H_

@@ -2,8 +2,8 @@
 // the stats (device memory, KV cache, failure), and the refusal of new
 // requests once the engine failed (Engine::status()). Both are thread-safe,
 // as Engine::status() is.
-#ifndef TANDEM_COMMON_ENGINE_WORKER_HEALTH_H_
-#define TANDEM_COMMON_ENGINE_WORKER_HEALTH_H_
+#ifndef TANDEM_COMMON_WORKER_WORKER_HEALTH_H_
+#define TANDEM_COMMON_WORKER_WORKER_HEALTH_H_
 
 #include <string>
 #include <string_view>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
-#include "common/engine/worker_stats.h"
+#include "common/worker/worker_stats.h"
 
 namespace tandem {
 
@@ -34,4 +34,4 @@ inline absl::Status EngineRefusal(const Engine& engine, std::string_view worker)
 
 }  // namespace tandem
 
-#endif  // TANDEM_COMMON_ENGINE_WORKER_HEALTH_H_
+#endif  // TANDEM_COMMON_WORKER_WORKER_HEALTH_H_

@@ -1,4 +1,4 @@
-#include "common/engine/worker_stats_proto.h"
+#include "common/worker/worker_stats_proto.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "common/engine/finish_reason_proto.h"
+#include "common/worker/finish_reason_proto.h"
 
 namespace tandem {
 

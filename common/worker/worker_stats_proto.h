@@ -1,8 +1,8 @@
 // WorkerStatsRecord to and from worker.proto's WorkerStats.
-#ifndef TANDEM_COMMON_ENGINE_WORKER_STATS_PROTO_H_
-#define TANDEM_COMMON_ENGINE_WORKER_STATS_PROTO_H_
+#ifndef TANDEM_COMMON_WORKER_WORKER_STATS_PROTO_H_
+#define TANDEM_COMMON_WORKER_WORKER_STATS_PROTO_H_
 
-#include "common/engine/worker_stats.h"
+#include "common/worker/worker_stats.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem {
@@ -13,4 +13,4 @@ WorkerStatsRecord WorkerStatsFromProto(const v1::WorkerStats& proto);
 
 }  // namespace tandem
 
-#endif  // TANDEM_COMMON_ENGINE_WORKER_STATS_PROTO_H_
+#endif  // TANDEM_COMMON_WORKER_WORKER_STATS_PROTO_H_

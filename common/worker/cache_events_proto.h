@@ -1,8 +1,8 @@
 // A worker's prefix cache events (common/kvcache/cache_events.h) in
 // worker.proto's form: what GetStats serves to the router after the cursor
 // it asks for, and what the router reads back.
-#ifndef TANDEM_COMMON_ENGINE_CACHE_EVENTS_PROTO_H_
-#define TANDEM_COMMON_ENGINE_CACHE_EVENTS_PROTO_H_
+#ifndef TANDEM_COMMON_WORKER_CACHE_EVENTS_PROTO_H_
+#define TANDEM_COMMON_WORKER_CACHE_EVENTS_PROTO_H_
 
 #include <cstdint>
 #include <span>
@@ -39,4 +39,4 @@ absl::StatusOr<std::vector<CacheEvent>> CacheEventsFromProto(const v1::WorkerSta
 
 }  // namespace tandem
 
-#endif  // TANDEM_COMMON_ENGINE_CACHE_EVENTS_PROTO_H_
+#endif  // TANDEM_COMMON_WORKER_CACHE_EVENTS_PROTO_H_
