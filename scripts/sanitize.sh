@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-read -r -a tests <<<"${TANDEM_SANITIZE_TESTS:-router_test router_http_server_test \
+read -r -a tests <<<"${TANDEM_SANITIZE_TESTS:-router_test router_http_server_test http_server_test \
 router_limits_test router_metrics_test prefill_worker_test decode_worker_test kvtransfer_test}"
 
 # The top CMakeLists builds UB checks without recovery: UB fails a test.
