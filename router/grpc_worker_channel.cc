@@ -80,18 +80,25 @@ class UnaryCall final : public WorkerCall {
     std::shared_ptr<UnaryCall> call(new UnaryCall());
     call->request_ = std::move(request);
     call->context_.set_deadline(rpc::ToChrono(deadline));
+    call->on_done_ = std::move(on_done);
     // The lambda keeps the call (context, request, response) alive until
     // gRPC is done with it.
     rpc::HandToGrpc(call.get());
-    async(&call->context_, &call->request_, &call->response_,
-          [call, on_done = std::move(on_done)](grpc::Status status) {
-            rpc::TakeFromGrpc(call.get());
-            if (status.ok()) {
-              on_done(std::move(call->response_));
-            } else {
-              on_done(rpc::FromGrpc(status));
-            }
-          });
+    async(&call->context_, &call->request_, &call->response_, [call](grpc::Status status) mutable {
+      rpc::TakeFromGrpc(call.get());
+      // The callback (and what it holds, such as the caller's worker
+      // and so its channel) goes after the call: the call's context
+      // holds a reference to the channel, and the last one must not
+      // be dropped on a gRPC thread (gRPC 1.51 joins its own threads
+      // from there and aborts).
+      WorkerChannel::ResultFn<Response> on_done = std::move(call->on_done_);
+      if (status.ok()) {
+        on_done(std::move(call->response_));
+      } else {
+        on_done(rpc::FromGrpc(status));
+      }
+      call.reset();
+    });
     return call;
   }
 
@@ -102,6 +109,7 @@ class UnaryCall final : public WorkerCall {
   grpc::ClientContext context_;
   Request request_;
   Response response_;
+  WorkerChannel::ResultFn<Response> on_done_;
 };
 
 class GrpcWorkerChannel final : public WorkerChannel {

@@ -481,19 +481,19 @@ void WorkerRegistry::StartPollRound(std::function<void()> on_done) {
     const uint64_t poll = worker->BeginPoll();
     v1::StatsRequest request;
     worker->cache_events().FillRequest(&request);
-    // The callback holds no reference to the worker: a worker that leaves
-    // the registry meanwhile is released by the registry's own threads.
-    std::weak_ptr<Worker> weak = worker;
+    // The callback holds the worker until the call is gone: a worker that
+    // leaves the registry meanwhile is then released (to the registry's
+    // own threads, NewWorker) by the callback, after the call's reference
+    // to its channel.
     worker->channel().GetStats(
-        request, deadline, [weak, poll, request, answered](absl::StatusOr<v1::WorkerStats> stats) {
-          if (std::shared_ptr<Worker> w = weak.lock()) {
-            if (stats.ok()) {
-              // The stats kept per worker leave the events out.
-              w->cache_events().Receive(request, *stats);
-              stats->clear_cache_events();
-            }
-            w->RecordPoll(poll, stats);
+        request, deadline,
+        [w = worker, poll, request, answered](absl::StatusOr<v1::WorkerStats> stats) {
+          if (stats.ok()) {
+            // The stats kept per worker leave the events out.
+            w->cache_events().Receive(request, *stats);
+            stats->clear_cache_events();
           }
+          w->RecordPoll(poll, stats);
           answered();
         });
   }
