@@ -154,18 +154,19 @@ class GrpcWorkerChannel final : public WorkerChannel {
 
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time deadline,
                                        ResultFn<v1::WorkerStats> on_done) override {
-    using Call = UnaryCall<v1::StatsRequest, v1::WorkerStats>;
-    if (prefill_stub_ != nullptr) {
-      v1::PrefillWorker::Stub* stub = prefill_stub_.get();
-      return Call::Start(
-          [stub](grpc::ClientContext* c, const v1::StatsRequest* q, v1::WorkerStats* s,
-                 std::function<void(grpc::Status)> done) {
-            stub->async()->GetStats(c, q, s, std::move(done));
-          },
-          std::move(request), Real(deadline), std::move(on_done));
-    }
-    v1::DecodeWorker::Stub* stub = decode_stub_.get();
-    return Call::Start(
+    return prefill_stub_ != nullptr ? StartGetStats(prefill_stub_.get(), std::move(request),
+                                                    deadline, std::move(on_done))
+                                    : StartGetStats(decode_stub_.get(), std::move(request),
+                                                    deadline, std::move(on_done));
+  }
+
+ private:
+  // GetStats on either role's stub.
+  template <typename Stub>
+  std::shared_ptr<WorkerCall> StartGetStats(Stub* stub, v1::StatsRequest request,
+                                            absl::Time deadline,
+                                            ResultFn<v1::WorkerStats> on_done) {
+    return UnaryCall<v1::StatsRequest, v1::WorkerStats>::Start(
         [stub](grpc::ClientContext* c, const v1::StatsRequest* q, v1::WorkerStats* s,
                std::function<void(grpc::Status)> done) {
           stub->async()->GetStats(c, q, s, std::move(done));
@@ -173,7 +174,6 @@ class GrpcWorkerChannel final : public WorkerChannel {
         std::move(request), Real(deadline), std::move(on_done));
   }
 
- private:
   // The wall-clock time of a deadline on the router's clock.
   absl::Time Real(absl::Time deadline) const { return ToRealTime(deadline, *clock_); }
 
