@@ -35,11 +35,16 @@ work="$(mktemp -d /dev/shm/tandem-bench-gpu.XXXXXX)"
 port=$((24000 + $$ % 5000))
 export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$work/cluster"
 trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-model="$work/llama3-8b"
-"$bin/tandem-convert" --synthetic llama3-8b --vocab_size 32000 --seq_len 4096 \
+# TANDEM_BENCH_SHAPE=stories15M TANDEM_BENCH_BACKEND=cpu rehearses the
+# cluster part on a machine without a GPU.
+shape="${TANDEM_BENCH_SHAPE:-llama3-8b}"
+model="$work/$shape"
+"$bin/tandem-convert" --synthetic "$shape" --vocab_size 32000 --seq_len 4096 \
   --tokenizer "$models/tokenizer.bin" --dtype bf16 --output "$model"
 # Both workers share the GPU: each sizes its KV pool from its own share.
 gpu=(--backend=cuda --device=0 --gpu_memory_fraction=0.45)
+solo=(--backend=cuda --device=0 --gpu_memory_fraction=0.9)
+if [[ "${TANDEM_BENCH_BACKEND:-cuda}" == cpu ]]; then gpu=(--backend=cpu) solo=(--backend=cpu); fi
 cluster_up() {
   "$root/deploy/local/cluster.sh" up --port "$port" --model "$model" "$@" \
     >/dev/null 2>>"$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
@@ -64,7 +69,7 @@ bench "$work/transfer.json" --input_len 2048 --output_len 2 --max_concurrency 1 
 python3 - "$TANDEM_CLUSTER_DIR/requests.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows = [r for r in rows if r["status"] == "OK" and r["disaggregated"]]
+rows = [r for r in rows if r["status"] == "ok" and r["disaggregated"]]
 if not rows:
     sys.exit("no disaggregated request in the log")
 kv = statistics.median(r["kv_bytes"] for r in rows)
@@ -96,4 +101,4 @@ run() {  # run LABEL CLUSTER_ARGS...
 run "disaggregated, 1 prefill + 1 decode" --prefill 1 --decode 1 --prefill_args "${gpu[*]}" \
   --decode_args "${gpu[*]}"
 run "colocated, 1 decode worker" --prefill 0 --decode 1 \
-  --decode_args "--backend=cuda --device=0 --gpu_memory_fraction=0.9"
+  --decode_args "${solo[*]}"
