@@ -1,5 +1,5 @@
-// KV block admission with a watermark, growth of the running batch, and
-// preemption by recompute.
+// Growth of the running batch and preemption by recompute (see also
+// decode_admission.cc, which admits waiting requests).
 //
 // A request takes at admission only its prompt's blocks and room for its
 // first decode token (per choice); admission leaves kv_watermark_blocks
@@ -16,80 +16,45 @@
 // victim wrote are registered in the prefix cache before they are given
 // back, so that unless they were evicted in between, its recompute finds
 // them and computes only the last, partly filled block of each choice.
-//
-// The waiting requests (queued, never admitted, and preempted ones) are
-// admitted in order of priority (larger first), then arrival; the first
-// that does not fit stops admission, so that a large request is not
-// overtaken forever by small ones. The watermark is waived when no other
-// request holds blocks: a request that fits the pool alone always runs.
+#include "decode_worker/decode_preemption.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "decode_worker/decode_loop.h"
-#include "decode_worker/sequence.h"
 
 namespace tandem::decode {
 
-namespace {
-
-// Whether `a` runs before `b`: larger priority, then earlier arrival.
-bool RanksBefore(const Request& a, uint64_t a_ticket, const Request& b, uint64_t b_ticket) {
-  if (a.priority != b.priority) return a.priority > b.priority;
-  return a_ticket < b_ticket;
+bool RanksBefore(const Sequence& a, const Sequence& b) {
+  if (a.request.priority != b.request.priority) return a.request.priority > b.request.priority;
+  return a.ticket < b.ticket;
 }
 
-}  // namespace
-
-int DecodeLoop::AdmissionRoom() const {
-  const int free = engine_->block_pool().num_free();
-  for (const auto& [ticket, seq] : sequences_) {
-    if (!seq->waiting_for_blocks() && seq->state != Sequence::State::kEnded) {
-      return std::max(0, free - options_.kv_watermark_blocks);
-    }
-  }
-  return free;
-}
-
-void DecodeLoop::AdmitWaiting() {
-  std::vector<Sequence*> waiting;
-  for (auto& [ticket, seq] : sequences_) {
-    if (seq->waiting_for_blocks()) waiting.push_back(seq.get());
-  }
-  std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) {
-    return RanksBefore(a->request, a->ticket, b->request, b->ticket);
-  });
-  for (Sequence* seq : waiting) {
-    const bool admitted = seq->state == Sequence::State::kQueued ? Admit(*seq) : Resume(*seq);
-    if (!admitted) return;
-  }
-}
-
-void DecodeLoop::GrowRunning() {
+void Preemption::GrowRunning() {
   std::vector<Sequence*> running;
-  for (auto& [ticket, seq] : sequences_) {
+  for (auto& [ticket, seq] : s_.sequences) {
     if (seq->state == Sequence::State::kRunning) running.push_back(seq.get());
   }
   // The likeliest victims grow last.
-  std::sort(running.begin(), running.end(), [](const Sequence* a, const Sequence* b) {
-    return RanksBefore(a->request, a->ticket, b->request, b->ticket);
-  });
+  std::sort(running.begin(), running.end(),
+            [](const Sequence* a, const Sequence* b) { return RanksBefore(*a, *b); });
   for (Sequence* seq : running) {
     if (seq->state == Sequence::State::kRunning) GrowSequence(*seq);
   }
 }
 
-void DecodeLoop::GrowSequence(Sequence& seq) {
-  BlockPool& pool = engine_->block_pool();
+void Preemption::GrowSequence(Sequence& seq) {
+  BlockPool& pool = s_.pool();
   for (Choice& choice : seq.choices) {
     while (choice.running) {  // Preempting `seq` itself stops its choices.
       const absl::Status grown = choice.table.Reserve(1, pool);
       if (grown.ok()) break;
       if (!absl::IsResourceExhausted(grown)) {
         // `seq` is destroyed.
-        return Fail(seq, absl::InternalError(absl::StrCat("growing the KV cache of choice ",
-                                                          choice.index, ": ", grown.message())));
+        return emitter_.Fail(
+            seq, absl::InternalError(absl::StrCat("growing the KV cache of choice ", choice.index,
+                                                  ": ", grown.message())));
       }
       // `seq` itself is running, so there is always one.
       Preempt(*PickVictim());
@@ -98,12 +63,11 @@ void DecodeLoop::GrowSequence(Sequence& seq) {
   }
 }
 
-DecodeLoop::Sequence* DecodeLoop::PickVictim() {
+Sequence* Preemption::PickVictim() {
   Sequence* victim = nullptr;
-  for (auto& [ticket, seq] : sequences_) {
+  for (auto& [ticket, seq] : s_.sequences) {
     if (seq->state != Sequence::State::kRunning) continue;
-    if (victim == nullptr ||
-        RanksBefore(victim->request, victim->ticket, seq->request, seq->ticket)) {
+    if (victim == nullptr || RanksBefore(*victim, *seq)) {
       victim = seq.get();
     }
   }
@@ -111,22 +75,22 @@ DecodeLoop::Sequence* DecodeLoop::PickVictim() {
   return victim;
 }
 
-void DecodeLoop::Preempt(Sequence& seq) {
+void Preemption::Preempt(Sequence& seq) {
   // Each unfinished choice keeps its tokens, the input of its next step and
   // its sampler (random stream included), so that after the recompute it
   // continues exactly as it would have.
   for (Choice& choice : seq.choices) {
     if (choice.finished) continue;
     choice.running = false;
-    ReleaseChoice(choice);
+    emitter_.ReleaseChoice(choice);
   }
   seq.MoveTo(Sequence::State::kPreempted);
-  ++preemptions_;
+  ++s_.preemptions;
 }
 
-bool DecodeLoop::Resume(Sequence& seq) {
-  BlockPool& pool = engine_->block_pool();
-  const int block_size = engine_->kv_layout().block_size;
+bool Preemption::Resume(Sequence& seq) {
+  BlockPool& pool = s_.pool();
+  const int block_size = s_.block_size();
   // Each unfinished choice's written tokens, from the prefix cache where it
   // still holds their full blocks, and room for its next decode token.
   std::vector<std::vector<int32_t>> hits(seq.choices.size());
@@ -134,14 +98,14 @@ bool DecodeLoop::Resume(Sequence& seq) {
   for (Choice& choice : seq.choices) {
     if (choice.finished) continue;
     const int written = static_cast<int>(choice.tokens.size());
-    if (options_.prefix_cache) {
+    if (s_.options.prefix_cache) {
       const size_t full = std::min(choice.hashes.size(), static_cast<size_t>(written / block_size));
       hits[choice.index] =
           pool.AcquirePrefix(std::span<const BlockHash>(choice.hashes).first(full));
     }
     fresh += static_cast<int>(BlocksFor(written + 1, block_size) - hits[choice.index].size());
   }
-  if (fresh > AdmissionRoom()) {
+  if (fresh > s_.AdmissionRoom()) {
     for (const std::vector<int32_t>& h : hits) pool.Release(h);
     return false;
   }
@@ -157,7 +121,7 @@ bool DecodeLoop::Resume(Sequence& seq) {
   return true;
 }
 
-int DecodeLoop::RecomputeLeft(const Sequence& seq) {
+int Preemption::RecomputeLeft(const Sequence& seq) {
   int left = 0;
   for (const Choice& choice : seq.choices) {
     if (!choice.finished) {
@@ -167,7 +131,7 @@ int DecodeLoop::RecomputeLeft(const Sequence& seq) {
   return left;
 }
 
-void DecodeLoop::EndRecompute(Sequence& seq) {
+void Preemption::EndRecompute(Sequence& seq) {
   if (RecomputeLeft(seq) > 0) return;
   seq.MoveTo(Sequence::State::kRunning);
   for (Choice& choice : seq.choices) choice.running = !choice.finished;

@@ -1,7 +1,6 @@
-// One scheduling step of the decode loop: build the batch the schedule
-// policy plans (decode tokens, local prefill chunks and recomputed tokens of
-// preempted requests within the token and
-// logit-row budgets), run the engine, sample and emit.
+// One engine step of the decode core: plan, step, hand the rows on.
+#include "decode_worker/decode_step.h"
+
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -10,8 +9,6 @@
 #include "common/base/logging.h"
 #include "common/engine/logprobs.h"
 #include "common/worker/worker_health.h"
-#include "decode_worker/decode_loop.h"
-#include "decode_worker/sequence.h"
 
 namespace tandem::decode {
 
@@ -19,7 +16,7 @@ namespace {
 
 // What one batch item does for its sequence.
 struct Planned {
-  DecodeLoop::Ticket ticket;
+  Ticket ticket;
   int choice;          // Decode, recompute: the choice stepped. Prefill: 0.
   int prefill_tokens;  // 0: a decode token
   int prefill_start;   // Prompt position of the chunk's first token.
@@ -29,21 +26,30 @@ struct Planned {
 
 }  // namespace
 
-bool DecodeLoop::StepOnce() {
-  if (const absl::Status refusal = EngineRefusal(*engine_, "decode worker"); !refusal.ok()) {
+BatchStepper::BatchStepper(DecodeState& state, Emitter& emitter, Preemption& preemption,
+                           RemotePrefill& remote)
+    : s_(state),
+      emitter_(emitter),
+      preemption_(preemption),
+      remote_(remote),
+      policy_(
+          MakeSchedulePolicy(state.options.schedule_policy, state.options.prefill_chunk_tokens)) {}
+
+bool BatchStepper::StepOnce() {
+  if (const absl::Status refusal = EngineRefusal(*s_.engine, "decode worker"); !refusal.ok()) {
     // The engine failed in an earlier step: what is held will never be
     // computed, and another worker can serve it.
     std::vector<Sequence*> held;
-    for (auto& [ticket, seq] : sequences_) {
+    for (auto& [ticket, seq] : s_.sequences) {
       if (!seq->ended()) held.push_back(seq.get());
     }
-    for (Sequence* seq : held) Fail(*seq, refusal);
+    for (Sequence* seq : held) emitter_.Fail(*seq, refusal);
     return false;
   }
   // The held sequences as the policy sees them, in admission order.
   std::vector<Sequence*> held;
   std::vector<ScheduleEntry> entries;
-  for (auto& [ticket, seq] : sequences_) {
+  for (auto& [ticket, seq] : s_.sequences) {
     if (seq->ended()) continue;
     ScheduleEntry e;
     if (seq->state == Sequence::State::kRunning) {
@@ -55,7 +61,7 @@ bool DecodeLoop::StepOnce() {
     } else if (seq->state == Sequence::State::kRecomputing) {
       // Planned as a prompt: its choices' written tokens, one after the
       // other.
-      e.prompt_left = RecomputeLeft(*seq);
+      e.prompt_left = Preemption::RecomputeLeft(*seq);
     }
     if (e.decodes == 0 && e.prompt_left == 0) continue;
     held.push_back(seq.get());
@@ -63,9 +69,9 @@ bool DecodeLoop::StepOnce() {
   }
   // The engine returns at most max_sequences rows; running choices take one
   // each and never more than max_sequences are held, so they all fit.
-  const std::vector<ScheduledWork> work = policy_->Plan(
-      entries,
-      ScheduleBudget{.max_tokens = options_.max_batch_tokens, .max_rows = options_.max_sequences});
+  const std::vector<ScheduledWork> work =
+      policy_->Plan(entries, ScheduleBudget{.max_tokens = s_.options.max_batch_tokens,
+                                            .max_rows = s_.options.max_sequences});
   std::vector<BatchItem> items;
   std::vector<Planned> plan;
   for (const ScheduledWork& w : work) {
@@ -105,9 +111,9 @@ bool DecodeLoop::StepOnce() {
   }
   if (items.empty()) return false;
 
-  const absl::Time start = clock_->Now();
+  const absl::Time start = s_.clock->Now();
   for (const Planned& p : plan) {
-    Sequence& seq = *sequences_.at(p.ticket);
+    Sequence& seq = *s_.sequences.at(p.ticket);
     if (seq.stepped) continue;
     seq.stepped = true;
     seq.decode_queue = start - seq.started;
@@ -121,109 +127,62 @@ bool DecodeLoop::StepOnce() {
     // forever. Their tables were not advanced; Fail frees their blocks.
     LOG(ERROR) << "decode step of " << items.size() << " sequences failed: " << logits.status();
     // The engine's own error when it failed; a refused step is a bug here.
-    const absl::Status error =
-        absl::Status(engine_->status().ok() ? absl::StatusCode::kInternal : logits.status().code(),
-                     absl::StrCat("decode step failed: ", logits.status().message()));
+    const absl::Status error = absl::Status(
+        s_.engine->status().ok() ? absl::StatusCode::kInternal : logits.status().code(),
+        absl::StrCat("decode step failed: ", logits.status().message()));
     for (const Planned& p : plan) {
-      auto it = sequences_.find(p.ticket);
-      if (it != sequences_.end()) Fail(*it->second, error);
+      if (Sequence* seq = s_.Find(p.ticket); seq != nullptr) emitter_.Fail(*seq, error);
     }
     return true;
   }
-  const absl::Time end = clock_->Now();
-  if (options_.metrics != nullptr) options_.metrics->ObserveStep(end - start);
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  const absl::Time end = s_.clock->Now();
+  if (s_.options.metrics != nullptr) s_.options.metrics->ObserveStep(end - start);
+  const size_t vocab = static_cast<size_t>(s_.config.vocab_size);
   size_t row = 0;
   for (const Planned& p : plan) {
     const std::span<const float> chunk =
         std::span<const float>(*logits).subspan(row * vocab, p.logit_rows * vocab);
     row += p.logit_rows;
-    Sequence& seq = *sequences_.at(p.ticket);
+    Sequence& seq = *s_.sequences.at(p.ticket);
     if (p.recompute) {
       // Its K/V is written again; once every choice's is, it runs on.
-      if (seq.state == Sequence::State::kRecomputing) EndRecompute(seq);
+      if (seq.state == Sequence::State::kRecomputing) preemption_.EndRecompute(seq);
       continue;
     }
     if (p.prefill_tokens == 0) {
       Choice& choice = seq.choices[p.choice];
       // Its K/V is written now.
       choice.tokens.push_back(choice.next_input);
-      SampleNext(seq, choice, chunk);
+      emitter_.SampleNext(seq, choice, chunk);
       continue;
     }
     seq.prefilled += p.prefill_tokens;
-    if (seq.request.prompt_logprobs) EmitPromptLogprobs(seq, p.prefill_start, chunk);
+    if (seq.request.prompt_logprobs) emitter_.EmitPromptLogprobs(seq, p.prefill_start, chunk);
     if (seq.prefilled < seq.prompt_len()) continue;  // More prompt chunks to go.
     seq.prefill = end - seq.prefill_start;
-    CacheWrittenBlocks(seq.choices[0]);
-    if (!ForkChoices(seq)) continue;
+    emitter_.CacheWrittenBlocks(seq.choices[0]);
+    if (!emitter_.ForkChoices(seq)) continue;
     seq.MoveTo(Sequence::State::kRunning);
     const std::span<const float> last_row = chunk.subspan(chunk.size() - vocab);
     const int n = seq.n();
     for (int i = 0; i < n; ++i) {
-      if (SampleNext(seq, seq.choices[i], last_row)) break;  // `seq` is gone.
+      if (emitter_.SampleNext(seq, seq.choices[i], last_row)) break;  // `seq` is gone.
     }
   }
   return true;
 }
 
-absl::StatusOr<std::vector<float>> DecodeLoop::StepEngine(std::span<const BatchItem> items) {
-  in_step_ = true;
+absl::StatusOr<std::vector<float>> BatchStepper::StepEngine(std::span<const BatchItem> items) {
+  remote_.BeginStep();
   // Only the transport and the receiver move inside the step: the done
-  // callbacks of leases that end are deferred (in_step_), so nothing here
+  // callbacks of leases that end are deferred (BeginStep), so nothing here
   // touches the batch, the block pool or a sink.
-  StepExecutor& executor = executor_ != nullptr ? *executor_ : *engine_;
+  StepExecutor& executor = s_.executor != nullptr ? *s_.executor : *s_.engine;
   absl::StatusOr<std::vector<float>> logits = executor.Step(items, [this](int) {
-    if (!receiver_->idle()) receiver_->Poll();
+    if (!s_.receiver->idle()) s_.receiver->Poll();
   });
-  in_step_ = false;
-  std::vector<std::pair<Ticket, absl::Status>> ended = std::move(ended_mid_step_);
-  ended_mid_step_.clear();
-  for (const auto& [ticket, status] : ended) OnLeaseDone(ticket, status);
+  remote_.EndStep();
   return logits;
-}
-
-void DecodeLoop::EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows) {
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  const std::vector<int32_t>& prompt = seq.request.prompt;
-  const int top = seq.request.logprobs.value_or(0);
-  std::vector<TokenLogprob> logprobs;
-  for (size_t r = 0; r * vocab < rows.size(); ++r) {
-    // Row r predicts the token after position start + r.
-    const size_t next = start + r + 1;
-    if (next >= prompt.size()) break;
-    logprobs.push_back(ComputeLogprob(rows.subspan(r * vocab, vocab), prompt[next], top));
-  }
-  seq.prompt_logprobs.insert(seq.prompt_logprobs.end(), logprobs.begin(), logprobs.end());
-  // One event with the whole prompt, once its last chunk is computed.
-  if (start + static_cast<int>(rows.size() / vocab) == seq.prompt_len()) {
-    seq.sink->OnPromptLogprobs(seq.prompt_logprobs);
-    seq.prompt_logprobs.clear();
-    seq.prompt_logprobs.shrink_to_fit();
-  }
-}
-
-bool DecodeLoop::SampleNext(Sequence& seq, Choice& choice, std::span<const float> row) {
-  const int32_t token = choice.sampler.Sample(row);
-  if (seq.IsStop(token, choice.generated)) return Finish(seq, choice, FinishReason::kEos);
-  choice.sampler.Accept(token);
-  ++choice.generated;
-  std::vector<TokenLogprob> logprob;
-  if (seq.request.logprobs.has_value()) {
-    logprob.push_back(ComputeLogprob(row, token, *seq.request.logprobs));
-  }
-  seq.sink->OnTokens(choice.index, std::span<const int32_t>(&token, 1), logprob);
-  if (choice.generated >= seq.request.max_tokens) {
-    return Finish(seq, choice, FinishReason::kLength);
-  }
-  // The token just sampled sits at position num_tokens(); with the context
-  // full there is no room to step it.
-  if (choice.table.num_tokens() >= config_.seq_len) {
-    return Finish(seq, choice, FinishReason::kContext);
-  }
-  choice.next_input = token;
-  choice.running = true;
-  return false;
 }
 
 }  // namespace tandem::decode

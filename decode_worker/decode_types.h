@@ -108,6 +108,10 @@ class EventSink {
 // The answer to a Start: OK once the sequence is committed to the batch.
 using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
 
+// Names a request its decode worker admitted (DecodeLoop::Cancel); also the
+// request id of its KV lease.
+using Ticket = uint64_t;
+
 // A snapshot of the worker for WorkerStats (role "decode"; `running` counts
 // the choices in the batch, `waiting` those held but not in it: queued for
 // KV blocks, waiting for the KV cache or Start, prefilling locally, or

@@ -1,5 +1,5 @@
-// The decode loop's state of one request and its choices. Private to the
-// decode loop's files; touched only by the loop thread.
+// The decode core's state of one request and its choices. Private to the
+// decode core's files; touched only by the loop thread.
 #ifndef TANDEM_DECODE_WORKER_SEQUENCE_H_
 #define TANDEM_DECODE_WORKER_SEQUENCE_H_
 
@@ -12,12 +12,13 @@
 
 #include "absl/time/time.h"
 #include "common/base/logging.h"
+#include "common/engine/kv_staging.h"
 #include "common/engine/logprobs.h"
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_table.h"
 #include "common/kvcache/kv_layout.h"
-#include "decode_worker/decode_loop.h"
+#include "decode_worker/decode_types.h"
 
 namespace tandem::decode {
 
@@ -51,7 +52,7 @@ struct Choice {
   int generated = 0;  // Tokens produced so far, the first one included.
 };
 
-struct DecodeLoop::Sequence {
+struct Sequence {
   // The request's life cycle. Every request starts kQueued (held, no KV
   // blocks yet) until the pool has room for it. A remote prefill then goes
   // kAdmitted, kReceiving, (kLanding, with KV staging,) kKvReady, kRunning;
