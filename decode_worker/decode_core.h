@@ -55,13 +55,12 @@
 // memory (it has a KvCopier: a GPU), the transport cannot write the KV
 // cache. A remote request then also takes a run of page-locked host staging
 // slots at admission (waiting, as for blocks, while none is free), its
-// lease lands there, and once the lease has ended well the loop queues the
+// lease lands there, and once the lease has ended well the core queues the
 // copy into the reserved blocks and commits them only when that copy has
 // finished (polled every round, never waited for). The run is freed when
 // the copy has finished or the lease failed; a request that ends while its
 // copy is in flight keeps its blocks until the copy is done. Without a
 // copier the lease lands in the KV cache itself.
-//
 #ifndef TANDEM_DECODE_WORKER_DECODE_CORE_H_
 #define TANDEM_DECODE_WORKER_DECODE_CORE_H_
 
