@@ -1,3 +1,7 @@
+// The Jinja subset's built-ins (builtins.h): the filter names and the
+// dispatch of ApplyFilter (the filters with functions of their own are in
+// list_filters.cc and scalar_filters.cc), the tests, and the global
+// functions range, namespace and dict.
 #include "common/chat/internal/builtins.h"
 
 #include <algorithm>
@@ -8,9 +12,39 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/chat/internal/builtins_internal.h"
 #include "common/chat/internal/py_string.h"
 
 namespace tandem::jinja {
+namespace internal {
+
+absl::Status TypeError(absl::string_view msg) {
+  return absl::InvalidArgumentError(std::string(msg));
+}
+
+absl::StatusOr<std::string> SoftStr(const Value& v) { return ToPythonStr(v); }
+
+}  // namespace internal
+
+// The filters with functions of their own (list_filters.cc, scalar_filters.cc)
+// and the helpers the dispatch below shares with them.
+using internal::GetPath;
+using internal::HtmlEscape;
+using internal::Indent;
+using internal::ListValue;
+using internal::MapFilter;
+using internal::MinMax;
+using internal::Round;
+using internal::SelectOrReject;
+using internal::SoftStr;
+using internal::SortFilter;
+using internal::SortKey;
+using internal::SortValues;
+using internal::ToFloat;
+using internal::ToInt;
+using internal::ToJsonFilter;
+using internal::TypeError;
+
 namespace {
 
 constexpr absl::string_view kFilters[] = {
@@ -28,359 +62,10 @@ constexpr absl::string_view kTests[] = {
     "ge",       ">=",        "in",      "divisibleby", "even",     "odd",         "lower",
     "upper",    "escaped"};
 
-absl::Status TypeError(absl::string_view msg) {
-  return absl::InvalidArgumentError(std::string(msg));
-}
-
-absl::StatusOr<std::string> SoftStr(const Value& v) { return ToPythonStr(v); }
-
-// Jinja2's make_attrgetter: "a.b.0" looked up part by part with getitem.
-absl::StatusOr<Value> GetPath(const Value& item, const std::string& path) {
-  Value cur = item;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = path.find('.', start);
-    const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
-    bool digits = !part.empty();
-    for (char c : part) digits = digits && c >= '0' && c <= '9';
-    Value key = digits && part.size() < 18 ? Value(Json(std::stoll(part))) : Value(part);
-    ASSIGN_OR_RETURN(cur, GetItem(cur, key));
-    if (dot == std::string::npos) return cur;
-    start = dot + 1;
-  }
-}
-
-// Merge sort: never reads out of bounds, whatever the comparator answers.
-absl::Status SortValues(
-    std::vector<Value>* v,
-    const std::function<absl::StatusOr<bool>(const Value&, const Value&)>& less) {
-  if (v->size() < 2) return absl::OkStatus();
-  std::vector<Value> left(v->begin(), v->begin() + v->size() / 2);
-  std::vector<Value> right(v->begin() + v->size() / 2, v->end());
-  RETURN_IF_ERROR(SortValues(&left, less));
-  RETURN_IF_ERROR(SortValues(&right, less));
-  size_t i = 0, j = 0, k = 0;
-  while (i < left.size() && j < right.size()) {
-    ASSIGN_OR_RETURN(bool r_first, less(right[j], left[i]));
-    (*v)[k++] = r_first ? right[j++] : left[i++];
-  }
-  while (i < left.size()) (*v)[k++] = left[i++];
-  while (j < right.size()) (*v)[k++] = right[j++];
-  return absl::OkStatus();
-}
-
-// Sort key: lower-cased strings unless case sensitive (Jinja2's ignore_case).
-Value SortKey(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value(AsciiLower(v.str()));
-  return v;
-}
-
-Value ListValue(const std::vector<Value>& items) {
-  Json out = Json::array();
-  for (const Value& v : items) out.push_back(ToJsonLoose(v));
-  return Value(std::move(out));
-}
-
 absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name, CallArgs args) {
   ASSIGN_OR_RETURN(Value m, GetAttr(obj, name));
   if (!m.is_callable()) return TypeError(absl::StrCat("no method ", name));
   return m.callable().fn(args);
-}
-
-std::string HtmlEscape(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
-// select / reject / selectattr / rejectattr.
-absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& args, bool select,
-                                     bool by_attr) {
-  size_t next = 0;
-  std::string attr;
-  if (by_attr) {
-    if (args.positional.empty() || !args.positional[0].is_string()) {
-      return TypeError("selectattr/rejectattr need an attribute name");
-    }
-    attr = args.positional[0].str();
-    next = 1;
-  }
-  std::optional<std::string> test;
-  CallArgs test_args;
-  if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) return TypeError("the test name must be a string");
-    test = args.positional[next].str();
-    if (!IsKnownTest(*test)) return TypeError(absl::StrCat("no test named '", *test, "'"));
-    test_args.positional.assign(args.positional.begin() + next + 1, args.positional.end());
-  }
-  test_args.keyword = args.keyword;
-  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(input));
-  std::vector<Value> kept;
-  for (const Value& item : items) {
-    Value subject = item;
-    if (by_attr) {
-      ASSIGN_OR_RETURN(subject, GetPath(item, attr));
-    }
-    bool ok;
-    if (test.has_value()) {
-      ASSIGN_OR_RETURN(ok, ApplyTest(*test, subject, test_args));
-    } else {
-      ok = Truthy(subject);
-    }
-    if (ok == select) kept.push_back(item);
-  }
-  return ListValue(kept);
-}
-
-absl::StatusOr<Value> MinMax(const Value& input, const CallArgs& args, bool want_max) {
-  ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind(want_max ? "max" : "min", args,
-                                                {"case_sensitive", "attribute"}));
-  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(input));
-  if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-  const bool cs = a.Bool(0, false);
-  ASSIGN_OR_RETURN(std::string attr, a.String(1, ""));
-  auto key = [&](const Value& v) -> absl::StatusOr<Value> {
-    Value k = v;
-    if (!attr.empty()) {
-      ASSIGN_OR_RETURN(k, GetPath(v, attr));
-    }
-    return SortKey(k, cs);
-  };
-  Value best = items[0];
-  ASSIGN_OR_RETURN(Value best_key, key(best));
-  for (size_t i = 1; i < items.size(); ++i) {
-    ASSIGN_OR_RETURN(Value k, key(items[i]));
-    ASSIGN_OR_RETURN(bool better, want_max ? PythonLess(best_key, k) : PythonLess(k, best_key));
-    if (better) {
-      best = items[i];
-      best_key = k;
-    }
-  }
-  return best;
-}
-
-absl::StatusOr<Value> Indent(const Value& input, const CallArgs& args) {
-  ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("indent", args, {"width", "first", "blank"}));
-  std::string pad = "    ";
-  if (a.Has(0)) {
-    if (a.Get(0)->is_string()) {
-      pad = a.Get(0)->str();
-    } else {
-      ASSIGN_OR_RETURN(int64_t w, a.Int(0, 4));
-      pad = std::string(static_cast<size_t>(std::clamp<int64_t>(w, 0, 1024)), ' ');
-    }
-  }
-  ASSIGN_OR_RETURN(std::string s, SoftStr(input));
-  s += "\n";
-  std::vector<std::string> lines;
-  size_t b = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\n' || s[i] == '\r') {
-      lines.push_back(s.substr(b, i - b));
-      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-      b = i + 1;
-    }
-  }
-  std::string out;
-  if (a.Bool(2, false)) {
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (i > 0) {
-        out += '\n';
-        out += pad;
-      }
-      out += lines[i];
-    }
-  } else {
-    out = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) {
-      out += '\n';
-      if (!lines[i].empty()) out += pad;
-      out += lines[i];
-    }
-  }
-  if (a.Bool(1, false)) out = pad + out;
-  return Value(std::move(out));
-}
-
-absl::StatusOr<Value> ToJsonFilter(const Value& input, const CallArgs& args) {
-  ASSIGN_OR_RETURN(
-      BoundArgs a,
-      BoundArgs::Bind("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
-  JsonDumpOptions o;
-  o.ensure_ascii = a.Bool(0, false);
-  if (a.Has(1) && !a.Get(1)->is_null()) {
-    ASSIGN_OR_RETURN(int64_t indent, a.Int(1, -1));
-    o.indent = static_cast<int>(std::clamp<int64_t>(indent, 0, 64));
-  }
-  if (a.Has(2) && !a.Get(2)->is_null()) {
-    const Value& sep = *a.Get(2);
-    if (!sep.is_list() || sep.json().size() != 2 || !sep.json()[0].is_string() ||
-        !sep.json()[1].is_string()) {
-      return TypeError("tojson(): separators must be an (item, key) pair of strings");
-    }
-    o.has_separators = true;
-    o.item_separator = sep.json()[0].get<std::string>();
-    o.key_separator = sep.json()[1].get<std::string>();
-  }
-  o.sort_keys = a.Bool(3, false);
-  ASSIGN_OR_RETURN(std::string out, PythonJsonDumps(input, o));
-  return Value(std::move(out));
-}
-
-absl::StatusOr<Value> Round(const Value& input, const CallArgs& args) {
-  ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("round", args, {"precision", "method"}));
-  ASSIGN_OR_RETURN(int64_t precision, a.Int(0, 0));
-  ASSIGN_OR_RETURN(std::string method, a.String(1, "common"));
-  if (!input.is_number()) return TypeError(absl::StrCat("round() of ", TypeName(input)));
-  int64_t i;
-  if (method == "common" && AsInt64(input, &i) && precision >= 0) return Value(Json(i));
-  const double scale =
-      std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -300, 300)));
-  const double x = AsDouble(input) * scale;
-  double r;
-  if (method == "common") {
-    r = std::nearbyint(x);  // round half to even, as Python's round()
-  } else if (method == "ceil") {
-    r = std::ceil(x);
-  } else if (method == "floor") {
-    r = std::floor(x);
-  } else {
-    return TypeError("method must be common, ceil or floor");
-  }
-  return Value(Json(r / scale));
-}
-
-absl::StatusOr<Value> ToInt(const Value& input, const CallArgs& args) {
-  ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("int", args, {"default", "base"}));
-  const Value fallback = a.Has(0) ? *a.Get(0) : Value(Json(0));
-  ASSIGN_OR_RETURN(int64_t base, a.Int(1, 10));
-  int64_t i;
-  if (AsInt64(input, &i)) return Value(Json(i));
-  if (input.is_float()) {
-    const double d = input.json().get<double>();
-    if (!std::isfinite(d) || std::fabs(d) > 9.2e18) return fallback;
-    return Value(Json(static_cast<int64_t>(d)));
-  }
-  if (input.is_string()) {
-    const std::string s = PyStrip(input.str(), std::nullopt, true, true);
-    if (base < 2 || base > 36) return fallback;
-    errno = 0;
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, static_cast<int>(base));
-    if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value(Json(int64_t{v}));
-    char* fend = nullptr;
-    const double d = std::strtod(s.c_str(), &fend);
-    if (!s.empty() && fend == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
-      return Value(Json(static_cast<int64_t>(d)));
-    }
-  }
-  return fallback;
-}
-
-absl::StatusOr<Value> ToFloat(const Value& input, const CallArgs& args) {
-  ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("float", args, {"default"}));
-  const Value fallback = a.Has(0) ? *a.Get(0) : Value(Json(0.0));
-  if (input.is_number()) return Value(Json(AsDouble(input)));
-  if (input.is_string()) {
-    const std::string s = PyStrip(input.str(), std::nullopt, true, true);
-    char* end = nullptr;
-    const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size()) return Value(Json(d));
-  }
-  return fallback;
-}
-
-absl::StatusOr<Value> SortFilter(const Value& input, const CallArgs& args, bool unique) {
-  ASSIGN_OR_RETURN(BoundArgs a,
-                   unique
-                       ? BoundArgs::Bind("unique", args, {"case_sensitive", "attribute"})
-                       : BoundArgs::Bind("sort", args, {"reverse", "case_sensitive", "attribute"}));
-  const size_t base = unique ? 0 : 1;
-  const bool reverse = unique ? false : a.Bool(0, false);
-  const bool cs = a.Bool(base, false);
-  ASSIGN_OR_RETURN(std::string attr, a.String(base + 1, ""));
-  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(input));
-  auto key = [&](const Value& v) -> absl::StatusOr<Value> {
-    Value k = v;
-    if (!attr.empty()) {
-      ASSIGN_OR_RETURN(k, GetPath(v, attr));
-    }
-    return SortKey(k, cs);
-  };
-  if (unique) {
-    std::vector<Value> kept, keys;
-    for (const Value& v : items) {
-      ASSIGN_OR_RETURN(Value k, key(v));
-      bool seen = false;
-      for (const Value& s : keys) seen = seen || PythonEquals(s, k);
-      if (!seen) {
-        kept.push_back(v);
-        keys.push_back(k);
-      }
-    }
-    return ListValue(kept);
-  }
-  RETURN_IF_ERROR(SortValues(&items, [&](const Value& x, const Value& y) -> absl::StatusOr<bool> {
-    ASSIGN_OR_RETURN(Value kx, key(x));
-    ASSIGN_OR_RETURN(Value ky, key(y));
-    return reverse ? PythonLess(ky, kx) : PythonLess(kx, ky);
-  }));
-  return ListValue(items);
-}
-
-absl::StatusOr<Value> MapFilter(const Value& input, const CallArgs& args, const Limits& limits) {
-  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(input));
-  std::vector<Value> out;
-  if (args.positional.empty()) {
-    std::string attr;
-    std::optional<Value> fallback;
-    for (const auto& [k, v] : args.keyword) {
-      if (k == "attribute" && v.is_string()) {
-        attr = v.str();
-      } else if (k == "default") {
-        fallback = v;
-      } else {
-        return TypeError(absl::StrCat("map() got an unexpected keyword argument '", k, "'"));
-      }
-    }
-    if (attr.empty()) return TypeError("map() needs a filter name or attribute=");
-    for (const Value& item : items) {
-      ASSIGN_OR_RETURN(Value v, GetPath(item, attr));
-      out.push_back(v.is_undefined() && fallback.has_value() ? *fallback : v);
-    }
-    return ListValue(out);
-  }
-  if (!args.positional[0].is_string()) return TypeError("map(): the filter name must be a string");
-  const std::string filter = args.positional[0].str();
-  if (!IsKnownFilter(filter)) return TypeError(absl::StrCat("no filter named '", filter, "'"));
-  CallArgs rest;
-  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-  rest.keyword = args.keyword;
-  for (const Value& item : items) {
-    ASSIGN_OR_RETURN(Value v, ApplyFilter(filter, item, rest, limits));
-    out.push_back(v);
-  }
-  return ListValue(out);
 }
 
 }  // namespace
