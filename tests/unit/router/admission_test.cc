@@ -120,11 +120,15 @@ class AdmissionTest : public ::testing::Test {
     // The first request holds the only slot until it is cancelled.
     h_->decode(0).SetBehaviour({.hold_after = 0});
     holder_.Run(h_->stub(), TokenRequest({1, 5, 6}, 100));
+    // Admitted, and its decode call has reached the worker: the router
+    // prepares and sends a request on its executor, after admission.
     const absl::Time deadline = absl::Now() + kWait;
-    while (h_->core().inflight() != 1 && absl::Now() < deadline) {
+    while ((h_->core().inflight() != 1 || h_->decode(0).requests().size() != 1) &&
+           absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     ASSERT_EQ(h_->core().inflight(), 1);
+    ASSERT_EQ(h_->decode(0).requests().size(), 1u);
   }
   void ReleaseHolder() {
     h_->decode(0).SetBehaviour({});
