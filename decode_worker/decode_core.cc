@@ -18,10 +18,6 @@ namespace {
 // How long shutdown waits for the transport to let go of cancelled leases'
 // destinations before the KV cache is freed.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
-// Shutdown's waits on the transport, and its polls of copies out of the
-// staging (a finished copy wakes nothing).
-constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
-constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
 
 }  // namespace
 

@@ -125,6 +125,13 @@ class DecodeCore {
   // For the driving thread's wait between rounds that stepped nothing:
   // whether KV transfers are open, whether staged copies are in flight, and
   // a wait on the transport until `deadline` (or activity).
+  // How long one such wait lasts: on the transport while KV is arriving
+  // (short, so that new commands are not held up), and while copies out of
+  // the staging are in flight (a finished copy wakes nothing, so it is
+  // polled for). Real time: a fake clock standing still would put the
+  // wait's deadline in the past and spin.
+  static constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
+  static constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
   bool receiver_idle() const { return state_.receiver->idle(); }
   bool landings_pending() const { return remote_.landings_pending(); }
   void WaitForTransport(absl::Time deadline) { state_.receiver->WaitForActivity(deadline); }

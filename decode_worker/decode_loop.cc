@@ -13,16 +13,12 @@ namespace tandem::decode {
 
 namespace {
 
-// How long the loop sleeps with nothing to do: on the transport while KV is
-// arriving (short, so that inbox commands are not held up), else on the
-// inbox (bounded, so that reservation deadlines are noticed). Real time,
-// not the loop's clock: a fake clock standing still would put a transport
-// wait's deadline in the past and spin the loop.
-constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
+// How long the loop sleeps on its inbox with nothing to do (bounded, so
+// that reservation deadlines are noticed); on the transport it sleeps
+// DecodeCore::kTransportWait, or kCopyPoll while copies are in flight.
 constexpr absl::Duration kIdleWait = absl::Milliseconds(10);
-// How long the loop sleeps while copies out of the KV staging are in
-// flight: a finished copy wakes nothing, so it is polled for.
-constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
+constexpr absl::Duration kTransportWait = DecodeCore::kTransportWait;
+constexpr absl::Duration kCopyPoll = DecodeCore::kCopyPoll;
 
 }  // namespace
 

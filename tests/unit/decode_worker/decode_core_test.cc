@@ -67,15 +67,7 @@ class CoreHarness {
     const LoopStats s = core_->Snapshot();
     return s.kv_blocks_free == s.kv_blocks_total && s.running == 0 && s.waiting == 0;
   }
-  std::vector<int32_t> Expected(const Request& r) {
-    GenerateRequest g;
-    g.prompt = r.prompt;
-    g.max_new_tokens = r.max_tokens;
-    g.sampling = r.sampling;
-    absl::StatusOr<GenerateResult> result = Generate(*reference_, g);
-    CHECK_OK(result.status());
-    return result->tokens;
-  }
+  std::vector<int32_t> Expected(const Request& r) { return EngineTokens(*reference_, r); }
 
  private:
   // Starts at the real time: the stand-in prefill worker's sender reads the

@@ -65,6 +65,19 @@ inline std::unique_ptr<Engine> MakeEngine(const ModelWeights& weights, EngineOpt
   return std::move(engine).value();
 }
 
+// Tokens the single-stream engine path (Generate on `reference`)
+// produces for `r`.
+inline std::vector<int32_t> EngineTokens(Engine& reference, const Request& r) {
+  GenerateRequest g;
+  g.prompt = r.prompt;
+  g.max_new_tokens = r.max_tokens;
+  g.sampling = r.sampling;
+  g.eos_ids = r.stop_token_ids;
+  absl::StatusOr<GenerateResult> result = Generate(reference, g);
+  CHECK_OK(result.status());
+  return result->tokens;
+}
+
 inline std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(n);
@@ -281,16 +294,7 @@ class DecodeHarness {
   const ModelWeights& weights() const { return *weights_; }
 
   // Tokens the single-stream engine path generates for the same request.
-  std::vector<int32_t> Expected(const Request& r) {
-    GenerateRequest g;
-    g.prompt = r.prompt;
-    g.max_new_tokens = r.max_tokens;
-    g.sampling = r.sampling;
-    g.eos_ids = r.stop_token_ids;
-    absl::StatusOr<GenerateResult> result = Generate(*reference_, g);
-    CHECK_OK(result.status());
-    return result->tokens;
-  }
+  std::vector<int32_t> Expected(const Request& r) { return EngineTokens(*reference_, r); }
 
   bool AllBlocksFree(absl::Duration timeout = kWait) {
     return WaitFor(
