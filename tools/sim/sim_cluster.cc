@@ -127,6 +127,14 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
   }
 }
 
+void SimCluster::AdvanceTo(absl::Time t) {
+  // DEADLINE_EXCEEDED (the next event is later) or FAILED_PRECONDITION
+  // (nothing is left to happen): either way everything up to `t` has run.
+  (void)RunUntil([] { return false; }, t);
+  executor_.RunUntil(t);
+  Settle();
+}
+
 absl::Status SimCluster::Poll() {
   bool polled = false;
   registry_->StartPollRound([&polled] { polled = true; });

@@ -72,6 +72,9 @@ class SimCluster {
   // `until` (DEADLINE_EXCEEDED).
   absl::Status RunUntil(const std::function<bool()>& done,
                         absl::Time until = absl::InfiniteFuture());
+  // Runs everything that happens up to `t`, then moves the cluster's time
+  // to `t` (never back).
+  void AdvanceTo(absl::Time t);
   // One health poll round of the registry, run to its end.
   absl::Status Poll();
 

@@ -1,0 +1,171 @@
+// tandem-bench's workload run against a simulated cluster (tools/sim/
+// sim_run.h): on a cost model whose step times are known, every record's
+// start, TTFT, gaps and end are the hand-computed ones; the arrival
+// schedule is tandem-bench's; the concurrency limit holds; two runs give
+// byte-identical results; what the simulator cannot do is refused.
+#include "tools/sim/sim_run.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/simulated_executor.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tools/bench/arrivals.h"
+#include "tools/bench/report.h"
+
+namespace tandem::sim {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::DoubleNear;
+using ::testing::Each;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kFixed = absl::Milliseconds(10);
+constexpr absl::Duration kPerToken = absl::Milliseconds(1);
+// Simulated times are exact; this only absorbs the conversion to seconds.
+constexpr double kEps = 1e-9;
+
+ModelConfig Shape() {
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = 8,
+                     .n_kv_heads = 4,
+                     .vocab_size = 101,
+                     .seq_len = 128,
+                     .shared_classifier = true};
+}
+
+class SimRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override { weights_ = MakeSyntheticModel(Shape(), 7).value(); }
+
+  std::unique_ptr<SimCluster> Cluster(int prefill, int decode) {
+    SimClusterOptions o;
+    o.prefill_workers = prefill;
+    o.decode_workers = decode;
+    o.make_backend = [] { return CpuBackend::Create(CpuBackendOptions{1}).value(); };
+    o.prefill.kv_blocks = 64;
+    o.decode.kv_blocks = 64;
+    if (prefill == 0) o.router.driver.local_prefill_tokens = Shape().seq_len;
+    o.make_executor = [](Engine& engine, FakeClock* clock) {
+      return std::make_unique<SimulatedExecutor>(
+          engine.config(), engine.step_limits(), &engine.block_pool(), clock,
+          LinearStepCost{.fixed = kFixed, .per_token = kPerToken});
+    };
+    return SimCluster::Create(*weights_, std::move(o)).value();
+  }
+
+  static std::unique_ptr<bench::Dataset> Prompts(int input_len, int output_len) {
+    return bench::MakeDataset({.kind = "synthetic",
+                               .input_len = input_len,
+                               .output_len = output_len,
+                               .token_ids = true,
+                               .vocab_size = 101,
+                               .seed = 3})
+        .value();
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+};
+
+// One request alone on a colocated decode worker: its 32-token prompt is
+// one 42 ms step, which gives the first token; each of the 4 others is an
+// 11 ms decode step.
+TEST_F(SimRunTest, ARequestAloneTakesTheCostModelsTime) {
+  auto cluster = Cluster(/*prefill=*/0, /*decode=*/1);
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                       RunSimulated(*cluster, *Prompts(32, 5), {.num_requests = 1}));
+  ASSERT_EQ(run.records.size(), 1u);
+  const bench::RequestRecord& r = run.records[0];
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_EQ(r.prompt_tokens, 32);
+  EXPECT_EQ(r.output_tokens, 5);
+  EXPECT_THAT(r.ttft, DoubleNear(0.042, kEps));
+  ASSERT_EQ(r.itls.size(), 4u);
+  EXPECT_THAT(r.itls, Each(DoubleNear(0.011, kEps)));
+  EXPECT_THAT(r.e2e, DoubleNear(0.042 + 4 * 0.011, kEps));
+  EXPECT_EQ(run.metrics.completed, 1);
+  EXPECT_THAT(run.metrics.tpot_ms.median, DoubleNear(11.0, 1e-6));
+}
+
+// With one request in flight at a time, each starts when the one before
+// ends; disaggregated, the prompt's step runs on the prefill worker.
+TEST_F(SimRunTest, AConcurrencyOfOneSendsEachRequestWhenThePreviousEnds) {
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/1);
+  ASSERT_OK_AND_ASSIGN(
+      bench::RunResult run,
+      RunSimulated(*cluster, *Prompts(32, 3), {.max_concurrency = 1, .num_requests = 3}));
+  ASSERT_EQ(run.records.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const bench::RequestRecord& r = run.records[i];
+    ASSERT_TRUE(r.success) << r.error;
+    EXPECT_THAT(r.ttft, DoubleNear(0.042, kEps)) << i;
+    EXPECT_THAT(r.e2e, DoubleNear(0.042 + 2 * 0.011, kEps)) << i;
+    if (i > 0) EXPECT_THAT(r.start, DoubleNear(run.records[i - 1].start + 0.064, kEps)) << i;
+  }
+  EXPECT_THAT(run.metrics.duration_s, DoubleNear(3 * 0.064, kEps));
+}
+
+// Each request is sent on tandem-bench's schedule (the same seeded gamma
+// gaps); one that arrives to an idle cluster takes the time it takes alone.
+TEST_F(SimRunTest, RequestsAreSentOnTandemBenchsArrivalSchedule) {
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/2);
+  const bench::RunOptions options{.request_rate = 2, .num_requests = 6, .seed = 9};
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run, RunSimulated(*cluster, *Prompts(16, 2), options));
+  bench::ArrivalGenerator arrivals(2, 1, 9);
+  double start = 0;
+  for (size_t i = 0; i < run.records.size(); ++i) {
+    if (i > 0) start += arrivals.NextGap();
+    const bench::RequestRecord& r = run.records[i];
+    ASSERT_TRUE(r.success) << r.error;
+    // Microsecond rounding of the send time.
+    EXPECT_THAT(r.start, DoubleNear(start, 1e-6)) << i;
+    // Alone, its prompt's step (10 ms + 16 tokens) gives the first token;
+    // one sent while another was still running may wait behind it.
+    const bool alone = i == 0 || r.start >= run.records[i - 1].start + run.records[i - 1].e2e;
+    if (alone) {
+      EXPECT_THAT(r.ttft, DoubleNear(0.026, kEps)) << i;
+    } else {
+      EXPECT_GE(r.ttft, 0.026 - kEps) << i;
+    }
+  }
+}
+
+TEST_F(SimRunTest, TheSameInputsGiveByteIdenticalResults) {
+  const bench::RunOptions options{.request_rate = 40, .num_requests = 30, .seed = 4};
+  std::string first;
+  for (int i = 0; i < 2; ++i) {
+    auto cluster = Cluster(/*prefill=*/1, /*decode=*/2);
+    ASSERT_OK_AND_ASSIGN(bench::RunResult run, RunSimulated(*cluster, *Prompts(40, 12), options));
+    EXPECT_EQ(run.metrics.completed, 30);
+    const std::string json = bench::ResultJson({run}, {{"target", "tandem-sim"}}).dump();
+    if (i == 0) {
+      first = json;
+    } else {
+      EXPECT_EQ(json, first);
+    }
+  }
+}
+
+TEST_F(SimRunTest, WhatOnlyARealClientDoesIsRefused) {
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/1);
+  EXPECT_THAT(RunSimulated(*cluster, *Prompts(8, 2), {.waves = true, .num_requests = 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("waves")));
+  EXPECT_THAT(RunSimulated(*cluster, *Prompts(8, 2), {.num_requests = 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_requests")));
+  std::unique_ptr<bench::Dataset> text =
+      bench::MakeDataset({.kind = "synthetic", .token_ids = false, .seed = 1}).value();
+  EXPECT_THAT(RunSimulated(*cluster, *text, {.num_requests = 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token ids")));
+}
+
+}  // namespace
+}  // namespace tandem::sim

@@ -1,0 +1,170 @@
+// tandem-sim: a tandem cluster simulated in one thread on a cost model, fed
+// the workload tandem-bench would send, answering in tandem-bench's words
+// (its summary table, result JSON and HTML report), in simulated time.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/simulated_executor.h"
+#include "common/model/synthetic.h"
+#include "decode_worker/schedule_policy.h"
+#include "router/router_metrics.h"
+#include "tools/bench/report.h"
+#include "tools/bench/workload_flags.h"
+#include "tools/sim/sim_cluster.h"
+#include "tools/sim/sim_run.h"
+
+ABSL_FLAG(int, prefill, 1, "Prefill workers; 0: colocated (decode workers prefill every prompt)");
+ABSL_FLAG(int, decode, 1, "Decode workers");
+ABSL_FLAG(std::string, shape, "stories15M",
+          "Model shape the workers hold: stories15M or stories110M (made-up weights: the "
+          "cost model gives the time, the shape the KV sizes)");
+ABSL_FLAG(int, seq_len, 2048, "The shape's context length in tokens (1 to 131072)");
+ABSL_FLAG(absl::Duration, step_fixed, absl::Milliseconds(2),
+          "Cost model: the part of every step that does not depend on its shape");
+ABSL_FLAG(absl::Duration, step_per_token, absl::Microseconds(100),
+          "Cost model: per token computed (prompt and decode tokens)");
+ABSL_FLAG(absl::Duration, step_per_attended, absl::ZeroDuration(),
+          "Cost model: per key attended, over every token computed");
+ABSL_FLAG(absl::Duration, step_per_logit_row, absl::Microseconds(20),
+          "Cost model: per row of the classifier");
+ABSL_FLAG(int, kv_blocks, 0, "Each worker's KV blocks; 0: room for 8 full-context sequences");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block");
+ABSL_FLAG(bool, prefix_cache, true, "Keep and reuse KV blocks of prompts' shared prefixes");
+ABSL_FLAG(int, max_batch_tokens, 2048, "Most tokens one step carries, on every worker");
+ABSL_FLAG(std::string, schedule_policy, "decode_priority",
+          "Decode workers' schedule: decode_priority, chunked or prefill_priority");
+ABSL_FLAG(int, prefill_chunk_tokens, 512, "The chunked policy's tokens per step");
+ABSL_FLAG(int, max_sequences, 64, "Most sequences a decode worker holds");
+ABSL_FLAG(std::string, request_log, "",
+          "Append the router's JSON line per request here, as tandem-router's --request_log "
+          "writes it (in simulated time)");
+ABSL_FLAG(int, local_prefill_tokens, 0,
+          "Prompts of at most this many tokens are prefilled on the decode worker");
+
+namespace tandem::sim {
+namespace {
+
+constexpr char kUsage[] =
+    "Simulates a tandem cluster in one thread on a cost model.\n"
+    "Usage: tandem-sim [--prefill N] [--decode M] [--step_fixed 2ms --step_per_token 100us ...]\n"
+    "       [tandem-bench's workload flags: --dataset, --input_len, --output_len, "
+    "--request_rate, --max_concurrency, --num_requests, --seed, --slo, --result_json, "
+    "--report_html]";
+
+absl::StatusOr<ModelConfig> Shape() {
+  const std::string name = absl::GetFlag(FLAGS_shape);
+  ModelConfig shape;
+  if (name == "stories15M") {
+    shape = Stories15MShape();
+  } else if (name == "stories110M") {
+    shape = Stories110MShape();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shape is '", name, "'; use stories15M or stories110M"));
+  }
+  const int seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (seq_len < 1 || seq_len > 131072) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seq_len is ", seq_len, "; give 1 to 131072 tokens"));
+  }
+  shape.seq_len = seq_len;
+  return shape;
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(const ModelConfig shape, Shape());
+  const bench::DatasetOptions data = bench::DatasetFromFlags(/*token_ids=*/true);
+  if (data.vocab_size > shape.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--vocab_size is ", data.vocab_size,
+                                                   "; the shape's vocabulary has ",
+                                                   shape.vocab_size, " tokens"));
+  }
+  ASSIGN_OR_RETURN(auto dataset, bench::MakeDataset(data));
+  ASSIGN_OR_RETURN(bench::RunOptions run, bench::RunOptionsFromFlags(bench::RequestRateFlag()));
+  run.progress = false;
+  ASSIGN_OR_RETURN(const decode::SchedulePolicyKind policy,
+                   decode::ParseSchedulePolicy(absl::GetFlag(FLAGS_schedule_policy)));
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, /*seed=*/1));
+
+  const LinearStepCost cost{.fixed = absl::GetFlag(FLAGS_step_fixed),
+                            .per_token = absl::GetFlag(FLAGS_step_per_token),
+                            .per_attended = absl::GetFlag(FLAGS_step_per_attended),
+                            .per_logit_row = absl::GetFlag(FLAGS_step_per_logit_row)};
+  SimClusterOptions options;
+  options.prefill_workers = absl::GetFlag(FLAGS_prefill);
+  options.decode_workers = absl::GetFlag(FLAGS_decode);
+  options.make_backend = [] { return CpuBackend::Create(CpuBackendOptions{1}).value(); };
+  options.make_executor = [cost](Engine& engine, FakeClock* clock) {
+    return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
+                                               &engine.block_pool(), clock, cost);
+  };
+  options.prefill.kv_blocks = options.decode.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.prefill.block_size = options.decode.block_size = absl::GetFlag(FLAGS_block_size);
+  options.prefill.prefix_cache = options.decode.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  options.prefill.max_batch_tokens = options.decode.max_batch_tokens =
+      absl::GetFlag(FLAGS_max_batch_tokens);
+  options.decode.schedule_policy = policy;
+  options.decode.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.decode.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.router.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
+  if (options.prefill_workers == 0) options.router.driver.local_prefill_tokens = shape.seq_len;
+  std::unique_ptr<router::RequestLog> request_log;
+  if (const std::string path = absl::GetFlag(FLAGS_request_log); !path.empty()) {
+    ASSIGN_OR_RETURN(request_log, router::RequestLog::Open(path));
+    options.router.driver.request_log = request_log.get();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SimCluster> cluster,
+                   SimCluster::Create(*weights, std::move(options)));
+
+  const absl::Time wall_start = absl::Now();
+  ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run));
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
+  std::cout << bench::SummaryTable(result);
+  std::cout << absl::StrFormat("Simulated %.3f s in %.3f s of wall time (%.1fx)\n",
+                               result.metrics.duration_s, wall_s,
+                               wall_s > 0 ? result.metrics.duration_s / wall_s : 0.0);
+
+  nlohmann::json config = bench::WorkloadConfig(data);
+  config["target"] = "tandem-sim";
+  config["request_rate"] = run.request_rate;
+  config["simulator"] = {{"prefill_workers", absl::GetFlag(FLAGS_prefill)},
+                         {"decode_workers", absl::GetFlag(FLAGS_decode)},
+                         {"shape", absl::GetFlag(FLAGS_shape)},
+                         {"seq_len", shape.seq_len},
+                         {"cost_model", "linear"},
+                         {"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
+                         {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
+                         {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
+                         {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)},
+                         {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks)},
+                         {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
+                         {"routing_policy", "load"}};
+  return bench::WriteResults({result}, config);
+}
+
+}  // namespace
+}  // namespace tandem::sim
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(argc, argv, tandem::sim::kUsage);
+  // Each simulated worker logs its start, and without --request_log the
+  // router logs every request: only warnings and errors go to stderr.
+  tandem::SetMinLogSeverity(tandem::LogSeverity::kWarning);
+  const absl::Status status = tandem::sim::Main();
+  if (!status.ok()) {
+    std::cerr << "tandem-sim: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,29 @@
+// A tandem-bench run against a simulated cluster: the same dataset, the
+// same arrival schedule (gamma gaps at --request_rate, --burstiness, seeded
+// alike) and concurrency limit, and the same records and metrics, but every
+// time is the cluster's simulated time. The requests go into the production
+// router core of a SimCluster; each stream is timed as tandem-bench times a
+// gRPC stream: its first token-carrying message, the gaps between messages,
+// its end.
+#ifndef TANDEM_TOOLS_SIM_SIM_RUN_H_
+#define TANDEM_TOOLS_SIM_SIM_RUN_H_
+
+#include "absl/status/statusor.h"
+#include "tools/bench/dataset.h"
+#include "tools/bench/runner.h"
+#include "tools/sim/sim_cluster.h"
+
+namespace tandem::sim {
+
+// Sends options.num_requests requests of `dataset` (which must carry token
+// ids) into `cluster` and runs it until each has ended. Honours
+// request_rate, burstiness, max_concurrency, seed and slo; refuses what
+// only a real client does (waves, duration_s) with INVALID_ARGUMENT. A
+// request that fails counts as failed, as in tandem-bench; INTERNAL if the
+// cluster went idle with requests still open (a stall).
+absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::Dataset& dataset,
+                                              const bench::RunOptions& options);
+
+}  // namespace tandem::sim
+
+#endif  // TANDEM_TOOLS_SIM_SIM_RUN_H_
