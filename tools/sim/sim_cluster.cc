@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
     return absl::InvalidArgumentError("a simulated cluster needs a decode worker");
   }
   if (!options.make_backend) return absl::InvalidArgumentError("make_backend is required");
+  if (options.link.has_value()) RETURN_IF_ERROR(options.link->Validate());
   std::unique_ptr<SimCluster> cluster(new SimCluster(options.start));
   cluster->fabric_ = kvtransfer::InProcFabric::Create();
   auto sim_options = [&](const std::string& address) {
@@ -30,7 +31,9 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
                             .start = options.start,
                             .fabric = cluster->fabric_,
                             .backend = options.make_backend(),
-                            .make_executor = options.make_executor};
+                            .make_executor = options.make_executor,
+                            .link = options.link,
+                            .cluster_clock = &cluster->clock_};
   };
   router::RegistryOptions registry_options;
   for (int i = 0; i < options.prefill_workers; ++i) {
@@ -96,6 +99,11 @@ void SimCluster::Settle() {
   while (quiet < kQuietPasses) {
     bool busy = executor_.RunDue() > 0;
     const absl::Time now = clock_.Now();
+    // KV messages that have arrived by now reach the fabric, also from a
+    // worker still in a step.
+    for (SimWorker* w : Workers()) {
+      if (w->link() != nullptr) w->link()->ReleaseDue();
+    }
     for (SimWorker* w : Workers()) {
       if (w->clock().Now() > now) continue;  // Still in a step.
       w->clock().Set(now);
@@ -114,6 +122,7 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
     absl::Time next = executor_.next_time();
     for (SimWorker* w : Workers()) {
       if (w->clock().Now() > clock_.Now()) next = std::min(next, w->clock().Now());
+      if (w->link() != nullptr) next = std::min(next, w->link()->next_release());
     }
     if (next == absl::InfiniteFuture()) {
       return absl::FailedPreconditionError(

@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct SimClusterOptions {
   // Every worker's step executor; null: real compute on each worker's
   // backend (then time stands still).
   ExecutorMaker make_executor;
+  // KV messages between workers take the time this model says; none: no
+  // time.
+  std::optional<kvtransfer::LinkModel> link;
   // A fresh backend per worker.
   std::function<std::unique_ptr<Backend>()> make_backend;
   // The router core's options (clock and executor are the cluster's).

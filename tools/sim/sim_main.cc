@@ -38,6 +38,12 @@ ABSL_FLAG(absl::Duration, step_per_attended, absl::ZeroDuration(),
           "Cost model: per key attended, over every token computed");
 ABSL_FLAG(absl::Duration, step_per_logit_row, absl::Microseconds(20),
           "Cost model: per row of the classifier");
+ABSL_FLAG(double, link_bandwidth, 0,
+          "KV link model: GB/s per lane between workers; 0: KV moves in no time");
+ABSL_FLAG(absl::Duration, link_latency, absl::Microseconds(10), "KV link model: latency");
+ABSL_FLAG(absl::Duration, link_per_message, absl::ZeroDuration(),
+          "KV link model: time each message holds its lane besides its bytes");
+ABSL_FLAG(int, link_lanes, 1, "KV link model: lanes (links) per worker");
 ABSL_FLAG(int, kv_blocks, 0, "Each worker's KV blocks; 0: room for 8 full-context sequences");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block");
 ABSL_FLAG(bool, prefix_cache, true, "Keep and reuse KV blocks of prompts' shared prefixes");
@@ -109,6 +115,13 @@ absl::Status Main() {
     return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
                                                &engine.block_pool(), clock, cost);
   };
+  if (const double gbs = absl::GetFlag(FLAGS_link_bandwidth); gbs != 0) {
+    options.link = kvtransfer::LinkModel{.bandwidth = gbs * 1e9,
+                                         .latency = absl::GetFlag(FLAGS_link_latency),
+                                         .per_message = absl::GetFlag(FLAGS_link_per_message),
+                                         .lanes = absl::GetFlag(FLAGS_link_lanes)};
+    RETURN_IF_ERROR(options.link->Validate());
+  }
   options.prefill.kv_blocks = options.decode.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.prefill.block_size = options.decode.block_size = absl::GetFlag(FLAGS_block_size);
   options.prefill.prefix_cache = options.decode.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
@@ -123,6 +136,13 @@ absl::Status Main() {
   if (const std::string path = absl::GetFlag(FLAGS_request_log); !path.empty()) {
     ASSIGN_OR_RETURN(request_log, router::RequestLog::Open(path));
     options.router.driver.request_log = request_log.get();
+  }
+  nlohmann::json options_link_json = "none: KV moves in no time";
+  if (options.link.has_value()) {
+    options_link_json = {{"bandwidth_gbs", options.link->bandwidth / 1e9},
+                         {"latency_us", absl::ToDoubleMicroseconds(options.link->latency)},
+                         {"per_message_us", absl::ToDoubleMicroseconds(options.link->per_message)},
+                         {"lanes", options.link->lanes}};
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SimCluster> cluster,
                    SimCluster::Create(*weights, std::move(options)));
@@ -148,6 +168,7 @@ absl::Status Main() {
                          {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
                          {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)},
                          {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks)},
+                         {"link", options_link_json},
                          {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
                          {"routing_policy", "load"}};
   return bench::WriteResults({result}, config);

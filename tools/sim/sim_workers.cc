@@ -226,9 +226,9 @@ class PrefillChannel final : public WorkerChannel {
 
 class SimDecodeWorker final : public SimWorker {
  public:
-  SimDecodeWorker(std::string address, absl::Time start,
-                  std::unique_ptr<kvtransfer::InProcTransport> transport)
-      : SimWorker(std::move(address), start), transport_(std::move(transport)) {}
+  SimDecodeWorker(std::string address, absl::Time start, const SimWorkerOptions& sim)
+      : SimWorker(std::move(address), start),
+        transport_(MakeTransport(sim.fabric, sim.link, sim.cluster_clock)) {}
   ~SimDecodeWorker() override { loop_.reset(); }  // Before the transport.
 
   bool RunRound() override { return loop_->RunRound(); }
@@ -236,16 +236,16 @@ class SimDecodeWorker final : public SimWorker {
     return std::make_unique<DecodeChannel>(loop_.get(), epoch_, router, &clock());
   }
 
-  const std::unique_ptr<kvtransfer::InProcTransport> transport_;
+  const std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<decode::DecodeLoop> loop_;
   const uint64_t epoch_ = NewCacheEpoch();
 };
 
 class SimPrefillWorker final : public SimWorker {
  public:
-  SimPrefillWorker(std::string address, absl::Time start,
-                   std::unique_ptr<kvtransfer::InProcTransport> transport)
-      : SimWorker(std::move(address), start), transport_(std::move(transport)) {}
+  SimPrefillWorker(std::string address, absl::Time start, const SimWorkerOptions& sim)
+      : SimWorker(std::move(address), start),
+        transport_(MakeTransport(sim.fabric, sim.link, sim.cluster_clock)) {}
   ~SimPrefillWorker() override { loop_.reset(); }  // Before the transport.
 
   bool RunRound() override { return loop_->RunRound(); }
@@ -253,18 +253,29 @@ class SimPrefillWorker final : public SimWorker {
     return std::make_unique<PrefillChannel>(loop_.get(), epoch_, router, &clock());
   }
 
-  const std::unique_ptr<kvtransfer::InProcTransport> transport_;
+  const std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<prefill::PrefillLoop> loop_;
   const uint64_t epoch_ = NewCacheEpoch();
 };
 
 }  // namespace
 
+std::unique_ptr<kvtransfer::KvTransport> SimWorker::MakeTransport(
+    std::shared_ptr<kvtransfer::InProcFabric> fabric,
+    const std::optional<kvtransfer::LinkModel>& link, const Clock* release_clock) {
+  std::unique_ptr<kvtransfer::KvTransport> transport =
+      kvtransfer::InProcTransport::Create(std::move(fabric));
+  if (!link.has_value()) return transport;
+  auto modelled = std::make_unique<kvtransfer::LinkModelTransport>(std::move(transport), *link,
+                                                                   &clock_, release_clock);
+  link_ = modelled.get();
+  return modelled;
+}
+
 absl::StatusOr<std::unique_ptr<SimWorker>> NewSimDecodeWorker(const ModelWeights& weights,
                                                               SimWorkerOptions sim,
                                                               decode::DecodeLoopOptions options) {
-  auto worker = std::make_unique<SimDecodeWorker>(sim.address, sim.start,
-                                                  kvtransfer::InProcTransport::Create(sim.fabric));
+  auto worker = std::make_unique<SimDecodeWorker>(sim.address, sim.start, sim);
   FakeClock* const clock = &worker->clock();
   options.clock = clock;
   options.own_thread = false;
@@ -280,8 +291,7 @@ absl::StatusOr<std::unique_ptr<SimWorker>> NewSimDecodeWorker(const ModelWeights
 
 absl::StatusOr<std::unique_ptr<SimWorker>> NewSimPrefillWorker(
     const ModelWeights& weights, SimWorkerOptions sim, prefill::PrefillLoopOptions options) {
-  auto worker = std::make_unique<SimPrefillWorker>(sim.address, sim.start,
-                                                   kvtransfer::InProcTransport::Create(sim.fabric));
+  auto worker = std::make_unique<SimPrefillWorker>(sim.address, sim.start, sim);
   FakeClock* const clock = &worker->clock();
   options.own_thread = false;
   if (sim.make_executor) {

@@ -16,6 +16,7 @@
 #define TANDEM_TOOLS_SIM_SIM_WORKERS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,7 @@
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_loop.h"
 #include "kvtransfer/inproc_transport.h"
+#include "kvtransfer/link_model_transport.h"
 #include "prefill_worker/prefill_loop.h"
 #include "router/worker_channel.h"
 
@@ -46,14 +48,22 @@ class SimWorker {
   virtual std::unique_ptr<router::WorkerChannel> OpenChannel(Executor* router) = 0;
   FakeClock& clock() { return clock_; }
   const std::string& address() const { return address_; }
+  // The link model its KV messages go through; null without one.
+  kvtransfer::LinkModelTransport* link() { return link_; }
 
  protected:
   explicit SimWorker(std::string address, absl::Time start)
       : address_(std::move(address)), clock_(start) {}
+  // The worker's transport on `fabric`, through a link model when `link` is
+  // set: stamped on the worker's clock, released on `release_clock`.
+  std::unique_ptr<kvtransfer::KvTransport> MakeTransport(
+      std::shared_ptr<kvtransfer::InProcFabric> fabric,
+      const std::optional<kvtransfer::LinkModel>& link, const Clock* release_clock);
 
  private:
   const std::string address_;
   FakeClock clock_;
+  kvtransfer::LinkModelTransport* link_ = nullptr;
 };
 
 struct SimWorkerOptions {
@@ -62,6 +72,10 @@ struct SimWorkerOptions {
   std::shared_ptr<kvtransfer::InProcFabric> fabric;
   std::unique_ptr<Backend> backend;
   ExecutorMaker make_executor;
+  // KV messages take the time this model says (none: no time), until the
+  // cluster's clock, `cluster_clock`, reaches their arrival.
+  std::optional<kvtransfer::LinkModel> link;
+  const Clock* cluster_clock = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<SimWorker>> NewSimDecodeWorker(const ModelWeights& weights,

@@ -6,6 +6,7 @@
 #include "tools/sim/sim_run.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,8 +48,10 @@ class SimRunTest : public ::testing::Test {
  protected:
   void SetUp() override { weights_ = MakeSyntheticModel(Shape(), 7).value(); }
 
-  std::unique_ptr<SimCluster> Cluster(int prefill, int decode) {
+  std::unique_ptr<SimCluster> Cluster(int prefill, int decode,
+                                      std::optional<kvtransfer::LinkModel> link = std::nullopt) {
     SimClusterOptions o;
+    o.link = link;
     o.prefill_workers = prefill;
     o.decode_workers = decode;
     o.make_backend = [] { return CpuBackend::Create(CpuBackendOptions{1}).value(); };
@@ -137,6 +140,29 @@ TEST_F(SimRunTest, RequestsAreSentOnTandemBenchsArrivalSchedule) {
       EXPECT_GE(r.ttft, 0.026 - kEps) << i;
     }
   }
+}
+
+// Over a link of 5 ms latency (and bandwidth to spare), the prefill
+// worker's answer waits for the decode worker's receipt of the last layer:
+// 42 ms of compute, the last layer's 5 ms there and the receipt's 5 ms
+// back. The decode steps that follow are not slowed.
+TEST_F(SimRunTest, AKvLinksLatencyDelaysTheFirstTokenByARoundTrip) {
+  constexpr absl::Duration kLatency = absl::Milliseconds(5);
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/1,
+                         kvtransfer::LinkModel{.bandwidth = 1e15, .latency = kLatency});
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                       RunSimulated(*cluster, *Prompts(32, 3), {.num_requests = 1}));
+  const bench::RequestRecord& r = run.records[0];
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_THAT(r.ttft, DoubleNear(0.042 + 0.010, 1e-6));
+  EXPECT_THAT(r.itls, Each(DoubleNear(0.011, 1e-6)));
+  // A slow link: 1 MB/s makes the KV's bytes, not the latency, the cost.
+  auto slow = Cluster(/*prefill=*/1, /*decode=*/1,
+                      kvtransfer::LinkModel{.bandwidth = 1e6, .latency = kLatency});
+  ASSERT_OK_AND_ASSIGN(bench::RunResult slow_run,
+                       RunSimulated(*slow, *Prompts(32, 3), {.num_requests = 1}));
+  ASSERT_TRUE(slow_run.records[0].success);
+  EXPECT_GT(slow_run.records[0].ttft, r.ttft + 0.005);
 }
 
 TEST_F(SimRunTest, TheSameInputsGiveByteIdenticalResults) {
