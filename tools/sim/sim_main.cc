@@ -52,6 +52,11 @@ ABSL_FLAG(std::string, schedule_policy, "decode_priority",
           "Decode workers' schedule: decode_priority, chunked or prefill_priority");
 ABSL_FLAG(int, prefill_chunk_tokens, 512, "The chunked policy's tokens per step");
 ABSL_FLAG(int, max_sequences, 64, "Most sequences a decode worker holds");
+ABSL_FLAG(absl::Duration, router_request_cost, absl::ZeroDuration(),
+          "The router's CPU time to take a request in (parse, tokenize, route)");
+ABSL_FLAG(absl::Duration, router_token_cost, absl::ZeroDuration(),
+          "The router's CPU time per token it streams to a client");
+ABSL_FLAG(int, router_threads, 1, "The router's threads that share that work");
 ABSL_FLAG(std::string, request_log, "",
           "Append the router's JSON line per request here, as tandem-router's --request_log "
           "writes it (in simulated time)");
@@ -148,7 +153,10 @@ absl::Status Main() {
                    SimCluster::Create(*weights, std::move(options)));
 
   const absl::Time wall_start = absl::Now();
-  ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run));
+  const RouterCpuModel router_cpu{.per_request = absl::GetFlag(FLAGS_router_request_cost),
+                                  .per_token = absl::GetFlag(FLAGS_router_token_cost),
+                                  .threads = absl::GetFlag(FLAGS_router_threads)};
+  ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run, router_cpu));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   std::cout << bench::SummaryTable(result);
   std::cout << absl::StrFormat("Simulated %.3f s in %.3f s of wall time (%.1fx)\n",
@@ -158,19 +166,23 @@ absl::Status Main() {
   nlohmann::json config = bench::WorkloadConfig(data);
   config["target"] = "tandem-sim";
   config["request_rate"] = run.request_rate;
-  config["simulator"] = {{"prefill_workers", absl::GetFlag(FLAGS_prefill)},
-                         {"decode_workers", absl::GetFlag(FLAGS_decode)},
-                         {"shape", absl::GetFlag(FLAGS_shape)},
-                         {"seq_len", shape.seq_len},
-                         {"cost_model", "linear"},
-                         {"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
-                         {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
-                         {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
-                         {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)},
-                         {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks)},
-                         {"link", options_link_json},
-                         {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
-                         {"routing_policy", "load"}};
+  config["simulator"] = {
+      {"prefill_workers", absl::GetFlag(FLAGS_prefill)},
+      {"decode_workers", absl::GetFlag(FLAGS_decode)},
+      {"shape", absl::GetFlag(FLAGS_shape)},
+      {"seq_len", shape.seq_len},
+      {"cost_model", "linear"},
+      {"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
+      {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
+      {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
+      {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)},
+      {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks)},
+      {"link", options_link_json},
+      {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
+      {"routing_policy", "load"},
+      {"router_request_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_request)},
+      {"router_token_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_token)},
+      {"router_threads", router_cpu.threads}};
   return bench::WriteResults({result}, config);
 }
 

@@ -1,6 +1,8 @@
 #include "tools/sim/sim_run.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,29 +16,58 @@
 namespace tandem::sim {
 namespace {
 
-// Times one stream on the cluster's clock, as bench::StreamTimer does on
-// the steady clock.
-class TimedStream final : public router::ResponseSink {
+// The router's CPU as `threads` first-come-first-served servers.
+class RouterCpu {
  public:
-  TimedStream(const Clock* clock, int* open) : clock_(clock), open_(open), sent_(clock->Now()) {}
+  explicit RouterCpu(const RouterCpuModel& model)
+      : model_(model), free_(std::max(1, model.threads), absl::InfinitePast()) {}
+
+  const RouterCpuModel& model() const { return model_; }
+  // When work of `cost` that arrives at `now` is done.
+  absl::Time Run(absl::Time now, absl::Duration cost) {
+    if (cost <= absl::ZeroDuration()) return now;
+    auto server = std::min_element(free_.begin(), free_.end());
+    *server = std::max(now, *server) + cost;
+    return *server;
+  }
+
+ private:
+  const RouterCpuModel model_;
+  std::vector<absl::Time> free_;
+};
+
+// What the streams of a run share. Held by each stream, as the cluster may
+// end one (cancelling it) after the run has returned.
+struct RunState {
+  explicit RunState(const RouterCpuModel& model) : cpu(model) {}
+  RouterCpu cpu;
+  int open = 0;  // Streams sent and not yet ended.
+  std::vector<std::shared_ptr<router::RequestHandle>> handles;
+};
+
+// Times one stream on the cluster's clock, as bench::StreamTimer does on
+// the steady clock, each message when the router's CPU has passed it on.
+class TimedStream final : public router::ResponseSink,
+                          public std::enable_shared_from_this<TimedStream> {
+ public:
+  TimedStream(SimCluster* cluster, std::shared_ptr<RunState> run)
+      : cluster_(cluster), run_(std::move(run)), sent_(cluster->clock().Now()) {}
 
   bool OnEvent(router::GenerateEvent event) override {
     if (event.kind != router::GenerateEvent::Kind::kTokens || event.token_ids.empty()) return true;
-    const absl::Time now = clock_->Now();
-    if (tokens_ == 0) {
-      ttft_ = now - sent_;
-    } else {
-      itls_.push_back(absl::ToDoubleSeconds(now - last_));
-    }
-    last_ = now;
-    tokens_ += static_cast<int>(event.token_ids.size());
+    const int n = static_cast<int>(event.token_ids.size());
+    Deliver(run_->cpu.model().per_token * n,
+            [self = shared_from_this(), n](absl::Time at) { self->OnTokens(at, n); });
     return true;
   }
   void OnDone(absl::Status status) override {
-    ended_ = clock_->Now();
-    status_ = std::move(status);
-    done_ = true;
-    --*open_;
+    Deliver(absl::ZeroDuration(),
+            [self = shared_from_this(), s = std::move(status)](absl::Time at) {
+              self->ended_ = at;
+              self->status_ = s;
+              self->done_ = true;
+              --self->run_->open;
+            });
   }
 
   bool done() const { return done_; }
@@ -55,9 +86,33 @@ class TimedStream final : public router::ResponseSink {
   }
 
  private:
-  const Clock* const clock_;
-  int* const open_;
+  // Runs `f` with the time the router's CPU is done with `cost` of work
+  // for this stream (never before its previous message): at once when
+  // that is now, else as a task then.
+  void Deliver(absl::Duration cost, std::function<void(absl::Time)> f) {
+    const absl::Time now = cluster_->clock().Now();
+    const absl::Time at = std::max(run_->cpu.Run(now, cost), last_delivery_);
+    last_delivery_ = at;
+    if (at <= now) {
+      f(at);
+    } else {
+      cluster_->executor().PostAt(at, [f = std::move(f), at] { f(at); });
+    }
+  }
+  void OnTokens(absl::Time at, int n) {
+    if (tokens_ == 0) {
+      ttft_ = at - sent_;
+    } else {
+      itls_.push_back(absl::ToDoubleSeconds(at - last_));
+    }
+    last_ = at;
+    tokens_ += n;
+  }
+
+  SimCluster* const cluster_;
+  const std::shared_ptr<RunState> run_;
   const absl::Time sent_;
+  absl::Time last_delivery_ = absl::InfinitePast();
   absl::Time last_;
   absl::Time ended_;
   absl::Duration ttft_;
@@ -70,7 +125,15 @@ class TimedStream final : public router::ResponseSink {
 }  // namespace
 
 absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::Dataset& dataset,
-                                              const bench::RunOptions& options) {
+                                              const bench::RunOptions& options,
+                                              const RouterCpuModel& router_cpu) {
+  if (router_cpu.per_request < absl::ZeroDuration() ||
+      router_cpu.per_token < absl::ZeroDuration() || router_cpu.threads < 1) {
+    return absl::InvalidArgumentError(
+        "the router's CPU model needs costs of at least zero and at least 1 thread");
+  }
+  auto state = std::make_shared<RunState>(router_cpu);
+  int& open = state->open;
   if (options.waves || options.pad_waves || options.duration_s > 0) {
     return absl::InvalidArgumentError(
         "the simulator sends --num_requests requests; waves and --duration are not simulated");
@@ -102,8 +165,6 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
   const int limit = options.max_concurrency > 0 ? options.max_concurrency : n;
   std::vector<std::shared_ptr<TimedStream>> streams(n);
   std::vector<double> sent_at(n);
-  std::vector<std::shared_ptr<router::RequestHandle>> handles;
-  int open = 0;
   int next = 0;
   while (next < n || open > 0) {
     const absl::Time now = cluster.clock().Now();
@@ -112,10 +173,19 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
       p.token_ids = requests[next].token_ids;
       p.max_tokens = requests[next].max_tokens;
       p.ignore_eos = true;
-      streams[next] = std::make_shared<TimedStream>(&cluster.clock(), &open);
+      streams[next] = std::make_shared<TimedStream>(&cluster, state);
       sent_at[next] = absl::ToDoubleSeconds(now - t0);
       ++open;
-      handles.push_back(cluster.core().Submit(std::move(p), streams[next]));
+      // The core takes it once the router's CPU has prepared it.
+      auto submit = [c = &cluster, state, p = std::move(p), stream = streams[next]]() mutable {
+        state->handles.push_back(c->core().Submit(std::move(p), stream));
+      };
+      const absl::Time ready = state->cpu.Run(now, router_cpu.per_request);
+      if (ready <= now) {
+        submit();
+      } else {
+        cluster.executor().PostAt(ready, std::move(submit));
+      }
       ++next;
     }
     if (next == n && open == 0) break;

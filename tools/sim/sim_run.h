@@ -15,14 +15,28 @@
 
 namespace tandem::sim {
 
+// The router's own CPU: `threads` servers, each request taking
+// `per_request` of one before it reaches the router core (parsing,
+// tokenizing, routing) and each token-carrying message `per_token` per
+// token before it reaches its client, first come first served. Zero costs
+// (the default): the router takes no time. tandem-router-bench measures
+// what a stream costs the router.
+struct RouterCpuModel {
+  absl::Duration per_request = absl::ZeroDuration();
+  absl::Duration per_token = absl::ZeroDuration();
+  int threads = 1;
+};
+
 // Sends options.num_requests requests of `dataset` (which must carry token
 // ids) into `cluster` and runs it until each has ended. Honours
 // request_rate, burstiness, max_concurrency, seed and slo; refuses what
 // only a real client does (waves, duration_s) with INVALID_ARGUMENT. A
 // request that fails counts as failed, as in tandem-bench; INTERNAL if the
-// cluster went idle with requests still open (a stall).
+// cluster went idle with requests still open (a stall). `router_cpu` delays
+// what passes through the router by its CPU time.
 absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::Dataset& dataset,
-                                              const bench::RunOptions& options);
+                                              const bench::RunOptions& options,
+                                              const RouterCpuModel& router_cpu = {});
 
 }  // namespace tandem::sim
 

@@ -165,6 +165,41 @@ TEST_F(SimRunTest, AKvLinksLatencyDelaysTheFirstTokenByARoundTrip) {
   EXPECT_GT(slow_run.records[0].ttft, r.ttft + 0.005);
 }
 
+// The router's CPU: 3 ms to take a request in, 1 ms per token passed on.
+// A lone colocated request reaches the core at 3 ms, its first token
+// leaves the decode worker at 45 ms and the client at 46; the others
+// follow one decode step (11 ms) apart.
+TEST_F(SimRunTest, TheRoutersCpuTimeDelaysWhatPassesThroughIt) {
+  auto cluster = Cluster(/*prefill=*/0, /*decode=*/1);
+  const RouterCpuModel cpu{.per_request = absl::Milliseconds(3),
+                           .per_token = absl::Milliseconds(1)};
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                       RunSimulated(*cluster, *Prompts(32, 5), {.num_requests = 1}, cpu));
+  const bench::RequestRecord& r = run.records[0];
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_THAT(r.ttft, DoubleNear(0.046, kEps));
+  EXPECT_THAT(r.itls, Each(DoubleNear(0.011, kEps)));
+  EXPECT_THAT(r.e2e, DoubleNear(0.046 + 4 * 0.011, kEps));
+}
+
+// A router whose one thread needs 50 ms per request saturates: ten sent at
+// once reach the core 50 ms apart, and each waits for all before it.
+TEST_F(SimRunTest, ASaturatedRouterQueuesRequests) {
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/2);
+  ASSERT_OK_AND_ASSIGN(
+      bench::RunResult run,
+      RunSimulated(*cluster, *Prompts(16, 2), {.num_requests = 10},
+                   RouterCpuModel{.per_request = absl::Milliseconds(50), .threads = 1}));
+  for (size_t i = 0; i < run.records.size(); ++i) {
+    ASSERT_TRUE(run.records[i].success) << run.records[i].error;
+    EXPECT_GE(run.records[i].ttft, 0.050 * (i + 1)) << i;
+    EXPECT_LT(run.records[i].ttft, 0.050 * (i + 1) + 0.050) << i;
+  }
+  EXPECT_THAT(
+      RunSimulated(*cluster, *Prompts(16, 2), {.num_requests = 1}, RouterCpuModel{.threads = 0}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("thread")));
+}
+
 TEST_F(SimRunTest, TheSameInputsGiveByteIdenticalResults) {
   const bench::RunOptions options{.request_rate = 40, .num_requests = 30, .seed = 4};
   std::string first;
