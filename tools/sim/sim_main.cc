@@ -1,6 +1,7 @@
 // tandem-sim: a tandem cluster simulated in one thread on a cost model, fed
 // the workload tandem-bench would send, answering in tandem-bench's words
 // (its summary table, result JSON and HTML report), in simulated time.
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "router/router_metrics.h"
 #include "tools/bench/report.h"
 #include "tools/bench/workload_flags.h"
+#include "tools/sim/cost_profile.h"
 #include "tools/sim/sim_cluster.h"
 #include "tools/sim/sim_run.h"
 
@@ -30,6 +32,9 @@ ABSL_FLAG(std::string, shape, "stories15M",
           "Model shape the workers hold: stories15M or stories110M (made-up weights: the "
           "cost model gives the time, the shape the KV sizes)");
 ABSL_FLAG(int, seq_len, 2048, "The shape's context length in tokens (1 to 131072)");
+ABSL_FLAG(std::string, profile, "",
+          "A cost profile of the workers' shape from tandem-profile; its fitted model replaces "
+          "the --step_* costs");
 ABSL_FLAG(absl::Duration, step_fixed, absl::Milliseconds(2),
           "Cost model: the part of every step that does not depend on its shape");
 ABSL_FLAG(absl::Duration, step_per_token, absl::Microseconds(100),
@@ -93,6 +98,16 @@ absl::StatusOr<ModelConfig> Shape() {
   return shape;
 }
 
+absl::StatusOr<CostProfile> ReadProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the profile ", path));
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON: run tandem-profile"));
+  }
+  return ParseProfile(json);
+}
+
 absl::Status Main() {
   ASSIGN_OR_RETURN(const ModelConfig shape, Shape());
   const bench::DatasetOptions data = bench::DatasetFromFlags(/*token_ids=*/true);
@@ -108,10 +123,20 @@ absl::Status Main() {
                    decode::ParseSchedulePolicy(absl::GetFlag(FLAGS_schedule_policy)));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, /*seed=*/1));
 
-  const LinearStepCost cost{.fixed = absl::GetFlag(FLAGS_step_fixed),
-                            .per_token = absl::GetFlag(FLAGS_step_per_token),
-                            .per_attended = absl::GetFlag(FLAGS_step_per_attended),
-                            .per_logit_row = absl::GetFlag(FLAGS_step_per_logit_row)};
+  LinearStepCost cost{.fixed = absl::GetFlag(FLAGS_step_fixed),
+                      .per_token = absl::GetFlag(FLAGS_step_per_token),
+                      .per_attended = absl::GetFlag(FLAGS_step_per_attended),
+                      .per_logit_row = absl::GetFlag(FLAGS_step_per_logit_row)};
+  std::string cost_source = "linear, from the --step_* flags";
+  if (const std::string path = absl::GetFlag(FLAGS_profile); !path.empty()) {
+    ASSIGN_OR_RETURN(const CostProfile profile, ReadProfile(path));
+    RETURN_IF_ERROR(CheckProfileShape(profile, shape));
+    cost = profile.fit;
+    cost_source = absl::StrFormat(
+        "linear, fitted to %s (%s, %d threads, %s weights; error median %.1f%%, max %.1f%%)", path,
+        profile.backend, profile.threads, profile.weights_dtype, 100 * profile.median_error,
+        100 * profile.max_error);
+  }
   SimClusterOptions options;
   options.prefill_workers = absl::GetFlag(FLAGS_prefill);
   options.decode_workers = absl::GetFlag(FLAGS_decode);
@@ -159,6 +184,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run, router_cpu));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   std::cout << bench::SummaryTable(result);
+  std::cout << "Cost model: " << cost_source << "\n";
   std::cout << absl::StrFormat("Simulated %.3f s in %.3f s of wall time (%.1fx)\n",
                                result.metrics.duration_s, wall_s,
                                wall_s > 0 ? result.metrics.duration_s / wall_s : 0.0);
@@ -171,7 +197,7 @@ absl::Status Main() {
       {"decode_workers", absl::GetFlag(FLAGS_decode)},
       {"shape", absl::GetFlag(FLAGS_shape)},
       {"seq_len", shape.seq_len},
-      {"cost_model", "linear"},
+      {"cost_model", cost_source},
       {"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
       {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
       {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},

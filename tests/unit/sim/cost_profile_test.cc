@@ -1,0 +1,163 @@
+// Cost profiles (tools/sim/cost_profile.h): the fit recovers a linear cost
+// exactly and never goes negative; profiling a simulated executor whose
+// cost is known gives back that cost; profiles survive JSON; a profile of
+// another shape or a malformed one is refused.
+#include "tools/sim/cost_profile.h"
+
+#include <memory>
+#include <vector>
+
+#include "common/compute/cpu/cpu_backend.h"
+#include "common/engine/engine.h"
+#include "common/engine/simulated_executor.h"
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tandem::sim {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+ModelConfig Shape() {
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 3,
+                     .n_heads = 8,
+                     .n_kv_heads = 4,
+                     .vocab_size = 101,
+                     .seq_len = 256,
+                     .shared_classifier = true};
+}
+
+const LinearStepCost kCost{.fixed = absl::Microseconds(1500),
+                           .per_token = absl::Microseconds(40),
+                           .per_attended = absl::Nanoseconds(3),
+                           .per_logit_row = absl::Microseconds(25)};
+
+void ExpectNear(absl::Duration got, absl::Duration want) {
+  EXPECT_NEAR(absl::ToDoubleSeconds(got), absl::ToDoubleSeconds(want), 1e-12);
+}
+
+std::vector<ProfilePoint> PointsOf(const LinearStepCost& cost) {
+  std::vector<ProfilePoint> points;
+  const StepShape shapes[] = {{1, 16, 136, 1},  {1, 256, 32896, 1}, {1, 1, 65, 1},
+                              {8, 8, 2056, 8},  {32, 32, 8224, 32}, {16, 16, 16400, 16},
+                              {4, 100, 9000, 4}};
+  for (const StepShape& s : shapes) {
+    points.push_back({s, absl::ToDoubleSeconds(cost(s))});
+  }
+  return points;
+}
+
+TEST(FitLinear, RecoversALinearCostExactly) {
+  ASSERT_OK_AND_ASSIGN(LinearStepCost fit, FitLinear(PointsOf(kCost)));
+  ExpectNear(fit.fixed, kCost.fixed);
+  ExpectNear(fit.per_token, kCost.per_token);
+  ExpectNear(fit.per_attended, kCost.per_attended);
+  ExpectNear(fit.per_logit_row, kCost.per_logit_row);
+}
+
+TEST(FitLinear, NeverFitsANegativeCost) {
+  // Times that fall as rows grow would want a negative per-row cost.
+  std::vector<ProfilePoint> points = {{{1, 1, 10, 1}, 0.010},
+                                      {{8, 8, 80, 8}, 0.009},
+                                      {{32, 32, 320, 32}, 0.008},
+                                      {{1, 64, 640, 1}, 0.012}};
+  ASSERT_OK_AND_ASSIGN(LinearStepCost fit, FitLinear(points));
+  for (absl::Duration c : {fit.fixed, fit.per_token, fit.per_attended, fit.per_logit_row}) {
+    EXPECT_GE(c, absl::ZeroDuration());
+  }
+  EXPECT_GT(fit.fixed, absl::ZeroDuration());
+}
+
+TEST(FitLinear, RefusesNoPointsAndTimesThatAreNotPositive) {
+  EXPECT_THAT(FitLinear({}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(FitLinear({{{1, 1, 1, 1}, 0.0}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positive")));
+}
+
+class MeasureProfileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    weights_ = MakeSyntheticModel(Shape(), 3).value();
+    grid_ = ProfileGrid{.prompt_tokens = {16, 64, 200},
+                        .decode_batches = {1, 4, 8},
+                        .decode_contexts = {32, 128},
+                        .repeats = 2};
+    engine_ = Engine::Create(*weights_, CpuBackend::Create(CpuBackendOptions{1}).value(),
+                             EngineOptions{.num_blocks = ProfileBlocks(grid_, 16),
+                                           .max_batch_tokens = 256,
+                                           .max_logit_rows = 8})
+                  .value();
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  ProfileGrid grid_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// Timing a SimulatedExecutor on its fake clock measures exactly its cost
+// model, so the profile's fit must be that model, with no error.
+TEST_F(MeasureProfileTest, ProfilingAKnownCostGivesItBack) {
+  FakeClock clock;
+  SimulatedExecutor executor(engine_->config(), engine_->step_limits(), &engine_->block_pool(),
+                             &clock, kCost);
+  ASSERT_OK_AND_ASSIGN(CostProfile profile, MeasureProfile(executor, *engine_, clock, grid_));
+  ASSERT_EQ(profile.points.size(), 3u + 3u * 2u);
+  EXPECT_EQ(profile.points[0].shape.tokens, 16);
+  EXPECT_EQ(profile.points[2].shape.tokens, 200);
+  EXPECT_EQ(profile.points.back().shape.items, 8);
+  EXPECT_EQ(profile.points.back().shape.logit_rows, 8);
+  ExpectNear(profile.fit.fixed, kCost.fixed);
+  ExpectNear(profile.fit.per_token, kCost.per_token);
+  ExpectNear(profile.fit.per_attended, kCost.per_attended);
+  ExpectNear(profile.fit.per_logit_row, kCost.per_logit_row);
+  EXPECT_LT(profile.max_error, 1e-9);
+  // Every block is back in the pool.
+  EXPECT_EQ(engine_->block_pool().num_free(), engine_->block_pool().num_blocks());
+
+  // The JSON form reads back the same.
+  profile.backend = "cpu";
+  profile.threads = 1;
+  profile.weights_dtype = "f32";
+  ASSERT_OK_AND_ASSIGN(CostProfile back, ParseProfile(ProfileJson(profile)));
+  EXPECT_EQ(ProfileJson(back), ProfileJson(profile));
+  EXPECT_OK(CheckProfileShape(back, Shape()));
+  ModelConfig other = Shape();
+  other.n_layers = 4;
+  EXPECT_THAT(CheckProfileShape(back, other),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4 layers")));
+}
+
+TEST_F(MeasureProfileTest, AGridThatDoesNotFitIsRefused) {
+  FakeClock clock;
+  SimulatedExecutor executor(engine_->config(), engine_->step_limits(), &engine_->block_pool(),
+                             &clock, kCost);
+  ProfileGrid too_long = grid_;
+  too_long.decode_contexts = {300};
+  EXPECT_THAT(MeasureProfile(executor, *engine_, clock, too_long),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context")));
+  ProfileGrid too_wide = grid_;
+  too_wide.decode_batches = {64};
+  EXPECT_THAT(MeasureProfile(executor, *engine_, clock, too_wide),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KV blocks")));
+}
+
+TEST(ParseProfile, AMalformedProfileIsRefused) {
+  EXPECT_THAT(ParseProfile(nlohmann::json::object()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed")));
+  CostProfile p;
+  p.config = Shape();
+  p.points = PointsOf(kCost);
+  p.fit = kCost;
+  nlohmann::json json = ProfileJson(p);
+  json["fit"]["per_token_s"] = -1.0;
+  EXPECT_THAT(ParseProfile(json),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+}
+
+}  // namespace
+}  // namespace tandem::sim
