@@ -1,13 +1,20 @@
 #include "tests/unit/tokenizer/llama3_reference.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/child_process.h"
 #include "tests/testing/model_files.h"
@@ -41,6 +48,33 @@ absl::Status Run(const std::vector<std::string>& argv, const std::string& log,
                                              "' exited with ", rc, " (log ", log, "): ", tail));
 }
 
+// An exclusive lock on the cache, held until destroyed: tests of several
+// processes (ctest -j) fill the cache once, one at a time, instead of
+// writing the same files at once and reading each other's halves.
+class CacheLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<CacheLock>> Take(const fs::path& path,
+                                                         absl::Duration timeout) {
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path.string()));
+    const absl::Time deadline = absl::Now() + timeout;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (absl::Now() >= deadline) {
+        close(fd);
+        return absl::DeadlineExceededError(absl::StrCat(
+            "another test held ", path.string(), " for over ", absl::FormatDuration(timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return std::unique_ptr<CacheLock>(new CacheLock(fd));
+  }
+  ~CacheLock() { close(fd_); }  // Closing releases the lock.
+
+ private:
+  explicit CacheLock(int fd) : fd_(fd) {}
+  const int fd_;
+};
+
 absl::StatusOr<Llama3Reference> SetUp() {
   for (const char* program : {"node", "npm"}) {
     if (!InPath(program)) {
@@ -54,6 +88,9 @@ absl::StatusOr<Llama3Reference> SetUp() {
   const fs::path modules = npm_dir / "node_modules";
   std::error_code ec;
   fs::create_directories(npm_dir, ec);
+  // Longer than the install and the tokenizer's writing below together.
+  ASSIGN_OR_RETURN(std::unique_ptr<CacheLock> lock,
+                   CacheLock::Take(cache / "llama3-reference.lock", absl::Seconds(480)));
   if (!fs::exists(modules / "llama3-tokenizer-js" / "package.json", ec)) {
     const absl::Status installed = Run({"npm", "install", "--prefix", npm_dir.string(),
                                         "--no-audit", "--no-fund", "llama3-tokenizer-js@1.2.0"},
