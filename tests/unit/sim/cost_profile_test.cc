@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/sim/sim_test_util.h"
 
 namespace tandem::sim {
 namespace {
@@ -21,16 +22,7 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-ModelConfig Shape() {
-  return ModelConfig{.dim = 64,
-                     .hidden_dim = 96,
-                     .n_layers = 3,
-                     .n_heads = 8,
-                     .n_kv_heads = 4,
-                     .vocab_size = 101,
-                     .seq_len = 256,
-                     .shared_classifier = true};
-}
+ModelConfig Shape() { return testing::TinyShape(256); }
 
 const LinearStepCost kCost{.fixed = absl::Microseconds(1500),
                            .per_token = absl::Microseconds(40),
@@ -87,7 +79,7 @@ class MeasureProfileTest : public ::testing::Test {
                         .decode_batches = {1, 4, 8},
                         .decode_contexts = {32, 128},
                         .repeats = 2};
-    engine_ = Engine::Create(*weights_, CpuBackend::Create(CpuBackendOptions{1}).value(),
+    engine_ = Engine::Create(*weights_, testing::OneThread(),
                              EngineOptions{.num_blocks = ProfileBlocks(grid_, 16),
                                            .max_batch_tokens = 256,
                                            .max_logit_rows = 8})

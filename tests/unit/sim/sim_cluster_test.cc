@@ -21,24 +21,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/sim/sim_test_util.h"
 
 namespace tandem::sim {
 namespace {
 
 using ::testing::ElementsAreArray;
 
-ModelConfig Shape() {
-  return ModelConfig{.dim = 64,
-                     .hidden_dim = 96,
-                     .n_layers = 3,
-                     .n_heads = 8,
-                     .n_kv_heads = 4,
-                     .vocab_size = 101,
-                     .seq_len = 128,
-                     .shared_classifier = true};
-}
-
-std::unique_ptr<Backend> OneThread() { return CpuBackend::Create(CpuBackendOptions{1}).value(); }
+ModelConfig Shape() { return testing::TinyShape(); }
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> p;
@@ -86,7 +76,7 @@ class SimClusterTest : public ::testing::Test {
     SimClusterOptions o;
     o.prefill_workers = 1;
     o.decode_workers = 2;
-    o.make_backend = OneThread;
+    o.make_backend = testing::OneThread;
     o.prefill.kv_blocks = 64;
     o.decode.kv_blocks = 64;
     // Prompts of up to 8 tokens are prefilled on the decode worker.
@@ -126,7 +116,8 @@ class SimClusterTest : public ::testing::Test {
 // The engine's own tokens for `prompt`, computed alone.
 std::vector<int32_t> EngineTokens(const ModelWeights& weights, const std::vector<int32_t>& prompt,
                                   int max_tokens, float temperature) {
-  std::unique_ptr<Engine> engine = Engine::Create(weights, OneThread(), EngineOptions{}).value();
+  std::unique_ptr<Engine> engine =
+      Engine::Create(weights, testing::OneThread(), EngineOptions{}).value();
   GenerateRequest request;
   request.prompt = prompt;
   request.max_new_tokens = max_tokens;

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/sim/sim_test_util.h"
 #include "tools/bench/arrivals.h"
 #include "tools/bench/report.h"
 
@@ -33,16 +34,7 @@ constexpr absl::Duration kPerToken = absl::Milliseconds(1);
 // Simulated times are exact; this only absorbs the conversion to seconds.
 constexpr double kEps = 1e-9;
 
-ModelConfig Shape() {
-  return ModelConfig{.dim = 64,
-                     .hidden_dim = 96,
-                     .n_layers = 3,
-                     .n_heads = 8,
-                     .n_kv_heads = 4,
-                     .vocab_size = 101,
-                     .seq_len = 128,
-                     .shared_classifier = true};
-}
+ModelConfig Shape() { return testing::TinyShape(); }
 
 class SimRunTest : public ::testing::Test {
  protected:
@@ -54,7 +46,7 @@ class SimRunTest : public ::testing::Test {
     o.link = link;
     o.prefill_workers = prefill;
     o.decode_workers = decode;
-    o.make_backend = [] { return CpuBackend::Create(CpuBackendOptions{1}).value(); };
+    o.make_backend = testing::OneThread;
     o.prefill.kv_blocks = 64;
     o.decode.kv_blocks = 64;
     if (prefill == 0) o.router.driver.local_prefill_tokens = Shape().seq_len;
