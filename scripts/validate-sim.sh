@@ -24,11 +24,15 @@ trap '"$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$wor
 
 "$bin/tandem-convert" --synthetic stories15M --seq_len 2048 --tokenizer "$models/tokenizer.bin" \
   --output "$work/model" >/dev/null
-taskset -c "$last_cpu" "$bin/tandem-profile" --shape stories15M --seq_len 2048 --threads 1 \
+# Profiled on the very weights the worker serves (bf16, as tandem-convert
+# writes them), on the worker's CPU.
+taskset -c "$last_cpu" "$bin/tandem-profile" --model "$work/model" --threads 1 \
   --output "$work/profile.json" | tail -1
 
+# Each load draws its own prompts (a seed of its own), so that none finds
+# another's prompts in the real worker's prefix cache.
 workload=(--dataset synthetic --range_ratio 0 --vocab_size 32000 --input_len 256 --output_len 64
-          --num_requests "$requests" --seed 11)
+          --num_requests "$requests")
 compare() {  # compare LABEL REAL SIM
   python3 - "$@" <<'PY'
 import json, sys
@@ -51,12 +55,12 @@ printf "%-24s %-13s %10s %10s %8s\n" configuration figure measured simulated err
 "$root/deploy/local/cluster.sh" up --port "$port" --prefill 0 --decode 1 --model "$work/model" \
   --decode_cpus "$last_cpu" --threads 1 >/dev/null 2>"$work/up.log" || { cat "$work/up.log"; exit 1; }
 "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" "${workload[@]}" --num_requests 4 \
-  --max_concurrency 1 --progress=false >/dev/null
+  --max_concurrency 1 --seed 1000 --progress=false >/dev/null
 for rate in 1 4; do
   "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" "${workload[@]}" --request_rate "$rate" \
-    --progress=false --result_json "$work/real-$rate.json" >/dev/null
+    --seed "$rate" --progress=false --result_json "$work/real-$rate.json" >/dev/null
   "$bin/tandem-sim" --prefill 0 --decode 1 --shape stories15M --seq_len 2048 \
-    --profile "$work/profile.json" "${workload[@]}" --request_rate "$rate" \
+    --profile "$work/profile.json" "${workload[@]}" --request_rate "$rate" --seed "$rate" \
     --result_json "$work/sim-$rate.json" >/dev/null
   compare "colocated, $rate req/s" "$work/real-$rate.json" "$work/sim-$rate.json"
 done

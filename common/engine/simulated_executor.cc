@@ -21,12 +21,21 @@ StepShape ShapeOf(std::span<const BatchItem> items) {
     // Position p attends to p + 1 keys (itself and everything before it).
     shape.attended += n * (start + 1) + n * (n - 1) / 2;
     shape.logit_rows += item.logit_rows();
+    if (n == 1) {
+      ++shape.decode_tokens;
+      shape.decode_attended += start + 1;
+    }
   }
   return shape;
 }
 
 absl::Duration LinearStepCost::operator()(const StepShape& shape) const {
-  return fixed + per_token * shape.tokens + per_attended * shape.attended +
+  const int prompt_tokens = shape.tokens - shape.decode_tokens;
+  const int64_t prompt_attended = shape.attended - shape.decode_attended;
+  return fixed + per_token * prompt_tokens +
+         per_decode_token.value_or(per_token) * shape.decode_tokens +
+         per_attended * prompt_attended +
+         per_decode_attended.value_or(per_attended) * shape.decode_attended +
          per_logit_row * shape.logit_rows;
 }
 

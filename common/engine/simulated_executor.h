@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct StepShape {
   int tokens = 0;        // positions computed (prompt and decode tokens)
   int64_t attended = 0;  // keys attended, over every position computed
   int logit_rows = 0;    // rows of the classifier
+  // Of those, the items of one token (decode rows) and the keys they
+  // attend: a decode row reads its whole context, a prompt chunk's tokens
+  // share theirs, so the two cost differently per key.
+  int decode_tokens = 0;
+  int64_t decode_attended = 0;
 };
 
 StepShape ShapeOf(std::span<const BatchItem> items);
@@ -46,6 +52,10 @@ struct LinearStepCost {
   absl::Duration per_token = absl::ZeroDuration();
   absl::Duration per_attended = absl::ZeroDuration();
   absl::Duration per_logit_row = absl::ZeroDuration();
+  // Decode rows' own costs per token and per key attended; unset: the
+  // costs above, as for prompt tokens.
+  std::optional<absl::Duration> per_decode_token;
+  std::optional<absl::Duration> per_decode_attended;
 
   absl::Duration operator()(const StepShape& shape) const;
 };

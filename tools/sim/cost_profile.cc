@@ -13,17 +13,23 @@
 namespace tandem::sim {
 namespace {
 
-constexpr int kTerms = 4;  // fixed, per token, per attended key, per logit row
+// fixed; per prompt token; per key a prompt token attends; per logit row;
+// per decode row; per key a decode row attends.
+constexpr int kTerms = 6;
 
 std::array<double, kTerms> Terms(const StepShape& s) {
-  return {1.0, static_cast<double>(s.tokens), static_cast<double>(s.attended),
-          static_cast<double>(s.logit_rows)};
+  return {1.0,
+          static_cast<double>(s.tokens - s.decode_tokens),
+          static_cast<double>(s.attended - s.decode_attended),
+          static_cast<double>(s.logit_rows),
+          static_cast<double>(s.decode_tokens),
+          static_cast<double>(s.decode_attended)};
 }
 
 // Least squares over the terms in `use` of rows weighted by 1 / seconds
 // (relative error), by the normal equations and Gaussian elimination with
-// partial pivoting: four unknowns at most, so a linear-algebra library
-// would add a dependency for a 4x4 solve. False when they are singular.
+// partial pivoting: six unknowns at most, so a linear-algebra library
+// would add a dependency for a 6x6 solve. False when they are singular.
 bool SolveSubset(const std::vector<ProfilePoint>& points, const std::array<bool, kTerms>& use,
                  std::array<double, kTerms>& coef) {
   std::vector<int> idx;
@@ -75,36 +81,52 @@ LinearStepCost ToCost(const std::array<double, kTerms>& c) {
   return LinearStepCost{.fixed = absl::Seconds(c[0]),
                         .per_token = absl::Seconds(c[1]),
                         .per_attended = absl::Seconds(c[2]),
-                        .per_logit_row = absl::Seconds(c[3])};
+                        .per_logit_row = absl::Seconds(c[3]),
+                        .per_decode_token = absl::Seconds(c[4]),
+                        .per_decode_attended = absl::Seconds(c[5])};
 }
 
-// Times one step of `items` (the fastest of `repeats`, after one untimed
-// run); every run steps fresh copies of `prefix` tables, released after.
+// Decode steps timed one after another in each run, as a decode loop runs
+// them (weights and KV warm from the step before), after an untimed one.
+constexpr int kDecodeSteps = 5;  // Odd: the middle step's shape is the mean.
+
+// Times a step of `step_tokens` over sequences holding `contexts`: the
+// fastest of `repeats` runs after one untimed run, each on fresh tables
+// (released after). A decode step (every item one token) is timed as the
+// mean of kDecodeSteps in a row, its shape that of the middle one.
 absl::StatusOr<ProfilePoint> TimeStep(StepExecutor& executor, Engine& engine, const Clock& clock,
                                       const std::vector<std::vector<int32_t>>& contexts,
                                       const std::vector<std::vector<int32_t>>& step_tokens,
                                       int repeats) {
+  const bool decode = std::all_of(step_tokens.begin(), step_tokens.end(),
+                                  [](const std::vector<int32_t>& t) { return t.size() == 1; });
+  const int timed_steps = decode ? kDecodeSteps : 1;
   ProfilePoint point;
   point.seconds = std::numeric_limits<double>::infinity();
   const auto noop = [](int) {};
   for (int r = 0; r <= repeats; ++r) {
     std::vector<BlockTable> tables(step_tokens.size(), engine.NewSequence());
+    absl::Status status;
     // The context each sequence attends to, computed untimed.
-    for (size_t i = 0; i < tables.size(); ++i) {
+    for (size_t i = 0; i < tables.size() && status.ok(); ++i) {
       if (contexts[i].empty()) continue;
       const BatchItem item{&tables[i], contexts[i], false};
-      RETURN_IF_ERROR(executor.Step({&item, 1}, noop).status());
+      status = executor.Step({&item, 1}, noop).status();
     }
     std::vector<BatchItem> items;
     for (size_t i = 0; i < tables.size(); ++i) items.push_back({&tables[i], step_tokens[i], true});
-    const StepShape shape = ShapeOf(items);
-    const absl::Time t0 = clock.Now();
-    absl::Status stepped = executor.Step(items, noop).status();
-    const double seconds = absl::ToDoubleSeconds(clock.Now() - t0);
+    if (decode && status.ok()) status = executor.Step(items, noop).status();
+    double total = 0;
+    for (int s = 0; s < timed_steps && status.ok(); ++s) {
+      const StepShape shape = ShapeOf(items);
+      const absl::Time t0 = clock.Now();
+      status = executor.Step(items, noop).status();
+      total += absl::ToDoubleSeconds(clock.Now() - t0);
+      if (s == timed_steps / 2) point.shape = shape;
+    }
     for (BlockTable& t : tables) engine.Release(t);
-    RETURN_IF_ERROR(stepped);
-    point.shape = shape;
-    if (r > 0) point.seconds = std::min(point.seconds, seconds);
+    RETURN_IF_ERROR(status);
+    if (r > 0) point.seconds = std::min(point.seconds, total / timed_steps);
   }
   return point;
 }
@@ -150,7 +172,8 @@ int ProfileBlocks(const ProfileGrid& grid, int block_size) {
   for (int p : grid.prompt_tokens) most = std::max(most, (p + block_size - 1) / block_size);
   for (int b : grid.decode_batches) {
     for (int c : grid.decode_contexts) {
-      most = std::max(most, b * ((c + 1 + block_size - 1) / block_size));
+      const int tokens = c + 1 + kDecodeSteps;
+      most = std::max(most, b * ((tokens + block_size - 1) / block_size));
     }
   }
   return most;
@@ -168,7 +191,7 @@ absl::StatusOr<CostProfile> MeasureProfile(StepExecutor& executor, Engine& engin
     }
   }
   for (int c : grid.decode_contexts) {
-    if (c < 1 || c + 1 >= config.seq_len) {
+    if (c < 1 || c + 1 + kDecodeSteps >= config.seq_len) {
       return absl::InvalidArgumentError(absl::StrCat("a decode context of ", c,
                                                      " tokens does not fit the model's context of ",
                                                      config.seq_len));
@@ -218,29 +241,36 @@ nlohmann::json ProfileJson(const CostProfile& profile) {
                       {"tokens", p.shape.tokens},
                       {"attended", p.shape.attended},
                       {"logit_rows", p.shape.logit_rows},
+                      {"decode_tokens", p.shape.decode_tokens},
+                      {"decode_attended", p.shape.decode_attended},
                       {"seconds", p.seconds}});
   }
   const ModelConfig& c = profile.config;
-  return {{"backend", profile.backend},
-          {"threads", profile.threads},
-          {"weights_dtype", profile.weights_dtype},
-          {"model",
-           {{"dim", c.dim},
-            {"hidden_dim", c.hidden_dim},
-            {"n_layers", c.n_layers},
-            {"n_heads", c.n_heads},
-            {"n_kv_heads", c.n_kv_heads},
-            {"vocab_size", c.vocab_size},
-            {"seq_len", c.seq_len}}},
-          {"points", points},
-          {"fit",
-           {{"model", "linear"},
-            {"fixed_s", absl::ToDoubleSeconds(profile.fit.fixed)},
-            {"per_token_s", absl::ToDoubleSeconds(profile.fit.per_token)},
-            {"per_attended_s", absl::ToDoubleSeconds(profile.fit.per_attended)},
-            {"per_logit_row_s", absl::ToDoubleSeconds(profile.fit.per_logit_row)},
-            {"median_error", profile.median_error},
-            {"max_error", profile.max_error}}}};
+  return {
+      {"backend", profile.backend},
+      {"threads", profile.threads},
+      {"weights_dtype", profile.weights_dtype},
+      {"model",
+       {{"dim", c.dim},
+        {"hidden_dim", c.hidden_dim},
+        {"n_layers", c.n_layers},
+        {"n_heads", c.n_heads},
+        {"n_kv_heads", c.n_kv_heads},
+        {"vocab_size", c.vocab_size},
+        {"seq_len", c.seq_len}}},
+      {"points", points},
+      {"fit",
+       {{"model", "linear"},
+        {"fixed_s", absl::ToDoubleSeconds(profile.fit.fixed)},
+        {"per_token_s", absl::ToDoubleSeconds(profile.fit.per_token)},
+        {"per_attended_s", absl::ToDoubleSeconds(profile.fit.per_attended)},
+        {"per_logit_row_s", absl::ToDoubleSeconds(profile.fit.per_logit_row)},
+        {"per_decode_token_s",
+         absl::ToDoubleSeconds(profile.fit.per_decode_token.value_or(profile.fit.per_token))},
+        {"per_decode_attended_s",
+         absl::ToDoubleSeconds(profile.fit.per_decode_attended.value_or(profile.fit.per_attended))},
+        {"median_error", profile.median_error},
+        {"max_error", profile.max_error}}}};
 }
 
 absl::StatusOr<CostProfile> ParseProfile(const nlohmann::json& json) {
@@ -258,25 +288,31 @@ absl::StatusOr<CostProfile> ParseProfile(const nlohmann::json& json) {
     p.config.vocab_size = m.at("vocab_size").get<int>();
     p.config.seq_len = m.at("seq_len").get<int>();
     for (const nlohmann::json& e : json.at("points")) {
-      p.points.push_back(ProfilePoint{.shape = {.items = e.at("items").get<int>(),
-                                                .tokens = e.at("tokens").get<int>(),
-                                                .attended = e.at("attended").get<int64_t>(),
-                                                .logit_rows = e.at("logit_rows").get<int>()},
-                                      .seconds = e.at("seconds").get<double>()});
+      p.points.push_back(
+          ProfilePoint{.shape = {.items = e.at("items").get<int>(),
+                                 .tokens = e.at("tokens").get<int>(),
+                                 .attended = e.at("attended").get<int64_t>(),
+                                 .logit_rows = e.at("logit_rows").get<int>(),
+                                 .decode_tokens = e.at("decode_tokens").get<int>(),
+                                 .decode_attended = e.at("decode_attended").get<int64_t>()},
+                       .seconds = e.at("seconds").get<double>()});
     }
     const nlohmann::json& f = json.at("fit");
     if (f.at("model").get<std::string>() != "linear") {
       return absl::InvalidArgumentError("the profile's fit is not a linear model");
     }
-    const double c[] = {f.at("fixed_s").get<double>(), f.at("per_token_s").get<double>(),
+    const double c[] = {f.at("fixed_s").get<double>(),
+                        f.at("per_token_s").get<double>(),
                         f.at("per_attended_s").get<double>(),
-                        f.at("per_logit_row_s").get<double>()};
+                        f.at("per_logit_row_s").get<double>(),
+                        f.at("per_decode_token_s").get<double>(),
+                        f.at("per_decode_attended_s").get<double>()};
     for (double v : c) {
       if (!(v >= 0) || !std::isfinite(v)) {
         return absl::InvalidArgumentError("the profile's fit has a negative or non-finite cost");
       }
     }
-    p.fit = ToCost({c[0], c[1], c[2], c[3]});
+    p.fit = ToCost({c[0], c[1], c[2], c[3], c[4], c[5]});
     p.median_error = f.at("median_error").get<double>();
     p.max_error = f.at("max_error").get<double>();
   } catch (const nlohmann::json::exception& e) {

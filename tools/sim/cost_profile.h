@@ -2,7 +2,10 @@
 // one step of each shape of a grid (prompt chunks of several lengths;
 // decode batches of several sizes at several context lengths) on a step
 // executor, and fits LinearStepCost to the times: the coefficients, each at
-// least zero, that minimise the squared relative error over the grid. The
+// least zero, that minimise the squared relative error over the grid, with
+// decode rows' tokens and keys apart from prompt tokens' (a decode row
+// reads its whole context and the weights as a matrix-vector product; a
+// prompt chunk shares both across its tokens). The
 // profile, its fit and the fit's error go to a small JSON file that
 // tandem-sim reads (--profile), refusing one made for another model shape.
 #ifndef TANDEM_TOOLS_SIM_COST_PROFILE_H_
@@ -49,7 +52,7 @@ struct CostProfile {
 };
 
 // The non-negative coefficients that minimise the squared relative error
-// of LinearStepCost over `points` (every subset of the four coefficients
+// of LinearStepCost over `points` (every subset of the six coefficients
 // is solved by least squares; the best whose coefficients are all >= 0
 // wins). INVALID_ARGUMENT with no points or a non-positive time.
 absl::StatusOr<LinearStepCost> FitLinear(const std::vector<ProfilePoint>& points);

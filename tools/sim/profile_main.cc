@@ -107,13 +107,15 @@ absl::Status Main() {
         p.shape.logit_rows, p.seconds * 1e3, fitted * 1e3, 100 * (fitted - p.seconds) / p.seconds);
   }
   std::cout << absl::StrFormat(
-      "fit: %.1f us + %.2f us/token + %.3f ns/attended key + %.2f us/logit row; error median "
-      "%.1f%%, max %.1f%%\n",
+      "fit: %.1f us + %.2f us/prompt token + %.3f ns/prompt key + %.2f us/logit row + %.2f "
+      "us/decode row + %.3f ns/decode key; error median %.1f%%, max %.1f%%\n",
       absl::ToDoubleMicroseconds(profile.fit.fixed),
       absl::ToDoubleMicroseconds(profile.fit.per_token),
       absl::ToDoubleNanoseconds(profile.fit.per_attended),
-      absl::ToDoubleMicroseconds(profile.fit.per_logit_row), 100 * profile.median_error,
-      100 * profile.max_error);
+      absl::ToDoubleMicroseconds(profile.fit.per_logit_row),
+      absl::ToDoubleMicroseconds(profile.fit.per_decode_token.value_or(profile.fit.per_token)),
+      absl::ToDoubleNanoseconds(profile.fit.per_decode_attended.value_or(profile.fit.per_attended)),
+      100 * profile.median_error, 100 * profile.max_error);
   std::ofstream out(output);
   out << ProfileJson(profile).dump(1) << "\n";
   out.close();

@@ -27,17 +27,31 @@ ModelConfig Shape() { return testing::TinyShape(256); }
 const LinearStepCost kCost{.fixed = absl::Microseconds(1500),
                            .per_token = absl::Microseconds(40),
                            .per_attended = absl::Nanoseconds(3),
-                           .per_logit_row = absl::Microseconds(25)};
+                           .per_logit_row = absl::Microseconds(25),
+                           .per_decode_token = absl::Microseconds(20),
+                           .per_decode_attended = absl::Nanoseconds(9)};
 
-void ExpectNear(absl::Duration got, absl::Duration want) {
-  EXPECT_NEAR(absl::ToDoubleSeconds(got), absl::ToDoubleSeconds(want), 1e-12);
+void ExpectCost(const LinearStepCost& got, const LinearStepCost& want) {
+  EXPECT_NEAR(absl::ToDoubleSeconds(got.fixed), absl::ToDoubleSeconds(want.fixed), 1e-12);
+  EXPECT_NEAR(absl::ToDoubleSeconds(got.per_token), absl::ToDoubleSeconds(want.per_token), 1e-12);
+  EXPECT_NEAR(absl::ToDoubleSeconds(got.per_attended), absl::ToDoubleSeconds(want.per_attended),
+              1e-12);
+  EXPECT_NEAR(absl::ToDoubleSeconds(got.per_logit_row), absl::ToDoubleSeconds(want.per_logit_row),
+              1e-12);
+  ASSERT_TRUE(got.per_decode_token.has_value() && got.per_decode_attended.has_value());
+  EXPECT_NEAR(absl::ToDoubleSeconds(*got.per_decode_token),
+              absl::ToDoubleSeconds(*want.per_decode_token), 1e-12);
+  EXPECT_NEAR(absl::ToDoubleSeconds(*got.per_decode_attended),
+              absl::ToDoubleSeconds(*want.per_decode_attended), 1e-12);
 }
 
 std::vector<ProfilePoint> PointsOf(const LinearStepCost& cost) {
   std::vector<ProfilePoint> points;
-  const StepShape shapes[] = {{1, 16, 136, 1},  {1, 256, 32896, 1}, {1, 1, 65, 1},
-                              {8, 8, 2056, 8},  {32, 32, 8224, 32}, {16, 16, 16400, 16},
-                              {4, 100, 9000, 4}};
+  // Prompt chunks, decode batches (every item one token) and a mixed step.
+  const StepShape shapes[] = {{1, 16, 136, 1, 0, 0},          {1, 256, 32896, 1, 0, 0},
+                              {1, 64, 2080, 1, 0, 0},         {1, 1, 65, 1, 1, 65},
+                              {8, 8, 2056, 8, 8, 2056},       {32, 32, 8224, 32, 32, 8224},
+                              {16, 16, 16400, 16, 16, 16400}, {4, 100, 9000, 4, 3, 300}};
   for (const StepShape& s : shapes) {
     points.push_back({s, absl::ToDoubleSeconds(cost(s))});
   }
@@ -46,10 +60,7 @@ std::vector<ProfilePoint> PointsOf(const LinearStepCost& cost) {
 
 TEST(FitLinear, RecoversALinearCostExactly) {
   ASSERT_OK_AND_ASSIGN(LinearStepCost fit, FitLinear(PointsOf(kCost)));
-  ExpectNear(fit.fixed, kCost.fixed);
-  ExpectNear(fit.per_token, kCost.per_token);
-  ExpectNear(fit.per_attended, kCost.per_attended);
-  ExpectNear(fit.per_logit_row, kCost.per_logit_row);
+  ExpectCost(fit, kCost);
 }
 
 TEST(FitLinear, NeverFitsANegativeCost) {
@@ -103,10 +114,7 @@ TEST_F(MeasureProfileTest, ProfilingAKnownCostGivesItBack) {
   EXPECT_EQ(profile.points[2].shape.tokens, 200);
   EXPECT_EQ(profile.points.back().shape.items, 8);
   EXPECT_EQ(profile.points.back().shape.logit_rows, 8);
-  ExpectNear(profile.fit.fixed, kCost.fixed);
-  ExpectNear(profile.fit.per_token, kCost.per_token);
-  ExpectNear(profile.fit.per_attended, kCost.per_attended);
-  ExpectNear(profile.fit.per_logit_row, kCost.per_logit_row);
+  ExpectCost(profile.fit, kCost);
   EXPECT_LT(profile.max_error, 1e-9);
   // Every block is back in the pool.
   EXPECT_EQ(engine_->block_pool().num_free(), engine_->block_pool().num_blocks());
