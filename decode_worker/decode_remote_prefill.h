@@ -31,7 +31,7 @@ struct StartCommand {
   uint64_t generation;
   // Every choice's first token, choice 0's first.
   std::vector<int32_t> first_tokens;
-  std::vector<uint64_t> sampler_draws;
+  std::vector<uint64_t> sampler_draws = {};
   StartDoneFn done;
   absl::Time received;
 };

@@ -57,8 +57,8 @@ struct TransportEvent {
   Kind kind;
   uint64_t id = 0;
   PeerId peer = 0;
-  absl::Status status;
-  std::string header;
+  absl::Status status = absl::OkStatus();
+  std::string header = "";
   uint64_t payload_bytes = 0;
 };
 

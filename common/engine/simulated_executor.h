@@ -54,8 +54,8 @@ struct LinearStepCost {
   absl::Duration per_logit_row = absl::ZeroDuration();
   // Decode rows' own costs per token and per key attended; unset: the
   // costs above, as for prompt tokens.
-  std::optional<absl::Duration> per_decode_token;
-  std::optional<absl::Duration> per_decode_attended;
+  std::optional<absl::Duration> per_decode_token = std::nullopt;
+  std::optional<absl::Duration> per_decode_attended = std::nullopt;
 
   absl::Duration operator()(const StepShape& shape) const;
 };

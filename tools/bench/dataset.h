@@ -21,7 +21,7 @@ struct BenchRequest {
 
 struct DatasetOptions {
   std::string kind = "synthetic";  // synthetic | shared_prefix | jsonl
-  std::string path;                // jsonl
+  std::string path = "";           // jsonl
   int input_len = 128;
   int output_len = 128;
   double range_ratio = 0;  // lengths uniform in [len*(1-r), len*(1+r)]

@@ -44,7 +44,7 @@ struct RunOptions {
   uint64_t seed = 0;
   // Progress on stderr: a bar when it is a terminal, else a line now and then.
   bool progress = true;
-  Slo slo;
+  Slo slo = {};
   // Null: the steady clock. Must outlive the run.
   RunClock* clock = nullptr;
 };
