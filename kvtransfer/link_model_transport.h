@@ -89,6 +89,9 @@ class LinkModelTransport final : public KvTransport {
   void Discard(IncomingId incoming) override { inner_->Discard(incoming); }
   void Cancel(SendId send) override;
   void Poll(std::vector<TransportEvent>& events) override;
+  // Returns at once while messages are held (their release is a time on a
+  // Clock, which a real-time wait cannot watch): meant for loops driven
+  // round by round on a fake clock, as tools/sim drives them.
   void WaitForActivity(absl::Time deadline) override;
 
  private:
