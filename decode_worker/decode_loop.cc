@@ -134,6 +134,9 @@ LoopStats DecodeLoop::Stats() const {
   s.draining = draining_;
   s.requests_total = submitted_;
   s.requests_failed += refused_;
+  // The engine's failure is current too: a client that saw its request fail
+  // on it must find the cause here, not the round before's stats.
+  s.engine_error = std::string(core_->engine().status().message());
   return s;
 }
 

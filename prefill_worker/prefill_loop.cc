@@ -249,8 +249,14 @@ bool PrefillLoop::WaitUntilIdle(absl::Time deadline) {
 }
 
 PrefillStats PrefillLoop::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  PrefillStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = stats_;
+  }
+  // Current, not as of the last round: see DecodeLoop::Stats.
+  s.engine_error = std::string(engine_.status().message());
+  return s;
 }
 
 int PrefillLoop::FlushPrefixCache() {
