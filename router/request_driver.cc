@@ -168,10 +168,16 @@ void RequestDriver::OpenDecode() {
   PrefixRouter* const prefix = env_.options.prefix_router.get();
   while (decode_tried_.size() < 2) {
     const std::vector<WorkerSnapshot> pool = env_.registry->Snapshot(WorkerRole::kDecode);
-    pick = prefix != nullptr
-               ? prefix->PickDecode(pool, *prompt_blocks_, *req_.max_tokens, decode_tried_)
-               : PickDecodeWorker(pool, static_cast<int>(req_.prompt.size()), *req_.max_tokens,
-                                  decode_tried_);
+    absl::flat_hash_set<std::string> exclude = decode_tried_;
+    if (!decode_avoid_.empty()) exclude.insert(decode_avoid_);
+    pick = prefix != nullptr ? prefix->PickDecode(pool, *prompt_blocks_, *req_.max_tokens, exclude)
+                             : PickDecodeWorker(pool, static_cast<int>(req_.prompt.size()),
+                                                *req_.max_tokens, exclude);
+    if (!pick.has_value() && !decode_avoid_.empty()) {
+      // No other worker: the one avoided may serve after all.
+      decode_avoid_.clear();
+      continue;
+    }
     if (!pick.has_value()) break;
     worker = env_.registry->Find(WorkerRole::kDecode, pick->address);
     if (worker != nullptr) break;

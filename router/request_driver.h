@@ -248,6 +248,11 @@ class RequestDriver final : public RequestHandle,
   // The open stream's --reserve_timeout timer on the executor; 0: none.
   Executor::TimerId reserve_timer_ = 0;
   absl::flat_hash_set<std::string> decode_tried_;
+  // The decode worker of a failed prefill attempt: the next reservation
+  // goes elsewhere when another worker is routable, since the failure may
+  // have been that worker's (a prefill worker cannot ship KV to a decode
+  // worker cut off from the network, and the router sees only its timeout).
+  std::string decode_avoid_;
   std::vector<std::string> decode_refusals_;
   bool decode_all_full_ = true;
   v1::Reserved reserved_;

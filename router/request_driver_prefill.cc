@@ -227,6 +227,7 @@ void RequestDriver::OnPrefillWorkerUnresponsive(int attempt, const absl::Status&
 }
 
 void RequestDriver::OnPrefillFailed(const absl::Status& status) {
+  decode_avoid_ = decode_address_;
   // Cancelling the decode stream frees the reservation; its end is stale.
   if (decode_call_ != nullptr) decode_call_->Cancel();
   decode_call_.reset();

@@ -137,6 +137,27 @@ TEST(RouterServiceTest, PrefillFailureIsRetriedOnTheOtherPrefillWorker) {
             "kv:" + decode_requests[1].request_id());
 }
 
+// A prefill worker that cannot ship the KV to a decode worker cut off from
+// the network only times out; the retry reserves on the other decode
+// worker, not on that one again.
+TEST(RouterServiceTest, PrefillRetryReservesOnAnotherDecodeWorker) {
+  auto h = StartHarness({.prefill = 2, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstPrefill();
+  h->prefill(bad).SetBehaviour({.fail = absl::UnavailableError("KV transfer lost")});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.prefill_worker(), h->prefill_address(1 - bad));
+  ASSERT_EQ(h->decode(0).requests().size(), 1u);
+  ASSERT_EQ(h->decode(1).requests().size(), 1u);
+  const int first = h->prefill(bad).requests()[0].kv_descriptor() ==
+                            "kv:" + h->decode(0).requests()[0].request_id()
+                        ? 0
+                        : 1;
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - first));
+  EXPECT_TRUE(h->decode(first).WaitForCancelled(1, kWait));
+}
+
 // Both prefill workers lost the request (their KV link is down): the
 // decode worker computes the prompt and the request goes on.
 TEST(RouterServiceTest, WhenEveryPrefillWorkerIsLostTheDecodeWorkerComputesThePrompt) {
