@@ -1,12 +1,14 @@
 // The OpenAI API's request bodies (openai_api.h): /v1/completions,
 // /v1/chat/completions, /tokenize and /detokenize parsed and checked into
 // the router's request types.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -77,6 +79,35 @@ absl::StatusOr<std::string> StringField(absl::string_view field, const json& val
   return value.get<std::string>();
 }
 
+bool IsName(absl::string_view s) {
+  return !s.empty() && s.size() <= kMaxNameBytes && std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '_' || c == '-';
+  });
+}
+
+// metadata: up to kMaxMetadataPairs string pairs, as OpenAI bounds them.
+absl::Status ParseMetadata(const json& v, GenerateParams& p) {
+  if (!v.is_object()) return WrongType("metadata", "an object of string values", v);
+  if (v.size() > static_cast<size_t>(kMaxMetadataPairs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("`metadata` has ", v.size(), " keys; at most ", kMaxMetadataPairs));
+  }
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key().empty() || it.key().size() > kMaxMetadataKeyBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`metadata` keys must be 1 to ", kMaxMetadataKeyBytes, " bytes"));
+    }
+    const std::string where = absl::StrCat("metadata[\"", it.key(), "\"]");
+    ASSIGN_OR_RETURN(std::string value, StringField(where, *it));
+    if (value.size() > kMaxMetadataValueBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", where, "` is over ", kMaxMetadataValueBytes, " bytes"));
+    }
+    p.metadata.emplace_back(it.key(), std::move(value));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<json> ParseBody(absl::string_view body) {
   if (body.empty()) {
     return absl::InvalidArgumentError("the request body is empty: send a JSON object");
@@ -135,7 +166,7 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& k = it.key();
       const bool empty = it->is_null() || (it->is_array() && it->empty());
-      if (k != "role" && k != "content" &&
+      if (k != "role" && k != "content" && k != "name" &&
           !((k == "tool_calls" || k == "function_call") && empty)) {
         return absl::InvalidArgumentError(
             absl::StrCat("`", where, ".", k, "` is not supported; leave it out"));
@@ -146,6 +177,16 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
       return absl::InvalidArgumentError(absl::StrCat("`", where, ".role` is required: a string"));
     }
     ChatTurn turn{.role = role->get<std::string>(), .content = ""};
+    // OpenAI's newer name for the system role: the templates know "system".
+    if (turn.role == "developer") turn.role = "system";
+    if (const json* name = Field(m, "name")) {
+      ASSIGN_OR_RETURN(turn.name, StringField(absl::StrCat(where, ".name"), *name));
+      if (!IsName(turn.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("`", where, ".name` must be 1 to ", kMaxNameBytes,
+                         " characters of A-Z, a-z, 0-9, '_' and '-'"));
+      }
+    }
     if (const json* content = Field(m, "content")) {
       if (content->is_string()) {
         turn.content = content->get<std::string>();
@@ -196,6 +237,20 @@ absl::Status ParseCommon(const json& j, ApiRequest& out) {
   p.temperature = 1.0f;
   if (const json* v = Field(j, "temperature")) {
     ASSIGN_OR_RETURN(p.temperature, FloatField("temperature", *v));
+    // OpenAI's range (tandem's gRPC API takes any temperature >= 0).
+    if (!(p.temperature >= 0 && p.temperature <= 2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`temperature` is ", v->dump(), "; it must be in [0, 2] (0 = greedy)"));
+    }
+  }
+  if (const json* v = Field(j, "metadata")) RETURN_IF_ERROR(ParseMetadata(*v, p));
+  if (const json* v = Field(j, "store")) {
+    ASSIGN_OR_RETURN(const bool store, BoolField("store", *v));
+    if (store) {
+      return absl::InvalidArgumentError(
+          "`store`: true asks to keep the completion, and completions are not stored here; "
+          "leave it out or false (`metadata` is written to the router's request log)");
+    }
   }
   if (const json* v = Field(j, "top_p")) {
     ASSIGN_OR_RETURN(p.top_p, FloatField("top_p", *v));
@@ -308,7 +363,9 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
                                    "top_k",
                                    "repetition_penalty",
                                    "min_tokens",
-                                   "ignore_eos"},
+                                   "ignore_eos",
+                                   "metadata",
+                                   "store"},
                                   "/v1/completions"));
   ApiRequest out;
   out.endpoint = Endpoint::kCompletions;
@@ -366,6 +423,9 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
                                    "repetition_penalty",
                                    "min_tokens",
                                    "ignore_eos",
+                                   "metadata",
+                                   "store",
+                                   "parallel_tool_calls",
                                    "tools",
                                    "tool_choice",
                                    "functions",
@@ -409,6 +469,10 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
       return absl::InvalidArgumentError(absl::StrCat(
           "`", field, "` is not supported: tool calls are not served (leave it out or \"none\")"));
     }
+  }
+  // Only matters with tools, which are refused above; checked for its type.
+  if (const json* v = Field(j, "parallel_tool_calls")) {
+    RETURN_IF_ERROR(BoolField("parallel_tool_calls", *v).status());
   }
   if (const json* v = Field(j, "response_format");
       v != nullptr && !(v->is_object() && v->size() == 1 && v->value("type", "") == "text")) {

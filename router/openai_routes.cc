@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,10 +34,28 @@ void RespondError(HttpExchange& ex, const absl::Status& status, std::vector<Http
   RespondJson(ex, e.http_status, e.body, std::move(cors));
 }
 
-std::string NewCompletionId(bool chat) {
+std::string NewId(absl::string_view prefix) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrFormat("%s-%016x%08x", chat ? "chatcmpl" : "cmpl", rng(),
-                         static_cast<uint32_t>(rng()));
+  return absl::StrFormat("%s-%016x%08x", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+constexpr size_t kMaxRequestIdBytes = 128;
+
+// The client's X-Request-Id: "" when absent, an error when it is not an id
+// the logs and the workers' request ids can carry.
+absl::StatusOr<std::string> ClientRequestId(const HttpExchange& ex) {
+  const absl::string_view id = ex.Header("X-Request-Id");
+  if (id.empty()) return std::string();
+  const bool valid =
+      id.size() <= kMaxRequestIdBytes && std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '-';
+      });
+  if (!valid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the X-Request-Id header must be 1 to ", kMaxRequestIdBytes,
+        " characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'; change it or leave it out"));
+  }
+  return std::string(id);
 }
 
 // A non-streamed response: collects the events, answers at OnDone.
@@ -170,16 +189,36 @@ absl::Status OpenAiRoutes::CheckModel(const std::string& model) const {
 }
 
 void OpenAiRoutes::Handle(std::shared_ptr<HttpExchange> ex) const {
+  // The headers every response carries: CORS, and the request id.
   std::vector<HttpHeader> cors = CorsHeaders(*ex);
   const absl::string_view path = ex->path();
-  const std::string& method = ex->method();
+  // HEAD is GET without the body (the server leaves the body out).
+  const std::string method = ex->method() == "HEAD" ? std::string("GET") : ex->method();
   if (method == "OPTIONS") {
     Preflight(*ex, std::move(cors));
     return;
   }
+  const bool chat = path == "/v1/chat/completions";
+  const bool generation = chat || path == "/v1/completions";
+  Ids ids{.completion = generation ? NewId(chat ? "chatcmpl" : "cmpl") : std::string()};
+  absl::StatusOr<std::string> client_id = ClientRequestId(*ex);
+  if (!client_id.ok()) {
+    cors.push_back({"X-Request-Id", NewId("req")});
+    RespondError(*ex, client_id.status(), std::move(cors));
+    return;
+  }
+  ids.request = !client_id->empty() ? *std::move(client_id)
+                : generation        ? ids.completion
+                                    : NewId("req");
+  cors.push_back({"X-Request-Id", ids.request});
   if (path == "/health") {
     if (method != "GET") {
-      RespondError(*ex, absl::InvalidArgumentError("/health takes GET"), std::move(cors));
+      cors.push_back({"Allow", "GET, HEAD"});
+      RespondJson(*ex, 405,
+                  openai_api::ErrorFor(
+                      absl::InvalidArgumentError(absl::StrCat(method, " is not served on /health")))
+                      .body,
+                  std::move(cors));
     } else if (core_->Serving()) {
       ex->Respond(200, With(std::move(cors), "text/plain"), "ok");
     } else {
@@ -216,7 +255,7 @@ void OpenAiRoutes::Handle(std::shared_ptr<HttpExchange> ex) const {
   }
   if (route == nullptr) {
     if (path_known) {
-      cors.push_back({"Allow", "GET, POST, OPTIONS"});
+      cors.push_back({"Allow", "GET, HEAD, POST, OPTIONS"});
       ex->Respond(405, With(std::move(cors), "application/json"),
                   Dump(openai_api::ErrorFor(absl::InvalidArgumentError(
                                                 absl::StrCat(method, " is not served on ", path)))
@@ -233,7 +272,7 @@ void OpenAiRoutes::Handle(std::shared_ptr<HttpExchange> ex) const {
     return;
   }
   if (route->path == "/v1/completions" || route->path == "/v1/chat/completions") {
-    Generate(std::move(ex), route->path == "/v1/chat/completions", std::move(cors));
+    Generate(std::move(ex), chat, std::move(ids), std::move(cors));
   } else if (route->path == "/v1/models") {
     Models(*ex, "", std::move(cors));
   } else if (route->path == "/v1/models/") {
@@ -271,21 +310,21 @@ void OpenAiRoutes::Offload(std::function<void()> work) const {
   }
 }
 
-void OpenAiRoutes::Generate(std::shared_ptr<HttpExchange> ex, bool chat,
+void OpenAiRoutes::Generate(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,
                             std::vector<HttpHeader> cors) const {
   if (ex->body().size() <= options_.inline_body_bytes) {
-    ParseAndSubmit(std::move(ex), chat, std::move(cors));
+    ParseAndSubmit(std::move(ex), chat, std::move(ids), std::move(cors));
     return;
   }
   // A large body (up to the server's max_body_bytes) takes milliseconds to
   // parse: not on an io thread. The client's going away is noticed once
   // the request is submitted.
-  Offload([this, ex = std::move(ex), chat, cors = std::move(cors)]() mutable {
-    ParseAndSubmit(std::move(ex), chat, std::move(cors));
+  Offload([this, ex = std::move(ex), chat, ids = std::move(ids), cors = std::move(cors)]() mutable {
+    ParseAndSubmit(std::move(ex), chat, std::move(ids), std::move(cors));
   });
 }
 
-void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
+void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,
                                   std::vector<HttpHeader> cors) const {
   absl::StatusOr<openai_api::ApiRequest> parsed =
       chat ? openai_api::ParseChatRequest(ex->body())
@@ -298,7 +337,7 @@ void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
   RequestCore* core = core_;
   openai_api::ResponseMeta meta{
       .endpoint = parsed->endpoint,
-      .id = NewCompletionId(chat),
+      .id = std::move(ids.completion),
       .created = absl::ToUnixSeconds(absl::Now()),
       .model = params.model.empty() ? core->ModelInfo().id : params.model,
       .n = params.n,
@@ -310,7 +349,7 @@ void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
             return text.ok() ? *std::move(text) : std::string();
           },
   };
-  params.request_id = meta.id;
+  params.request_id = std::move(ids.request);
   params.timeout = options_.request_timeout;
   std::shared_ptr<ResponseSink> sink;
   if (parsed->stream) {

@@ -8,6 +8,12 @@
 //   GET  /health                                  200 while core->Serving(),
 //                                                 else 503; needs no key
 //   OPTIONS *                                     CORS preflight
+// HEAD is served wherever GET is, with the same header and no body.
+//
+// Every response carries X-Request-Id: the client's own (1 to 128 of
+// [A-Za-z0-9._:-]; another value is a 400), else the completion's id for a
+// generation and a fresh "req-..." id for the rest. A generation's id is
+// the request_id of its log line (requests.jsonl) and of its worker calls.
 //
 // With API keys configured every route but /health (and preflights) needs
 // "Authorization: Bearer <key>" (401 otherwise). Errors are OpenAI-style
@@ -73,11 +79,17 @@ class OpenAiRoutes {
   // CORS headers for the request's Origin, when it is allowed.
   std::vector<HttpHeader> CorsHeaders(const HttpExchange& ex) const;
   void Preflight(HttpExchange& ex, std::vector<HttpHeader> cors) const;
-  void Generate(std::shared_ptr<HttpExchange> ex, bool chat, std::vector<HttpHeader> cors) const;
+  // A generation's ids: the response's "id" and the X-Request-Id.
+  struct Ids {
+    std::string completion = {};
+    std::string request = {};
+  };
+  void Generate(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,
+                std::vector<HttpHeader> cors) const;
   void Tokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
   void Detokenize(HttpExchange& ex, std::vector<HttpHeader> cors) const;
   // Parses the body and submits the request.
-  void ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat,
+  void ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,
                       std::vector<HttpHeader> cors) const;
   void Models(HttpExchange& ex, absl::string_view id, std::vector<HttpHeader> cors) const;
   // Runs `work` on the executor, or here without one.

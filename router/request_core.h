@@ -31,12 +31,16 @@ namespace tandem::router {
 struct ChatTurn {
   std::string role;  // system, user, assistant or tool
   std::string content;
+  std::string name = {};  // the author's name, for the template; "" = none
 };
 
 // One generation request, as a client asked for it (not yet validated).
 struct GenerateParams {
   std::string request_id;  // "" = the core makes one up
   std::string model;       // "" = the served model; any other name is NOT_FOUND
+  // The client's tags (OpenAI's `metadata`), written to the request's log
+  // line.
+  std::vector<std::pair<std::string, std::string>> metadata = {};
 
   // Exactly one prompt form. An empty text or token list generates from
   // BOS alone (OpenAI: "as if from the beginning of a new document").

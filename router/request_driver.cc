@@ -125,6 +125,8 @@ absl::Status RequestDriver::Prepare() {
                                                      : 0;
   RETURN_IF_ERROR(
       ResolveMaxTokens(req_, vocab_size, limits.max_context, env_.options.default_max_tokens));
+  RETURN_IF_ERROR(
+      CheckFitsKvPool(req_, limits.block_size, limits.max_kv_blocks, limits.max_context));
   choices_.resize(req_.n);
   for (Choice& c : choices_) {
     if (env_.tokenizer != nullptr) c.detok.emplace(*env_.tokenizer, req_.prompt.back());

@@ -63,6 +63,11 @@ void RequestDriver::Log(const absl::Status& status) const {
   };
   if (!status.ok()) line["error"] = std::string(status.message());
   if (!prefill_errors_.empty()) line["prefill_errors"] = prefill_errors_;
+  if (!params_.metadata.empty()) {
+    nlohmann::json metadata = nlohmann::json::object();
+    for (const auto& [key, value] : params_.metadata) metadata[key] = value;
+    line["metadata"] = std::move(metadata);
+  }
   // Replace, not throw, on invalid UTF-8 in a worker's error message.
   const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (env_.options.request_log != nullptr) {

@@ -29,12 +29,12 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
           absl::StrCat("message ", i, " has role '", m.role.substr(0, 64),
                        "'; the role must be system, user, assistant or tool"));
     }
-    bytes += m.role.size() + m.content.size();
+    bytes += m.role.size() + m.content.size() + m.name.size();
     if (bytes > kMaxChatBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the chat's roles and contents exceed ", kMaxChatBytes, " bytes; shorten the messages"));
     }
-    chat.push_back({m.role, m.content});
+    chat.push_back({.role = m.role, .content = m.content, .name = m.name});
   }
   absl::StatusOr<std::string> text = chat_template.Render(chat, add_generation_prompt);
   if (!text.ok()) {
@@ -281,6 +281,35 @@ absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_con
                                                    "; min_tokens must be at most max_tokens"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckFitsKvPool(const ValidRequest& request, int block_size, int kv_blocks,
+                             int max_context) {
+  if (block_size <= 0 || kv_blocks <= 0 || !request.max_tokens.has_value()) {
+    return absl::OkStatus();
+  }
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  int64_t tokens = prompt_len + *request.max_tokens;
+  if (max_context > 0) tokens = std::min<int64_t>(tokens, max_context);
+  const int64_t per_choice = (tokens + block_size - 1) / block_size;
+  const int64_t needed = per_choice * request.n;
+  if (needed <= kv_blocks) return absl::OkStatus();
+  std::string fix;
+  const int64_t room = kv_blocks / request.n * int64_t{block_size} - prompt_len;
+  if (room > 0) {
+    absl::StrAppend(&fix, "lower max_tokens to at most ", room, " for n=", request.n);
+  }
+  const int64_t max_n = kv_blocks / per_choice;
+  if (max_n >= 1) {
+    absl::StrAppend(&fix, fix.empty() ? "" : ", or ", "lower n to at most ", max_n,
+                    " for max_tokens=", *request.max_tokens);
+  }
+  if (fix.empty()) fix = "shorten the prompt";
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the request needs ", needed, " KV blocks at once (", request.n, " choice",
+      request.n == 1 ? "" : "s", " of ", tokens, " tokens: ", prompt_len, " in the prompt and ",
+      *request.max_tokens, " to generate) but the largest decode worker's KV pool holds ",
+      kv_blocks, " blocks of ", block_size, " tokens; ", fix));
 }
 
 }  // namespace tandem::router

@@ -86,6 +86,15 @@ absl::StatusOr<std::string> DetokenizeIds(const Tokenizer& tokenizer,
 // plus max_tokens exceeds it (with the numbers, as vLLM says it). An unset
 // max_tokens becomes what the context leaves. Limits <= 0 are unknown and
 // not checked (an unset max_tokens then becomes `fallback_max_tokens`).
+// INVALID_ARGUMENT when the request (after ResolveMaxTokens) could never be
+// held by a decode worker whose pool has `kv_blocks` blocks of
+// `block_size` tokens, even alone: each of its n choices holds its prompt
+// and max_tokens (up to `max_context`, when known) at once. It is not a
+// matter of load, so it is no 429: the message says what to lower. Unknown
+// sizes (<= 0) are not checked.
+absl::Status CheckFitsKvPool(const ValidRequest& request, int block_size, int kv_blocks,
+                             int max_context);
+
 absl::Status ResolveMaxTokens(ValidRequest& request, int vocab_size, int max_context,
                               int fallback_max_tokens);
 

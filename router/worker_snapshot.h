@@ -58,11 +58,15 @@ struct WorkerSnapshot : WorkerStatsRecord {
 };
 
 // What the routable decode workers say about the model: the vocabulary
-// (0 = none reported) and the smallest context among them (0 = unknown).
+// (0 = none reported), the smallest context among them (0 = unknown), and
+// the largest KV pool, in blocks of block_size tokens (0 = unknown; the
+// workers of a pool agree on the block size).
 struct DecodePoolLimits {
   bool any_routable = false;
   int vocab_size = 0;
   int max_context = 0;
+  int32_t block_size = 0;
+  int32_t max_kv_blocks = 0;
 };
 
 inline DecodePoolLimits LimitsOf(const std::vector<WorkerSnapshot>& decode) {
@@ -71,6 +75,10 @@ inline DecodePoolLimits LimitsOf(const std::vector<WorkerSnapshot>& decode) {
     if (!s.routable()) continue;
     l.any_routable = true;
     if (s.vocab_size > 0) l.vocab_size = s.vocab_size;
+    if (s.block_size > 0 && s.kv_blocks_total > l.max_kv_blocks) {
+      l.block_size = s.block_size;
+      l.max_kv_blocks = s.kv_blocks_total;
+    }
     if (s.max_context > 0) {
       l.max_context = l.max_context == 0 ? s.max_context : std::min(l.max_context, s.max_context);
     }

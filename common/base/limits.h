@@ -19,7 +19,11 @@ inline constexpr int kMaxChatMessages = 1024;               // messages
 inline constexpr size_t kMaxChatBytes = size_t{2} << 20;    // roles + contents
 inline constexpr size_t kMaxPromptBytes = size_t{8} << 20;  // text prompts
 inline constexpr int kMaxPromptTokenIds = 1 << 20;          // token-id prompts
-inline constexpr int kMinPriority = -1000;                  // priority: larger is served first
+inline constexpr size_t kMaxNameBytes = 64;                 // messages[].name
+inline constexpr int kMaxMetadataPairs = 16;                // metadata (OpenAI's bounds)
+inline constexpr size_t kMaxMetadataKeyBytes = 64;
+inline constexpr size_t kMaxMetadataValueBytes = 512;
+inline constexpr int kMinPriority = -1000;  // priority: larger is served first
 inline constexpr int kMaxPriority = 1000;
 
 }  // namespace tandem

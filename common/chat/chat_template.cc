@@ -136,7 +136,11 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromConfig(
 
 Json ChatTemplate::MessagesToJson(const std::vector<ChatMessage>& messages) {
   Json out = Json::array();
-  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages) {
+    Json message = {{"role", m.role}, {"content", m.content}};
+    if (!m.name.empty()) message["name"] = m.name;
+    out.push_back(std::move(message));
+  }
   return out;
 }
 

@@ -36,6 +36,7 @@ namespace tandem {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", ...
   std::string content;
+  std::string name = {};  // message.name in the template when set
 };
 
 inline constexpr absl::string_view kDefaultChatTemplate =

@@ -39,9 +39,11 @@ bool SafeHeaderText(absl::string_view s) {
   return std::none_of(s.begin(), s.end(), [](char c) { return c == '\r' || c == '\n' || c == 0; });
 }
 
+// The OpenAI error shape every JSON error of the router has (the messages
+// here hold no character JSON must escape).
 std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view code) {
   return absl::StrCat(R"({"error": {"message": ")", message, R"(", "type": ")", type,
-                      R"(", "code": ")", code, R"("}})");
+                      R"(", "param": null, "code": ")", code, R"("}})");
 }
 
 }  // namespace
@@ -248,6 +250,7 @@ void StreamConnection<Stream>::Dispatch() {
   http::request<http::string_body> msg = parser_->release();
   parser_.reset();
   http11_ = msg.version() >= 11;
+  head_only_ = msg.method() == http::verb::head;
   keep_alive_ = msg.keep_alive();
   std::vector<HttpHeader> headers;
   for (const auto& field : msg) {
@@ -275,7 +278,7 @@ void StreamConnection<Stream>::OnPiece(ResponsePiece piece) {
     case ResponsePiece::Kind::kWhole: {
       if (head_sent_) return;
       std::string out = Head(piece.status, piece.headers, piece.data.size());
-      out += piece.data;
+      if (!head_only_) out += piece.data;
       Queue(std::move(out), 0);
       response_done_ = true;
       break;
@@ -287,7 +290,7 @@ void StreamConnection<Stream>::OnPiece(ResponsePiece piece) {
       Queue(Head(piece.status, piece.headers, std::nullopt), 0);
       break;
     case ResponsePiece::Kind::kChunk: {
-      if (!head_sent_ || piece.data.empty()) {
+      if (!head_sent_ || piece.data.empty() || head_only_) {
         if (auto ex = exchange_.lock()) ex->WriteDone(piece.counted);
         return;
       }
@@ -304,7 +307,7 @@ void StreamConnection<Stream>::OnPiece(ResponsePiece piece) {
     case ResponsePiece::Kind::kEnd:
       if (!head_sent_) {  // a stream that never started
         Queue(Head(500, {}, 0), 0);
-      } else if (chunked_) {
+      } else if (chunked_ && !head_only_) {
         Queue("0\r\n\r\n", 0);
       }
       response_done_ = true;

@@ -59,6 +59,8 @@ std::string_view OutcomeLabel(absl::StatusCode code) {
       return "ok";
     case absl::StatusCode::kInvalidArgument:
       return "invalid_argument";
+    case absl::StatusCode::kNotFound:
+      return "not_found";
     case absl::StatusCode::kResourceExhausted:
       return "resource_exhausted";
     case absl::StatusCode::kUnavailable:

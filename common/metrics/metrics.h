@@ -59,8 +59,9 @@ class EngineGauges {
 };
 
 // The `outcome` label of a request that ended with `code`: "ok",
-// "invalid_argument", "resource_exhausted", "unavailable", "cancelled",
-// "deadline_exceeded"; every other code is "error".
+// "invalid_argument", "not_found" (a model not served: the client's
+// mistake, not the server's), "resource_exhausted", "unavailable",
+// "cancelled", "deadline_exceeded"; every other code is "error".
 std::string_view OutcomeLabel(absl::StatusCode code);
 
 // A counter family with one series per outcome, all created up front so that
@@ -72,10 +73,9 @@ class OutcomeCounter {
   void Count(const absl::Status& status) { Count(status.code()); }
   prometheus::Counter& Get(absl::StatusCode code);
 
-  static constexpr std::array<std::string_view, 7> kOutcomes = {
-      "ok",          "invalid_argument", "resource_exhausted",
-      "unavailable", "cancelled",        "deadline_exceeded",
-      "error"};
+  static constexpr std::array<std::string_view, 8> kOutcomes = {
+      "ok",          "invalid_argument", "not_found",         "resource_exhausted",
+      "unavailable", "cancelled",        "deadline_exceeded", "error"};
 
  private:
   std::array<prometheus::Counter*, kOutcomes.size()> counters_{};

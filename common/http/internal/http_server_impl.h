@@ -205,6 +205,8 @@ class StreamConnection final : public Connection {
   // The response under way.
   std::weak_ptr<HttpExchange> exchange_;
   bool http11_ = true;
+  // A HEAD request: its response carries the header a GET's would, no body.
+  bool head_only_ = false;
   bool keep_alive_ = false;
   bool head_sent_ = false;
   bool chunked_ = false;

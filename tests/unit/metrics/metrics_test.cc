@@ -66,6 +66,7 @@ TEST(MetricsServerTest, RendersHistogramsGaugesAndOutcomes) {
   outcomes.Count(absl::OkStatus());
   outcomes.Count(absl::InvalidArgumentError("bad"));
   outcomes.Count(absl::InternalError("bug"));
+  outcomes.Count(absl::NotFoundError("no such model"));
   auto server = MetricsServer::Start("127.0.0.1:0", registry);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string body = Scrape((*server)->port());
@@ -81,6 +82,8 @@ TEST(MetricsServerTest, RendersHistogramsGaugesAndOutcomes) {
   EXPECT_THAT(body, HasSubstr("tandem_test_requests_total{outcome=\"ok\"} 2\n"));
   EXPECT_THAT(body, HasSubstr("tandem_test_requests_total{outcome=\"invalid_argument\"} 1\n"));
   EXPECT_THAT(body, HasSubstr("tandem_test_requests_total{outcome=\"error\"} 1\n"));
+  // An unknown model is the client's mistake, not a server error.
+  EXPECT_THAT(body, HasSubstr("tandem_test_requests_total{outcome=\"not_found\"} 1\n"));
   // Every outcome renders from the start, so that rates work from zero.
   EXPECT_THAT(body, HasSubstr("tandem_test_requests_total{outcome=\"deadline_exceeded\"} 0\n"));
 }

@@ -139,7 +139,7 @@ absl::StatusOr<std::string> RawConnection::ReadExactly(size_t size) {
   return out;
 }
 
-absl::StatusOr<HttpResponse> RawConnection::ReadResponse() {
+absl::StatusOr<HttpResponse> RawConnection::ReadResponse(bool head) {
   HttpResponse r;
   absl::StatusOr<std::string> line = ReadLine();
   if (!line.ok()) return line.status();
@@ -156,6 +156,7 @@ absl::StatusOr<HttpResponse> RawConnection::ReadResponse() {
     r.headers.emplace_back(line->substr(0, colon),
                            std::string(absl::StripAsciiWhitespace(line->substr(colon + 1))));
   }
+  if (head) return r;
   if (absl::EqualsIgnoreCase(r.Header("Transfer-Encoding"), "chunked")) {
     for (;;) {
       line = ReadLine();

@@ -34,8 +34,9 @@ class RawConnection {
   ~RawConnection();
 
   bool Send(absl::string_view bytes);
-  // One whole response (Content-Length, chunked, or up to EOF).
-  absl::StatusOr<HttpResponse> ReadResponse();
+  // One whole response (Content-Length, chunked, or up to EOF); the answer
+  // to a HEAD request (`head`) is its header alone, whatever it announces.
+  absl::StatusOr<HttpResponse> ReadResponse(bool head = false);
   // Reads until what was read holds `needle`; returns everything read so
   // far (the header included) or an error at EOF or timeout.
   absl::StatusOr<std::string> ReadUntil(absl::string_view needle);

@@ -119,6 +119,37 @@ TEST(OpenAiApiTest, ChatOptionsAreMapped) {
   EXPECT_FALSE(r->params.logprobs.has_value());
 }
 
+// Fields OpenAI clients send routinely: role developer (the system role's
+// newer name), a message's name, store false, metadata (for the request
+// log), parallel_tool_calls (meaningless without tools).
+TEST(OpenAiApiTest, FieldsClientsSendAreTaken) {
+  absl::StatusOr<ApiRequest> r = ParseChatRequest(R"({
+      "messages": [{"role": "developer", "content": "be brief"},
+                   {"role": "user", "name": "ada_1", "content": "hi"}],
+      "store": false, "metadata": {"team": "search", "run": "7"},
+      "parallel_tool_calls": true, "temperature": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerateParams& p = r->params;
+  EXPECT_EQ((*p.messages)[0].role, "system");
+  EXPECT_EQ((*p.messages)[0].name, "");
+  EXPECT_EQ((*p.messages)[1].name, "ada_1");
+  EXPECT_THAT(p.metadata, ElementsAre(std::pair<std::string, std::string>("run", "7"),
+                                      std::pair<std::string, std::string>("team", "search")));
+  EXPECT_EQ(p.temperature, 2.0f);
+  // OpenAI's bounds on metadata.
+  std::string many = "{";
+  for (int i = 0; i < 17; ++i) absl::StrAppend(&many, i > 0 ? "," : "", "\"k", i, "\": \"v\"");
+  many += "}";
+  EXPECT_THAT(ParseChatRequest(absl::StrCat(R"({"messages": [], "metadata": )", many, "}")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 16")));
+  EXPECT_THAT(ParseCompletionRequest(absl::StrCat(R"({"prompt": "x", "metadata": {"k": ")",
+                                                  std::string(513, 'v'), R"("}})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("512")));
+  EXPECT_THAT(ParseChatRequest(absl::StrCat(R"({"messages": [{"role": "user", "name": ")",
+                                            std::string(65, 'a'), R"("}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64")));
+}
+
 TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> completions = {
       {"", "empty"},
@@ -169,7 +200,14 @@ TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
       {R"({"messages": {}})", "messages"},
       {R"({"messages": [1]})", "messages[0]"},
       {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
-      {R"({"messages": [{"role": "user", "name": "bob"}]})", "messages[0].name"},
+      {R"({"messages": [{"role": "user", "name": "bob smith"}]})", "messages[0].name"},
+      {R"({"messages": [{"role": "user", "name": 5}]})", "messages[0].name"},
+      {R"({"messages": [], "temperature": 2.5})", "[0, 2]"},
+      {R"({"messages": [], "temperature": -0.1})", "[0, 2]"},
+      {R"({"messages": [], "store": true})", "not stored"},
+      {R"({"messages": [], "store": "no"})", "store"},
+      {R"({"messages": [], "metadata": []})", "metadata"},
+      {R"({"messages": [], "metadata": {"k": 1}})", "metadata[\"k\"]"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "image_url"},
       {R"({"messages": [{"role": "user", "tool_calls": [{}]}]})", "tool_calls"},
       {R"({"messages": [], "top_logprobs": 3})", "top_logprobs"},
@@ -181,7 +219,7 @@ TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
       {R"({"messages": [], "echo": true})", "`echo`"},
       {R"({"messages": [], "best_of": 1})", "`best_of`"},
       {R"({"messages": [], "max_completion_tokens": 1.5})", "max_completion_tokens"},
-      {R"({"messages": [], "parallel_tool_calls": false})", "parallel_tool_calls"},
+      {R"({"messages": [], "parallel_tool_calls": "yes"})", "parallel_tool_calls"},
   };
   for (const auto& [body, field] : chat) {
     EXPECT_THAT(ParseChatRequest(body),

@@ -235,6 +235,71 @@ TEST_F(OpenAiRoutesTest, ErrorsHaveTheirStatusAndOpenAiShape) {
   EXPECT_EQ(core_.submitted().size(), 2u);
 }
 
+// HEAD is GET without a body; every response names its request.
+TEST_F(OpenAiRoutesTest, HeadAnswersAsGetWithoutABody) {
+  Start();
+  for (const char* path : {"/health", "/v1/models", "/version"}) {
+    std::unique_ptr<RawConnection> c = Connect();
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->Send(Request("HEAD", path)));
+    absl::StatusOr<HttpResponse> head = c->ReadResponse(/*head=*/true);
+    ASSERT_TRUE(head.ok()) << head.status();
+    EXPECT_EQ(head->status, 200) << path;
+    const HttpResponse get = Call("GET", path);
+    EXPECT_EQ(head->Header("Content-Length"), absl::StrCat(get.body.size())) << path;
+    // No body followed: the connection serves the next request at once.
+    ASSERT_TRUE(c->Send(Request("GET", path)));
+    absl::StatusOr<HttpResponse> next = c->ReadResponse();
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->status, 200);
+    EXPECT_EQ(next->body, get.body) << path;
+  }
+  HttpResponse r = Call("POST", "/health");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.Header("Allow"), "GET, HEAD");
+  EXPECT_EQ(Call("GET", "/v1/completions").Header("Allow"), "GET, HEAD, POST, OPTIONS");
+}
+
+TEST_F(OpenAiRoutesTest, EveryResponseCarriesARequestId) {
+  core_.SetScript(HelloScript);
+  Start({}, {}, {.max_body_bytes = 1000});
+  // A generation's id is its completion's id, and the request id it is
+  // logged under.
+  HttpResponse r = Call("POST", "/v1/completions", R"({"prompt": "x"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Request-Id"), Json(r)["id"]);
+  ASSERT_EQ(core_.submitted().size(), 1u);
+  EXPECT_EQ(core_.submitted()[0].request_id, Json(r)["id"]);
+  // The client's own id wins; the completion keeps its id.
+  r = Call("POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}]})",
+           {"X-Request-Id: trace-42.a:b_c"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Request-Id"), "trace-42.a:b_c");
+  EXPECT_TRUE(absl::StartsWith(Json(r)["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(core_.submitted()[1].request_id, "trace-42.a:b_c");
+  // Errors and other routes carry one too.
+  r = Call("GET", "/v1/engines");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(absl::StartsWith(r.Header("X-Request-Id"), "req-")) << r.Header("X-Request-Id");
+  EXPECT_FALSE(Call("GET", "/v1/models").Header("X-Request-Id").empty());
+  // An id the logs could not carry is refused, saying what to send.
+  r = Call("POST", "/v1/completions", R"({"prompt": "x"})", {"X-Request-Id: a b"});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Json(r)["error"]["message"].get<std::string>(), HasSubstr("X-Request-Id"));
+  r = Call("POST", "/v1/completions", R"({"prompt": "x"})",
+           {absl::StrCat("X-Request-Id: ", std::string(129, 'a'))});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(core_.submitted().size(), 2u);
+  // The server's own errors have the shape of the router's.
+  r = Call("POST", "/v1/completions",
+           absl::StrCat(R"({"prompt": ")", std::string(2000, 'a'), "\"}"));
+  EXPECT_EQ(r.status, 413);
+  const json error = Json(r)["error"];
+  EXPECT_TRUE(error.contains("param") && error["param"].is_null()) << r.body;
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_TRUE(error["message"].is_string() && error["code"].is_string()) << r.body;
+}
+
 TEST_F(OpenAiRoutesTest, ApiKeysGuardEveryRouteButHealth) {
   core_.SetScript(HelloScript);
   Start({}, {"sk-right"});

@@ -232,6 +232,28 @@ TEST(ResolveMaxTokens, VocabularyAndContext) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logit_bias names token 64")));
 }
 
+TEST(CheckFitsKvPool, ARequestNoPoolCanHoldIsInvalidSayingWhatToLower) {
+  // 4 choices of 3 + 61 tokens: 4 blocks of 16 each, 16 blocks in all.
+  ValidRequest r = Resolvable({1, 2, 3}, 61);
+  r.n = 4;
+  EXPECT_OK(CheckFitsKvPool(r, 16, 16, 0));
+  EXPECT_THAT(CheckFitsKvPool(r, 16, 15, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("needs 16 KV blocks at once (4 choices of 64 tokens: 3 in the "
+                                 "prompt and 61 to generate) but the largest decode worker's KV "
+                                 "pool holds 15 blocks of 16 tokens; lower max_tokens to at most "
+                                 "45 for n=4, or lower n to at most 3 for max_tokens=61")));
+  // The context caps what a choice holds.
+  EXPECT_OK(CheckFitsKvPool(r, 16, 12, 48));
+  // A prompt no pool holds even once.
+  r = Resolvable(std::vector<int32_t>(40, 1), 1);
+  EXPECT_THAT(CheckFitsKvPool(r, 16, 2, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("; shorten the prompt")));
+  // Unknown sizes are not checked.
+  EXPECT_OK(CheckFitsKvPool(r, 0, 2, 0));
+  EXPECT_OK(CheckFitsKvPool(r, 16, 0, 0));
+}
+
 TEST(ResolveMaxTokens, PromptPlusMaxTokensMustFitTheContext) {
   ValidRequest r = Resolvable({1, 2, 3}, 8);
   EXPECT_THAT(ResolveMaxTokens(r, 0, 10, 16),

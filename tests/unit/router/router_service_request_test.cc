@@ -129,6 +129,13 @@ TEST(RouterServiceTest, BadInputIsInvalidArgumentSayingWhatToChange) {
     cases.push_back({r, "n is 17"});
   }
   {
+    // 16 choices of the whole context (128 tokens, 8 blocks each) can never
+    // be held by a 64-block pool: no 429, which a client would retry.
+    v1::GenerateRequest r = TokenRequest({1, 5}, 0);
+    r.set_n(16);
+    cases.push_back({r, "needs 128 KV blocks at once (16 choices of 128 tokens"});
+  }
+  {
     v1::GenerateRequest r = TokenRequest({1, 5}, 4);
     r.set_logprobs(kMaxTopLogprobs + 1);
     cases.push_back({r, "logprobs is 21"});

@@ -104,7 +104,9 @@ TEST_F(SimRunTest, AConcurrencyOfOneSendsEachRequestWhenThePreviousEnds) {
     ASSERT_TRUE(r.success) << r.error;
     EXPECT_THAT(r.ttft, DoubleNear(0.042, kEps)) << i;
     EXPECT_THAT(r.e2e, DoubleNear(0.042 + 2 * 0.011, kEps)) << i;
-    if (i > 0) EXPECT_THAT(r.start, DoubleNear(run.records[i - 1].start + 0.064, kEps)) << i;
+    if (i > 0) {
+      EXPECT_THAT(r.start, DoubleNear(run.records[i - 1].start + 0.064, kEps)) << i;
+    }
   }
   EXPECT_THAT(run.metrics.duration_s, DoubleNear(3 * 0.064, kEps));
 }
