@@ -415,6 +415,39 @@ check('400: an unknown parameter is a BadRequestError naming it', async () => {
   assert(/frobnicate/.test(s.message), `message ${show(s.message)} does not name frobnicate`);
 });
 
+check('request ids: x-request-id names the completion, or echoes the client\'s own', async () => {
+  const { data, response } = await client.chat.completions
+    .create({ model, messages: chatMessages, max_tokens: 4, temperature: 0 }).withResponse();
+  assertEq(response.headers.get('x-request-id'), data.id, 'x-request-id');
+  if ('_request_id' in data) assertEq(data._request_id, data.id, 'the SDK\'s _request_id');
+  const own = await client.completions
+    .create({ model, prompt, max_tokens: 4 }, { headers: { 'X-Request-Id': 'client-trace-7' } })
+    .withResponse();
+  assertEq(own.response.headers.get('x-request-id'), 'client-trace-7', 'echoed x-request-id');
+});
+
+check('fields clients send: developer role, name, store false, metadata, parallel_tool_calls', async () => {
+  const plain = await client.chat.completions.create({
+    model, max_tokens: 8, temperature: 0,
+    messages: [{ role: 'system', content: 'Be brief.' }, ...chatMessages] });
+  const sent = await client.chat.completions.create({
+    model, max_tokens: 8, temperature: 0, store: false, parallel_tool_calls: false,
+    metadata: { team: 'search' },
+    messages: [{ role: 'developer', content: 'Be brief.' }, ...chatMessages] });
+  // developer is the system role: the same greedy text.
+  assertEq(sent.choices[0].message.content, plain.choices[0].message.content, 'developer text');
+  const named = await client.chat.completions.create({
+    model, max_tokens: 4, messages: [{ ...chatMessages[0], name: 'ada' }] });
+  assertEq(named.choices.length, 1, 'choices with a named message');
+  const hot = await expectError(BadRequestError,
+    () => client.chat.completions.create({ model, messages: chatMessages, temperature: 2.5 }),
+    'temperature 2.5');
+  assert(/temperature/.test(hot.message), `message ${show(hot.message)} does not name temperature`);
+  const store = await expectError(BadRequestError,
+    () => client.chat.completions.create({ model, messages: chatMessages, store: true }), 'store true');
+  assert(/store/.test(store.message), `message ${show(store.message)} does not name store`);
+});
+
 check('401: a wrong API key is an AuthenticationError', async () => {
   const wrong = new OpenAI({ ...clientOptions, baseURL, apiKey: `${apiKey}-wrong` });
   const e = await expectError(AuthenticationError,
