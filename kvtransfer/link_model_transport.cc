@@ -14,6 +14,10 @@ absl::Status LinkModel::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("the link's bandwidth is ", bandwidth, " bytes/s; it must be positive"));
   }
+  if (!(byte_scale > 0) || !std::isfinite(byte_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the link's byte scale is ", byte_scale, "; it must be positive"));
+  }
   if (latency < absl::ZeroDuration() || per_message < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "the link's latency and per-message cost must not be negative");
@@ -25,8 +29,12 @@ absl::Status LinkModel::Validate() const {
   return absl::OkStatus();
 }
 
-absl::Duration LinkModel::Busy(uint64_t bytes) const {
-  return per_message + absl::Seconds(static_cast<double>(bytes) / bandwidth);
+double LinkModel::OnLink(uint64_t header, uint64_t payload) const {
+  return static_cast<double>(header) + static_cast<double>(payload) * byte_scale;
+}
+
+absl::Duration LinkModel::Busy(uint64_t header, uint64_t payload) const {
+  return per_message + absl::Seconds(OnLink(header, payload) / bandwidth);
 }
 
 LinkModelTransport::LinkModelTransport(std::unique_ptr<KvTransport> inner, LinkModel model,
@@ -49,19 +57,19 @@ absl::StatusOr<SendId> LinkModelTransport::PostSend(PeerId peer, std::string_vie
     return absl::InvalidArgumentError(
         absl::StrCat("header of ", header.size(), " bytes exceeds ", kMaxHeaderBytes));
   }
-  uint64_t bytes = header.size();
-  for (const Slice& s : payload) bytes += s.length;
+  uint64_t payload_bytes = 0;
+  for (const Slice& s : payload) payload_bytes += s.length;
   const absl::Time now = clock_->Now();
   auto lane = std::min_element(lane_free_.begin(), lane_free_.end());
   const absl::Time start = std::max(now, *lane);
-  const absl::Duration busy = model_.Busy(bytes);
+  const absl::Duration busy = model_.Busy(header.size(), payload_bytes);
   *lane = start + busy;
   absl::Time arrival = start + busy + model_.latency;
   // Never before an earlier message to the same peer.
   absl::Time& last = peer_last_[peer];
   arrival = std::max(arrival, last);
   last = arrival;
-  bytes_ += bytes;
+  bytes_ += static_cast<uint64_t>(model_.OnLink(header.size(), payload_bytes));
   busy_ += busy;
   const SendId id = next_send_++;
   held_.emplace(

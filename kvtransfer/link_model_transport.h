@@ -45,10 +45,16 @@ struct LinkModel {
   absl::Duration latency = absl::Microseconds(10);
   absl::Duration per_message = absl::ZeroDuration();
   int lanes = 1;
+  // Bytes on the link per payload byte sent: a simulated worker's stand-in
+  // model ships this much less KV than the model it stands in for.
+  double byte_scale = 1.0;
   // INVALID_ARGUMENT, naming the field, for a model no link has.
   absl::Status Validate() const;
-  // How long `bytes` occupy one lane (per_message included; latency not).
-  absl::Duration Busy(uint64_t bytes) const;
+  // How long a message of `header` and `payload` bytes occupies one lane
+  // (per_message included; latency not).
+  absl::Duration Busy(uint64_t header, uint64_t payload) const;
+  // The bytes such a message puts on the link.
+  double OnLink(uint64_t header, uint64_t payload) const;
 };
 
 class LinkModelTransport final : public KvTransport {
@@ -65,7 +71,8 @@ class LinkModelTransport final : public KvTransport {
   // When the earliest held message arrives; InfiniteFuture when none is
   // held.
   absl::Time next_release() const;
-  // Payload and header bytes carried so far, and the time lanes were busy.
+  // Bytes carried so far (headers, and payloads at byte_scale), and the
+  // time lanes were busy.
   uint64_t bytes_carried() const { return bytes_; }
   absl::Duration busy() const { return busy_; }
 

@@ -22,7 +22,8 @@
 //
 // When it ends, the request is counted in RouterMetrics and leaves one JSON
 // trace line (request_trace.cc) in the RequestLog, or the INFO log:
-//   {"request_id", "status" (ok, invalid_argument, ...), "error" (if not ok),
+//   {"request_id", "arrival_unix_us" (on the core's clock), "status" (ok,
+//    invalid_argument, ...), "error" (if not ok),
 //    "finish_reason" (of choice 0), "prompt_tokens", "completion_tokens"
 //    (all choices), "n", "timeline_us": {"router_queue", "reserve",
 //    "prefill_call", "prefill_queue", "prefill", "kv_transfer",

@@ -36,6 +36,8 @@ void RequestDriver::Log(const absl::Status& status) const {
   // was (not) disaggregated, for tracing latency back to its stages.
   nlohmann::json line = {
       {"request_id", request_id_},
+      // When it reached the router (its clock), for replaying the log.
+      {"arrival_unix_us", absl::ToUnixMicros(arrival_)},
       {"status", std::string(metrics::OutcomeLabel(status.code()))},
       {"finish_reason", status.ok() && !choices_.empty() && choices_[0].finish.has_value()
                             ? v1::FinishReason_Name(FinishReasonToProto(*choices_[0].finish))

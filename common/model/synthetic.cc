@@ -153,6 +153,16 @@ ModelConfig Llama3_8BShape() {
                      .shared_classifier = false};
 }
 
+ModelConfig Llama3_70BShape() {
+  ModelConfig c = Llama3_8BShape();
+  c.dim = 8192;
+  c.hidden_dim = 28672;
+  c.n_layers = 80;
+  c.n_heads = 64;
+  c.n_kv_heads = 8;
+  return c;
+}
+
 absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size) {
   constexpr int kFirstPiece = 3 + 256;
   if (vocab_size <= kFirstPiece) {

@@ -36,6 +36,8 @@ ModelConfig Llama32_1BShape();
 // Llama-3-8B's shape (GQA, untied classifier, 128256-token vocabulary), for
 // GPU benchmarks.
 ModelConfig Llama3_8BShape();
+// Llama-3-70B's shape, for the simulator's planning (80 layers, GQA 64/8).
+ModelConfig Llama3_70BShape();
 
 }  // namespace tandem
 

@@ -15,39 +15,45 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/reflection_v1.h"
 
 namespace tandem::rpc {
 namespace {
 
 // Copies the names of the services a server was built with (gRPC offers
-// them only to builder plugins) into `names`, leaving out gRPC's own
-// (health, reflection).
+// them only to builder plugins): all of them into `all`, and into `ours`
+// all but gRPC's own (health, reflection).
 class ServiceNamesPlugin final : public grpc::ServerBuilderPlugin {
  public:
-  explicit ServiceNamesPlugin(std::vector<std::string>* names) : names_(names) {}
+  ServiceNamesPlugin(std::vector<std::string>* ours, std::vector<std::string>* all)
+      : ours_(ours), all_(all) {}
   std::string name() override { return "tandem_service_names"; }
   void InitServer(grpc::ServerInitializer*) override {}
   void Finish(grpc::ServerInitializer* si) override {
     for (const std::string& service : *si->GetServiceList()) {
-      if (!absl::StartsWith(service, "grpc.")) names_->push_back(service);
+      all_->push_back(service);
+      if (!absl::StartsWith(service, "grpc.")) ours_->push_back(service);
     }
   }
   void ChangeArguments(const std::string&, void*) override {}
 
  private:
-  std::vector<std::string>* names_;
+  std::vector<std::string>* ours_;
+  std::vector<std::string>* all_;
 };
 
 class ServiceNamesOption final : public grpc::ServerBuilderOption {
  public:
-  explicit ServiceNamesOption(std::vector<std::string>* names) : names_(names) {}
+  ServiceNamesOption(std::vector<std::string>* ours, std::vector<std::string>* all)
+      : ours_(ours), all_(all) {}
   void UpdateArguments(grpc::ChannelArguments*) override {}
   void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->push_back(std::make_unique<ServiceNamesPlugin>(names_));
+    plugins->push_back(std::make_unique<ServiceNamesPlugin>(ours_, all_));
   }
 
  private:
-  std::vector<std::string>* names_;
+  std::vector<std::string>* ours_;
+  std::vector<std::string>* all_;
 };
 
 }  // namespace
@@ -73,7 +79,10 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   grpc::ServerBuilder builder;
   RunningServer running;
   builder.AddListeningPort(options.address, std::move(credentials), &running.port);
-  builder.SetOption(std::make_unique<ServiceNamesOption>(&running.services));
+  running.reflection_v1 = std::make_shared<ReflectionV1Service>();
+  builder.SetOption(std::make_unique<ServiceNamesOption>(
+      &running.services, running.reflection_v1->mutable_services()));
+  builder.RegisterService(running.reflection_v1.get());
   // gRPC sets SO_REUSEPORT by default: a second server on a taken port would
   // silently share it. A taken port must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -27,8 +27,13 @@ struct ServerOptions {
   TlsConfig tls = {};
 };
 
+class ReflectionV1Service;
+
 // A started server. SetServing may be called from any thread.
 struct RunningServer {
+  // grpc.reflection.v1 (v1alpha comes from gRPC's library); declared before
+  // the server, which must go first.
+  std::shared_ptr<ReflectionV1Service> reflection_v1;
   std::unique_ptr<grpc::Server> server;
   // The port actually bound.
   int port = 0;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::bench {
@@ -99,7 +100,96 @@ class ListDataset : public Dataset {
   std::vector<BenchRequest> list_;
 };
 
+// A replayed log, cycled: each pass comes one span (and one mean gap)
+// after the last.
+class ReplayDataset : public Dataset {
+ public:
+  explicit ReplayDataset(std::vector<BenchRequest> list) : list_(std::move(list)) {
+    const double span = list_.back().arrival_s;
+    period_ = span + (list_.size() > 1 ? span / static_cast<double>(list_.size() - 1) : 1.0);
+  }
+  BenchRequest Get(size_t index) const override {
+    BenchRequest r = list_[index % list_.size()];
+    r.arrival_s += period_ * static_cast<double>(index / list_.size());
+    return r;
+  }
+
+ private:
+  std::vector<BenchRequest> list_;
+  double period_ = 0;
+};
+
+// The integer field `name` of `j`, at least `min`; an error naming the line.
+absl::StatusOr<int64_t> LogInt(const nlohmann::json& j, const char* name, int64_t min,
+                               int line_no) {
+  auto it = j.find(name);
+  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line_no, ": needs an integer \"", name, "\" of at least ", min));
+  }
+  return it->get<int64_t>();
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<BenchRequest>> ParseRequestLog(std::string_view text,
+                                                          const DatasetOptions& options,
+                                                          int* skipped) {
+  if (!options.token_ids) {
+    return absl::InvalidArgumentError(
+        "a request log replays token counts, not texts: send token ids (--token_ids, on a gRPC "
+        "target or in tandem-sim)");
+  }
+  std::vector<BenchRequest> out;
+  std::vector<int64_t> arrivals;
+  int line_no = 0, left_out = 0;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()),
+                                                   nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));
+    }
+    if (j.value("status", "") != "ok") {
+      ++left_out;
+      continue;
+    }
+    auto ints = [&](const char* name, int64_t min) { return LogInt(j, name, min, line_no); };
+    ASSIGN_OR_RETURN(const int64_t arrival, ints("arrival_unix_us", 0));
+    ASSIGN_OR_RETURN(const int64_t prompt, ints("prompt_tokens", 1));
+    ASSIGN_OR_RETURN(const int64_t completion, ints("completion_tokens", 0));
+    ASSIGN_OR_RETURN(const int64_t n, ints("n", 1));
+    if (prompt > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": prompt_tokens is ", prompt, "; at most 1048576"));
+    }
+    BenchRequest r;
+    r.prompt_len = static_cast<int>(prompt);
+    r.max_tokens = static_cast<int>(std::max<int64_t>(1, completion / n));
+    auto rng = Rng(options.seed, 4, out.size());
+    AppendRandom(options, rng, r.prompt_len, r);
+    out.push_back(std::move(r));
+    arrivals.push_back(arrival);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request log holds no request that ended ok (", left_out, " others)"));
+  }
+  // Sent in arrival order, from the first.
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return arrivals[a] < arrivals[b]; });
+  std::vector<BenchRequest> sorted;
+  for (size_t i : order) {
+    sorted.push_back(std::move(out[i]));
+    sorted.back().arrival_s = static_cast<double>(arrivals[i] - arrivals[order[0]]) / 1e6;
+  }
+  if (skipped != nullptr) *skipped = left_out;
+  return sorted;
+}
 
 absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
                                                      int default_max_tokens) {
@@ -163,8 +253,19 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& o) {
     }
     return std::make_unique<ListDataset>(*std::move(list));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown --dataset '", o.kind, "' (synthetic, shared_prefix or jsonl)"));
+  if (o.kind == "request_log") {
+    std::ifstream in(o.path);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --dataset_path '", o.path, "'"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto list = ParseRequestLog(ss.str(), o);
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(o.path, ": ", list.status().message()));
+    }
+    return std::make_unique<ReplayDataset>(*std::move(list));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --dataset '", o.kind, "' (synthetic, shared_prefix, jsonl or request_log)"));
 }
 
 }  // namespace tandem::bench

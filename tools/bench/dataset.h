@@ -17,11 +17,14 @@ struct BenchRequest {
   std::vector<int32_t> token_ids;  // used as given when not empty
   int prompt_len = 0;              // expected prompt tokens (for throughput)
   int max_tokens = 0;
+  // When to send it, in seconds from the run's start (a replayed request
+  // log); negative: when the arrival schedule says.
+  double arrival_s = -1;
 };
 
 struct DatasetOptions {
-  std::string kind = "synthetic";  // synthetic | shared_prefix | jsonl
-  std::string path = "";           // jsonl
+  std::string kind = "synthetic";  // synthetic | shared_prefix | jsonl | request_log
+  std::string path = "";           // jsonl, request_log
   int input_len = 128;
   int output_len = 128;
   double range_ratio = 0;  // lengths uniform in [len*(1-r), len*(1+r)]
@@ -48,6 +51,18 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& optio
 // optional positive integer "max_tokens" (else `default_max_tokens`). Blank
 // lines are skipped; anything else is an error naming the line.
 absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text, int default_max_tokens);
+
+// Parses the router's request log (--request_log: one JSON object per
+// request) into a replay: each request that ended "ok" becomes a prompt of
+// its prompt_tokens (random ids in [3, vocab_size): the log keeps counts,
+// not tokens, so prefixes shared in the original are not shared here) and
+// max_tokens of its completion tokens per choice, sent at its
+// arrival_unix_us, counted from the first. Other requests are left out
+// (`skipped` counts them); a line that is not such an object is an error
+// naming it.
+absl::StatusOr<std::vector<BenchRequest>> ParseRequestLog(std::string_view text,
+                                                          const DatasetOptions& options,
+                                                          int* skipped = nullptr);
 
 }  // namespace tandem::bench
 

@@ -203,7 +203,13 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
     int wave_tokens = 0;  // pad_waves: the current wave's longest max_tokens
     for (int i = 0;; ++i) {
       if (o.duration_s <= 0 && i >= o.num_requests) break;
-      if (i > 0) next += arrivals.NextGap();
+      BenchRequest request = dataset.Get(i);
+      // A replayed log's own times, else the schedule's.
+      if (request.arrival_s >= 0) {
+        next = request.arrival_s;
+      } else if (i > 0) {
+        next += arrivals.NextGap();
+      }
       if (o.duration_s > 0 && (next >= o.duration_s || since_start() >= o.duration_s)) break;
       clock.SleepUntil(t0 + next);
       if (o.max_concurrency > 0) {
@@ -217,7 +223,6 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
         if (o.duration_s > 0 && since_start() >= o.duration_s) break;
       }
       RequestRecord* record = &records.emplace_back();
-      BenchRequest request = dataset.Get(i);
       const int own_tokens = request.max_tokens;
       if (o.pad_waves) {
         if (i % o.max_concurrency == 0) wave_tokens = WaveMaxTokens(dataset, i, o);

@@ -5,13 +5,18 @@
 #include <limits>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "tools/bench/options.h"
 #include "tools/bench/report.h"
 
-ABSL_FLAG(std::string, dataset, "synthetic", "synthetic, shared_prefix or jsonl");
-ABSL_FLAG(std::string, dataset_path, "", "JSONL file: {\"prompt\": ..., \"max_tokens\": N}");
+ABSL_FLAG(std::string, dataset, "synthetic",
+          "synthetic, shared_prefix, jsonl, or request_log (a replay of the router's "
+          "--request_log at its own times; token ids only)");
+ABSL_FLAG(std::string, dataset_path, "",
+          "jsonl: {\"prompt\": ..., \"max_tokens\": N} per line; request_log: the router's "
+          "requests.jsonl");
 ABSL_FLAG(int, input_len, 128, "Mean prompt length in tokens (shared_prefix: the suffix)");
 ABSL_FLAG(int, output_len, 128, "Mean max_tokens per request (jsonl: the default)");
 ABSL_FLAG(double, range_ratio, 0.0, "Lengths uniform in [len*(1-r), len*(1+r)]");
@@ -55,6 +60,15 @@ DatasetOptions DatasetFromFlags(bool token_ids) {
 }
 
 absl::StatusOr<RunOptions> RunOptionsFromFlags(double request_rate) {
+  if (absl::GetFlag(FLAGS_dataset) == "request_log") {
+    for (const char* name : {"request_rate", "burstiness", "sweep"}) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--dataset request_log sends each request at its logged time; leave out --", name));
+      }
+    }
+  }
   ASSIGN_OR_RETURN(Slo slo, ParseSlo(absl::GetFlag(FLAGS_slo)));
   RunOptions options;
   options.request_rate = request_rate;

@@ -4,14 +4,17 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/base/dtype.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -23,11 +26,22 @@
 #include "tools/bench/report.h"
 #include "tools/bench/workload_flags.h"
 #include "tools/sim/cost_profile.h"
+#include "tools/sim/roofline.h"
 #include "tools/sim/sim_cluster.h"
 #include "tools/sim/sim_run.h"
+#include "tools/sim/stand_in_model.h"
 
 ABSL_FLAG(int, prefill, 1, "Prefill workers; 0: colocated (decode workers prefill every prompt)");
 ABSL_FLAG(int, decode, 1, "Decode workers");
+ABSL_FLAG(std::string, device, "",
+          "Time steps with the roofline model of this GPU (h100, h200, a100) instead of the "
+          "--step_* costs or a --profile, and size the KV pools from its memory");
+ABSL_FLAG(std::string, weights_dtype, "bf16", "With --device: the weights' type (bf16, f16, f32)");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "The KV cache's type (f32, bf16, f16) for the link's bytes and the pools; default bf16 "
+          "with --device, else f32");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "With --device and --kv_blocks 0: the share of its memory the weights and KV take");
 ABSL_FLAG(std::string, shape, "stories15M",
           "Model shape the workers hold: stories15M or stories110M (made-up weights: the "
           "cost model gives the time, the shape the KV sizes)");
@@ -85,9 +99,16 @@ absl::StatusOr<ModelConfig> Shape() {
     shape = Stories15MShape();
   } else if (name == "stories110M") {
     shape = Stories110MShape();
+  } else if (name == "llama3.2-1b") {
+    shape = Llama32_1BShape();
+  } else if (name == "llama3-8b") {
+    shape = Llama3_8BShape();
+  } else if (name == "llama3-70b") {
+    shape = Llama3_70BShape();
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--shape is '", name, "'; use stories15M or stories110M"));
+        absl::StrCat("--shape is '", name,
+                     "'; use stories15M, stories110M, llama3.2-1b, llama3-8b or llama3-70b"));
   }
   const int seq_len = absl::GetFlag(FLAGS_seq_len);
   if (seq_len < 1 || seq_len > 131072) {
@@ -108,6 +129,63 @@ absl::StatusOr<CostProfile> ReadProfile(const std::string& path) {
   return ParseProfile(json);
 }
 
+// The step cost the flags ask for, what it is for the output, and (with
+// --device) the roofline it came from.
+struct CostChoice {
+  StepCostFn fn;
+  std::string source;
+  nlohmann::json json;
+  std::optional<RooflineCost> roofline;
+};
+
+absl::StatusOr<CostChoice> ChooseCost(const ModelConfig& shape, DType kv_dtype) {
+  CostChoice c;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string profile_path = absl::GetFlag(FLAGS_profile);
+  if (!device.empty()) {
+    for (const absl::CommandLineFlag* f :
+         {absl::FindCommandLineFlag("step_fixed"), absl::FindCommandLineFlag("step_per_token"),
+          absl::FindCommandLineFlag("step_per_attended"),
+          absl::FindCommandLineFlag("step_per_logit_row"), absl::FindCommandLineFlag("profile")}) {
+      if (f->CurrentValue() != f->DefaultValue()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--device times steps with a roofline model; leave out --", f->Name()));
+      }
+    }
+    ASSIGN_OR_RETURN(const DType weights, ParseDType(absl::GetFlag(FLAGS_weights_dtype)));
+    ASSIGN_OR_RETURN(const DeviceSpec spec, FindDevice(device));
+    c.roofline = RooflineCost{.config = shape,
+                              .weight_bytes = static_cast<int>(DTypeSize(weights)),
+                              .kv_bytes = static_cast<int>(DTypeSize(kv_dtype)),
+                              .device = spec};
+    c.fn = *c.roofline;
+    c.source = absl::StrCat("roofline of one ", device, " (published peaks at tandem's measured ",
+                            "H100 shares; not profiled)");
+    c.json = RooflineJson(*c.roofline);
+    return c;
+  }
+  LinearStepCost cost{.fixed = absl::GetFlag(FLAGS_step_fixed),
+                      .per_token = absl::GetFlag(FLAGS_step_per_token),
+                      .per_attended = absl::GetFlag(FLAGS_step_per_attended),
+                      .per_logit_row = absl::GetFlag(FLAGS_step_per_logit_row)};
+  c.source = "linear, from the --step_* flags";
+  if (!profile_path.empty()) {
+    ASSIGN_OR_RETURN(const CostProfile profile, ReadProfile(profile_path));
+    RETURN_IF_ERROR(CheckProfileShape(profile, shape));
+    cost = profile.fit;
+    c.source = absl::StrFormat(
+        "linear, fitted to %s (%s, %d threads, %s weights; error median %.1f%%, max %.1f%%)",
+        profile_path, profile.backend, profile.threads, profile.weights_dtype,
+        100 * profile.median_error, 100 * profile.max_error);
+  }
+  c.fn = cost;
+  c.json = {{"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
+            {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
+            {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
+            {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)}};
+  return c;
+}
+
 absl::Status Main() {
   ASSIGN_OR_RETURN(const ModelConfig shape, Shape());
   const bench::DatasetOptions data = bench::DatasetFromFlags(/*token_ids=*/true);
@@ -121,38 +199,37 @@ absl::Status Main() {
   run.progress = false;
   ASSIGN_OR_RETURN(const decode::SchedulePolicyKind policy,
                    decode::ParseSchedulePolicy(absl::GetFlag(FLAGS_schedule_policy)));
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, MakeSyntheticModel(shape, /*seed=*/1));
-
-  LinearStepCost cost{.fixed = absl::GetFlag(FLAGS_step_fixed),
-                      .per_token = absl::GetFlag(FLAGS_step_per_token),
-                      .per_attended = absl::GetFlag(FLAGS_step_per_attended),
-                      .per_logit_row = absl::GetFlag(FLAGS_step_per_logit_row)};
-  std::string cost_source = "linear, from the --step_* flags";
-  if (const std::string path = absl::GetFlag(FLAGS_profile); !path.empty()) {
-    ASSIGN_OR_RETURN(const CostProfile profile, ReadProfile(path));
-    RETURN_IF_ERROR(CheckProfileShape(profile, shape));
-    cost = profile.fit;
-    cost_source = absl::StrFormat(
-        "linear, fitted to %s (%s, %d threads, %s weights; error median %.1f%%, max %.1f%%)", path,
-        profile.backend, profile.threads, profile.weights_dtype, 100 * profile.median_error,
-        100 * profile.max_error);
+  // The workers hold a stand-in of the shape (stand_in_model.h).
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
+                   MakeSyntheticModel(StandInConfig(shape), /*seed=*/1));
+  std::string kv_name = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv_name.empty()) kv_name = absl::GetFlag(FLAGS_device).empty() ? "f32" : "bf16";
+  ASSIGN_OR_RETURN(const DType kv_dtype, ParseDType(kv_name));
+  ASSIGN_OR_RETURN(const CostChoice cost, ChooseCost(shape, kv_dtype));
+  int kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  if (kv_blocks == 0 && cost.roofline.has_value()) {
+    ASSIGN_OR_RETURN(kv_blocks, DeviceKvBlocks(*cost.roofline, absl::GetFlag(FLAGS_block_size),
+                                               absl::GetFlag(FLAGS_gpu_memory_fraction)));
   }
   SimClusterOptions options;
   options.prefill_workers = absl::GetFlag(FLAGS_prefill);
   options.decode_workers = absl::GetFlag(FLAGS_decode);
   options.make_backend = [] { return CpuBackend::Create(CpuBackendOptions{1}).value(); };
-  options.make_executor = [cost](Engine& engine, FakeClock* clock) {
+  options.make_executor = [fn = cost.fn](Engine& engine, FakeClock* clock) {
     return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
-                                               &engine.block_pool(), clock, cost);
+                                               &engine.block_pool(), clock, fn);
   };
   if (const double gbs = absl::GetFlag(FLAGS_link_bandwidth); gbs != 0) {
     options.link = kvtransfer::LinkModel{.bandwidth = gbs * 1e9,
                                          .latency = absl::GetFlag(FLAGS_link_latency),
                                          .per_message = absl::GetFlag(FLAGS_link_per_message),
-                                         .lanes = absl::GetFlag(FLAGS_link_lanes)};
+                                         .lanes = absl::GetFlag(FLAGS_link_lanes),
+                                         .byte_scale = KvByteScale(shape, kv_dtype, DType::kF32)};
     RETURN_IF_ERROR(options.link->Validate());
   }
-  options.prefill.kv_blocks = options.decode.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  options.prefill.kv_blocks = options.decode.kv_blocks = kv_blocks;
+  // The link's byte scale counts the stand-in's KV as f32.
+  options.prefill.kv_dtype = options.decode.kv_dtype = DType::kF32;
   options.prefill.block_size = options.decode.block_size = absl::GetFlag(FLAGS_block_size);
   options.prefill.prefix_cache = options.decode.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.prefill.max_batch_tokens = options.decode.max_batch_tokens =
@@ -184,7 +261,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run, router_cpu));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   std::cout << bench::SummaryTable(result);
-  std::cout << "Cost model: " << cost_source << "\n";
+  std::cout << "Cost model: " << cost.source << "\n";
   std::cout << absl::StrFormat("Simulated %.3f s in %.3f s of wall time (%.1fx)\n",
                                result.metrics.duration_s, wall_s,
                                wall_s > 0 ? result.metrics.duration_s / wall_s : 0.0);
@@ -197,12 +274,10 @@ absl::Status Main() {
       {"decode_workers", absl::GetFlag(FLAGS_decode)},
       {"shape", absl::GetFlag(FLAGS_shape)},
       {"seq_len", shape.seq_len},
-      {"cost_model", cost_source},
-      {"step_fixed_us", absl::ToDoubleMicroseconds(cost.fixed)},
-      {"step_per_token_us", absl::ToDoubleMicroseconds(cost.per_token)},
-      {"step_per_attended_us", absl::ToDoubleMicroseconds(cost.per_attended)},
-      {"step_per_logit_row_us", absl::ToDoubleMicroseconds(cost.per_logit_row)},
-      {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks)},
+      {"cost_model", cost.source},
+      {"cost", cost.json},
+      {"kv_dtype", kv_name},
+      {"kv_blocks", kv_blocks},
       {"link", options_link_json},
       {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
       {"routing_policy", "load"},

@@ -147,18 +147,21 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
   bench::ArrivalGenerator arrivals(options.request_rate, options.burstiness, options.seed);
   const absl::Time t0 = cluster.clock().Now();
   std::vector<absl::Time> due(n);
+  std::vector<bench::BenchRequest> requests(n);
   double offset = 0;
   for (int i = 0; i < n; ++i) {
-    if (i > 0) offset += arrivals.NextGap();
-    due[i] = t0 + absl::Seconds(offset);
-  }
-  std::vector<bench::BenchRequest> requests(n);
-  for (int i = 0; i < n; ++i) {
     requests[i] = dataset.Get(i);
+    // A replayed log's own times, else the schedule's.
+    if (requests[i].arrival_s >= 0) {
+      offset = requests[i].arrival_s;
+    } else if (i > 0) {
+      offset += arrivals.NextGap();
+    }
+    due[i] = t0 + absl::Seconds(offset);
     if (requests[i].token_ids.empty()) {
       return absl::InvalidArgumentError(
-          "the simulator sends token ids: use a synthetic or shared_prefix dataset (a JSONL "
-          "dataset of text needs a tokenizer, which the simulator does not load)");
+          "the simulator sends token ids: use a synthetic, shared_prefix or request_log dataset "
+          "(a JSONL dataset of text needs a tokenizer, which the simulator does not load)");
     }
   }
 

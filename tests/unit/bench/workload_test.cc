@@ -86,6 +86,42 @@ TEST(JsonlTest, BadLinesNameTheLine) {
   EXPECT_FALSE(ParseJsonl("\n\n", 4).ok());
 }
 
+// The router's request log, replayed: the requests that ended ok, in
+// arrival order from the first, with their lengths (completion tokens per
+// choice) and the seconds between them.
+TEST(RequestLogTest, ReplaysTheOkRequestsAtTheirTimes) {
+  DatasetOptions o{.token_ids = true, .vocab_size = 100, .seed = 5};
+  const std::string log =
+      R"({"status":"ok","arrival_unix_us":3500000,"prompt_tokens":7,"completion_tokens":8,"n":2})"
+      "\n"
+      R"({"status":"invalid_argument","arrival_unix_us":1000000,"prompt_tokens":1,"n":1})"
+      "\n\n"
+      R"({"status":"ok","arrival_unix_us":2000000,"prompt_tokens":3,"completion_tokens":0,"n":1})"
+      "\n";
+  int skipped = 0;
+  auto list = ParseRequestLog(log, o, &skipped);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(skipped, 1);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].arrival_s, 0.0);
+  EXPECT_EQ((*list)[0].token_ids.size(), 3u);
+  EXPECT_EQ((*list)[0].max_tokens, 1);  // none generated: still one to ask for
+  EXPECT_EQ((*list)[1].arrival_s, 1.5);
+  EXPECT_EQ((*list)[1].prompt_len, 7);
+  EXPECT_EQ((*list)[1].max_tokens, 4);
+  for (const BenchRequest& r : *list) {
+    for (int32_t id : r.token_ids) EXPECT_TRUE(id >= 3 && id < 100) << id;
+  }
+  // Text targets cannot replay counts; bad lines are named.
+  o.token_ids = false;
+  EXPECT_THAT(ParseRequestLog(log, o).status().message(), HasSubstr("token ids"));
+  o.token_ids = true;
+  EXPECT_THAT(ParseRequestLog("{\"status\":\"ok\",\"prompt_tokens\":3}", o).status().message(),
+              HasSubstr("line 1: needs an integer \"arrival_unix_us\""));
+  EXPECT_THAT(ParseRequestLog("{\"status\":\"cancelled\"}", o).status().message(),
+              HasSubstr("no request that ended ok"));
+}
+
 TEST(DatasetTest, MissingJsonlFileIsAnError) {
   DatasetOptions o;
   o.kind = "jsonl";

@@ -5,6 +5,7 @@
 // byte-identical results; what the simulator cannot do is refused.
 #include "tools/sim/sim_run.h"
 
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "tests/unit/sim/sim_test_util.h"
 #include "tools/bench/arrivals.h"
 #include "tools/bench/report.h"
+#include "tools/sim/stand_in_model.h"
 
 namespace tandem::sim {
 namespace {
@@ -41,7 +43,8 @@ class SimRunTest : public ::testing::Test {
   void SetUp() override { weights_ = MakeSyntheticModel(Shape(), 7).value(); }
 
   std::unique_ptr<SimCluster> Cluster(int prefill, int decode,
-                                      std::optional<kvtransfer::LinkModel> link = std::nullopt) {
+                                      std::optional<kvtransfer::LinkModel> link = std::nullopt,
+                                      const ModelWeights* weights = nullptr) {
     SimClusterOptions o;
     o.link = link;
     o.prefill_workers = prefill;
@@ -55,7 +58,7 @@ class SimRunTest : public ::testing::Test {
           engine.config(), engine.step_limits(), &engine.block_pool(), clock,
           LinearStepCost{.fixed = kFixed, .per_token = kPerToken});
     };
-    return SimCluster::Create(*weights_, std::move(o)).value();
+    return SimCluster::Create(weights != nullptr ? *weights : *weights_, std::move(o)).value();
   }
 
   static std::unique_ptr<bench::Dataset> Prompts(int input_len, int output_len) {
@@ -136,6 +139,38 @@ TEST_F(SimRunTest, RequestsAreSentOnTandemBenchsArrivalSchedule) {
   }
 }
 
+// A replayed request log: each request at its logged time (from the
+// first), cycled once the log is done, with its logged lengths.
+TEST_F(SimRunTest, ARequestLogIsReplayedAtItsOwnTimes) {
+  const std::string path = ::testing::TempDir() + "/sim_replay_requests.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"status":"ok","arrival_unix_us":5000000,"prompt_tokens":16,)"
+        << R"("completion_tokens":3,"n":1})"
+        << "\n"
+        << R"({"status":"ok","arrival_unix_us":5400000,"prompt_tokens":20,)"
+        << R"("completion_tokens":4,"n":1})"
+        << "\n";
+  }
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<bench::Dataset> log,
+      bench::MakeDataset(
+          {.kind = "request_log", .path = path, .token_ids = true, .vocab_size = 101, .seed = 1}));
+  auto cluster = Cluster(/*prefill=*/1, /*decode=*/1);
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                       RunSimulated(*cluster, *log, {.request_rate = 1000, .num_requests = 4}));
+  // 0 and 0.4 s, then again one span and one gap (0.8 s) later.
+  const double starts[] = {0, 0.4, 0.8, 1.2};
+  const int outputs[] = {3, 4, 3, 4};
+  ASSERT_EQ(run.records.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const bench::RequestRecord& r = run.records[i];
+    ASSERT_TRUE(r.success) << r.error;
+    EXPECT_THAT(r.start, DoubleNear(starts[i], 1e-6)) << i;
+    EXPECT_EQ(r.output_tokens, outputs[i]) << i;
+  }
+}
+
 // Over a link of 5 ms latency (and bandwidth to spare), the prefill
 // worker's answer waits for the decode worker's receipt of the last layer:
 // 42 ms of compute, the last layer's 5 ms there and the receipt's 5 ms
@@ -157,6 +192,33 @@ TEST_F(SimRunTest, AKvLinksLatencyDelaysTheFirstTokenByARoundTrip) {
                        RunSimulated(*slow, *Prompts(32, 3), {.num_requests = 1}));
   ASSERT_TRUE(slow_run.records[0].success);
   EXPECT_GT(slow_run.records[0].ttft, r.ttft + 0.005);
+}
+
+// Workers holding the shape's stand-in (two-wide, one head) time a request
+// as workers holding the shape itself do: the link carries the stand-in's
+// KV scaled to the shape's bytes, here at 1 MB/s, where the bytes are most
+// of the first token's wait.
+TEST_F(SimRunTest, AStandInModelTimesRequestsAsTheModelDoes) {
+  const kvtransfer::LinkModel link{.bandwidth = 1e6, .latency = absl::Milliseconds(1)};
+  auto real = Cluster(/*prefill=*/1, /*decode=*/1, link);
+  ASSERT_OK_AND_ASSIGN(bench::RunResult want,
+                       RunSimulated(*real, *Prompts(32, 3), {.num_requests = 2}));
+  const std::unique_ptr<ModelWeights> stand_in =
+      MakeSyntheticModel(StandInConfig(Shape()), 7).value();
+  kvtransfer::LinkModel scaled = link;
+  scaled.byte_scale = KvByteScale(Shape(), DType::kF32, DType::kF32);
+  EXPECT_EQ(scaled.byte_scale, 16);
+  auto sim = Cluster(/*prefill=*/1, /*decode=*/1, scaled, stand_in.get());
+  ASSERT_OK_AND_ASSIGN(bench::RunResult got,
+                       RunSimulated(*sim, *Prompts(32, 3), {.num_requests = 2}));
+  ASSERT_EQ(got.records.size(), want.records.size());
+  for (size_t i = 0; i < got.records.size(); ++i) {
+    ASSERT_TRUE(got.records[i].success) << got.records[i].error;
+    // 32 tokens of 768 bytes take 24.6 ms; headers differ by a few bytes.
+    EXPECT_GT(want.records[i].ttft, 0.042 + 0.024);
+    EXPECT_THAT(got.records[i].ttft, DoubleNear(want.records[i].ttft, 1e-4)) << i;
+    EXPECT_THAT(got.records[i].e2e, DoubleNear(want.records[i].e2e, 1e-4)) << i;
+  }
 }
 
 // The router's CPU: 3 ms to take a request in, 1 ms per token passed on.

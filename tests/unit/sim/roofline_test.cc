@@ -1,0 +1,124 @@
+// The roofline cost model: exact on a hand-computed step, and with its
+// default shares it gives back tandem's own H100 figures (README, "On a
+// GPU"), from which those shares were taken.
+#include "tools/sim/roofline.h"
+
+#include <cmath>
+
+#include "common/model/synthetic.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tools/sim/stand_in_model.h"
+
+namespace tandem::sim {
+namespace {
+
+using ::tandem::testing::StatusIs;
+using ::testing::HasSubstr;
+
+RooflineCost H100Llama3_8B() {
+  return RooflineCost{.config = Llama3_8BShape(),
+                      .weight_bytes = 2,
+                      .kv_bytes = 2,
+                      .device = FindDevice("h100").value()};
+}
+
+StepShape Decode(int batch, int context) {
+  return StepShape{.items = batch,
+                   .tokens = batch,
+                   .attended = int64_t{batch} * context,
+                   .logit_rows = batch,
+                   .decode_tokens = batch,
+                   .decode_attended = int64_t{batch} * context};
+}
+
+StepShape Prefill(int tokens) {
+  return StepShape{.items = 1,
+                   .tokens = tokens,
+                   .attended = int64_t{tokens} * (tokens + 1) / 2,
+                   .logit_rows = 1};
+}
+
+double TokensPerSecond(const RooflineCost& cost, const StepShape& shape) {
+  return shape.tokens / absl::ToDoubleSeconds(cost(shape));
+}
+
+TEST(Roofline, AHandComputedStep) {
+  // Memory-bound by construction: 1 MB/s, compute without limit.
+  const RooflineCost cost{.config = ModelConfig{.dim = 4,
+                                                .hidden_dim = 8,
+                                                .n_layers = 2,
+                                                .n_heads = 2,
+                                                .n_kv_heads = 1,
+                                                .vocab_size = 10,
+                                                .seq_len = 64},
+                          .weight_bytes = 2,
+                          .kv_bytes = 2,
+                          .device = {.name = "test", .memory_bandwidth = 1e6, .flops = 1e30},
+                          .efficiency = {.bandwidth = 1.0,
+                                         .compute = 1.0,
+                                         .per_logit = absl::ZeroDuration(),
+                                         .per_step = absl::ZeroDuration()}};
+  // Layers: (2 x 4 x 4 + 2 x 2 x 4 + 3 x 4 x 8) params x 2 layers x 2 bytes.
+  EXPECT_EQ(cost.LayerWeightBytes(), 576);
+  EXPECT_EQ(cost.ClassifierBytes(), 80);
+  EXPECT_EQ(cost.KvBytesPerToken(), 16);
+  // One decode row over 5 keys: the weights, 5 keys read and 1 written,
+  // the classifier: 576 + 96 + 80 bytes at 1 MB/s.
+  EXPECT_EQ(cost(Decode(1, 5)), absl::Microseconds(752));
+  EXPECT_EQ(cost(StepShape{}), absl::ZeroDuration());
+}
+
+TEST(Roofline, TheDefaultSharesGiveBackTandemsH100Figures) {
+  const RooflineCost cost = H100Llama3_8B();
+  // tandem-engine-bench, bf16 weights and KV: decode from a 1024-token
+  // prompt over 32 steps (a context of about 1040), prefill in one step.
+  struct Point {
+    StepShape shape;
+    double measured;
+  };
+  for (const Point& p :
+       {Point{Decode(1, 1040), 116.9}, Point{Decode(8, 1040), 704}, Point{Decode(32, 1040), 1402},
+        Point{Prefill(512), 31067}, Point{Prefill(2048), 31566}}) {
+    const double predicted = TokensPerSecond(cost, p.shape);
+    EXPECT_NEAR(predicted / p.measured, 1.0, 0.05)
+        << p.shape.tokens << " tokens: " << predicted << " against " << p.measured;
+  }
+  // A faster memory speeds up decode, not prefill.
+  RooflineCost h200 = cost;
+  h200.device = FindDevice("h200").value();
+  EXPECT_GT(TokensPerSecond(h200, Decode(1, 1040)), 1.3 * TokensPerSecond(cost, Decode(1, 1040)));
+  EXPECT_NEAR(TokensPerSecond(h200, Prefill(2048)) / TokensPerSecond(cost, Prefill(2048)), 1.0,
+              0.01);
+}
+
+TEST(Roofline, DevicePoolsAndRefusals) {
+  // (72 GB - 16.06 GB of weights) / (16 tokens x 128 KiB).
+  ASSERT_OK_AND_ASSIGN(const int blocks, DeviceKvBlocks(H100Llama3_8B(), 16, 0.9));
+  EXPECT_NEAR(blocks, 26674, 2);
+  RooflineCost big = H100Llama3_8B();
+  big.config = Llama3_70BShape();
+  EXPECT_THAT(DeviceKvBlocks(big, 16, 0.9),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("several devices")));
+  EXPECT_THAT(DeviceKvBlocks(H100Llama3_8B(), 16, 1.5),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(0, 1]")));
+  EXPECT_THAT(FindDevice("tpu"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("h100, h200 or a100")));
+}
+
+TEST(StandInModel, KeepsWhatSchedulingReadsAndShrinksTheRest) {
+  const ModelConfig target = Llama3_70BShape();
+  const ModelConfig stand_in = StandInConfig(target);
+  EXPECT_OK(stand_in.Validate());
+  EXPECT_EQ(stand_in.vocab_size, target.vocab_size);
+  EXPECT_EQ(stand_in.seq_len, target.seq_len);
+  EXPECT_EQ(stand_in.n_layers, target.n_layers);
+  EXPECT_LT(stand_in.NumParameters(), 2 * int64_t{target.vocab_size} * 2 + 10000);
+  // Llama-3-8B in bf16: 128 KiB of KV per token; the f32 stand-in's 512 B.
+  EXPECT_EQ(KvBytesPerToken(Llama3_8BShape(), DType::kBF16), 131072);
+  EXPECT_EQ(KvByteScale(Llama3_8BShape(), DType::kBF16, DType::kF32), 256);
+}
+
+}  // namespace
+}  // namespace tandem::sim

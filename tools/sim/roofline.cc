@@ -1,0 +1,102 @@
+#include "tools/sim/roofline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::sim {
+namespace {
+
+// Published figures: NVIDIA's data sheets (dense tensor rate, no sparsity).
+const DeviceSpec kDevices[] = {
+    {.name = "h100", .memory_bandwidth = 3.35e12, .flops = 989.4e12, .memory_bytes = 80e9},
+    {.name = "h200", .memory_bandwidth = 4.8e12, .flops = 989.4e12, .memory_bytes = 141e9},
+    {.name = "a100", .memory_bandwidth = 2.039e12, .flops = 312e12, .memory_bytes = 80e9},
+};
+
+// The longer of `flops` at the compute share and `bytes` at the bandwidth
+// share.
+double Roof(const RooflineCost& c, double flops, double bytes) {
+  const double compute = flops / (c.device.flops * c.efficiency.compute);
+  const double memory = bytes / (c.device.memory_bandwidth * c.efficiency.bandwidth);
+  return std::max(compute, memory);
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceSpec> FindDevice(std::string_view name) {
+  for (const DeviceSpec& d : kDevices) {
+    if (d.name == name) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device is '", absl::string_view(name.data(), name.size()), "'; use h100, h200 or a100"));
+}
+
+double RooflineCost::LayerWeightBytes() const {
+  const double d = config.dim, q = config.q_dim(), kv = config.kv_dim(), h = config.hidden_dim;
+  const double per_layer = 2 * q * d + 2 * kv * d + 3 * d * h;
+  return per_layer * config.n_layers * weight_bytes;
+}
+
+double RooflineCost::ClassifierBytes() const {
+  return static_cast<double>(config.vocab_size) * config.dim * weight_bytes;
+}
+
+double RooflineCost::KvBytesPerToken() const {
+  return 2.0 * config.kv_dim() * config.n_layers * kv_bytes;
+}
+
+absl::Duration RooflineCost::operator()(const StepShape& shape) const {
+  if (shape.tokens == 0) return efficiency.per_step;
+  const double layer_params = LayerWeightBytes() / weight_bytes;
+  const double products = Roof(*this, 2.0 * shape.tokens * layer_params, LayerWeightBytes());
+  const double attention_flops = 4.0 * static_cast<double>(shape.attended) * config.head_dim() *
+                                 config.n_heads * config.n_layers;
+  // Decode rows read their whole context; a prompt chunk's tokens share
+  // theirs, so its attention is bound by its arithmetic.
+  const double attention_bytes = static_cast<double>(shape.decode_attended) * KvBytesPerToken() +
+                                 static_cast<double>(shape.tokens) * KvBytesPerToken();
+  const double attention = Roof(*this, attention_flops, attention_bytes);
+  double classifier = 0;
+  if (shape.logit_rows > 0) {
+    classifier =
+        Roof(*this, 2.0 * shape.logit_rows * ClassifierBytes() / weight_bytes, ClassifierBytes());
+  }
+  const absl::Duration host =
+      efficiency.per_logit * (static_cast<double>(shape.logit_rows) * config.vocab_size);
+  return absl::Seconds(products + attention + classifier) + host + efficiency.per_step;
+}
+
+absl::StatusOr<int> DeviceKvBlocks(const RooflineCost& cost, int block_size, double fraction) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the memory fraction is ", fraction, "; give one in (0, 1]"));
+  }
+  // The embedding is the classifier's size, and is the classifier when tied.
+  const double weights =
+      cost.LayerWeightBytes() + cost.ClassifierBytes() * (cost.config.shared_classifier ? 1 : 2);
+  const double room = cost.device.memory_bytes * fraction - weights;
+  const double block = cost.KvBytesPerToken() * block_size;
+  if (room < block) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model's weights (", std::round(weights / 1e9), " GB) leave no room for KV in ",
+        fraction, " of one ", cost.device.name, "'s ", cost.device.memory_bytes / 1e9,
+        " GB: it needs several devices, which the simulator does not model"));
+  }
+  return static_cast<int>(std::min(room / block, 1e9));
+}
+
+nlohmann::json RooflineJson(const RooflineCost& cost) {
+  return {{"device", cost.device.name},
+          {"memory_bandwidth_gbs", cost.device.memory_bandwidth / 1e9},
+          {"tflops", cost.device.flops / 1e12},
+          {"bandwidth_share", cost.efficiency.bandwidth},
+          {"compute_share", cost.efficiency.compute},
+          {"per_logit_ns", absl::ToDoubleNanoseconds(cost.efficiency.per_logit)},
+          {"weight_bytes", cost.weight_bytes},
+          {"kv_bytes", cost.kv_bytes}};
+}
+
+}  // namespace tandem::sim
