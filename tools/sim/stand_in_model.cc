@@ -1,8 +1,10 @@
 #include "tools/sim/stand_in_model.h"
 
+#include <algorithm>
+
 namespace tandem::sim {
 
-ModelConfig StandInConfig(const ModelConfig& target) {
+ModelConfig StandInConfig(const ModelConfig& target, int vocab_size) {
   ModelConfig c = target;
   c.dim = 2;
   c.hidden_dim = 2;
@@ -10,6 +12,7 @@ ModelConfig StandInConfig(const ModelConfig& target) {
   c.n_kv_heads = 1;
   c.head_size = 2;
   c.attention_bias = false;
+  if (vocab_size > 0) c.vocab_size = std::min(target.vocab_size, vocab_size);
   return c;
 }
 

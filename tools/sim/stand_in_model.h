@@ -16,7 +16,10 @@
 
 namespace tandem::sim {
 
-ModelConfig StandInConfig(const ModelConfig& target);
+// `vocab_size` > 0 cuts the vocabulary to the ids a workload sends: the
+// sampler scans every logit of a step (128,256 of them for Llama 3), and
+// the cost model reads the target's vocabulary, not this one.
+ModelConfig StandInConfig(const ModelConfig& target, int vocab_size = 0);
 
 // Bytes of the KV cache per token of `config` with `dtype` elements.
 double KvBytesPerToken(const ModelConfig& config, DType dtype);

@@ -48,7 +48,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions
   }
   ASSIGN_OR_RETURN(const cpu::BlasLibrary* blas, cpu::LoadBlasLibrary());
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_num_procs();
-  return std::unique_ptr<CpuBackend>(new CpuBackend(blas, threads));
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(blas, threads));
+  backend->prefault_ = options.prefault;
+  return backend;
 }
 
 CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
@@ -88,7 +90,8 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuBackend::Allocate(size_t bytes)
   const size_t rounded = (bytes + align - 1) / align * align;
   // Every byte is touched below: more than the machine has cannot work.
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0 && rounded / static_cast<size_t>(page) > static_cast<size_t>(pages)) {
+  if (prefault_ && pages > 0 && page > 0 &&
+      rounded / static_cast<size_t>(page) > static_cast<size_t>(pages)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", bytes >> 20, " MiB: the machine has ",
         (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20, " MiB of memory"));
@@ -97,7 +100,7 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuBackend::Allocate(size_t bytes)
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  if (align == kHugePage) {
+  if (align == kHugePage && prefault_) {
     ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
     // Fault every page in now rather than on first touch inside a step: the
     // KV pool hands out blocks no request has touched yet for as long as

@@ -24,6 +24,10 @@ namespace tandem {
 struct CpuBackendOptions {
   // Threads for BLAS and kernels; 0 uses every core the process may run on.
   int num_threads = 0;
+  // Touch every page of a large buffer (weights, the KV pool) when it is
+  // allocated, so that no step pays first-touch faults. Off for a simulated
+  // worker, whose pool is mostly never touched.
+  bool prefault = true;
 };
 
 namespace cpu {
@@ -76,6 +80,7 @@ class CpuBackend final : public Backend {
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
+  bool prefault_ = true;
   bool small_matmul_;             // few-row products bypass BLAS (cpu/small_matmul.h)
   bool small_matmul16_;           // ... also with 16-bit weights
   bool dot_bf16_;                 // ... with bf16 weights through AVX512-BF16

@@ -115,6 +115,9 @@ TEST(StandInModel, KeepsWhatSchedulingReadsAndShrinksTheRest) {
   EXPECT_EQ(stand_in.seq_len, target.seq_len);
   EXPECT_EQ(stand_in.n_layers, target.n_layers);
   EXPECT_LT(stand_in.NumParameters(), 2 * int64_t{target.vocab_size} * 2 + 10000);
+  // Cut to the ids a workload sends, never above the target's.
+  EXPECT_EQ(StandInConfig(target, 512).vocab_size, 512);
+  EXPECT_EQ(StandInConfig(target, 1 << 20).vocab_size, target.vocab_size);
   // Llama-3-8B in bf16: 128 KiB of KV per token; the f32 stand-in's 512 B.
   EXPECT_EQ(KvBytesPerToken(Llama3_8BShape(), DType::kBF16), 131072);
   EXPECT_EQ(KvByteScale(Llama3_8BShape(), DType::kBF16, DType::kF32), 256);
