@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -119,6 +120,25 @@ class ReplayDataset : public Dataset {
   double period_ = 0;
 };
 
+// Calls `fn` with each non-blank line of `text`, which must be a JSON
+// object, and its number; stops at the first error, the line's or `fn`'s.
+absl::Status ForEachJsonObject(std::string_view text,
+                               const std::function<absl::Status(const nlohmann::json&, int)>& fn) {
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()),
+                                                   nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));
+    }
+    RETURN_IF_ERROR(fn(j, line_no));
+  }
+  return absl::OkStatus();
+}
+
 // The integer field `name` of `j`, at least `min`; an error naming the line.
 absl::StatusOr<int64_t> LogInt(const nlohmann::json& j, const char* name, int64_t min,
                                int line_no) {
@@ -142,37 +162,31 @@ absl::StatusOr<std::vector<BenchRequest>> ParseRequestLog(std::string_view text,
   }
   std::vector<BenchRequest> out;
   std::vector<int64_t> arrivals;
-  int line_no = 0, left_out = 0;
-  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()),
-                                                   nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));
-    }
-    if (j.value("status", "") != "ok") {
-      ++left_out;
-      continue;
-    }
-    auto ints = [&](const char* name, int64_t min) { return LogInt(j, name, min, line_no); };
-    ASSIGN_OR_RETURN(const int64_t arrival, ints("arrival_unix_us", 0));
-    ASSIGN_OR_RETURN(const int64_t prompt, ints("prompt_tokens", 1));
-    ASSIGN_OR_RETURN(const int64_t completion, ints("completion_tokens", 0));
-    ASSIGN_OR_RETURN(const int64_t n, ints("n", 1));
-    if (prompt > (1 << 20)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_no, ": prompt_tokens is ", prompt, "; at most 1048576"));
-    }
-    BenchRequest r;
-    r.prompt_len = static_cast<int>(prompt);
-    r.max_tokens = static_cast<int>(std::max<int64_t>(1, completion / n));
-    auto rng = Rng(options.seed, 4, out.size());
-    AppendRandom(options, rng, r.prompt_len, r);
-    out.push_back(std::move(r));
-    arrivals.push_back(arrival);
-  }
+  int left_out = 0;
+  RETURN_IF_ERROR(
+      ForEachJsonObject(text, [&](const nlohmann::json& j, int line_no) -> absl::Status {
+        if (j.value("status", "") != "ok") {
+          ++left_out;
+          return absl::OkStatus();
+        }
+        auto ints = [&](const char* name, int64_t min) { return LogInt(j, name, min, line_no); };
+        ASSIGN_OR_RETURN(const int64_t arrival, ints("arrival_unix_us", 0));
+        ASSIGN_OR_RETURN(const int64_t prompt, ints("prompt_tokens", 1));
+        ASSIGN_OR_RETURN(const int64_t completion, ints("completion_tokens", 0));
+        ASSIGN_OR_RETURN(const int64_t n, ints("n", 1));
+        if (prompt > (1 << 20)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", line_no, ": prompt_tokens is ", prompt, "; at most 1048576"));
+        }
+        BenchRequest r;
+        r.prompt_len = static_cast<int>(prompt);
+        r.max_tokens = static_cast<int>(std::max<int64_t>(1, completion / n));
+        auto rng = Rng(options.seed, 4, out.size());
+        AppendRandom(options, rng, r.prompt_len, r);
+        out.push_back(std::move(r));
+        arrivals.push_back(arrival);
+        return absl::OkStatus();
+      }));
   if (out.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request log holds no request that ended ok (", left_out, " others)"));
@@ -194,36 +208,30 @@ absl::StatusOr<std::vector<BenchRequest>> ParseRequestLog(std::string_view text,
 absl::StatusOr<std::vector<BenchRequest>> ParseJsonl(std::string_view text,
                                                      int default_max_tokens) {
   std::vector<BenchRequest> out;
-  int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(std::string_view(line.data(), line.size()),
-                                                   nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_no, ": not a JSON object: ", line.substr(0, 80)));
-    }
-    auto prompt = j.find("prompt");
-    if (prompt == j.end() || !prompt->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_no, ": needs a string \"prompt\""));
-    }
-    BenchRequest r;
-    r.prompt = prompt->get<std::string>();
-    // Words are a rough token count; the server's usage replaces it when sent.
-    r.prompt_len = static_cast<int>(
-        std::vector<absl::string_view>(absl::StrSplit(r.prompt, ' ', absl::SkipEmpty())).size());
-    r.max_tokens = default_max_tokens;
-    if (auto mt = j.find("max_tokens"); mt != j.end()) {
-      if (!mt->is_number_integer() || mt->get<int64_t>() < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("line ", line_no, ": \"max_tokens\" must be a positive integer"));
-      }
-      r.max_tokens = mt->get<int>();
-    }
-    out.push_back(std::move(r));
-  }
+  RETURN_IF_ERROR(
+      ForEachJsonObject(text, [&](const nlohmann::json& j, int line_no) -> absl::Status {
+        auto prompt = j.find("prompt");
+        if (prompt == j.end() || !prompt->is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", line_no, ": needs a string \"prompt\""));
+        }
+        BenchRequest r;
+        r.prompt = prompt->get<std::string>();
+        // Words are a rough token count; the server's usage replaces it when sent.
+        r.prompt_len = static_cast<int>(
+            std::vector<absl::string_view>(absl::StrSplit(r.prompt, ' ', absl::SkipEmpty()))
+                .size());
+        r.max_tokens = default_max_tokens;
+        if (auto mt = j.find("max_tokens"); mt != j.end()) {
+          if (!mt->is_number_integer() || mt->get<int64_t>() < 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("line ", line_no, ": \"max_tokens\" must be a positive integer"));
+          }
+          r.max_tokens = mt->get<int>();
+        }
+        out.push_back(std::move(r));
+        return absl::OkStatus();
+      }));
   if (out.empty()) return absl::InvalidArgumentError("no prompts in the JSONL input");
   return out;
 }
