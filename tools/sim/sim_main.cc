@@ -44,8 +44,9 @@ ABSL_FLAG(std::string, kv_dtype, "",
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "With --device and --kv_blocks 0: the share of its memory the weights and KV take");
 ABSL_FLAG(std::string, shape, "stories15M",
-          "Model shape the workers hold: stories15M or stories110M (made-up weights: the "
-          "cost model gives the time, the shape the KV sizes)");
+          "Model shape simulated: stories15M, stories110M, llama3.2-1b, llama3-8b or llama3-70b "
+          "(the workers hold a stand-in of it: the cost model gives the time, the shape the KV "
+          "blocks and bytes)");
 ABSL_FLAG(int, seq_len, 2048, "The shape's context length in tokens (1 to 131072)");
 ABSL_FLAG(std::string, profile, "",
           "A cost profile of the workers' shape from tandem-profile; its fitted model replaces "
