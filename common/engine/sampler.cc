@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -76,7 +77,7 @@ absl::Status SamplingParams::ValidateForVocab(int vocab_size) const {
 
 bool SamplingParams::HasLogitProcessors() const {
   return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
-         !logit_bias.empty() || min_tokens > 0;
+         !logit_bias.empty() || min_tokens > 0 || grammar != nullptr;
 }
 
 uint64_t ChoiceSeed(uint64_t seed, int index) {
@@ -105,13 +106,19 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt,
                               params.repetition_penalty != 1.0f),
       count_output_(params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f ||
                     params.repetition_penalty != 1.0f) {
-  if (params_.min_tokens > 0) stop_ids_.assign(stop_ids.begin(), stop_ids.end());
+  if (params_.min_tokens > 0 || params_.grammar != nullptr) {
+    stop_ids_.assign(stop_ids.begin(), stop_ids.end());
+  }
+  if (params_.grammar != nullptr) grammar_state_ = params_.grammar->start();
   if (params_.repetition_penalty != 1.0f) prompt_seen_.insert(prompt.begin(), prompt.end());
 }
 
 void Sampler::Accept(int32_t token) {
   ++generated_;
   if (count_output_) ++output_counts_[token];
+  if (params_.grammar != nullptr && !absl::c_linear_search(stop_ids_, token)) {
+    grammar_state_ = params_.grammar->Advance(grammar_state_, token);
+  }
 }
 
 bool Sampler::Advance(uint64_t n) {
@@ -123,7 +130,8 @@ bool Sampler::Advance(uint64_t n) {
 
 std::span<const float> Sampler::Processed(std::span<const float> logits) {
   // min_tokens alone changes nothing once enough tokens were accepted.
-  if (!processors_ || (!touches_seen_or_biased_ && generated_ >= params_.min_tokens)) {
+  if (!processors_ || (!touches_seen_or_biased_ && params_.grammar == nullptr &&
+                       generated_ >= params_.min_tokens)) {
     return logits;
   }
   processed_.assign(logits.begin(), logits.end());
@@ -156,7 +164,37 @@ std::span<const float> Sampler::Processed(std::span<const float> logits) {
       processed_[id] -= params_.presence_penalty + params_.frequency_penalty * count;
     }
   }
+  if (params_.grammar != nullptr) ApplyGrammar();
   return processed_;
+}
+
+void Sampler::ApplyGrammar() {
+  const std::shared_ptr<const grammar::TokenMask> mask = params_.grammar->Mask(grammar_state_);
+  // The stop ids have no bytes, so no mask holds them: they pass (as the
+  // processors left them) once the output is complete.
+  stop_values_.clear();
+  const bool may_stop = mask->accepting && generated_ >= params_.min_tokens;
+  const int64_t vocab = static_cast<int64_t>(processed_.size());
+  if (may_stop) {
+    for (int32_t id : stop_ids_) {
+      if (id >= 0 && id < vocab) stop_values_.emplace_back(id, processed_[id]);
+    }
+  }
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t base = 0; base < vocab; base += 64) {
+    const size_t w = static_cast<size_t>(base / 64);
+    const uint64_t bits = w < mask->words.size() ? mask->words[w] : 0;
+    if (bits == ~uint64_t{0}) continue;
+    const int64_t end = std::min(vocab, base + 64);
+    if (bits == 0) {
+      std::fill(processed_.begin() + base, processed_.begin() + end, kMasked);
+      continue;
+    }
+    for (int64_t i = base; i < end; ++i) {
+      if (((bits >> (i - base)) & 1) == 0) processed_[i] = kMasked;
+    }
+  }
+  for (const auto& [id, value] : stop_values_) processed_[id] = value;
 }
 
 int32_t Sampler::Sample(std::span<const float> raw) {

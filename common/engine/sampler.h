@@ -6,6 +6,7 @@
 #define TANDEM_COMMON_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/base/limits.h"
+#include "common/grammar/token_mask.h"
 
 namespace tandem {
 
@@ -34,6 +36,10 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias = {};
   // The stop ids cannot be sampled while fewer tokens were generated.
   int min_tokens = 0;
+  // The output must be a sentence of this grammar (structured outputs):
+  // tokens it refuses are masked, and the stop ids pass only once the
+  // output is complete. Shared by every sequence that uses it; null = free.
+  std::shared_ptr<grammar::CompiledGrammar> grammar = nullptr;
 
   // INVALID_ARGUMENT saying which parameter to change. Does not know the
   // vocabulary: ValidateForVocab checks the ids.
@@ -41,7 +47,8 @@ struct SamplingParams {
   // Validate(), and every logit_bias id in [0, vocab_size).
   absl::Status ValidateForVocab(int vocab_size) const;
 
-  // True when some processor may change logits (bias, penalties, min_tokens).
+  // True when some processor may change logits (bias, penalties,
+  // min_tokens, a grammar).
   bool HasLogitProcessors() const;
 };
 
@@ -53,8 +60,9 @@ uint64_t ChoiceSeed(uint64_t seed, int index);
 // One sequence's sampler. Sample() picks the next token from a row of raw
 // logits after applying, in order: logit bias, the min_tokens mask on the
 // stop ids (-inf), the repetition penalty, the presence and frequency
-// penalties; then temperature, top-k and top-p. Accept() records the token
-// that was actually appended, which the penalties and min_tokens count.
+// penalties, the grammar's mask; then temperature, top-k and top-p.
+// Accept() records the token that was actually appended, which the
+// penalties and min_tokens count and the grammar advances over.
 //
 // Costs: with no processor set Sample reads the row in place; otherwise it
 // copies the row once and touches only the biased, stop and seen tokens
@@ -94,10 +102,15 @@ class Sampler {
 
   // Tokens accepted so far.
   int generated() const { return generated_; }
+  // The grammar's state after the accepted tokens (grammar::kDeadState
+  // once a token it refuses was accepted: then only stop ids may follow).
+  int32_t grammar_state() const { return grammar_state_; }
   const SamplingParams& params() const { return params_; }
 
  private:
   bool greedy() const { return params_.temperature == 0.0f || params_.top_k == 1; }
+  // Masks processed_ with the grammar's tokens for grammar_state_.
+  void ApplyGrammar();
 
   SamplingParams params_;
   std::mt19937_64 rng_;  // fully specified by the standard: same stream everywhere
@@ -112,8 +125,10 @@ class Sampler {
   absl::flat_hash_set<int32_t> prompt_seen_;  // repetition penalty only
   absl::flat_hash_map<int32_t, int> output_counts_;
   int generated_ = 0;
+  int32_t grammar_state_ = 0;
   uint64_t draws_ = 0;
   std::vector<float> processed_;
+  std::vector<std::pair<int32_t, float>> stop_values_;
 };
 
 // Index of the largest logit (the lowest index among equals).

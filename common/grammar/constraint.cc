@@ -1,0 +1,60 @@
+#include "common/grammar/constraint.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/grammar/json_schema.h"
+
+namespace tandem::grammar {
+
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonObject:
+      return std::make_shared<const Grammar>(JsonObjectGrammar());
+    case ConstraintSpec::Kind::kJsonSchema: {
+      if (spec.schema.size() > kMaxSchemaBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("the JSON schema has ", spec.schema.size(),
+                                                       " bytes; at most ", kMaxSchemaBytes,
+                                                       " are served"));
+      }
+      ASSIGN_OR_RETURN(Grammar g, CompileJsonSchema(spec.schema));
+      return std::make_shared<const Grammar>(std::move(g));
+    }
+    case ConstraintSpec::Kind::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError("no output constraint to compile");
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity)
+    : vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
+
+absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(const ConstraintSpec& spec) {
+  const std::string key =
+      absl::StrCat(spec.kind == ConstraintSpec::Kind::kJsonObject ? "o:" : "s:", spec.schema);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      it->second.last_use = ++uses_;
+      return it->second.grammar;
+    }
+  }
+  // Compiled outside the lock: a large schema does not hold up others.
+  ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> grammar, CompileConstraint(spec));
+  auto compiled = std::make_shared<CompiledGrammar>(std::move(grammar), vocabulary_);
+  absl::MutexLock lock(&mu_);
+  if (entries_.size() >= static_cast<size_t>(capacity_)) {
+    auto oldest = entries_.begin();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    }
+    entries_.erase(oldest);
+  }
+  Entry& entry = entries_[key];
+  if (entry.grammar == nullptr) entry.grammar = std::move(compiled);
+  entry.last_use = ++uses_;
+  return entry.grammar;
+}
+
+}  // namespace tandem::grammar

@@ -1,0 +1,57 @@
+// What a request asks its output to be (any JSON object, or the JSON a
+// schema describes), compiled once per worker and kept by its text.
+#ifndef TANDEM_COMMON_GRAMMAR_CONSTRAINT_H_
+#define TANDEM_COMMON_GRAMMAR_CONSTRAINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grammar/grammar.h"
+#include "common/grammar/token_mask.h"
+
+namespace tandem::grammar {
+
+// The longest schema text served (the router's body limit bounds it too).
+inline constexpr size_t kMaxSchemaBytes = size_t{1} << 20;
+
+struct ConstraintSpec {
+  enum class Kind { kNone, kJsonObject, kJsonSchema };
+  Kind kind = Kind::kNone;
+  std::string schema;  // kJsonSchema: the schema's JSON text
+};
+
+// The grammar of `spec`: INVALID_ARGUMENT saying what of the schema is not
+// served (kNone is INVALID_ARGUMENT too: there is nothing to compile).
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const ConstraintSpec& spec);
+
+// A worker's compiled grammars over its vocabulary, the least recently
+// used dropped beyond `capacity`. Thread-safe.
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity = 64);
+
+  // CompileConstraint's errors.
+  absl::StatusOr<std::shared_ptr<CompiledGrammar>> Get(const ConstraintSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  const Vocabulary& vocabulary() const { return *vocabulary_; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<CompiledGrammar> grammar;
+    uint64_t last_use = 0;
+  };
+  const std::shared_ptr<const Vocabulary> vocabulary_;
+  const int capacity_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem::grammar
+
+#endif  // TANDEM_COMMON_GRAMMAR_CONSTRAINT_H_
