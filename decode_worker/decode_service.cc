@@ -10,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
+#include "common/worker/worker_grammar.h"
 
 namespace tandem::decode {
 
@@ -38,6 +39,10 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* DecodeService::Generate(
   auto [reactor, writer] = rpc::StreamWriter<v1::DecodeEvent>::Create();
   Request r = FromProto(*request);
   r.deadline = Deadline(*ctx);
+  if (absl::Status s = ResolveConstraint(request->sampling(), grammars_, r.sampling); !s.ok()) {
+    writer->Finish(rpc::ToGrpc(s));
+    return reactor;
+  }
   // A named copy: structured bindings cannot be captured (clang 14).
   std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> out = writer;
   absl::StatusOr<DecodeLoop::Ticket> ticket = loop_->Submit(

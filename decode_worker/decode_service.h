@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grammar/constraint.h"
 #include "common/rpc/server.h"
 #include "common/worker/cache_events_proto.h"
 #include "decode_worker/decode_loop.h"
@@ -20,7 +21,10 @@ namespace tandem::decode {
 
 class DecodeService final : public v1::DecodeWorker::CallbackService {
  public:
-  explicit DecodeService(DecodeLoop* loop) : loop_(loop) {}
+  // `grammars` (may be null: constrained requests are then refused) must
+  // outlive the service.
+  explicit DecodeService(DecodeLoop* loop, grammar::GrammarCache* grammars = nullptr)
+      : loop_(loop), grammars_(grammars) {}
 
   grpc::ServerWriteReactor<v1::DecodeEvent>* Generate(grpc::CallbackServerContext* ctx,
                                                       const v1::DecodeRequest* request) override;
@@ -32,6 +36,7 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
 
  private:
   DecodeLoop* const loop_;
+  grammar::GrammarCache* const grammars_;
   // Names this process's numbering of the loop's cache events.
   const uint64_t cache_epoch_ = NewCacheEpoch();
 };

@@ -28,6 +28,7 @@
 #include "common/rpc/tls_flags.h"
 #include "common/worker/worker_engine.h"
 #include "common/worker/worker_flags.h"
+#include "common/worker/worker_grammar.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_metrics.h"
 #include "decode_worker/decode_service.h"
@@ -120,7 +121,9 @@ absl::Status Run() {
   weights.reset();
   const ModelConfig& config = loop->config();
 
-  decode::DecodeService service(loop.get());
+  ASSIGN_OR_RETURN(std::unique_ptr<grammar::GrammarCache> grammars,
+                   LoadWorkerGrammars(model_path, absl::GetFlag(FLAGS_tokenizer)));
+  decode::DecodeService service(loop.get(), grammars.get());
   ASSIGN_OR_RETURN(rpc::RunningServer server,
                    rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen),
                                                        .tls = rpc::ServerTlsFromFlags()},

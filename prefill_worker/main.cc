@@ -30,6 +30,7 @@
 #include "common/rpc/tls_flags.h"
 #include "common/worker/worker_engine.h"
 #include "common/worker/worker_flags.h"
+#include "common/worker/worker_grammar.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "prefill_worker/prefill_loop.h"
 #include "prefill_worker/prefill_metrics.h"
@@ -96,7 +97,9 @@ absl::Status Run() {
                                                 transport.get(), &Clock::Real(), options));
   weights.reset();
 
-  prefill::PrefillService service(loop.get());
+  ASSIGN_OR_RETURN(std::unique_ptr<grammar::GrammarCache> grammars,
+                   LoadWorkerGrammars(model_path, absl::GetFlag(FLAGS_tokenizer)));
+  prefill::PrefillService service(loop.get(), grammars.get());
   rpc::ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
   server_options.tls = rpc::ServerTlsFromFlags();

@@ -6,6 +6,7 @@
 
 #include "common/base/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/worker/worker_grammar.h"
 #include "prefill_worker/prefill_proto.h"
 
 namespace tandem::prefill {
@@ -62,6 +63,11 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
                                                   tandem::v1::PrefillResponse* response) {
   PrefillJob job = JobFromProto(*request);
   job.deadline = DeadlineOf(*context);
+  if (absl::Status s = ResolveConstraint(request->sampling(), grammars_, job.sampling); !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(rpc::ToGrpc(s));
+    return reactor;
+  }
   auto* reactor = new PrefillReactor(loop_, response);
   reactor->Start(std::move(job));
   return reactor;

@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "common/engine/sampler.h"
+#include "common/grammar/constraint.h"
 #include "common/rpc/server.h"
 #include "common/worker/cache_events_proto.h"
 #include "prefill_worker/prefill_loop.h"
@@ -20,7 +21,10 @@ namespace tandem::prefill {
 
 class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
  public:
-  explicit PrefillService(PrefillLoop* loop) : loop_(loop) {}
+  // `grammars` (may be null: constrained requests are then refused) must
+  // outlive the service.
+  explicit PrefillService(PrefillLoop* loop, grammar::GrammarCache* grammars = nullptr)
+      : loop_(loop), grammars_(grammars) {}
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const tandem::v1::PrefillRequest* request,
@@ -31,6 +35,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
 
  private:
   PrefillLoop* const loop_;
+  grammar::GrammarCache* const grammars_;
   // Names this process's numbering of the loop's cache events.
   const uint64_t cache_epoch_ = NewCacheEpoch();
 };

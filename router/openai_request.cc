@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "router/openai_api.h"
+#include "router/openai_fields.h"
+#include "router/openai_response_format.h"
 
 namespace tandem::router::openai_api {
 namespace {
@@ -21,63 +23,6 @@ using nlohmann::json;
 
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-// The field's value, or null when absent or JSON null.
-const json* Field(const json& object, const char* name) {
-  auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::Status WrongType(absl::string_view field, const char* expected, const json& value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("`", field, "` must be ", expected, ", not ", value.type_name()));
-}
-
-absl::Status OnlyKnownFields(const json& object, std::initializer_list<absl::string_view> known,
-                             absl::string_view where) {
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    bool found = false;
-    for (absl::string_view k : known) found = found || it.key() == k;
-    if (!found) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("`", it.key(), "` is not supported by ", where, "; leave it out"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> IntField(absl::string_view field, const json& value, int64_t lo,
-                                 int64_t hi) {
-  if (!value.is_number_integer()) return WrongType(field, "an integer", value);
-  const bool too_large =
-      value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(hi);
-  const int64_t v = too_large ? hi : value.get<int64_t>();
-  if (too_large || v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("`", field, "` is ", value.dump(), "; it must be in [", lo, ", ", hi, "]"));
-  }
-  return v;
-}
-
-absl::StatusOr<float> FloatField(absl::string_view field, const json& value) {
-  if (!value.is_number()) return WrongType(field, "a number", value);
-  const double d = value.get<double>();
-  if (!std::isfinite(static_cast<float>(d))) {
-    return absl::InvalidArgumentError(absl::StrCat("`", field, "` is out of range"));
-  }
-  return static_cast<float>(d);
-}
-
-absl::StatusOr<bool> BoolField(absl::string_view field, const json& value) {
-  if (!value.is_boolean()) return WrongType(field, "a boolean", value);
-  return value.get<bool>();
-}
-
-absl::StatusOr<std::string> StringField(absl::string_view field, const json& value) {
-  if (!value.is_string()) return WrongType(field, "a string", value);
-  return value.get<std::string>();
-}
 
 bool IsName(absl::string_view s) {
   return !s.empty() && s.size() <= kMaxNameBytes && std::all_of(s.begin(), s.end(), [](char c) {
@@ -365,7 +310,8 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
                                    "min_tokens",
                                    "ignore_eos",
                                    "metadata",
-                                   "store"},
+                                   "store",
+                                   "response_format"},
                                   "/v1/completions"));
   ApiRequest out;
   out.endpoint = Endpoint::kCompletions;
@@ -376,6 +322,10 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
   }
   RETURN_IF_ERROR(ParsePrompt(*prompt, out.params));
   RETURN_IF_ERROR(ParseCommon(j, out));
+  // Not in OpenAI's /v1/completions; served as vLLM and SGLang do.
+  if (const json* v = Field(j, "response_format")) {
+    RETURN_IF_ERROR(ParseResponseFormat(*v, body, out.params));
+  }
   if (const json* v = Field(j, "echo")) {
     ASSIGN_OR_RETURN(out.params.echo, BoolField("echo", *v));
   }
@@ -474,10 +424,8 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
   if (const json* v = Field(j, "parallel_tool_calls")) {
     RETURN_IF_ERROR(BoolField("parallel_tool_calls", *v).status());
   }
-  if (const json* v = Field(j, "response_format");
-      v != nullptr && !(v->is_object() && v->size() == 1 && v->value("type", "") == "text")) {
-    return absl::InvalidArgumentError(
-        "`response_format` is not supported; leave it out or {\"type\": \"text\"}");
+  if (const json* v = Field(j, "response_format")) {
+    RETURN_IF_ERROR(ParseResponseFormat(*v, body, out.params));
   }
   return out;
 }

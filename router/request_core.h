@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/base/finish_reason.h"
 #include "common/base/limits.h"
+#include "common/grammar/constraint.h"
 
 namespace tandem::router {
 
@@ -59,6 +60,8 @@ struct GenerateParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   int min_tokens = 0;
   bool ignore_eos = false;
+  // What the output must be (OpenAI's response_format); kNone = free text.
+  grammar::ConstraintSpec constraint = {};
 
   // Unset = as many as the context leaves room for.
   std::optional<int> max_tokens;

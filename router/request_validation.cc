@@ -119,6 +119,31 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const GenerateParams& params,
   return ChatPromptIds(*params.messages, *tokenizer, *context.chat_template);
 }
 
+// The constraint compiled here once, so that a schema the workers cannot
+// enforce is a 400 naming what to change (the workers compile it again,
+// against their vocabulary, and keep it).
+absl::Status ValidateConstraint(const GenerateParams& params, v1::SamplingParams& s) {
+  using Kind = grammar::ConstraintSpec::Kind;
+  if (params.constraint.kind == Kind::kNone) return absl::OkStatus();
+  if (params.ignore_eos) {
+    return absl::InvalidArgumentError(
+        "`ignore_eos` cannot go with `response_format`: the output ends when its JSON is "
+        "complete; remove one");
+  }
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> compiled =
+      grammar::CompileConstraint(params.constraint);
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("response_format: ", compiled.status().message()));
+  }
+  if (params.constraint.kind == Kind::kJsonObject) {
+    s.mutable_constraint()->set_json_object(true);
+  } else {
+    s.mutable_constraint()->set_json_schema(params.constraint.schema);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
@@ -219,6 +244,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   s.set_frequency_penalty(params.frequency_penalty);
   if (params.repetition_penalty.has_value()) s.set_repetition_penalty(*params.repetition_penalty);
   s.set_min_tokens(params.min_tokens);
+  RETURN_IF_ERROR(ValidateConstraint(params, s));
   // Every end-of-sequence id stops: Llama 3 instruct models end a turn with
   // <|eot_id|> but may also emit <|end_of_text|> or <|eom_id|>.
   if (context.tokenizer != nullptr && !params.ignore_eos) {

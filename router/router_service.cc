@@ -74,6 +74,19 @@ GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline
   p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
   p.min_tokens = s.min_tokens();
+  switch (s.constraint().kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      if (s.constraint().json_object()) {
+        p.constraint.kind = grammar::ConstraintSpec::Kind::kJsonObject;
+      }
+      break;
+    case v1::OutputConstraint::kJsonSchema:
+      p.constraint.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
+      p.constraint.schema = s.constraint().json_schema();
+      break;
+    case v1::OutputConstraint::KIND_NOT_SET:
+      break;
+  }
   p.ignore_eos = r.ignore_eos();
   // 0: up to the context's end; negative values are refused by validation.
   if (r.max_tokens() != 0) p.max_tokens = r.max_tokens();

@@ -53,14 +53,18 @@ bool OfType(const json& value, const std::string& type) {
 class Compiler {
  public:
   explicit Compiler(const json* root) : root_(root) {
-    int32_t prev = g_.Choice({{}});
-    const Element space = g_.Bytes([] {
-      ByteSet s;
-      for (char c : {' ', '\t', '\n', '\r'}) s.set(static_cast<uint8_t>(c));
-      return s;
-    }());
-    for (int k = 1; k <= kMaxWhitespace; ++k) prev = g_.Choice({{space, Grammar::Ref(prev)}, {}});
-    ws_ = Grammar::Ref(prev);
+    // Between tokens: nothing, one space, or one line break and an indent
+    // of up to kMaxIndent spaces or tabs (compact and pretty-printed JSON,
+    // but no runs of blank lines).
+    ByteSet blank;
+    blank.set(' ');
+    blank.set('\t');
+    const Element indent_char = g_.Bytes(blank);
+    int32_t indent = g_.Choice({{}});
+    for (int k = 0; k < kMaxIndent; ++k) {
+      indent = g_.Choice({{indent_char, Grammar::Ref(indent)}, {}});
+    }
+    ws_ = Grammar::Ref(g_.Choice({{}, {g_.Byte(' ')}, {g_.Byte('\n'), Grammar::Ref(indent)}}));
   }
 
   absl::StatusOr<Grammar> Run() {

@@ -13,8 +13,9 @@
 // readOnly, writeOnly), which constrain nothing. Any other keyword is
 // INVALID_ARGUMENT naming it and where it is: a constraint is never dropped.
 //
-// The JSON written: no whitespace at the start or end, at most
-// kMaxWhitespace whitespace characters between tokens, strings of valid
+// The JSON written: no whitespace at the start or end; between tokens
+// nothing, a space, or a line break and up to kMaxIndent spaces or tabs
+// (so a model cannot pad its output with blank lines); strings of valid
 // UTF-8 with JSON's escapes, integers of at most 16 digits, fractions of at
 // most 16, exponents of at most 3 (so a model cannot write digits forever).
 #ifndef TANDEM_COMMON_GRAMMAR_JSON_SCHEMA_H_
@@ -27,7 +28,7 @@
 
 namespace tandem::grammar {
 
-inline constexpr int kMaxWhitespace = 20;
+inline constexpr int kMaxIndent = 20;
 inline constexpr int kMaxUnrolled = 1024;
 // How deep a schema may nest (subschemas inside subschemas).
 inline constexpr int kMaxSchemaDepth = 64;

@@ -144,6 +144,9 @@ cmd_up() {
   fi
   [ -z "$served_name" ] || router_model+=(--served_model_name "$served_name")
   local worker_model=(--model "$model")
+  # The workers need the token bytes for structured outputs (a hub folder
+  # brings its own tokenizer).
+  [ -z "$tokenizer" ] || worker_model+=(--tokenizer "$tokenizer")
   [ -z "$kv_dtype" ] || worker_model+=(--kv_dtype "$kv_dtype")
   [ -z "$served_name" ] || worker_model+=(--served_model_name "$served_name")
 

@@ -11,6 +11,9 @@ models="${TANDEM_MODELS:-$2}"
 cache="$3/npm-openai"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 sdk_version=5.7.0
+# Beside it, for the structured-output checks: zod (the SDK's parse()
+# helper takes zod schemas) and ajv (validates every output).
+packages=("openai@$sdk_version" zod@3.25.76 ajv@8.20.0)
 tmp=$(mktemp -d)
 export TANDEM_BIN="$bin" TANDEM_CLUSTER_DIR="$tmp/cluster" TANDEM_MODELS="$models"
 # Below the ephemeral range (32768+), in a band of its own beside cluster_cli's
@@ -40,13 +43,17 @@ for program in node npm; do
     fail "$program is not in PATH (scripts/install-deps.sh installs nodejs and npm)"
 done
 
-# The SDK, pinned; reinstalled when the cache holds another version.
-installed=$(node -p "require('$cache/node_modules/openai/package.json').version" 2>/dev/null)
-if [ "$installed" != "$sdk_version" ]; then
+# The packages, pinned; reinstalled when the cache holds other versions.
+installed=""
+for p in "${packages[@]}"; do
+  name=${p%@*}
+  installed+="$name@$(node -p "require('$cache/node_modules/$name/package.json').version" 2>/dev/null) "
+done
+if [ "$installed" != "${packages[*]} " ]; then
   mkdir -p "$cache" || fail "cannot create $cache"
-  timeout 120 npm install --prefix "$cache" --no-audit --no-fund --no-save "openai@$sdk_version" \
+  timeout 180 npm install --prefix "$cache" --no-audit --no-fund --no-save "${packages[@]}" \
     >"$cache/install.log" 2>&1 ||
-    fail "npm install openai@$sdk_version into $cache failed (network or registry?):
+    fail "npm install ${packages[*]} into $cache failed (network or registry?):
 $(tail -n 20 "$cache/install.log")"
 fi
 
@@ -74,4 +81,10 @@ timeout 100 node "$root/tests/e2e/openai_sdk_conformance.mjs" "$cache/node_modul
 rc=$?
 cat "$tmp/node.out"
 [ "$rc" -eq 0 ] || fail "the SDK checks failed (exit $rc)"
+
+timeout 200 node "$root/tests/e2e/openai_structured_outputs.mjs" "$cache/node_modules" \
+  "http://127.0.0.1:$((port + 1))/v1" "$key" >"$tmp/structured.out" 2>&1
+rc=$?
+cat "$tmp/structured.out"
+[ "$rc" -eq 0 ] || fail "the structured-output checks failed (exit $rc)"
 echo "PASS"

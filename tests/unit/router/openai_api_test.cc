@@ -215,7 +215,23 @@ TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
       {R"({"messages": [], "tools": [{}]})", "tools"},
       {R"({"messages": [], "functions": [{}]})", "functions"},
       {R"({"messages": [], "tool_choice": "auto"})", "tool_choice"},
-      {R"({"messages": [], "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"messages": [], "response_format": {"type": "xml"}})", "response_format.type"},
+      {R"({"messages": [], "response_format": "json"})", "response_format"},
+      {R"({"messages": [], "response_format": {"type": "json_object", "x": 1}})", "`x`"},
+      {R"({"messages": [], "response_format": {"type": "json_schema"}})",
+       "response_format.json_schema"},
+      {R"({"messages": [], "response_format": {"type": "json_schema",
+          "json_schema": {"schema": {}}}})",
+       "json_schema.name"},
+      {R"({"messages": [], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "a b", "schema": {}}}})",
+       "json_schema.name"},
+      {R"({"messages": [], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "a"}}})",
+       "json_schema.schema"},
+      {R"({"messages": [], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "a", "schema": {}, "strict": "yes"}}})",
+       "json_schema.strict"},
       {R"({"messages": [], "echo": true})", "`echo`"},
       {R"({"messages": [], "best_of": 1})", "`best_of`"},
       {R"({"messages": [], "max_completion_tokens": 1.5})", "max_completion_tokens"},
@@ -226,6 +242,28 @@ TEST(OpenAiApiTest, BadOrUnsupportedFieldsAreRefusedByName) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
         << body;
   }
+}
+
+TEST(OpenAiApiTest, ResponseFormatsOnChatAndCompletions) {
+  using Kind = grammar::ConstraintSpec::Kind;
+  absl::StatusOr<ApiRequest> r =
+      ParseChatRequest(R"({"messages": [], "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.constraint.kind, Kind::kNone);
+  r = ParseChatRequest(R"({"messages": [], "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.constraint.kind, Kind::kJsonObject);
+  // The schema keeps its properties' order (the body's parse sorts keys).
+  r = ParseChatRequest(R"({"messages": [], "response_format": {"type": "json_schema",
+      "json_schema": {"name": "p-1", "strict": true, "description": "d", "schema":
+      {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {}}}}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.constraint.kind, Kind::kJsonSchema);
+  EXPECT_EQ(r->params.constraint.schema,
+            R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{}}})");
+  r = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.constraint.kind, Kind::kJsonObject);
 }
 
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {

@@ -58,6 +58,27 @@ TEST(ValidateRequest, TokenIdsAreUsedAsGivenAndTextGetsBos) {
   EXPECT_TRUE(ValidateRequest(seeded, &tokenizer)->sampling.has_seed());
 }
 
+TEST(ValidateRequest, ResponseFormatsReachTheWorkersOrAreRefusedNamingWhatToChange) {
+  testing::FakeTokenizer tokenizer;
+  GenerateParams p = Tokens({7}, 3);
+  p.constraint = {grammar::ConstraintSpec::Kind::kJsonSchema, R"({"type": "boolean"})"};
+  ASSERT_OK_AND_ASSIGN(ValidRequest a, ValidateRequest(p, &tokenizer));
+  EXPECT_EQ(a.sampling.constraint().json_schema(), R"({"type": "boolean"})");
+  p.constraint = {grammar::ConstraintSpec::Kind::kJsonObject, ""};
+  ASSERT_OK_AND_ASSIGN(ValidRequest b, ValidateRequest(p, &tokenizer));
+  EXPECT_TRUE(b.sampling.constraint().json_object());
+  EXPECT_FALSE(ValidateRequest(Tokens({7}, 3), &tokenizer)->sampling.has_constraint());
+  p.constraint = {grammar::ConstraintSpec::Kind::kJsonSchema,
+                  R"({"properties": {"when": {"type": "string", "format": "date-time"}}})"};
+  EXPECT_THAT(ValidateRequest(p, &tokenizer),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("response_format: `#/properties/when`: the keyword `format`")));
+  p.constraint = {grammar::ConstraintSpec::Kind::kJsonObject, ""};
+  p.ignore_eos = true;
+  EXPECT_THAT(ValidateRequest(p, &tokenizer),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ignore_eos")));
+}
+
 TEST(ValidateRequest, EmptyPromptsStartFromBos) {
   testing::FakeTokenizer tokenizer;
   EXPECT_THAT(ValidateRequest(Text("", 1), &tokenizer)->prompt, ElementsAre(testing::kFakeBos));

@@ -1,0 +1,160 @@
+// Structured outputs through the official OpenAI SDK for Node against a
+// local cluster: chat.completions.parse() with a zod schema, json_schema
+// streamed and with n = 2 sampled, json_object on chat and completions, and
+// a schema keyword the workers cannot enforce refused as a 400 naming it.
+// Every output is checked with ajv against the JSON Schema that was sent.
+//
+// Usage: node openai_structured_outputs.mjs NODE_MODULES BASE_URL API_KEY
+//   NODE_MODULES  the node_modules folder holding `openai`, `zod` and `ajv`
+//   BASE_URL      the router's API, e.g. http://127.0.0.1:8101/v1
+//   API_KEY       a key the router accepts
+//
+// Prints "ok - <check>" per check; on the first failure prints
+// "FAIL - <check>: <why>" and exits 1.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const [modulesDir, baseURL, apiKey] = process.argv.slice(2);
+if (!apiKey) {
+  console.error('usage: node openai_structured_outputs.mjs NODE_MODULES BASE_URL API_KEY');
+  process.exit(2);
+}
+const require = createRequire(path.resolve(modulesDir, 'package.json'));
+const sdk = require('openai');
+const OpenAI = sdk.OpenAI ?? sdk.default ?? sdk;
+const { APIError, BadRequestError } = OpenAI;
+const { zodResponseFormat } = require('openai/helpers/zod');
+const { z } = require('zod');
+const Ajv = require('ajv').default;
+
+const client = new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 60_000 });
+const ajv = new Ajv({ allErrors: true, strict: false });
+
+class CheckError extends Error {}
+function assert(cond, message) {
+  if (!cond) throw new CheckError(message);
+}
+function show(value) {
+  const s = JSON.stringify(value);
+  return s.length > 600 ? `${s.slice(0, 600)}...` : s;
+}
+function errorText(e) {
+  if (e instanceof APIError) return `${e.constructor.name} ${e.status}: ${show(e.error ?? e.message)}`;
+  return String(e?.stack ?? e);
+}
+
+// Parses `text` and validates it against `schema`; returns the value.
+function validated(text, schema, what) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new CheckError(`${what}: not JSON: ${show(text)}`);
+  }
+  const validate = ajv.compile(schema);
+  assert(validate(value), `${what}: ${show(text)} does not validate: ${show(validate.errors)}`);
+  return value;
+}
+
+// Bounded so that even a tiny story model finishes its object well inside
+// max_tokens: short strings, enums, small arrays.
+const Cat = z.object({
+  name: z.string().max(12),
+  age: z.number().int(),
+  mood: z.enum(['happy', 'sleepy', 'hungry']),
+  indoor: z.boolean(),
+  toys: z.array(z.string().max(8)).max(2),
+  owner: z.object({ name: z.string().max(10) }).nullable(),
+});
+const catFormat = zodResponseFormat(Cat, 'cat');
+const catSchema = catFormat.json_schema.schema;
+const messages = [{ role: 'user', content: 'Describe a cat as JSON.' }];
+let model = '';
+
+const checks = [];
+function check(name, fn) {
+  checks.push({ name, fn });
+}
+
+check('parse(): a zod schema gives a parsed object that validates', async () => {
+  model = (await client.models.list()).data[0].id;
+  const completion = await client.chat.completions.parse({
+    model, messages, response_format: catFormat, max_tokens: 300,
+  });
+  const choice = completion.choices[0];
+  assert(choice.finish_reason === 'stop', `finish_reason ${show(choice.finish_reason)}: ${show(choice.message.content)}`);
+  const parsed = choice.message.parsed;
+  assert(parsed && typeof parsed === 'object', `parsed is ${show(parsed)}`);
+  validated(choice.message.content, catSchema, 'content');
+  assert(Cat.safeParse(parsed).success, `zod refuses ${show(parsed)}`);
+});
+
+check('json_schema streamed: the deltas assemble to JSON that validates', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages, response_format: catFormat, max_tokens: 300, stream: true,
+    temperature: 1, seed: 11,
+  });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.delta?.content ?? '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert(finish === 'stop', `finish_reason ${show(finish)}: ${show(text)}`);
+  validated(text, catSchema, 'streamed');
+});
+
+check('json_schema with n = 2 sampled: both choices validate', async () => {
+  const completion = await client.chat.completions.create({
+    model, messages, response_format: catFormat, max_tokens: 300, n: 2, temperature: 1,
+    seed: 3,
+  });
+  assert(completion.choices.length === 2, `${completion.choices.length} choices`);
+  for (const c of completion.choices) {
+    assert(c.finish_reason === 'stop', `choice ${c.index}: finish_reason ${show(c.finish_reason)}`);
+    validated(c.message.content, catSchema, `choice ${c.index}`);
+  }
+});
+
+check('json_object: chat and completions give a JSON object', async () => {
+  const chat = await client.chat.completions.create({
+    model, messages, response_format: { type: 'json_object' }, max_tokens: 300,
+  });
+  const anyObject = { type: 'object' };
+  assert(chat.choices[0].finish_reason === 'stop', show(chat.choices[0]));
+  validated(chat.choices[0].message.content, anyObject, 'chat');
+  const completion = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 200, temperature: 1, seed: 3,
+    response_format: { type: 'json_object' },
+  });
+  assert(completion.choices[0].finish_reason === 'stop', show(completion.choices[0]));
+  validated(completion.choices[0].text, anyObject, 'completions');
+});
+
+check('400: a schema keyword the workers cannot enforce is named', async () => {
+  let error;
+  try {
+    await client.chat.completions.create({
+      model, messages, max_tokens: 10, response_format: { type: 'json_schema', json_schema: {
+        name: 'email', schema: { type: 'object', properties: { e: { type: 'string', pattern: '^a' } } },
+      } },
+    });
+  } catch (e) {
+    error = e;
+  }
+  assert(error instanceof BadRequestError, `expected a BadRequestError, got ${error ? errorText(error) : 'a response'}`);
+  assert(String(error.message).includes('pattern'), `the error does not name pattern: ${error.message}`);
+});
+
+for (const { name, fn } of checks) {
+  try {
+    await fn();
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    console.log(`FAIL - ${name}: ${e instanceof CheckError ? e.message : errorText(e)}`);
+    process.exit(1);
+  }
+}
+console.log(`PASS: ${checks.length} checks`);
