@@ -30,10 +30,12 @@ struct ConstraintSpec {
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const ConstraintSpec& spec);
 
 // A worker's compiled grammars over its vocabulary, the least recently
-// used dropped beyond `capacity`. Thread-safe.
+// used dropped beyond `capacity` (each keeps at most
+// CompiledGrammar::kMaxMaskBytes of masks: 1 GiB for the default 16).
+// Thread-safe.
 class GrammarCache {
  public:
-  GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity = 64);
+  GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity = 16);
 
   // CompileConstraint's errors.
   absl::StatusOr<std::shared_ptr<CompiledGrammar>> Get(const ConstraintSpec& spec)

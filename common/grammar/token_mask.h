@@ -77,7 +77,7 @@ class CompiledGrammar {
   // The tokens allowed in `state` (a dead state allows none). Kept (the
   // same pointer for the same state from then on) while the grammar's masks
   // take less than kMaxMaskBytes; computed afresh each time beyond.
-  static constexpr size_t kMaxMaskBytes = size_t{32} << 20;
+  static constexpr size_t kMaxMaskBytes = size_t{64} << 20;
   std::shared_ptr<const TokenMask> Mask(int32_t state) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Vocabulary& vocabulary() const { return *vocabulary_; }
