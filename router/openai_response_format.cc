@@ -40,10 +40,22 @@ absl::Status ParseResponseFormat(const json& value, absl::string_view body,
     if (kind == "json_object") params.constraint.kind = grammar::ConstraintSpec::Kind::kJsonObject;
     return absl::OkStatus();
   }
+  if (kind == "regex") {  // tandem's own: the whole output matches `regex`
+    RETURN_IF_ERROR(OnlyKnownFields(value, {"type", "regex"}, "response_format"));
+    const json* regex = Field(value, "regex");
+    if (regex == nullptr) {
+      return absl::InvalidArgumentError(
+          "`response_format.regex` is required with type \"regex\": the pattern the whole "
+          "output must match");
+    }
+    ASSIGN_OR_RETURN(params.constraint.schema, StringField("response_format.regex", *regex));
+    params.constraint.kind = grammar::ConstraintSpec::Kind::kRegex;
+    return absl::OkStatus();
+  }
   if (kind != "json_schema") {
     return absl::InvalidArgumentError(
         absl::StrCat("`response_format.type` is \"", kind,
-                     "\"; served: \"text\", \"json_object\", \"json_schema\""));
+                     "\"; served: \"text\", \"json_object\", \"json_schema\", \"regex\""));
   }
   RETURN_IF_ERROR(OnlyKnownFields(value, {"type", "json_schema"}, "response_format"));
   const json* spec = Field(value, "json_schema");

@@ -1,6 +1,8 @@
 // OpenAI's response_format, on /v1/chat/completions and /v1/completions:
-// {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
-// "json_schema": {"name", "schema", "strict", "description"}}.
+// {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}, and
+// tandem's own {"type": "regex", "regex": PATTERN} (the whole output
+// matches PATTERN).
 #ifndef TANDEM_ROUTER_OPENAI_RESPONSE_FORMAT_H_
 #define TANDEM_ROUTER_OPENAI_RESPONSE_FORMAT_H_
 

@@ -138,6 +138,8 @@ absl::Status ValidateConstraint(const GenerateParams& params, v1::SamplingParams
   }
   if (params.constraint.kind == Kind::kJsonObject) {
     s.mutable_constraint()->set_json_object(true);
+  } else if (params.constraint.kind == Kind::kRegex) {
+    s.mutable_constraint()->set_regex(params.constraint.schema);
   } else {
     s.mutable_constraint()->set_json_schema(params.constraint.schema);
   }

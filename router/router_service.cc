@@ -84,6 +84,10 @@ GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline
       p.constraint.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
       p.constraint.schema = s.constraint().json_schema();
       break;
+    case v1::OutputConstraint::kRegex:
+      p.constraint.kind = grammar::ConstraintSpec::Kind::kRegex;
+      p.constraint.schema = s.constraint().regex();
+      break;
     case v1::OutputConstraint::KIND_NOT_SET:
       break;
   }

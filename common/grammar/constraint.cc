@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/grammar/json_schema.h"
+#include "common/grammar/regex.h"
 
 namespace tandem::grammar {
 
@@ -21,6 +22,14 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const Constrain
       ASSIGN_OR_RETURN(Grammar g, CompileJsonSchema(spec.schema));
       return std::make_shared<const Grammar>(std::move(g));
     }
+    case ConstraintSpec::Kind::kRegex: {
+      Grammar g;
+      ASSIGN_OR_RETURN(const int32_t root,
+                       AddRegex(g, spec.schema, {.output = RegexOutput::kRaw, .search = false}));
+      g.set_root(root);
+      RETURN_IF_ERROR(g.Validate());
+      return std::make_shared<const Grammar>(std::move(g));
+    }
     case ConstraintSpec::Kind::kNone:
       break;
   }
@@ -31,8 +40,10 @@ GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int cap
     : vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
 
 absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(const ConstraintSpec& spec) {
-  const std::string key =
-      absl::StrCat(spec.kind == ConstraintSpec::Kind::kJsonObject ? "o:" : "s:", spec.schema);
+  const char* kind = spec.kind == ConstraintSpec::Kind::kJsonObject ? "o:"
+                     : spec.kind == ConstraintSpec::Kind::kRegex    ? "r:"
+                                                                    : "s:";
+  const std::string key = absl::StrCat(kind, spec.schema);
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {

@@ -1,5 +1,6 @@
-// What a request asks its output to be (any JSON object, or the JSON a
-// schema describes), compiled once per worker and kept by its text.
+// What a request asks its output to be (any JSON object, the JSON a schema
+// describes, or text a regular expression matches), compiled once per
+// worker and kept by its text.
 #ifndef TANDEM_COMMON_GRAMMAR_CONSTRAINT_H_
 #define TANDEM_COMMON_GRAMMAR_CONSTRAINT_H_
 
@@ -20,9 +21,11 @@ namespace tandem::grammar {
 inline constexpr size_t kMaxSchemaBytes = size_t{1} << 20;
 
 struct ConstraintSpec {
-  enum class Kind { kNone, kJsonObject, kJsonSchema };
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex };
   Kind kind = Kind::kNone;
-  std::string schema;  // kJsonSchema: the schema's JSON text
+  // kJsonSchema: the schema's JSON text; kRegex: the pattern the whole
+  // output must match (regex.h's syntax).
+  std::string schema;
 };
 
 // The grammar of `spec`: INVALID_ARGUMENT saying what of the schema is not

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/grammar/regex.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::grammar {
@@ -28,7 +29,8 @@ const absl::flat_hash_set<std::string>& Served() {
       "type",      "properties", "required",    "additionalProperties",
       "items",     "minItems",   "maxItems",    "minLength",
       "maxLength", "enum",       "const",       "anyOf",
-      "$ref",      "$defs",      "definitions", "minimum"};
+      "$ref",      "$defs",      "definitions", "minimum",
+      "pattern",   "format"};
   return *kSet;
 }
 
@@ -102,7 +104,7 @@ class Compiler {
             "`", path, "`: the keyword `", key,
             "` is not supported in a response schema; remove it (served: type, properties, "
             "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, "
-            "enum, const, anyOf, $ref, $defs, integer minimum 0)"));
+            "pattern, format, enum, const, anyOf, $ref, $defs, integer minimum 0)"));
       }
       if (key != "$defs" && key != "definitions") ++constraints;
     }
@@ -167,7 +169,7 @@ class Compiler {
     for (const char* k : {"items", "minItems", "maxItems"}) {
       if (s.contains(k)) return "array";
     }
-    for (const char* k : {"minLength", "maxLength"}) {
+    for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
       if (s.contains(k)) return "string";
     }
     if (s.contains("minimum")) return "number";
@@ -336,33 +338,6 @@ class Compiler {
     return static_cast<int>(v);
   }
 
-  // `min` copies of `one` with `sep` between, then up to max - min more (any
-  // number when max < 0), each after a `sep`.
-  Sequence Repeat(const Sequence& one, const Sequence& sep, int min, int max) {
-    Sequence tail_one = sep;
-    tail_one.insert(tail_one.end(), one.begin(), one.end());
-    const auto more = [&](int count) {
-      if (max < 0) return g_.Star(tail_one);
-      int32_t rule = g_.Choice({{}});
-      for (int k = 0; k < count; ++k) {
-        Sequence s = tail_one;
-        s.push_back(Grammar::Ref(rule));
-        rule = g_.Choice({s, {}});
-      }
-      return rule;
-    };
-    if (min == 0) {
-      if (max == 0) return {};
-      Sequence first = one;
-      first.push_back(Grammar::Ref(more(max - 1)));
-      return {Grammar::Ref(g_.Optional(first))};
-    }
-    Sequence out = one;
-    for (int k = 1; k < min; ++k) out.insert(out.end(), tail_one.begin(), tail_one.end());
-    out.push_back(Grammar::Ref(more(max - min)));
-    return out;
-  }
-
   absl::StatusOr<int32_t> Array(const json& s, const std::string& path, int depth) {
     ASSIGN_OR_RETURN(const int min, Count(s, "minItems", path, 0));
     ASSIGN_OR_RETURN(const int max, Count(s, "maxItems", path, -1));
@@ -377,7 +352,7 @@ class Compiler {
       item = AnyValue();
     }
     Sequence out = {g_.Byte('['), ws_};
-    const Sequence list = Repeat({Grammar::Ref(item)}, {ws_, g_.Byte(','), ws_}, min, max);
+    const Sequence list = Repeat(g_, {Grammar::Ref(item)}, {ws_, g_.Byte(','), ws_}, min, max);
     out.insert(out.end(), list.begin(), list.end());
     out.insert(out.end(), {ws_, g_.Byte(']')});
     return g_.Choice({out});
@@ -390,9 +365,44 @@ class Compiler {
       return absl::InvalidArgumentError(
           absl::StrCat("`", path, "`: maxLength ", max, " is below minLength ", min));
     }
+    const auto pattern = s.find("pattern");
+    const auto format = s.find("format");
+    if (pattern != s.end() || format != s.end()) {
+      if (pattern != s.end() && format != s.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("`", path, "`: `pattern` with `format` is not supported; keep one"));
+      }
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "`", path,
+            "`: minLength or maxLength with a pattern or format is not supported; put the "
+            "length in the pattern (e.g. {1,20})"));
+      }
+      std::string regex;
+      if (pattern != s.end()) {
+        if (!pattern->is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat("`", path, "/pattern` must be a string"));
+        }
+        regex = pattern->get<std::string>();
+      } else {
+        const char* known = format->is_string() ? FormatRegex(format->get<std::string>()) : nullptr;
+        if (known == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("`", path, "/format` ", format->dump(),
+                           " is not supported; served: date, time, date-time, uuid, email, ipv4"));
+        }
+        regex = known;
+      }
+      absl::StatusOr<int32_t> body =
+          AddRegex(g_, regex, {.output = RegexOutput::kJsonString, .search = true});
+      if (!body.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("`", path, "`: ", body.status().message()));
+      }
+      return g_.Choice({{g_.Byte('"'), Grammar::Ref(*body), g_.Byte('"')}});
+    }
     if (min == 0 && max < 0) return AnyString();
     Sequence out = {g_.Byte('"')};
-    const Sequence body = Repeat({Grammar::Ref(StringChar())}, {}, min, max);
+    const Sequence body = Repeat(g_, {Grammar::Ref(StringChar())}, {}, min, max);
     out.insert(out.end(), body.begin(), body.end());
     out.push_back(g_.Byte('"'));
     return g_.Choice({out});
@@ -409,30 +419,20 @@ class Compiler {
     for (char c : std::string("\"\\/bfnrt")) escaped.set(static_cast<uint8_t>(c));
     const Element h = g_.Bytes(Range('0', '9') | Range('a', 'f') | Range('A', 'F'));
     const Element d = g_.Bytes(Range('d', 'd') | Range('D', 'D'));
+    auto b = [&](int lo, int hi) { return g_.Bytes(Range(lo, hi)); };
     const Element u = g_.Byte('u');
     const Element slash = g_.Byte('\\');
-    const Element cont = g_.Bytes(Range(0x80, 0xbf));
-    auto b = [&](int lo, int hi) { return g_.Bytes(Range(lo, hi)); };
     // \uXXXX outside the surrogates, or a high surrogate then a low one.
     const Element not_d = g_.Bytes(Range('0', '9') | Range('a', 'c') | Range('A', 'C') |
                                    Range('e', 'f') | Range('E', 'F'));
     const Element high = g_.Bytes(Range('8', '9') | Range('a', 'b') | Range('A', 'B'));
     const Element low = g_.Bytes(Range('c', 'f') | Range('C', 'F'));
-    // UTF-8 as RFC 3629 draws it: no overlong forms, no surrogates, nothing
-    // beyond U+10FFFF.
     string_char_ = g_.Choice({{g_.Bytes(plain)},
                               {slash, g_.Bytes(escaped)},
                               {slash, u, not_d, h, h, h},
                               {slash, u, d, b('0', '7'), h, h},
                               {slash, u, d, high, h, h, slash, u, d, low, h, h},
-                              {b(0xc2, 0xdf), cont},
-                              {b(0xe0, 0xe0), b(0xa0, 0xbf), cont},
-                              {b(0xe1, 0xec), cont, cont},
-                              {b(0xed, 0xed), b(0x80, 0x9f), cont},
-                              {b(0xee, 0xef), cont, cont},
-                              {b(0xf0, 0xf0), b(0x90, 0xbf), cont, cont},
-                              {b(0xf1, 0xf3), cont, cont, cont},
-                              {b(0xf4, 0xf4), b(0x80, 0x8f), cont, cont}});
+                              {Grammar::Ref(Utf8MultiByte(g_))}});
     return string_char_;
   }
 
@@ -487,7 +487,7 @@ class Compiler {
           g_.Literal("true"), g_.Literal("false"), g_.Literal("null")}) {
       g_.AddAlternative(any_value_, s);
     }
-    const Sequence items = Repeat({Grammar::Ref(any_value_)}, {ws_, g_.Byte(','), ws_}, 0, -1);
+    const Sequence items = Repeat(g_, {Grammar::Ref(any_value_)}, {ws_, g_.Byte(','), ws_}, 0, -1);
     Sequence a = {g_.Byte('['), ws_};
     a.insert(a.end(), items.begin(), items.end());
     a.insert(a.end(), {ws_, g_.Byte(']')});
@@ -501,7 +501,7 @@ class Compiler {
     const int32_t value = AnyValue();
     const Sequence member = {Grammar::Ref(AnyString()), ws_, g_.Byte(':'), ws_,
                              Grammar::Ref(value)};
-    const Sequence members = Repeat(member, {ws_, g_.Byte(','), ws_}, 0, -1);
+    const Sequence members = Repeat(g_, member, {ws_, g_.Byte(','), ws_}, 0, -1);
     Sequence o = {g_.Byte('{'), ws_};
     o.insert(o.end(), members.begin(), members.end());
     o.insert(o.end(), {ws_, g_.Byte('}')});

@@ -7,6 +7,8 @@
 // (false, or anything else: only declared properties are written; an object
 // with no properties and additional ones allowed is any object), items,
 // minItems/maxItems (up to kMaxUnrolled), minLength/maxLength (the same),
+// pattern (regex.h's syntax; matched anywhere unless anchored, as JSON
+// Schema says), format (date, time, date-time, uuid, email, ipv4),
 // enum, const, anyOf, $ref to "#" or "#/$defs/...", "#/definitions/..."
 // (recursion included), integer minimum 0, and the annotations (title,
 // description, default, examples, $schema, $id, $comment, deprecated,

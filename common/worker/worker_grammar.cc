@@ -48,12 +48,17 @@ absl::Status ResolveConstraint(const v1::SamplingParams& proto, grammar::Grammar
       spec.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
       spec.schema = proto.constraint().json_schema();
       break;
+    case v1::OutputConstraint::kRegex:
+      spec.kind = grammar::ConstraintSpec::Kind::kRegex;
+      spec.schema = proto.constraint().regex();
+      break;
     case v1::OutputConstraint::KIND_NOT_SET:
       return absl::OkStatus();
   }
   if (grammars == nullptr) {
     return absl::FailedPreconditionError(
-        "this worker has no tokenizer, so it cannot constrain output to JSON: start it with "
+        "this worker has no tokenizer, so it cannot constrain output (response_format): start "
+        "it with "
         "--tokenizer (the model's tokenizer) or serve a model folder that has one");
   }
   ASSIGN_OR_RETURN(params.grammar, grammars->Get(spec));

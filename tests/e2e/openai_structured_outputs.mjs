@@ -133,19 +133,30 @@ check('json_object: chat and completions give a JSON object', async () => {
   validated(completion.choices[0].text, anyObject, 'completions');
 });
 
-check('400: a schema keyword the workers cannot enforce is named', async () => {
+check('regex (tandem\'s own response_format): the whole text matches', async () => {
+  const regex = '(yes|no), because [a-z ]{1,30}\\.';
+  const completion = await client.completions.create({
+    model, prompt: 'Is the cat happy?', max_tokens: 60, temperature: 1, seed: 5,
+    response_format: { type: 'regex', regex },
+  });
+  const text = completion.choices[0].text;
+  assert(completion.choices[0].finish_reason === 'stop', show(completion.choices[0]));
+  assert(new RegExp(`^(?:${regex})$`).test(text), `${show(text)} does not match ${regex}`);
+});
+
+check('400: a schema format the workers cannot enforce is named', async () => {
   let error;
   try {
     await client.chat.completions.create({
       model, messages, max_tokens: 10, response_format: { type: 'json_schema', json_schema: {
-        name: 'email', schema: { type: 'object', properties: { e: { type: 'string', pattern: '^a' } } },
+        name: 'email', schema: { type: 'object', properties: { e: { type: 'string', format: 'hostname' } } },
       } },
     });
   } catch (e) {
     error = e;
   }
   assert(error instanceof BadRequestError, `expected a BadRequestError, got ${error ? errorText(error) : 'a response'}`);
-  assert(String(error.message).includes('pattern'), `the error does not name pattern: ${error.message}`);
+  assert(String(error.message).includes('hostname'), `the error does not name the format: ${error.message}`);
 });
 
 for (const { name, fn } of checks) {

@@ -4,6 +4,7 @@
 // through preemptions on a decode worker whose KV pool is too small for
 // everything it admits. A worker without a tokenizer refuses, saying how to
 // give it one.
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +120,12 @@ TEST_F(StructuredClusterTest, PrefilledOnTheDecodeWorkerToo) {
     EXPECT_FALSE(got.finished.disaggregated());
     ExpectMatchesSchema(got.text);
   }
+  v1::GenerateRequest code = TextRequest("The code is", 40);
+  code.mutable_sampling()->mutable_constraint()->set_regex(R"( [A-Z]{3}-\d{2,4}\.)");
+  const Completion matched = RunGenerate(cluster_->router(), code);
+  ASSERT_TRUE(matched.status.ok()) << matched.status.error_message();
+  EXPECT_TRUE(std::regex_match(matched.text, std::regex(R"( [A-Z]{3}-\d{2,4}\.)"))) << matched.text;
+  EXPECT_EQ(matched.finished.reason(), v1::FINISH_REASON_EOS);
   v1::GenerateRequest any = TextRequest("Once upon a time", 300);
   any.mutable_sampling()->mutable_constraint()->set_json_object(true);
   const Completion object = RunGenerate(cluster_->router(), any);
@@ -137,10 +144,10 @@ TEST_F(StructuredClusterTest, WorkersWithoutATokenizerRefuseSayingHow) {
   // A schema the workers could not enforce never reaches them.
   v1::GenerateRequest bad = SchemaRequest("Tim", 0, 1);
   bad.mutable_sampling()->mutable_constraint()->set_json_schema(
-      R"({"type": "string", "pattern": "^a"})");
+      R"({"type": "string", "pattern": "(a)\\1"})");
   const Completion refused = RunGenerate(cluster_->router(), bad);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(refused.status.error_message(), HasSubstr("`pattern`"));
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("`\\1`"));
   EXPECT_TRUE(cluster_->WaitUntilIdle(absl::Seconds(10)).ok());
 }
 

@@ -145,8 +145,7 @@ TEST(JsonSchemaTest, RefusesWhatItCannotEnforceNamingIt) {
     const char* message;
   };
   for (const Case& c : {
-           Case{R"({"type": "string", "pattern": "^a+$"})", "`pattern`"},
-           Case{R"({"type": "string", "format": "email"})", "`format`"},
+           Case{R"({"type": "string", "contentEncoding": "base64"})", "`contentEncoding`"},
            Case{R"({"oneOf": [{"type": "string"}]})", "`oneOf`"},
            Case{R"({"type": "integer", "maximum": 3})", "`maximum`"},
            Case{R"({"type": "integer", "minimum": 3})", "minimum of 0"},

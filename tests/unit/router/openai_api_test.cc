@@ -264,6 +264,13 @@ TEST(OpenAiApiTest, ResponseFormatsOnChatAndCompletions) {
   r = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->params.constraint.kind, Kind::kJsonObject);
+  r = ParseCompletionRequest(
+      R"({"prompt": "x", "response_format": {"type": "regex", "regex": "(yes|no)\\."}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.constraint.kind, Kind::kRegex);
+  EXPECT_EQ(r->params.constraint.schema, "(yes|no)\\.");
+  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "regex"}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("response_format.regex")));
 }
 
 TEST(OpenAiApiTest, TokenizeAndDetokenizeBodies) {

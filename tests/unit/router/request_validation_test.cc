@@ -69,10 +69,12 @@ TEST(ValidateRequest, ResponseFormatsReachTheWorkersOrAreRefusedNamingWhatToChan
   EXPECT_TRUE(b.sampling.constraint().json_object());
   EXPECT_FALSE(ValidateRequest(Tokens({7}, 3), &tokenizer)->sampling.has_constraint());
   p.constraint = {grammar::ConstraintSpec::Kind::kJsonSchema,
-                  R"({"properties": {"when": {"type": "string", "format": "date-time"}}})"};
-  EXPECT_THAT(ValidateRequest(p, &tokenizer),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("response_format: `#/properties/when`: the keyword `format`")));
+                  R"({"properties": {"when": {"type": "string", "format": "hostname"}}})"};
+  EXPECT_THAT(
+      ValidateRequest(p, &tokenizer),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          HasSubstr("response_format: `#/properties/when/format` \"hostname\" is not supported")));
   p.constraint = {grammar::ConstraintSpec::Kind::kJsonObject, ""};
   p.ignore_eos = true;
   EXPECT_THAT(ValidateRequest(p, &tokenizer),
