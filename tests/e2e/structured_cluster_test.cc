@@ -130,8 +130,13 @@ TEST_F(StructuredClusterTest, PrefilledOnTheDecodeWorkerToo) {
   any.mutable_sampling()->mutable_constraint()->set_json_object(true);
   const Completion object = RunGenerate(cluster_->router(), any);
   ASSERT_TRUE(object.status.ok()) << object.status.error_message();
-  const nlohmann::json j = nlohmann::json::parse(object.text, nullptr, false);
-  EXPECT_TRUE(j.is_object()) << object.text;
+  // Any object may hold a string longer than max_tokens: cut, it is still
+  // an object's start.
+  if (object.finished.reason() == v1::FINISH_REASON_EOS) {
+    EXPECT_TRUE(nlohmann::json::parse(object.text, nullptr, false).is_object()) << object.text;
+  } else {
+    EXPECT_EQ(object.text.substr(0, 1), "{") << object.text;
+  }
 }
 
 TEST_F(StructuredClusterTest, WorkersWithoutATokenizerRefuseSayingHow) {
