@@ -4,25 +4,14 @@
 #include <string>
 #include <string_view>
 
-#include "common/grammar/automaton.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/grammar/sentence.h"
 
 namespace tandem::grammar {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Whether `text` is a whole sentence of the grammar.
-bool Matches(const Grammar& g, std::string_view text) {
-  Automaton a(std::make_shared<const Grammar>(g));
-  int32_t state = a.start();
-  for (const char c : text) {
-    state = a.Step(state, static_cast<uint8_t>(c));
-    if (state == kDeadState) return false;
-  }
-  return a.accepting(state);
-}
 
 Grammar Schema(std::string_view schema) {
   absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
@@ -34,91 +23,91 @@ TEST(JsonSchemaTest, ObjectWithRequiredAndOptionalPropertiesInDeclaredOrder) {
   const Grammar g = Schema(R"({"type": "object", "properties": {
       "name": {"type": "string"}, "age": {"type": "integer"}, "ok": {"type": "boolean"}},
       "required": ["name", "age"], "additionalProperties": false})");
-  EXPECT_TRUE(Matches(g, R"({"name":"Ann","age":30})"));
-  EXPECT_TRUE(Matches(g, R"({"name":"Ann","age":-7,"ok":true})"));
-  EXPECT_TRUE(Matches(g, "{\n  \"name\": \"Ann\",\n  \"age\": 0\n}"));
-  EXPECT_FALSE(Matches(g, R"({"age":30})"));                // name is required
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann"})"));            // age is required
-  EXPECT_FALSE(Matches(g, R"({"age":30,"name":"Ann"})"));   // declared order
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann","age":30,})"));  // trailing comma
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann","age":30,"x":1})"));
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann","age":030})"));  // leading zero
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann","age":3.5})"));  // not an integer
-  EXPECT_FALSE(Matches(g, R"( {"name":"Ann","age":30})"));  // no leading space
-  EXPECT_FALSE(Matches(g, R"({"name":"Ann","age":30} )"));  // nothing after
+  EXPECT_TRUE(IsSentence(g, R"({"name":"Ann","age":30})"));
+  EXPECT_TRUE(IsSentence(g, R"({"name":"Ann","age":-7,"ok":true})"));
+  EXPECT_TRUE(IsSentence(g, "{\n  \"name\": \"Ann\",\n  \"age\": 0\n}"));
+  EXPECT_FALSE(IsSentence(g, R"({"age":30})"));                // name is required
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann"})"));            // age is required
+  EXPECT_FALSE(IsSentence(g, R"({"age":30,"name":"Ann"})"));   // declared order
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann","age":30,})"));  // trailing comma
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann","age":30,"x":1})"));
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann","age":030})"));  // leading zero
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann","age":3.5})"));  // not an integer
+  EXPECT_FALSE(IsSentence(g, R"( {"name":"Ann","age":30})"));  // no leading space
+  EXPECT_FALSE(IsSentence(g, R"({"name":"Ann","age":30} )"));  // nothing after
 }
 
 TEST(JsonSchemaTest, AllPropertiesOptional) {
   const Grammar g = Schema(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "null"}}})");
   for (const char* ok : {"{}", R"({"a":1})", R"({"b":null})", R"({"a":1,"b":null})"}) {
-    EXPECT_TRUE(Matches(g, ok)) << ok;
+    EXPECT_TRUE(IsSentence(g, ok)) << ok;
   }
-  EXPECT_FALSE(Matches(g, R"({,"b":null})"));
-  EXPECT_FALSE(Matches(g, R"({"b":null,"a":1})"));
+  EXPECT_FALSE(IsSentence(g, R"({,"b":null})"));
+  EXPECT_FALSE(IsSentence(g, R"({"b":null,"a":1})"));
 }
 
 TEST(JsonSchemaTest, WhitespaceIsBounded) {
   const Grammar g = Schema(R"({"type": "array", "items": {"type": "integer"}})");
-  EXPECT_TRUE(Matches(g, "[1, 2]"));
-  EXPECT_TRUE(Matches(g, "[\n  1,\n" + std::string(kMaxIndent, ' ') + "2\n]"));
-  EXPECT_FALSE(Matches(g, "[1,\n" + std::string(kMaxIndent + 1, ' ') + "2]"));
-  EXPECT_FALSE(Matches(g, "[1,  2]"));
-  EXPECT_FALSE(Matches(g, "[1,\n\n2]"));
+  EXPECT_TRUE(IsSentence(g, "[1, 2]"));
+  EXPECT_TRUE(IsSentence(g, "[\n  1,\n" + std::string(kMaxIndent, ' ') + "2\n]"));
+  EXPECT_FALSE(IsSentence(g, "[1,\n" + std::string(kMaxIndent + 1, ' ') + "2]"));
+  EXPECT_FALSE(IsSentence(g, "[1,  2]"));
+  EXPECT_FALSE(IsSentence(g, "[1,\n\n2]"));
 }
 
 TEST(JsonSchemaTest, StringsAreUtf8WithEscapesAndLengths) {
   const Grammar any = Schema(R"({"type": "string"})");
-  EXPECT_TRUE(Matches(any, "\"caf\xc3\xa9 \\n \\\" \\u00e9 \xf0\x9f\x98\x80\""));
-  EXPECT_FALSE(Matches(any, "\"bad \xff byte\""));
-  EXPECT_FALSE(Matches(any, "\"raw\nnewline\""));
-  EXPECT_FALSE(Matches(any, "\"bad \\x escape\""));
-  EXPECT_FALSE(Matches(any, "\"overlong \xe0\x80\x80\""));
-  EXPECT_FALSE(Matches(any, "\"surrogate \xed\xa0\x80\""));
-  EXPECT_FALSE(Matches(any, "\"lone \\ud800\""));
-  EXPECT_TRUE(Matches(any, "\"pair \\ud83d\\ude00\""));
+  EXPECT_TRUE(IsSentence(any, "\"caf\xc3\xa9 \\n \\\" \\u00e9 \xf0\x9f\x98\x80\""));
+  EXPECT_FALSE(IsSentence(any, "\"bad \xff byte\""));
+  EXPECT_FALSE(IsSentence(any, "\"raw\nnewline\""));
+  EXPECT_FALSE(IsSentence(any, "\"bad \\x escape\""));
+  EXPECT_FALSE(IsSentence(any, "\"overlong \xe0\x80\x80\""));
+  EXPECT_FALSE(IsSentence(any, "\"surrogate \xed\xa0\x80\""));
+  EXPECT_FALSE(IsSentence(any, "\"lone \\ud800\""));
+  EXPECT_TRUE(IsSentence(any, "\"pair \\ud83d\\ude00\""));
   const Grammar bounded = Schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
-  EXPECT_FALSE(Matches(bounded, R"("a")"));
-  EXPECT_TRUE(Matches(bounded, R"("ab")"));
-  EXPECT_TRUE(Matches(bounded, "\"a\xc3\xa9\\n\""));  // three characters
-  EXPECT_FALSE(Matches(bounded, R"("abcd")"));
+  EXPECT_FALSE(IsSentence(bounded, R"("a")"));
+  EXPECT_TRUE(IsSentence(bounded, R"("ab")"));
+  EXPECT_TRUE(IsSentence(bounded, "\"a\xc3\xa9\\n\""));  // three characters
+  EXPECT_FALSE(IsSentence(bounded, R"("abcd")"));
 }
 
 TEST(JsonSchemaTest, NumbersEnumsConstAnyOfAndTypeLists) {
   const Grammar num = Schema(R"({"type": "number"})");
   for (const char* ok : {"0", "-0.5", "12e3", "1.25E-7", "9007199254740991"}) {
-    EXPECT_TRUE(Matches(num, ok)) << ok;
+    EXPECT_TRUE(IsSentence(num, ok)) << ok;
   }
   for (const char* bad : {"01", ".5", "1.", "+1", "1e", "12345678901234567"}) {
-    EXPECT_FALSE(Matches(num, bad)) << bad;
+    EXPECT_FALSE(IsSentence(num, bad)) << bad;
   }
   const Grammar natural = Schema(R"({"type": "integer", "minimum": 0})");
-  EXPECT_TRUE(Matches(natural, "42"));
-  EXPECT_FALSE(Matches(natural, "-42"));
+  EXPECT_TRUE(IsSentence(natural, "42"));
+  EXPECT_FALSE(IsSentence(natural, "-42"));
   const Grammar colour = Schema(R"({"type": "string", "enum": ["red", "green", 7]})");
-  EXPECT_TRUE(Matches(colour, R"("red")"));
-  EXPECT_FALSE(Matches(colour, "7"));  // not a string, so dropped
-  EXPECT_FALSE(Matches(colour, R"("blue")"));
+  EXPECT_TRUE(IsSentence(colour, R"("red")"));
+  EXPECT_FALSE(IsSentence(colour, "7"));  // not a string, so dropped
+  EXPECT_FALSE(IsSentence(colour, R"("blue")"));
   const Grammar c = Schema(R"({"const": {"k": [1, null]}})");
-  EXPECT_TRUE(Matches(c, R"({"k":[1,null]})"));
+  EXPECT_TRUE(IsSentence(c, R"({"k":[1,null]})"));
   const Grammar maybe = Schema(R"({"anyOf": [{"type": "string"}, {"type": "null"}]})");
-  EXPECT_TRUE(Matches(maybe, "null"));
-  EXPECT_TRUE(Matches(maybe, R"("x")"));
-  EXPECT_FALSE(Matches(maybe, "1"));
+  EXPECT_TRUE(IsSentence(maybe, "null"));
+  EXPECT_TRUE(IsSentence(maybe, R"("x")"));
+  EXPECT_FALSE(IsSentence(maybe, "1"));
   const Grammar list = Schema(R"({"type": ["integer", "boolean"]})");
-  EXPECT_TRUE(Matches(list, "true"));
-  EXPECT_TRUE(Matches(list, "3"));
-  EXPECT_FALSE(Matches(list, "null"));
+  EXPECT_TRUE(IsSentence(list, "true"));
+  EXPECT_TRUE(IsSentence(list, "3"));
+  EXPECT_FALSE(IsSentence(list, "null"));
 }
 
 TEST(JsonSchemaTest, ArraysCountItems) {
   const Grammar g =
       Schema(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2})");
-  EXPECT_FALSE(Matches(g, "[]"));
-  EXPECT_TRUE(Matches(g, "[true]"));
-  EXPECT_TRUE(Matches(g, "[true, false]"));
-  EXPECT_FALSE(Matches(g, "[true,false,true]"));
+  EXPECT_FALSE(IsSentence(g, "[]"));
+  EXPECT_TRUE(IsSentence(g, "[true]"));
+  EXPECT_TRUE(IsSentence(g, "[true, false]"));
+  EXPECT_FALSE(IsSentence(g, "[true,false,true]"));
   const Grammar any = Schema(R"({"type": "array"})");
-  EXPECT_TRUE(Matches(any, R"([1, "a", {"b": [null]}, []])"));
+  EXPECT_TRUE(IsSentence(any, R"([1, "a", {"b": [null]}, []])"));
 }
 
 TEST(JsonSchemaTest, RecursiveRefs) {
@@ -127,16 +116,16 @@ TEST(JsonSchemaTest, RecursiveRefs) {
       "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
       "required": ["v", "kids"], "additionalProperties": false}}})");
   EXPECT_TRUE(
-      Matches(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
-  EXPECT_FALSE(Matches(g, R"({"v":1,"kids":[{"v":2}]})"));
+      IsSentence(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
+  EXPECT_FALSE(IsSentence(g, R"({"v":1,"kids":[{"v":2}]})"));
 }
 
 TEST(JsonSchemaTest, JsonObjectIsAnyObject) {
   const Grammar g = JsonObjectGrammar();
-  EXPECT_TRUE(Matches(g, R"({"a": [1, 2.5, {"b": null}], "c": "d"})"));
-  EXPECT_TRUE(Matches(g, "{}"));
-  EXPECT_FALSE(Matches(g, "[]"));
-  EXPECT_FALSE(Matches(g, R"({"a": 1)"));
+  EXPECT_TRUE(IsSentence(g, R"({"a": [1, 2.5, {"b": null}], "c": "d"})"));
+  EXPECT_TRUE(IsSentence(g, "{}"));
+  EXPECT_FALSE(IsSentence(g, "[]"));
+  EXPECT_FALSE(IsSentence(g, R"({"a": 1)"));
 }
 
 TEST(JsonSchemaTest, RefusesWhatItCannotEnforceNamingIt) {
