@@ -82,6 +82,14 @@ struct ResponseMeta {
   // The text of a token id (the prompt's first token has no logprob entry
   // of its own in an echo, so its text comes from here); null = "".
   std::function<std::string(int32_t)> token_text;
+  // Chat with tools (tool_choice not "none"): outputs in this format are
+  // answered as tool_calls (finish_reason "tool_calls"); a stream holds
+  // text back while it may still be a call. kNone: text only.
+  ToolFormat tool_format = ToolFormat::kNone;
+  // A new call's id (null: "call_" and a counter).
+  std::function<std::string()> tool_call_id;
+  // parallel_tool_calls: false keeps only an output's first call.
+  bool parallel_tool_calls = true;
 };
 
 // Collects a request's events into the non-streaming response.
@@ -127,8 +135,19 @@ class StreamBuilder {
   std::string ChoiceChunk(int index, const std::string& text, const std::vector<TokenLogprob>& lps,
                           bool echo, int32_t first_id);
 
+  // Text a choice holds back while it may be a tool call, with its
+  // logprobs; `holding` until it cannot be one.
+  struct Held {
+    bool holding = false;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+  };
+  // The tool_calls delta of `calls`, then the finish.
+  std::string ToolCallChunks(int index, const std::vector<ToolCall>& calls);
+
   const ResponseMeta meta_;
   std::vector<size_t> text_offsets_;
+  std::vector<Held> held_;
   int prompt_tokens_ = 0;
   int cached_tokens_ = 0;
   int completion_tokens_ = 0;

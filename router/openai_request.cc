@@ -15,6 +15,7 @@
 #include "router/openai_api.h"
 #include "router/openai_fields.h"
 #include "router/openai_response_format.h"
+#include "router/openai_tools.h"
 
 namespace tandem::router::openai_api {
 namespace {
@@ -111,8 +112,8 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& k = it.key();
       const bool empty = it->is_null() || (it->is_array() && it->empty());
-      if (k != "role" && k != "content" && k != "name" &&
-          !((k == "tool_calls" || k == "function_call") && empty)) {
+      if (k != "role" && k != "content" && k != "name" && k != "tool_calls" &&
+          k != "tool_call_id" && !(k == "function_call" && empty)) {
         return absl::InvalidArgumentError(
             absl::StrCat("`", where, ".", k, "` is not supported; leave it out"));
       }
@@ -162,6 +163,7 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
                          *content);
       }
     }
+    RETURN_IF_ERROR(ParseMessageToolFields(m, where, turn));
     turns.push_back(std::move(turn));
   }
   return turns;
@@ -408,22 +410,16 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
     if (logprobs) out.params.logprobs = static_cast<int>(n);
   }
   if (logprobs && !out.params.logprobs.has_value()) out.params.logprobs = 0;
-  for (const char* field : {"tools", "functions"}) {
-    if (const json* v = Field(j, field); v != nullptr && !(v->is_array() && v->empty())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("`", field, "` is not supported: tool calls are not served"));
-    }
+  // The deprecated forms of tools: refused, saying which to use.
+  if (const json* v = Field(j, "functions"); v != nullptr && !(v->is_array() && v->empty())) {
+    return absl::InvalidArgumentError("`functions` is not supported: send them as `tools`");
   }
-  for (const char* field : {"tool_choice", "function_call"}) {
-    if (const json* v = Field(j, field); v != nullptr && !(v->is_string() && *v == "none")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "`", field, "` is not supported: tool calls are not served (leave it out or \"none\")"));
-    }
+  if (const json* v = Field(j, "function_call");
+      v != nullptr && !(v->is_string() && *v == "none")) {
+    return absl::InvalidArgumentError(
+        "`function_call` is not supported: use `tool_choice` (leave it out or \"none\")");
   }
-  // Only matters with tools, which are refused above; checked for its type.
-  if (const json* v = Field(j, "parallel_tool_calls")) {
-    RETURN_IF_ERROR(BoolField("parallel_tool_calls", *v).status());
-  }
+  RETURN_IF_ERROR(ParseTools(j, body, out.params));
   if (const json* v = Field(j, "response_format")) {
     RETURN_IF_ERROR(ParseResponseFormat(*v, body, out.params));
   }

@@ -27,6 +27,26 @@ namespace {
 
 using nlohmann::json;
 
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": a JSON string}}], with each entry's "index" in a stream.
+json ToolCallsJson(const std::vector<ToolCall>& calls, bool stream) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json call = {{"id", calls[k].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (stream) call["index"] = k;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+// The meta's id maker, or "call_" and a counter.
+std::function<std::string()> CallIds(const ResponseMeta& meta) {
+  if (meta.tool_call_id) return meta.tool_call_id;
+  return [n = std::make_shared<int>(0)] { return absl::StrCat("call_", (*n)++); };
+}
+
 json BytesOf(const std::string& s) {
   json out = json::array();
   for (char c : s) out.push_back(static_cast<int>(static_cast<unsigned char>(c)));
@@ -158,8 +178,21 @@ nlohmann::json ResponseBuilder::Build() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json choice = {{"index", i}};
+    const char* finish = c.finish.has_value() ? OpenAiFinishReason(*c.finish) : nullptr;
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      // An output cut by max_tokens is text: its call would not parse.
+      if (meta_.tool_format != ToolFormat::kNone && c.finish == FinishReason::kEos) {
+        ParsedToolCalls parsed = ParseToolCalls(meta_.tool_format, c.text, CallIds(meta_));
+        if (!meta_.parallel_tool_calls && parsed.calls.size() > 1) parsed.calls.resize(1);
+        if (!parsed.calls.empty()) {
+          choice["message"] = {
+              {"role", "assistant"},
+              {"content", parsed.content.has_value() ? json(*parsed.content) : json(nullptr)},
+              {"tool_calls", ToolCallsJson(parsed.calls, false)}};
+          finish = "tool_calls";
+        }
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -170,8 +203,7 @@ nlohmann::json ResponseBuilder::Build() const {
           chat ? json{{"content", json::array()}} : CompletionLogprobs({}, std::nullopt, offset);
     }
     choice["logprobs"] = meta_.logprobs ? std::move(logprobs) : json(nullptr);
-    choice["finish_reason"] =
-        c.finish.has_value() ? json(OpenAiFinishReason(*c.finish)) : json(nullptr);
+    choice["finish_reason"] = finish != nullptr ? json(finish) : json(nullptr);
     choices.push_back(std::move(choice));
   }
   return {{"id", meta_.id},
@@ -183,7 +215,21 @@ nlohmann::json ResponseBuilder::Build() const {
 }
 
 StreamBuilder::StreamBuilder(ResponseMeta meta)
-    : meta_(std::move(meta)), text_offsets_(static_cast<size_t>(std::max(meta_.n, 1)), 0) {}
+    : meta_(std::move(meta)),
+      text_offsets_(static_cast<size_t>(std::max(meta_.n, 1)), 0),
+      held_(static_cast<size_t>(std::max(meta_.n, 1))) {
+  if (meta_.endpoint == Endpoint::kChat && meta_.tool_format != ToolFormat::kNone) {
+    for (Held& h : held_) h.holding = true;
+  }
+}
+
+std::string StreamBuilder::ToolCallChunks(int index, const std::vector<ToolCall>& calls) {
+  json choice = {{"index", index},
+                 {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
+}
 
 nlohmann::json StreamBuilder::Chunk(nlohmann::json choices) const {
   json chunk = {
@@ -238,12 +284,42 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
       }
       return out;
     }
-    case GenerateEvent::Kind::kTokens:
+    case GenerateEvent::Kind::kTokens: {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
+      Held& h = held_[e.index];
+      if (h.holding) {
+        h.text += e.text;
+        h.logprobs.insert(h.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+        if (MayBeToolCall(meta_.tool_format, h.text)) return std::string();
+        h.holding = false;  // text after all: what was held goes out now
+        std::string out = ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
+        h = Held{};
+        return out;
+      }
       if (e.text.empty() && e.logprobs.empty()) return std::string();
       return ChoiceChunk(e.index, e.text, e.logprobs, false, 0);
+    }
     case GenerateEvent::Kind::kFinished: {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
+      std::string out;
+      const char* finish = OpenAiFinishReason(e.finish_reason);
+      if (Held& h = held_[e.index]; h.holding) {
+        h.holding = false;
+        ParsedToolCalls parsed;
+        if (e.finish_reason == FinishReason::kEos) {
+          parsed = ParseToolCalls(meta_.tool_format, h.text, CallIds(meta_));
+          if (!meta_.parallel_tool_calls && parsed.calls.size() > 1) parsed.calls.resize(1);
+        }
+        if (!parsed.calls.empty()) {
+          if (parsed.content.has_value())
+            out += ChoiceChunk(e.index, *parsed.content, {}, false, 0);
+          out += ToolCallChunks(e.index, parsed.calls);
+          finish = "tool_calls";
+        } else if (!h.text.empty() || !h.logprobs.empty()) {
+          out += ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
+        }
+        h = Held{};
+      }
       prompt_tokens_ = e.prompt_tokens;
       cached_tokens_ = e.cached_tokens;
       completion_tokens_ += e.completion_tokens;
@@ -254,8 +330,8 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
         choice["text"] = "";
       }
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = OpenAiFinishReason(e.finish_reason);
-      return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
+      choice["finish_reason"] = finish;
+      return out + SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
     }
   }
   return std::string();

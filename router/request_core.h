@@ -24,6 +24,7 @@
 #include "common/base/finish_reason.h"
 #include "common/base/limits.h"
 #include "common/grammar/constraint.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router {
 
@@ -33,6 +34,12 @@ struct ChatTurn {
   std::string role;  // system, user, assistant or tool
   std::string content;
   std::string name = {};  // the author's name, for the template; "" = none
+  // An assistant's calls, as the templates take them: a JSON array of
+  // {"id", "type": "function", "function": {"name", "arguments": object}};
+  // "" = none.
+  std::string tool_calls = {};
+  // A tool message: the call it answers; "" = none.
+  std::string tool_call_id = {};
 };
 
 // One generation request, as a client asked for it (not yet validated).
@@ -62,6 +69,12 @@ struct GenerateParams {
   bool ignore_eos = false;
   // What the output must be (OpenAI's response_format); kNone = free text.
   grammar::ConstraintSpec constraint = {};
+  // Functions the model may call, rendered through the chat template, and
+  // what tool_choice asks of them (kNone: no tools).
+  std::vector<ToolFunction> tools = {};
+  ToolChoiceKind tool_choice = ToolChoiceKind::kNone;
+  std::string tool_choice_name = {};  // kNamed: the function
+  bool parallel_tool_calls = true;
 
   // Unset = as many as the context leaves room for.
   std::optional<int> max_tokens;
@@ -158,6 +171,8 @@ struct ServedModelInfo {
   int64_t created_unix = 0;  // when the router started
   int max_context = 0;       // 0 = unknown (no routable decode worker yet)
   int vocab_size = 0;
+  // How the chat template writes tool calls (kNone: it takes no tools).
+  ToolFormat tool_format = ToolFormat::kNone;
 };
 
 // What the front ends call. Implemented by the router's core (router.h)

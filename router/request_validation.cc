@@ -8,10 +8,46 @@
 
 namespace tandem::router {
 
+namespace {
+
+// The messages as the templates take them when tools are involved.
+absl::StatusOr<jinja::Json> MessagesJson(const std::vector<ChatTurn>& messages) {
+  jinja::Json out = jinja::Json::array();
+  for (const ChatTurn& m : messages) {
+    jinja::Json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.name.empty()) j["name"] = m.name;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.tool_calls.empty()) {
+      j["tool_calls"] = jinja::Json::parse(m.tool_calls, nullptr, false);
+      if (j["tool_calls"].is_discarded()) {
+        return absl::InvalidArgumentError("a message's tool_calls are not JSON");
+      }
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+jinja::Json ToolsJson(const std::vector<ToolFunction>& tools) {
+  jinja::Json out = jinja::Json::array();
+  for (const ToolFunction& t : tools) {
+    jinja::Json f = {{"name", t.name}};
+    if (!t.description.empty()) f["description"] = t.description;
+    f["parameters"] = t.parameters.empty()
+                          ? jinja::Json{{"type", "object"}, {"properties", jinja::Json::object()}}
+                          : jinja::Json::parse(t.parameters, nullptr, false);
+    out.push_back({{"type", "function"}, {"function", std::move(f)}});
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
                                                    const ChatTemplate& chat_template,
-                                                   bool add_generation_prompt) {
+                                                   bool add_generation_prompt,
+                                                   const std::vector<ToolFunction>& tools) {
   if (messages.empty()) {
     return absl::InvalidArgumentError("messages is empty; send at least one message");
   }
@@ -29,14 +65,27 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
           absl::StrCat("message ", i, " has role '", m.role.substr(0, 64),
                        "'; the role must be system, user, assistant or tool"));
     }
-    bytes += m.role.size() + m.content.size() + m.name.size();
+    bytes += m.role.size() + m.content.size() + m.name.size() + m.tool_calls.size() +
+             m.tool_call_id.size();
     if (bytes > kMaxChatBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the chat's roles and contents exceed ", kMaxChatBytes, " bytes; shorten the messages"));
     }
     chat.push_back({.role = m.role, .content = m.content, .name = m.name});
   }
-  absl::StatusOr<std::string> text = chat_template.Render(chat, add_generation_prompt);
+  bool structured = !tools.empty();
+  for (const ChatTurn& m : messages) {
+    structured = structured || !m.tool_calls.empty() || !m.tool_call_id.empty();
+  }
+  absl::StatusOr<std::string> text;
+  if (structured) {
+    ASSIGN_OR_RETURN(jinja::Json json_messages, MessagesJson(messages));
+    jinja::Json extra = jinja::Json::object();
+    if (!tools.empty()) extra["tools"] = ToolsJson(tools);
+    text = chat_template.RenderJson(json_messages, add_generation_prompt, extra);
+  } else {
+    text = chat_template.Render(chat, add_generation_prompt);
+  }
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the chat template refused the messages: ", text.status().message()));
@@ -116,33 +165,64 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const GenerateParams& params,
         "this router has no tokenizer or chat template for chat messages; send the prompt as "
         "token_ids");
   }
-  return ChatPromptIds(*params.messages, *tokenizer, *context.chat_template);
+  const bool tools = params.tool_choice != ToolChoiceKind::kNone;
+  return ChatPromptIds(*params.messages, *tokenizer, *context.chat_template, true,
+                       tools ? params.tools : std::vector<ToolFunction>{});
+}
+
+// Tools need a chat and a template that takes them; "required" and a named
+// function become the constraint of a call in the template's format.
+// The constraint of the request: its response_format's, or that of the call
+// a required or named tool_choice asks for.
+absl::StatusOr<grammar::ConstraintSpec> ValidateTools(const GenerateParams& params,
+                                                      const ValidationContext& context) {
+  if (params.tool_choice == ToolChoiceKind::kNone) return params.constraint;
+  if (!params.messages.has_value()) {
+    return absl::InvalidArgumentError("`tools` go with chat `messages`");
+  }
+  const ToolFormat format = context.chat_template == nullptr
+                                ? ToolFormat::kNone
+                                : ToolFormatOf(context.chat_template->source());
+  if (format == ToolFormat::kNone) {
+    return absl::InvalidArgumentError(
+        "the served model's chat template takes no tools; leave `tools` out (or serve a model "
+        "whose template renders them: Llama 3.1/3.2, Qwen 2.5, Mistral)");
+  }
+  if (params.tool_choice == ToolChoiceKind::kAuto) return params.constraint;
+  if (params.constraint.kind != grammar::ConstraintSpec::Kind::kNone) {
+    return absl::InvalidArgumentError(
+        "`response_format` with a required or named tool_choice is not supported: the output is "
+        "the call; leave one out");
+  }
+  return ToolCallConstraint(format, params.tools, params.tool_choice, params.tool_choice_name);
 }
 
 // The constraint compiled here once, so that a schema the workers cannot
 // enforce is a 400 naming what to change (the workers compile it again,
 // against their vocabulary, and keep it).
-absl::Status ValidateConstraint(const GenerateParams& params, v1::SamplingParams& s) {
+absl::Status ValidateConstraint(const grammar::ConstraintSpec& constraint, bool ignore_eos,
+                                absl::string_view what, v1::SamplingParams& s) {
   using Kind = grammar::ConstraintSpec::Kind;
-  if (params.constraint.kind == Kind::kNone) return absl::OkStatus();
-  if (params.ignore_eos) {
+  if (constraint.kind == Kind::kNone) return absl::OkStatus();
+  if (ignore_eos) {
     return absl::InvalidArgumentError(
         "`ignore_eos` cannot go with `response_format`: the output ends when its JSON is "
         "complete; remove one");
   }
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> compiled =
-      grammar::CompileConstraint(params.constraint);
+      grammar::CompileConstraint(constraint);
   if (!compiled.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("response_format: ", compiled.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", compiled.status().message()));
   }
-  if (params.constraint.kind == Kind::kJsonObject) {
+  if (constraint.kind == Kind::kJsonObject) {
     s.mutable_constraint()->set_json_object(true);
-  } else if (params.constraint.kind == Kind::kRegex) {
-    s.mutable_constraint()->set_regex(params.constraint.schema);
+  } else if (constraint.kind == Kind::kRegex) {
+    s.mutable_constraint()->set_regex(constraint.schema);
   } else {
-    s.mutable_constraint()->set_json_schema(params.constraint.schema);
+    s.mutable_constraint()->set_json_schema(constraint.schema);
   }
+  s.mutable_constraint()->set_prefix(constraint.prefix);
+  s.mutable_constraint()->set_suffix(constraint.suffix);
   return absl::OkStatus();
 }
 
@@ -246,7 +326,12 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   s.set_frequency_penalty(params.frequency_penalty);
   if (params.repetition_penalty.has_value()) s.set_repetition_penalty(*params.repetition_penalty);
   s.set_min_tokens(params.min_tokens);
-  RETURN_IF_ERROR(ValidateConstraint(params, s));
+  ASSIGN_OR_RETURN(const grammar::ConstraintSpec constraint, ValidateTools(params, context));
+  RETURN_IF_ERROR(ValidateConstraint(constraint, params.ignore_eos,
+                                     params.constraint.kind == grammar::ConstraintSpec::Kind::kNone
+                                         ? "the tool's parameters"
+                                         : "response_format",
+                                     s));
   // Every end-of-sequence id stops: Llama 3 instruct models end a turn with
   // <|eot_id|> but may also emit <|end_of_text|> or <|eom_id|>.
   if (context.tokenizer != nullptr && !params.ignore_eos) {

@@ -68,10 +68,13 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
 // kMaxChatMessages or kMaxChatBytes, a role other than system, user,
 // assistant or tool, a conversation the template rejects (with the
 // template's message), and an empty rendered prompt.
+// `tools`, when not empty, reach the template as `tools` (OpenAI's
+// [{"type": "function", "function": {...}}] form).
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
                                                    const ChatTemplate& chat_template,
-                                                   bool add_generation_prompt = true);
+                                                   bool add_generation_prompt = true,
+                                                   const std::vector<ToolFunction>& tools = {});
 
 // The text of `ids`, decoded incrementally (whole UTF-8 characters), with a
 // leading BOS left out when `skip_leading_bos` (it is not text).

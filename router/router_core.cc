@@ -223,6 +223,7 @@ ServedModelInfo RouterCore::ModelInfo() const {
                        .created_unix = created_unix_,
                        .max_context = limits.max_context,
                        .vocab_size = limits.vocab_size};
+  if (env_.chat_template != nullptr) info.tool_format = ToolFormatOf(env_.chat_template->source());
   if (info.vocab_size == 0 && env_.tokenizer != nullptr) {
     info.vocab_size = env_.tokenizer->vocab_size();
   }

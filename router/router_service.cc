@@ -91,6 +91,8 @@ GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline
     case v1::OutputConstraint::KIND_NOT_SET:
       break;
   }
+  p.constraint.prefix = s.constraint().prefix();
+  p.constraint.suffix = s.constraint().suffix();
   p.ignore_eos = r.ignore_eos();
   // 0: up to the context's end; negative values are refused by validation.
   if (r.max_tokens() != 0) p.max_tokens = r.max_tokens();

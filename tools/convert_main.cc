@@ -28,7 +28,9 @@ ABSL_FLAG(std::string, synthetic, "",
           "llama3.2-1b, llama3-8b (16 GB in bf16)");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
 ABSL_FLAG(int, seq_len, 0,
-          "Context length of --synthetic weights (1 to 131072); 0 = the shape's own");
+          "Context length written to config.json (1 to 131072), of --synthetic weights or of "
+          "--model's (positions past its training context are well defined for RoPE, if not "
+          "useful); 0 = the model's or the shape's own");
 ABSL_FLAG(int, vocab_size, 0,
           "Vocabulary of --synthetic weights (e.g. to match --tokenizer); 0 = the shape's own");
 ABSL_FLAG(std::string, tokenizer, "",
@@ -49,7 +51,20 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
   if (model.empty() == synthetic.empty()) {
     return absl::InvalidArgumentError("give exactly one of --model and --synthetic");
   }
-  if (!model.empty()) return LoadModel(model);
+  const int seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (seq_len != 0 && (seq_len < 1 || seq_len > 131072)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seq_len is ", seq_len, "; give 1 to 131072, or 0 for the model's own"));
+  }
+  if (!model.empty()) {
+    if (absl::GetFlag(FLAGS_vocab_size) != 0) {
+      return absl::InvalidArgumentError(
+          "--vocab_size goes with --synthetic: --model's vocabulary is its own");
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model));
+    if (seq_len != 0) weights->config.seq_len = seq_len;
+    return weights;
+  }
   ModelConfig config;
   if (synthetic == "stories15M") {
     config = Stories15MShape();
@@ -63,13 +78,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--synthetic is '", synthetic, "'; use stories15M, stories110M, llama3.2-1b or llama3-8b"));
   }
-  if (const int seq_len = absl::GetFlag(FLAGS_seq_len); seq_len != 0) {
-    if (seq_len < 1 || seq_len > 131072) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--seq_len is ", seq_len, "; give 1 to 131072, or 0 for the shape's own"));
-    }
-    config.seq_len = seq_len;
-  }
+  if (seq_len != 0) config.seq_len = seq_len;
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab != 0) {
     if (vocab < 1 || vocab > (1 << 20)) {
       return absl::InvalidArgumentError(

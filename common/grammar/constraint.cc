@@ -9,7 +9,9 @@
 
 namespace tandem::grammar {
 
-absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const ConstraintSpec& spec) {
+namespace {
+
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileKind(const ConstraintSpec& spec) {
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonObject:
       return std::make_shared<const Grammar>(JsonObjectGrammar());
@@ -36,6 +38,23 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const Constrain
   return absl::InvalidArgumentError("no output constraint to compile");
 }
 
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(const ConstraintSpec& spec) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> inner, CompileKind(spec));
+  if (spec.prefix.empty() && spec.suffix.empty()) return inner;
+  if (spec.prefix.size() + spec.suffix.size() > 1024) {
+    return absl::InvalidArgumentError("an output constraint's prefix and suffix exceed 1 KiB");
+  }
+  Grammar g = *inner;
+  Grammar::Sequence whole = g.Literal(spec.prefix);
+  whole.push_back(Grammar::Ref(g.root()));
+  g.AppendLiteral(spec.suffix, whole);
+  g.set_root(g.Choice({whole}));
+  RETURN_IF_ERROR(g.Validate());
+  return std::make_shared<const Grammar>(std::move(g));
+}
+
 GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity)
     : vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
 
@@ -43,7 +62,9 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(const Constra
   const char* kind = spec.kind == ConstraintSpec::Kind::kJsonObject ? "o:"
                      : spec.kind == ConstraintSpec::Kind::kRegex    ? "r:"
                                                                     : "s:";
-  const std::string key = absl::StrCat(kind, spec.schema);
+  // Lengths first, so that no two specs share a key.
+  const std::string key = absl::StrCat(kind, spec.prefix.size(), ":", spec.suffix.size(), ":",
+                                       spec.prefix, spec.suffix, spec.schema);
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {

@@ -26,6 +26,10 @@ struct ConstraintSpec {
   // kJsonSchema: the schema's JSON text; kRegex: the pattern the whole
   // output must match (regex.h's syntax).
   std::string schema;
+  // Literal text around the output (a tool call's markers): the output is
+  // prefix, then what `kind` says, then suffix.
+  std::string prefix = {};
+  std::string suffix = {};
 };
 
 // The grammar of `spec`: INVALID_ARGUMENT saying what of the schema is not

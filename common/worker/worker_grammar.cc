@@ -55,6 +55,8 @@ absl::Status ResolveConstraint(const v1::SamplingParams& proto, grammar::Grammar
     case v1::OutputConstraint::KIND_NOT_SET:
       return absl::OkStatus();
   }
+  spec.prefix = proto.constraint().prefix();
+  spec.suffix = proto.constraint().suffix();
   if (grammars == nullptr) {
     return absl::FailedPreconditionError(
         "this worker has no tokenizer, so it cannot constrain output (response_format): start "

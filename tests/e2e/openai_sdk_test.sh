@@ -23,6 +23,7 @@ limited_pid=""
 cleanup() {
   [ -n "$limited_pid" ] && kill -TERM "$limited_pid" 2>/dev/null && wait "$limited_pid" 2>/dev/null
   "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
+  TANDEM_CLUSTER_DIR="$tmp/tools-cluster" "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -87,4 +88,24 @@ timeout 200 node "$root/tests/e2e/openai_structured_outputs.mjs" "$cache/node_mo
 rc=$?
 cat "$tmp/structured.out"
 [ "$rc" -eq 0 ] || fail "the structured-output checks failed (exit $rc)"
+
+# Tool calls need a template that takes tools: stories260K as a model folder
+# with Llama 3.1's template (its tool prompt is long: a 2,048-token context).
+# No prefix caches: a prompt computed in pieces rounds differently from one
+# computed whole, and the streamed call must equal the whole one.
+template="$models/chat_templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
+[ -f "$template" ] || fail "$template is missing"
+"$bin/tandem-convert" --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+  --seq_len 2048 --chat_template "$template" --output "$tmp/llama31-tools" \
+  >"$tmp/convert.log" 2>&1 || fail "tandem-convert: $(tail -n 5 "$tmp/convert.log")"
+TANDEM_CLUSTER_DIR="$tmp/tools-cluster" "$root/deploy/local/cluster.sh" up \
+  --port "$((port + 10))" --prefill 1 --decode 1 --model "$tmp/llama31-tools" \
+  --router_args "--api_key $key" --prefill_args "--prefix_cache=false" \
+  --decode_args "--prefix_cache=false" 2>"$tmp/up-tools.err" ||
+  fail "up (tools): $(cat "$tmp/up-tools.err")"
+timeout 200 node "$root/tests/e2e/openai_tool_calls.mjs" "$cache/node_modules" \
+  "http://127.0.0.1:$((port + 11))/v1" "$key" >"$tmp/tools.out" 2>&1
+rc=$?
+cat "$tmp/tools.out"
+[ "$rc" -eq 0 ] || fail "the tool-call checks failed (exit $rc)"
 echo "PASS"

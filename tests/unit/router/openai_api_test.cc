@@ -452,5 +452,112 @@ TEST(OpenAiApiTest, ErrorStatuses) {
   EXPECT_EQ(e.body["error"]["code"], "resource_exhausted");
 }
 
+TEST(OpenAiApiTest, ToolsAndToolChoices) {
+  absl::StatusOr<ApiRequest> r = ParseChatRequest(R"({"messages": [], "tools": [
+      {"type": "function", "function": {"name": "weather", "description": "d",
+       "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}, "strict": true}},
+      {"type": "function", "function": {"name": "time"}}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->params.tools.size(), 2u);
+  EXPECT_EQ(r->params.tools[0].name, "weather");
+  EXPECT_EQ(r->params.tools[0].description, "d");
+  // The parameters keep their properties' order.
+  EXPECT_EQ(r->params.tools[0].parameters, R"({"type":"object","properties":{"z":{},"a":{}}})");
+  EXPECT_EQ(r->params.tool_choice, ToolChoiceKind::kAuto);
+  r = ParseChatRequest(R"({"messages": [], "tools": [{"type": "function",
+      "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "f"}},
+      "parallel_tool_calls": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.tool_choice, ToolChoiceKind::kNamed);
+  EXPECT_EQ(r->params.tool_choice_name, "f");
+  EXPECT_FALSE(r->params.parallel_tool_calls);
+  r = ParseChatRequest(R"({"messages": [
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "42"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r->params.messages)[0].tool_calls,
+            R"([{"type":"function","function":{"name":"f","arguments":{"x":1}},"id":"c1"}])");
+  EXPECT_EQ((*r->params.messages)[1].tool_call_id, "c1");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"messages": [], "tools": {}})", "`tools`"},
+      {R"({"messages": [], "tools": [{"type": "code"}]})", "tools[0].type"},
+      {R"({"messages": [], "tools": [{"type": "function", "function": {}}]})", "name"},
+      {R"({"messages": [], "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       "function.name"},
+      {R"({"messages": [], "tools": [{"type": "function", "function": {"name": "a"}},
+          {"type": "function", "function": {"name": "a"}}]})",
+       "twice"},
+      {R"({"messages": [], "tool_choice": "required"})", "needs `tools`"},
+      {R"({"messages": [], "tools": [{"type": "function", "function": {"name": "a"}}],
+          "tool_choice": {"type": "function", "function": {"name": "b"}}})",
+       "`b`"},
+      {R"({"messages": [], "tools": [{"type": "function", "function": {"name": "a"}}],
+          "tool_choice": "sometimes"})",
+       "sometimes"},
+      {R"({"messages": [{"role": "user", "tool_calls": [{"function": {"name": "f"}}]}]})",
+       "assistant"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f",
+          "arguments": "{"}}]}]})",
+       "not JSON"},
+      {R"({"messages": [], "functions": [{"name": "f"}]})", "`tools`"},
+  };
+  for (const auto& [body, message] : bad) {
+    EXPECT_THAT(ParseChatRequest(body),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)))
+        << body;
+  }
+}
+
+TEST(OpenAiApiTest, ToolCallsInWholeAndStreamedResponses) {
+  ResponseMeta meta = Meta(Endpoint::kChat, 2, /*logprobs=*/false);
+  meta.tool_format = ToolFormat::kLlama3Json;
+  meta.tool_call_id = [] { return std::string("call_x"); };
+  const std::string call = R"({"name": "f", "parameters": {"a": 1}})";
+  ResponseBuilder b(meta);
+  ASSERT_TRUE(b.Add(TokensEvent(0, call)).ok());
+  ASSERT_TRUE(b.Add(TokensEvent(1, "Plain text.")).ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(0, FinishReason::kEos, 3, 9)).ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(1, FinishReason::kEos, 3, 2)).ok());
+  const json whole = b.Build();
+  const json& c0 = whole["choices"][0];
+  EXPECT_EQ(c0["finish_reason"], "tool_calls");
+  EXPECT_EQ(c0["message"]["content"], nullptr);
+  EXPECT_EQ(c0["message"]["tool_calls"], json::parse(R"([{"id": "call_x", "type": "function",
+                             "function": {"name": "f", "arguments": "{\"a\":1}"}}])"));
+  EXPECT_EQ(whole["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(whole["choices"][1]["message"]["content"], "Plain text.");
+  EXPECT_FALSE(whole["choices"][1]["message"].contains("tool_calls"));
+
+  StreamBuilder s(meta);
+  std::string sse = s.Start();
+  for (size_t k = 0; k < call.size(); k += 7) sse += *s.OnEvent(TokensEvent(0, call.substr(k, 7)));
+  sse += *s.OnEvent(TokensEvent(1, "Pl"));
+  sse += *s.OnEvent(TokensEvent(1, "ain"));
+  sse += *s.OnEvent(FinishedEvent(0, FinishReason::kEos, 3, 9));
+  sse += *s.OnEvent(FinishedEvent(1, FinishReason::kEos, 3, 2));
+  const std::vector<json> events = Events(sse + s.Finish());
+  // 2 role deltas; "Pl" and "ain" at once (text, not a call); the call and
+  // its finish; the other finish; [DONE].
+  ASSERT_EQ(events.size(), 8u) << sse;
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["content"], "Pl");
+  EXPECT_EQ(events[3]["choices"][0]["delta"]["content"], "ain");
+  const json& delta = events[4]["choices"][0]["delta"];
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(events[5]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(events[6]["choices"][0]["finish_reason"], "stop");
+
+  // Cut by max_tokens: text, as it came.
+  StreamBuilder cut(meta);
+  std::string cut_sse = cut.Start() + *cut.OnEvent(TokensEvent(0, R"({"name": "f", "par)"));
+  cut_sse += *cut.OnEvent(FinishedEvent(0, FinishReason::kLength, 3, 5));
+  const std::vector<json> cut_events = Events(cut_sse);
+  ASSERT_EQ(cut_events.size(), 4u);
+  EXPECT_EQ(cut_events[2]["choices"][0]["delta"]["content"], R"({"name": "f", "par)");
+  EXPECT_EQ(cut_events[3]["choices"][0]["finish_reason"], "length");
+}
+
 }  // namespace
 }  // namespace tandem::router::openai_api

@@ -18,6 +18,7 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 GenerateParams Tokens(std::vector<int32_t> ids, int max_tokens) {
   GenerateParams r;
@@ -172,6 +173,48 @@ TEST(ValidateRequest, ChatIsRenderedAndEncodedWithSpecialTokens) {
   // Text prompts still do not parse special tokens.
   EXPECT_THAT(ValidateRequest(Text("<s> w7", 1), &tokenizer, &chat_template),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no token '<s>'")));
+}
+
+// Tools reach the template, as do an assistant's calls and a tool's answer;
+// "required" and a named function constrain the output to a call.
+TEST(ValidateRequest, ToolsAreRenderedAndRequiredOnesConstrainTheCall) {
+  testing::FakeTokenizer tokenizer;
+  absl::StatusOr<ChatTemplate> with_tools = ChatTemplate::FromString(
+      R"({# calls are {"name", "parameters"} #}{% if tools %}{% for t in tools %})"
+      R"({{ t.function.name }} {% endfor %}{% endif %}{% for m in messages %}{{ m.content }} {% if m.tool_calls is defined %})"
+      R"({{ m.tool_calls[0].function.arguments.k }} {% endif %}{% endfor %})",
+      "<s>", "</s>");
+  ASSERT_TRUE(with_tools.ok()) << with_tools.status();
+  GenerateParams p = Chat({{"user", "w7"}});
+  p.messages->push_back(
+      {.role = "assistant",
+       .content = "",
+       .tool_calls =
+           R"([{"type": "function", "function": {"name": "w5", "arguments": {"k": "w8"}}}])"});
+  p.messages->push_back({.role = "tool", .content = "w9", .tool_call_id = "c1"});
+  p.tools = {{.name = "w5", .parameters = R"({"type": "object", "properties": {}})"},
+             {.name = "w6"}};
+  p.tool_choice = ToolChoiceKind::kAuto;
+  ASSERT_OK_AND_ASSIGN(ValidRequest a, ValidateRequest(p, &tokenizer, &*with_tools));
+  EXPECT_THAT(a.prompt, ElementsAre(5, 6, 7, 8, 9));
+  EXPECT_FALSE(a.sampling.has_constraint());
+  p.tool_choice = ToolChoiceKind::kNone;  // the tools are not rendered
+  ASSERT_OK_AND_ASSIGN(ValidRequest none, ValidateRequest(p, &tokenizer, &*with_tools));
+  EXPECT_THAT(none.prompt, ElementsAre(7, 8, 9));
+  p.tool_choice = ToolChoiceKind::kNamed;
+  p.tool_choice_name = "w6";
+  ASSERT_OK_AND_ASSIGN(ValidRequest named, ValidateRequest(p, &tokenizer, &*with_tools));
+  EXPECT_THAT(named.sampling.constraint().json_schema(), HasSubstr(R"({"const":"w6"})"));
+  EXPECT_THAT(named.sampling.constraint().json_schema(), Not(HasSubstr("w5")));
+  p.tool_choice = ToolChoiceKind::kRequired;
+  p.tools[0].parameters = R"({"type": "object", "properties": {"a": {"format": "hostname"}}})";
+  EXPECT_THAT(ValidateRequest(p, &tokenizer, &*with_tools),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the tool's parameters: `#/anyOf/0/properties/parameters")));
+  const ChatTemplate plain = FakeChatTemplate();
+  p.tool_choice = ToolChoiceKind::kAuto;
+  EXPECT_THAT(ValidateRequest(p, &tokenizer, &plain),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes no tools")));
 }
 
 TEST(ValidateRequest, ChatTheTemplateRejectsIsInvalidWithItsMessage) {
