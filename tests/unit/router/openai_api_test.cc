@@ -474,7 +474,8 @@ TEST(OpenAiApiTest, ToolsAndToolChoices) {
   r = ParseChatRequest(R"({"messages": [
       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
        "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
-      {"role": "tool", "tool_call_id": "c1", "content": "42"}]})");
+      {"role": "tool", "tool_call_id": "c1", "content": "42", "refusal": null,
+       "annotations": []}]})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r->params.messages)[0].tool_calls,
             R"([{"type":"function","function":{"name":"f","arguments":{"x":1}},"id":"c1"}])");
