@@ -113,8 +113,8 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
       const std::string& k = it.key();
       const bool empty = it->is_null() || (it->is_array() && it->empty());
       // What an SDK echoes back of a response message, when it says nothing.
-      const bool echoed = k == "function_call" || k == "refusal" || k == "annotations" ||
-                          k == "audio";
+      const bool echoed =
+          k == "function_call" || k == "refusal" || k == "annotations" || k == "audio";
       if (k != "role" && k != "content" && k != "name" && k != "tool_calls" &&
           k != "tool_call_id" && !(echoed && empty)) {
         return absl::InvalidArgumentError(
