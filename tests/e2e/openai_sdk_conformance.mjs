@@ -14,6 +14,8 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
+import { assert, CheckError, Checks, errorText as sharedErrorText, show } from './sdk_checks.mjs';
+
 const [modulesDir, baseURL, apiKey, limitedBaseURL] = process.argv.slice(2);
 if (!limitedBaseURL) {
   console.error('usage: node openai_sdk_conformance.mjs NODE_MODULES BASE_URL API_KEY LIMITED_BASE_URL');
@@ -27,17 +29,6 @@ const { APIError, BadRequestError, AuthenticationError, NotFoundError, RateLimit
 const clientOptions = { apiKey, maxRetries: 0, timeout: 30_000 };
 const client = new OpenAI({ ...clientOptions, baseURL });
 const limited = new OpenAI({ ...clientOptions, baseURL: limitedBaseURL });
-
-class CheckError extends Error {}
-
-function assert(cond, message) {
-  if (!cond) throw new CheckError(message);
-}
-
-function show(value) {
-  const s = JSON.stringify(value);
-  return s.length > 600 ? `${s.slice(0, 600)}...` : s;
-}
 
 function assertEq(actual, expected, what) {
   assert(actual === expected, `${what}: got ${show(actual)}, expected ${show(expected)}`);
@@ -62,11 +53,6 @@ function usageCounts(usage) {
                 total: usage.total_tokens });
 }
 
-function errorText(e) {
-  if (e instanceof APIError) return `${e.constructor.name} ${e.status}: ${show(e.error ?? e.message)}`;
-  return String(e?.stack ?? e);
-}
-
 // Runs `fn` expecting the SDK to throw `type`; returns the error.
 async function expectError(type, fn, what) {
   let result;
@@ -89,10 +75,9 @@ let model = '';
 const prompt = 'Once upon a time';
 const chatMessages = [{ role: 'user', content: 'Tell me a story about a cat.' }];
 
-const checks = [];
-function check(name, fn) {
-  checks.push({ name, fn });
-}
+const checks = new Checks(APIError);
+const check = (name, fn) => checks.add(name, fn);
+const errorText = (e) => sharedErrorText(e, APIError);
 
 check('models: list names one served model, retrieve finds it', async () => {
   const list = await client.models.list();
@@ -507,13 +492,4 @@ check('429: a second request while --max_inflight=1 is taken is a RateLimitError
   throw new CheckError(`the second request was served ${tries} times out of ${tries}, each time right after the first chunk of a 500-token stream on the same router: is --max_inflight=1 enforced?`);
 });
 
-for (const { name, fn } of checks) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    console.log(`FAIL - ${name}: ${e instanceof CheckError ? e.message : errorText(e)}`);
-    process.exit(1);
-  }
-}
-console.log(`PASS: ${checks.length} checks`);
+await checks.run();

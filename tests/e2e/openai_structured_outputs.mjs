@@ -14,6 +14,8 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
+import { assert, CheckError, Checks, errorText as sharedErrorText, show } from './sdk_checks.mjs';
+
 const [modulesDir, baseURL, apiKey] = process.argv.slice(2);
 if (!apiKey) {
   console.error('usage: node openai_structured_outputs.mjs NODE_MODULES BASE_URL API_KEY');
@@ -29,19 +31,6 @@ const Ajv = require('ajv').default;
 
 const client = new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 60_000 });
 const ajv = new Ajv({ allErrors: true, strict: false });
-
-class CheckError extends Error {}
-function assert(cond, message) {
-  if (!cond) throw new CheckError(message);
-}
-function show(value) {
-  const s = JSON.stringify(value);
-  return s.length > 600 ? `${s.slice(0, 600)}...` : s;
-}
-function errorText(e) {
-  if (e instanceof APIError) return `${e.constructor.name} ${e.status}: ${show(e.error ?? e.message)}`;
-  return String(e?.stack ?? e);
-}
 
 // Parses `text` and validates it against `schema`; returns the value.
 function validated(text, schema, what) {
@@ -71,10 +60,9 @@ const catSchema = catFormat.json_schema.schema;
 const messages = [{ role: 'user', content: 'Describe a cat as JSON.' }];
 let model = '';
 
-const checks = [];
-function check(name, fn) {
-  checks.push({ name, fn });
-}
+const checks = new Checks(APIError);
+const check = (name, fn) => checks.add(name, fn);
+const errorText = (e) => sharedErrorText(e, APIError);
 
 check('parse(): a zod schema gives a parsed object that validates', async () => {
   model = (await client.models.list()).data[0].id;
@@ -174,13 +162,4 @@ check('400: a schema format the workers cannot enforce is named', async () => {
   assert(String(error.message).includes('hostname'), `the error does not name the format: ${error.message}`);
 });
 
-for (const { name, fn } of checks) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    console.log(`FAIL - ${name}: ${e instanceof CheckError ? e.message : errorText(e)}`);
-    process.exit(1);
-  }
-}
-console.log(`PASS: ${checks.length} checks`);
+await checks.run();

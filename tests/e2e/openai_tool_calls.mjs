@@ -12,6 +12,8 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
+import { assert, CheckError, Checks, errorText as sharedErrorText, show } from './sdk_checks.mjs';
+
 const [modulesDir, baseURL, apiKey] = process.argv.slice(2);
 if (!apiKey) {
   console.error('usage: node openai_tool_calls.mjs NODE_MODULES BASE_URL API_KEY');
@@ -25,19 +27,6 @@ const Ajv = require('ajv').default;
 
 const client = new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 60_000 });
 const ajv = new Ajv({ allErrors: true, strict: false });
-
-class CheckError extends Error {}
-function assert(cond, message) {
-  if (!cond) throw new CheckError(message);
-}
-function show(value) {
-  const s = JSON.stringify(value);
-  return s.length > 600 ? `${s.slice(0, 600)}...` : s;
-}
-function errorText(e) {
-  if (e instanceof APIError) return `${e.constructor.name} ${e.status}: ${show(e.error ?? e.message)}`;
-  return String(e?.stack ?? e);
-}
 
 const weather = {
   type: 'function',
@@ -88,10 +77,9 @@ function validCall(call, what) {
   return args;
 }
 
-const checks = [];
-function check(name, fn) {
-  checks.push({ name, fn });
-}
+const checks = new Checks(APIError);
+const check = (name, fn) => checks.add(name, fn);
+const errorText = (e) => sharedErrorText(e, APIError);
 
 let firstCall = null;
 
@@ -178,13 +166,4 @@ check('a conversation with the call and the tool result goes back through the te
   for (const call of m.tool_calls ?? []) validCall(call, 'auto call');
 });
 
-for (const { name, fn } of checks) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    console.log(`FAIL - ${name}: ${e instanceof CheckError ? e.message : errorText(e)}`);
-    process.exit(1);
-  }
-}
-console.log(`PASS: ${checks.length} checks`);
+await checks.run();
