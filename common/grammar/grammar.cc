@@ -17,6 +17,12 @@ std::array<uint64_t, 4> Words(const ByteSet& set) {
 
 }  // namespace
 
+ByteSet ByteRange(int lo, int hi) {
+  ByteSet set;
+  for (int b = lo; b <= hi; ++b) set.set(b);
+  return set;
+}
+
 int32_t Grammar::NewRule() {
   rules_.emplace_back();
   labels_.emplace_back();

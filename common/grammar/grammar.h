@@ -29,6 +29,9 @@ using ByteSet = std::bitset<256>;
 // every alternative): what a client's schema can make the workers hold.
 inline constexpr int kMaxElements = 1 << 18;
 
+// The bytes lo to hi, both included.
+ByteSet ByteRange(int lo, int hi);
+
 class Grammar {
  public:
   enum class Kind : uint8_t { kBytes, kRule, kEnd };

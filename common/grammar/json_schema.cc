@@ -34,12 +34,6 @@ const absl::flat_hash_set<std::string>& Served() {
   return *kSet;
 }
 
-ByteSet Range(int lo, int hi) {
-  ByteSet set;
-  for (int b = lo; b <= hi; ++b) set.set(b);
-  return set;
-}
-
 // Whether `value` is an instance of JSON Schema type `type`.
 bool OfType(const json& value, const std::string& type) {
   if (type == "object") return value.is_object();
@@ -412,21 +406,21 @@ class Compiler {
   // escape, or a UTF-8 sequence of 2 to 4 bytes.
   int32_t StringChar() {
     if (string_char_ >= 0) return string_char_;
-    ByteSet plain = Range(0x20, 0x7f);
+    ByteSet plain = ByteRange(0x20, 0x7f);
     plain.reset('"');
     plain.reset('\\');
     ByteSet escaped;
     for (char c : std::string("\"\\/bfnrt")) escaped.set(static_cast<uint8_t>(c));
-    const Element h = g_.Bytes(Range('0', '9') | Range('a', 'f') | Range('A', 'F'));
-    const Element d = g_.Bytes(Range('d', 'd') | Range('D', 'D'));
-    auto b = [&](int lo, int hi) { return g_.Bytes(Range(lo, hi)); };
+    const Element h = g_.Bytes(ByteRange('0', '9') | ByteRange('a', 'f') | ByteRange('A', 'F'));
+    const Element d = g_.Bytes(ByteRange('d', 'd') | ByteRange('D', 'D'));
+    auto b = [&](int lo, int hi) { return g_.Bytes(ByteRange(lo, hi)); };
     const Element u = g_.Byte('u');
     const Element slash = g_.Byte('\\');
     // \uXXXX outside the surrogates, or a high surrogate then a low one.
-    const Element not_d = g_.Bytes(Range('0', '9') | Range('a', 'c') | Range('A', 'C') |
-                                   Range('e', 'f') | Range('E', 'F'));
-    const Element high = g_.Bytes(Range('8', '9') | Range('a', 'b') | Range('A', 'B'));
-    const Element low = g_.Bytes(Range('c', 'f') | Range('C', 'F'));
+    const Element not_d = g_.Bytes(ByteRange('0', '9') | ByteRange('a', 'c') | ByteRange('A', 'C') |
+                                   ByteRange('e', 'f') | ByteRange('E', 'F'));
+    const Element high = g_.Bytes(ByteRange('8', '9') | ByteRange('a', 'b') | ByteRange('A', 'B'));
+    const Element low = g_.Bytes(ByteRange('c', 'f') | ByteRange('C', 'F'));
     string_char_ = g_.Choice({{g_.Bytes(plain)},
                               {slash, g_.Bytes(escaped)},
                               {slash, u, not_d, h, h, h},
@@ -446,7 +440,7 @@ class Compiler {
 
   // Up to `count` digits.
   int32_t Digits(int count) {
-    const Element digit = g_.Bytes(Range('0', '9'));
+    const Element digit = g_.Bytes(ByteRange('0', '9'));
     int32_t rule = g_.Choice({{}});
     for (int k = 0; k < count; ++k) rule = g_.Choice({{digit, Grammar::Ref(rule)}, {}});
     return rule;
@@ -456,12 +450,12 @@ class Compiler {
     int32_t& cached = number_[integer][non_negative];
     if (cached >= 0) return cached;
     const int32_t whole =
-        g_.Choice({{g_.Byte('0')}, {g_.Bytes(Range('1', '9')), Grammar::Ref(Digits(15))}});
+        g_.Choice({{g_.Byte('0')}, {g_.Bytes(ByteRange('1', '9')), Grammar::Ref(Digits(15))}});
     Sequence out;
     if (!non_negative) out.push_back(Grammar::Ref(g_.Optional({g_.Byte('-')})));
     out.push_back(Grammar::Ref(whole));
     if (!integer) {
-      const Element digit = g_.Bytes(Range('0', '9'));
+      const Element digit = g_.Bytes(ByteRange('0', '9'));
       ByteSet e;
       e.set('e');
       e.set('E');

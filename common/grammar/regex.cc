@@ -13,13 +13,7 @@ namespace {
 
 using Sequence = Grammar::Sequence;
 
-ByteSet Span(int lo, int hi) {
-  ByteSet set;
-  for (int b = lo; b <= hi; ++b) set.set(b);
-  return set;
-}
-
-const ByteSet kAscii = Span(0, 0x7f);
+const ByteSet kAscii = ByteRange(0, 0x7f);
 
 // A set of characters: ASCII ones by byte, and of the others either all of
 // them or a list.
@@ -236,17 +230,19 @@ class Parser {
     ByteSet s;
     switch (c) {
       case 'd':
-        return Ascii(Span('0', '9'));
+        return Ascii(ByteRange('0', '9'));
       case 'D': {
         CharSet set = Any();
-        set.ascii &= ~Span('0', '9');
+        set.ascii &= ~ByteRange('0', '9');
         return set;
       }
       case 'w':
-        return Ascii(Span('0', '9') | Span('a', 'z') | Span('A', 'Z') | Span('_', '_'));
+        return Ascii(ByteRange('0', '9') | ByteRange('a', 'z') | ByteRange('A', 'Z') |
+                     ByteRange('_', '_'));
       case 'W': {
         CharSet set = Any();
-        set.ascii &= ~(Span('0', '9') | Span('a', 'z') | Span('A', 'Z') | Span('_', '_'));
+        set.ascii &= ~(ByteRange('0', '9') | ByteRange('a', 'z') | ByteRange('A', 'Z') |
+                       ByteRange('_', '_'));
         return set;
       }
       case 's':
@@ -367,7 +363,7 @@ class Parser {
           if (hi.ascii[b]) top = b;
         }
         if (lo > top) return Unsupported("a class range whose ends are reversed", p_);
-        item = Ascii(Span(lo, top));
+        item = Ascii(ByteRange(lo, top));
       }
       set.Add(item);
     }
@@ -386,7 +382,7 @@ class Parser {
     std::vector<Sequence> alts;
     ByteSet plain = set.ascii;
     if (options_.output == RegexOutput::kJsonString) {
-      plain &= ~Span(0, 0x1f);
+      plain &= ~ByteRange(0, 0x1f);
       plain.reset('"');
       plain.reset('\\');
       for (int b = 0; b < 0x20; ++b) {
@@ -423,8 +419,8 @@ class Parser {
 }  // namespace
 
 int32_t Utf8MultiByte(Grammar& g) {
-  const Grammar::Element cont = g.Bytes(Span(0x80, 0xbf));
-  auto b = [&](int lo, int hi) { return g.Bytes(Span(lo, hi)); };
+  const Grammar::Element cont = g.Bytes(ByteRange(0x80, 0xbf));
+  auto b = [&](int lo, int hi) { return g.Bytes(ByteRange(lo, hi)); };
   return g.Choice({{b(0xc2, 0xdf), cont},
                    {b(0xe0, 0xe0), b(0xa0, 0xbf), cont},
                    {b(0xe1, 0xec), cont, cont},
