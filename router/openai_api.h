@@ -136,7 +136,7 @@ class StreamBuilder {
                           bool echo, int32_t first_id);
 
   // Text a choice holds back while it may be a tool call, with its
-  // logprobs; `holding` until it cannot be one.
+  // logprobs; `holding` while calls may still come.
   struct Held {
     bool holding = false;
     std::string text;

@@ -290,10 +290,18 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
       if (h.holding) {
         h.text += e.text;
         h.logprobs.insert(h.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-        if (MayBeToolCall(meta_.tool_format, h.text)) return std::string();
-        h.holding = false;  // text after all: what was held goes out now
+        const size_t from = ToolCallHoldFrom(meta_.tool_format, h.text);
+        if (from == 0) return std::string();
+        if (from < h.text.size()) {
+          // Text before a call that may follow it (Hermes): the text goes
+          // out, its logprobs with what is held, so that none is sent twice.
+          std::string out = ChoiceChunk(e.index, h.text.substr(0, from), {}, false, 0);
+          h.text.erase(0, from);
+          return out;
+        }
         std::string out = ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
-        h = Held{};
+        // Only Hermes calls may follow text; the others are the whole output.
+        h = Held{.holding = meta_.tool_format == ToolFormat::kHermes};
         return out;
       }
       if (e.text.empty() && e.logprobs.empty()) return std::string();
@@ -312,7 +320,7 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
         }
         if (!parsed.calls.empty()) {
           if (parsed.content.has_value())
-            out += ChoiceChunk(e.index, *parsed.content, {}, false, 0);
+            out += ChoiceChunk(e.index, *parsed.content, h.logprobs, false, 0);
           out += ToolCallChunks(e.index, parsed.calls);
           finish = "tool_calls";
         } else if (!h.text.empty() || !h.logprobs.empty()) {

@@ -15,20 +15,6 @@
 namespace tandem::router {
 namespace {
 
-// Random call ids: Mistral's templates take exactly nine letters and
-// digits; the others get OpenAI's "call_" and 24 of them.
-std::function<std::string()> ToolCallIds(ToolFormat format) {
-  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
-  return [rng, format] {
-    static constexpr char kAlphabet[] =
-        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    const int length = format == ToolFormat::kMistral ? 9 : 24;
-    std::string id = format == ToolFormat::kMistral ? "" : "call_";
-    for (int k = 0; k < length; ++k) id += kAlphabet[(*rng)() % (sizeof(kAlphabet) - 1)];
-    return id;
-  };
-}
-
 using nlohmann::json;
 using openai_api::Dump;
 
@@ -365,7 +351,7 @@ void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, I
   };
   if (chat && params.tool_choice != ToolChoiceKind::kNone) {
     meta.tool_format = core->ModelInfo().tool_format;
-    meta.tool_call_id = ToolCallIds(meta.tool_format);
+    meta.tool_call_id = NewToolCallIds(meta.tool_format);
     meta.parallel_tool_calls = params.parallel_tool_calls;
   }
   params.request_id = std::move(ids.request);

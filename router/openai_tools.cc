@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/limits.h"
 #include "common/base/status_macros.h"
@@ -12,20 +10,6 @@
 namespace tandem::router::openai_api {
 
 using nlohmann::json;
-
-namespace {
-
-absl::Status CheckFunctionName(const std::string& name, const std::string& where) {
-  bool ok = !name.empty() && name.size() <= 64;
-  for (const char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '-');
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("`", where, "` must be 1 to 64 of a-z, A-Z, 0-9, _ and -"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status ParseTools(const json& j, absl::string_view body, GenerateParams& params) {
   const json* tools = Field(j, "tools");
@@ -39,7 +23,6 @@ absl::Status ParseTools(const json& j, absl::string_view body, GenerateParams& p
   const nlohmann::ordered_json ordered =
       any ? nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false)
           : nlohmann::ordered_json();
-  absl::flat_hash_set<std::string> names;
   for (size_t i = 0; any && i < tools->size(); ++i) {
     const json& t = (*tools)[i];
     const std::string where = absl::StrCat("tools[", i, "]");
@@ -62,11 +45,6 @@ absl::Status ParseTools(const json& j, absl::string_view body, GenerateParams& p
       return absl::InvalidArgumentError(absl::StrCat("`", where, ".function.name` is required"));
     }
     ASSIGN_OR_RETURN(fn.name, StringField(absl::StrCat(where, ".function.name"), *name));
-    RETURN_IF_ERROR(CheckFunctionName(fn.name, absl::StrCat(where, ".function.name")));
-    if (!names.insert(fn.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("`tools` names the function `", fn.name, "` twice; give each once"));
-    }
     if (const json* d = Field(*f, "description")) {
       ASSIGN_OR_RETURN(fn.description,
                        StringField(absl::StrCat(where, ".function.description"), *d));
@@ -111,11 +89,6 @@ absl::Status ParseTools(const json& j, absl::string_view body, GenerateParams& p
       }
       ASSIGN_OR_RETURN(params.tool_choice_name,
                        StringField("tool_choice.function.name", (*f)["name"]));
-      if (!names.contains(params.tool_choice_name)) {
-        return absl::InvalidArgumentError(absl::StrCat("`tool_choice` names the function `",
-                                                       params.tool_choice_name.substr(0, 64),
-                                                       "`, which `tools` does not offer"));
-      }
       params.tool_choice = ToolChoiceKind::kNamed;
     } else {
       return WrongType("tool_choice", "a string or an object", *c);
@@ -124,7 +97,7 @@ absl::Status ParseTools(const json& j, absl::string_view body, GenerateParams& p
   if (const json* v = Field(j, "parallel_tool_calls")) {
     ASSIGN_OR_RETURN(params.parallel_tool_calls, BoolField("parallel_tool_calls", *v));
   }
-  return absl::OkStatus();
+  return CheckToolFunctions(params.tools, params.tool_choice, params.tool_choice_name);
 }
 
 absl::Status ParseMessageToolFields(const json& m, const std::string& where, ChatTurn& turn) {

@@ -10,11 +10,9 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "router/request_core.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router::openai_api {
-
-// At most this many tools a request.
-inline constexpr int kMaxTools = 64;
 
 // Sets params' tools, tool_choice and parallel_tool_calls from the body
 // (`j`, and `body` again for the parameters' property order). Without

@@ -188,13 +188,15 @@ absl::StatusOr<grammar::ConstraintSpec> ValidateTools(const GenerateParams& para
         "the served model's chat template takes no tools; leave `tools` out (or serve a model "
         "whose template renders them: Llama 3.1/3.2, Qwen 2.5, Mistral)");
   }
+  RETURN_IF_ERROR(CheckToolFunctions(params.tools, params.tool_choice, params.tool_choice_name));
   if (params.tool_choice == ToolChoiceKind::kAuto) return params.constraint;
   if (params.constraint.kind != grammar::ConstraintSpec::Kind::kNone) {
     return absl::InvalidArgumentError(
         "`response_format` with a required or named tool_choice is not supported: the output is "
         "the call; leave one out");
   }
-  return ToolCallConstraint(format, params.tools, params.tool_choice, params.tool_choice_name);
+  return ToolCallConstraint(format, params.tools, params.tool_choice, params.tool_choice_name,
+                            context.tokenizer);
 }
 
 // The constraint compiled here once, so that a schema the workers cannot
@@ -208,6 +210,11 @@ absl::Status ValidateConstraint(const grammar::ConstraintSpec& constraint, bool 
     return absl::InvalidArgumentError(
         "`ignore_eos` cannot go with `response_format`: the output ends when its JSON is "
         "complete; remove one");
+  }
+  if (constraint.forced_tokens.size() > grammar::CompiledGrammar::kMaxForcedTokens) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", constraint.forced_tokens.size(),
+                                                   " forced_token_ids; at most ",
+                                                   grammar::CompiledGrammar::kMaxForcedTokens));
   }
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> compiled =
       grammar::CompileConstraint(constraint);
@@ -223,6 +230,8 @@ absl::Status ValidateConstraint(const grammar::ConstraintSpec& constraint, bool 
   }
   s.mutable_constraint()->set_prefix(constraint.prefix);
   s.mutable_constraint()->set_suffix(constraint.suffix);
+  for (const int32_t id : constraint.forced_tokens)
+    s.mutable_constraint()->add_forced_token_ids(id);
   return absl::OkStatus();
 }
 

@@ -4,9 +4,14 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/base/limits.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/stream_writer.h"
+#include "nlohmann/json.hpp"
 #include "router/request_driver.h"
+#include "router/tool_calls.h"
 
 namespace tandem::router {
 namespace {
@@ -29,21 +34,125 @@ void LogprobsToProto(std::vector<TokenLogprob>& in,
   }
 }
 
+// What a request's tools make of its outputs: each choice's text is kept,
+// and one that ends in calls gets them parsed on its last message.
+struct ToolOutputs {
+  ToolFormat format = ToolFormat::kNone;
+  bool single_call = false;
+  std::function<std::string()> new_id;
+  std::vector<std::string> texts;
+};
+
 class GrpcSink final : public ResponseSink {
  public:
-  explicit GrpcSink(std::shared_ptr<Writer> writer) : writer_(std::move(writer)) {}
+  GrpcSink(std::shared_ptr<Writer> writer, ToolOutputs tools)
+      : writer_(std::move(writer)), tools_(std::move(tools)) {}
   bool OnEvent(GenerateEvent event) override {
-    return writer_->Write(EventToProto(std::move(event)));
+    if (tools_.format == ToolFormat::kNone || event.kind == GenerateEvent::Kind::kEcho ||
+        event.index < 0 || event.index > kMaxChoices) {
+      return writer_->Write(EventToProto(std::move(event)));
+    }
+    if (tools_.texts.size() <= static_cast<size_t>(event.index)) {
+      tools_.texts.resize(event.index + 1);
+    }
+    std::string& text = tools_.texts[event.index];
+    text += event.text;
+    const bool eos =
+        event.kind == GenerateEvent::Kind::kFinished && event.finish_reason == FinishReason::kEos;
+    v1::GenerateResponse m = EventToProto(std::move(event));
+    if (eos) {
+      ParsedToolCalls parsed = ParseToolCalls(tools_.format, text, tools_.new_id);
+      if (tools_.single_call && parsed.calls.size() > 1) parsed.calls.resize(1);
+      for (const ToolCall& call : parsed.calls) {
+        v1::ToolCall* c = m.mutable_finished()->add_tool_calls();
+        c->set_id(call.id);
+        c->set_name(call.name);
+        c->set_arguments(call.arguments);
+      }
+      if (!parsed.calls.empty()) m.mutable_finished()->set_reason(v1::FINISH_REASON_TOOL_CALLS);
+    }
+    return writer_->Write(std::move(m));
   }
   void OnDone(absl::Status status) override { writer_->Finish(rpc::ToGrpc(status)); }
 
  private:
   const std::shared_ptr<Writer> writer_;
+  ToolOutputs tools_;
 };
+
+// A message's calls as the templates take them (ChatTurn::tool_calls).
+absl::StatusOr<std::string> TemplateToolCalls(const v1::ChatMessage& m, int index) {
+  using ordered = nlohmann::ordered_json;
+  if (m.tool_calls_size() > 0 && m.role() != "assistant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messages[", index, "].tool_calls belong to assistant messages"));
+  }
+  if (m.tool_call_id().size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messages[", index, "].tool_call_id is over 256 bytes"));
+  }
+  ordered calls = ordered::array();
+  for (const v1::ToolCall& c : m.tool_calls()) {
+    ordered arguments =
+        c.arguments().empty() ? ordered::object() : ordered::parse(c.arguments(), nullptr, false);
+    if (!arguments.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", index, "].tool_calls[",
+                                                     calls.size(),
+                                                     "].arguments must be a JSON object's text"));
+    }
+    calls.push_back({{"id", c.id()},
+                     {"type", "function"},
+                     {"function", {{"name", c.name()}, {"arguments", std::move(arguments)}}}});
+  }
+  return calls.empty() ? std::string() : calls.dump();
+}
+
+absl::Status ChatFromProto(const v1::ChatMessages& chat, GenerateParams& p) {
+  p.messages.emplace();
+  for (const v1::ChatMessage& m : chat.messages()) {
+    ASSIGN_OR_RETURN(std::string calls, TemplateToolCalls(m, static_cast<int>(p.messages->size())));
+    p.messages->push_back({.role = m.role(),
+                           .content = m.content(),
+                           .name = m.name(),
+                           .tool_calls = std::move(calls),
+                           .tool_call_id = m.tool_call_id()});
+  }
+  if (chat.tools_size() > kMaxTools) {
+    return absl::InvalidArgumentError(absl::StrCat("`tools` has ", chat.tools_size(),
+                                                   " entries; at most ", kMaxTools, " are served"));
+  }
+  for (const v1::Tool& t : chat.tools()) {
+    p.tools.push_back(
+        {.name = t.name(), .description = t.description(), .parameters = t.parameters()});
+  }
+  switch (chat.tool_choice()) {
+    case v1::TOOL_CHOICE_AUTO:
+      p.tool_choice = p.tools.empty() ? ToolChoiceKind::kNone : ToolChoiceKind::kAuto;
+      break;
+    case v1::TOOL_CHOICE_NONE:
+      p.tool_choice = ToolChoiceKind::kNone;
+      break;
+    case v1::TOOL_CHOICE_REQUIRED:
+      p.tool_choice = ToolChoiceKind::kRequired;
+      break;
+    case v1::TOOL_CHOICE_NAMED:
+      p.tool_choice = ToolChoiceKind::kNamed;
+      p.tool_choice_name = chat.tool_choice_name();
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool_choice ", chat.tool_choice(), " is not a ToolChoice"));
+  }
+  if (p.tools.empty() && p.tool_choice != ToolChoiceKind::kNone) {
+    return absl::InvalidArgumentError("tool_choice REQUIRED or NAMED needs `tools`");
+  }
+  p.parallel_tool_calls = !chat.single_tool_call();
+  return absl::OkStatus();
+}
 
 }  // namespace
 
-GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline) {
+absl::StatusOr<GenerateParams> ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline) {
   GenerateParams p;
   p.request_id = r.request_id();
   p.model = r.model();
@@ -55,10 +164,7 @@ GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline
       p.token_ids.emplace(r.token_ids().ids().begin(), r.token_ids().ids().end());
       break;
     case v1::GenerateRequest::kMessages:
-      p.messages.emplace();
-      for (const v1::ChatMessage& m : r.messages().messages()) {
-        p.messages->push_back({m.role(), m.content()});
-      }
+      RETURN_IF_ERROR(ChatFromProto(r.messages(), p));
       break;
     default:
       break;
@@ -93,6 +199,8 @@ GenerateParams ParamsFromProto(const v1::GenerateRequest& r, absl::Time deadline
   }
   p.constraint.prefix = s.constraint().prefix();
   p.constraint.suffix = s.constraint().suffix();
+  p.constraint.forced_tokens.assign(s.constraint().forced_token_ids().begin(),
+                                    s.constraint().forced_token_ids().end());
   p.ignore_eos = r.ignore_eos();
   // 0: up to the context's end; negative values are refused by validation.
   if (r.max_tokens() != 0) p.max_tokens = r.max_tokens();
@@ -160,9 +268,20 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
       return reactor;
     }
   }
-  std::shared_ptr<RequestHandle> handle = core_->Submit(
-      ParamsFromProto(*request, FromRealTime(absl::FromChrono(context->deadline()), *clock_)),
-      std::make_shared<GrpcSink>(writer));
+  absl::StatusOr<GenerateParams> params =
+      ParamsFromProto(*request, FromRealTime(absl::FromChrono(context->deadline()), *clock_));
+  if (!params.ok()) {
+    writer->Finish(rpc::ToGrpc(params.status()));
+    return reactor;
+  }
+  ToolOutputs tools;
+  if (params->tool_choice != ToolChoiceKind::kNone) {
+    tools.format = core_->ModelInfo().tool_format;
+    tools.single_call = !params->parallel_tool_calls;
+    tools.new_id = NewToolCallIds(tools.format);
+  }
+  std::shared_ptr<RequestHandle> handle =
+      core_->Submit(*std::move(params), std::make_shared<GrpcSink>(writer, std::move(tools)));
   // Weak: the handle holds the sink, which holds the writer.
   writer->OnCancel([weak = std::weak_ptr<RequestHandle>(handle)] {
     if (std::shared_ptr<RequestHandle> h = weak.lock()) h->Cancel();

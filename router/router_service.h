@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/base/clock.h"
 #include "router/request_core.h"
 #include "tandem/v1/generate.grpc.pb.h"
@@ -24,7 +25,11 @@ namespace tandem::router {
 using Authorizer = std::function<absl::Status(const grpc::CallbackServerContext&)>;
 
 // The plain request of a GenerateRequest, with the call's deadline.
-GenerateParams ParamsFromProto(const v1::GenerateRequest& request, absl::Time deadline);
+// INVALID_ARGUMENT for what cannot be mapped (a call's arguments that are
+// not a JSON object, more than kMaxTools tools, an unknown tool_choice);
+// the core's validation checks the rest.
+absl::StatusOr<GenerateParams> ParamsFromProto(const v1::GenerateRequest& request,
+                                               absl::Time deadline);
 // The GenerateResponse message of a core event.
 v1::GenerateResponse EventToProto(GenerateEvent event);
 

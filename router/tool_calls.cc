@@ -1,11 +1,16 @@
 #include "router/tool_calls.h"
 
+#include <algorithm>
+#include <memory>
+#include <random>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::router {
@@ -16,6 +21,23 @@ using json = nlohmann::ordered_json;
 constexpr absl::string_view kPythonTag = "<|python_tag|>";
 constexpr absl::string_view kHermesOpen = "<tool_call>";
 constexpr absl::string_view kHermesClose = "</tool_call>";
+constexpr absl::string_view kMistralMarker = "[TOOL_CALLS]";
+
+// The id of Mistral's marker, a control token (one id, no text).
+absl::StatusOr<int32_t> MistralMarkerId(const Tokenizer* tokenizer) {
+  if (tokenizer != nullptr) {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        tokenizer->Encode(std::string_view(kMistralMarker.data(), kMistralMarker.size()),
+                          EncodeOptions{.parse_special = true});
+    if (ids.ok() && ids->size() == 1) {
+      absl::StatusOr<std::string> text = tokenizer->Decode(-1, ids->front());
+      if (text.ok() && text->empty()) return ids->front();
+    }
+  }
+  return absl::InvalidArgumentError(
+      "tool_choice \"required\" or a named function needs the model's [TOOL_CALLS] control "
+      "token, which this router's tokenizer does not have; use \"auto\"");
+}
 
 // The call in `j` ({"name", key: object}); nullopt when it is not one.
 std::optional<ToolCall> CallOf(const json& j, const char* key,
@@ -58,14 +80,37 @@ const char* ToolFormatName(ToolFormat format) {
   return "none";
 }
 
+absl::Status CheckToolFunctions(const std::vector<ToolFunction>& functions, ToolChoiceKind choice,
+                                const std::string& named) {
+  if (functions.size() > static_cast<size_t>(kMaxTools)) {
+    return absl::InvalidArgumentError(absl::StrCat("`tools` has ", functions.size(),
+                                                   " entries; at most ", kMaxTools, " are served"));
+  }
+  absl::flat_hash_set<absl::string_view> names;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    const std::string& name = functions[i].name;
+    bool ok = !name.empty() && name.size() <= 64;
+    for (const char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '-');
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`tools[", i, "].function.name` must be 1 to 64 of a-z, A-Z, 0-9, _ and -"));
+    }
+    if (!names.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`tools` names the function `", name, "` twice; give each once"));
+    }
+  }
+  if (choice == ToolChoiceKind::kNamed && !names.contains(named)) {
+    return absl::InvalidArgumentError(absl::StrCat("`tool_choice` names the function `",
+                                                   named.substr(0, 64),
+                                                   "`, which `tools` does not offer"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(
     ToolFormat format, const std::vector<ToolFunction>& functions, ToolChoiceKind choice,
-    const std::string& named) {
-  if (format == ToolFormat::kMistral) {
-    return absl::InvalidArgumentError(
-        "tool_choice \"required\" or a named function cannot be enforced for this model: its "
-        "calls start with a control token; use \"auto\"");
-  }
+    const std::string& named, const Tokenizer* tokenizer) {
   const char* args_key = format == ToolFormat::kLlama3Json ? "parameters" : "arguments";
   json alternatives = json::array();
   for (const ToolFunction& f : functions) {
@@ -87,8 +132,14 @@ absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(
   }
   grammar::ConstraintSpec spec;
   spec.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
-  spec.schema =
-      alternatives.size() == 1 ? alternatives[0].dump() : json{{"anyOf", alternatives}}.dump();
+  json call = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
+  if (format == ToolFormat::kMistral) {
+    // [TOOL_CALLS] then an array of one call, as the other families write one.
+    ASSIGN_OR_RETURN(const int32_t marker, MistralMarkerId(tokenizer));
+    spec.forced_tokens = {marker};
+    call = json{{"type", "array"}, {"items", call}, {"minItems", 1}, {"maxItems", 1}};
+  }
+  spec.schema = call.dump();
   if (format == ToolFormat::kHermes) {
     spec.prefix = absl::StrCat(kHermesOpen, "\n");
     spec.suffix = absl::StrCat("\n", kHermesClose);
@@ -96,6 +147,18 @@ absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(
   // The compiled form is checked by the caller's validation, which names
   // a parameter schema the workers cannot enforce.
   return spec;
+}
+
+std::function<std::string()> NewToolCallIds(ToolFormat format) {
+  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
+  return [rng, format] {
+    static constexpr char kAlphabet[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const int length = format == ToolFormat::kMistral ? 9 : 24;
+    std::string id = format == ToolFormat::kMistral ? "" : "call_";
+    for (int k = 0; k < length; ++k) id += kAlphabet[(*rng)() % (sizeof(kAlphabet) - 1)];
+    return id;
+  };
 }
 
 ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
@@ -161,22 +224,37 @@ ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
   return out;
 }
 
-bool MayBeToolCall(ToolFormat format, absl::string_view text) {
+size_t ToolCallHoldFrom(ToolFormat format, absl::string_view text) {
   const absl::string_view s = absl::StripLeadingAsciiWhitespace(text);
-  auto starts = [&](absl::string_view marker) {
-    return s.size() <= marker.size() ? absl::StartsWith(marker, s) : absl::StartsWith(s, marker);
-  };
   switch (format) {
     case ToolFormat::kLlama3Json:
-      return s.empty() || s[0] == '{' || starts(kPythonTag);
+      if (s.empty() || s[0] == '{' || absl::StartsWith(s, kPythonTag) ||
+          (s.size() < kPythonTag.size() && absl::StartsWith(kPythonTag, s))) {
+        return 0;
+      }
+      break;
     case ToolFormat::kMistral:
-      return s.empty() || s[0] == '[';
-    case ToolFormat::kHermes:
-      return starts(kHermesOpen);
+      if (s.empty() || s[0] == '[') return 0;
+      break;
+    case ToolFormat::kHermes: {
+      size_t from = text.find(kHermesOpen);
+      if (from == absl::string_view::npos) {
+        // The longest tail that is a proper prefix of the marker.
+        from = text.size();
+        for (size_t n = std::min(text.size(), kHermesOpen.size() - 1); n > 0; --n) {
+          if (absl::EndsWith(text, kHermesOpen.substr(0, n))) {
+            from = text.size() - n;
+            break;
+          }
+        }
+      }
+      while (from > 0 && absl::ascii_isspace(static_cast<unsigned char>(text[from - 1]))) --from;
+      return from;
+    }
     case ToolFormat::kNone:
       break;
   }
-  return false;
+  return text.size();
 }
 
 }  // namespace tandem::router

@@ -12,6 +12,7 @@
 #ifndef TANDEM_ROUTER_TOOL_CALLS_H_
 #define TANDEM_ROUTER_TOOL_CALLS_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,10 +20,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/grammar/constraint.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace tandem::router {
 
 enum class ToolFormat { kNone, kLlama3Json, kHermes, kMistral };
+
+// At most this many tools a request.
+inline constexpr int kMaxTools = 64;
 
 // The family of a chat template's source; kNone when it renders no tools.
 ToolFormat ToolFormatOf(absl::string_view template_source);
@@ -43,13 +48,25 @@ struct ToolCall {
   std::string arguments;  // a JSON object's text
 };
 
+// At most kMaxTools functions, each name 1 to 64 of a-z, A-Z, 0-9, _ and -
+// and given once, and for kNamed `named` among them: INVALID_ARGUMENT
+// naming what to change (tools[i].function.name).
+absl::Status CheckToolFunctions(const std::vector<ToolFunction>& functions, ToolChoiceKind choice,
+                                const std::string& named);
+
 // The constraint that makes an output one call of `functions` (kNamed:
-// only `named`) in `format`. INVALID_ARGUMENT when the format cannot be
-// forced (Mistral's marker is a control token) or a function's parameters
-// are a schema the workers cannot enforce (the message names it).
+// only `named`) in `format`. Mistral's [TOOL_CALLS] marker is a control
+// token, forced by its id in `tokenizer`. INVALID_ARGUMENT when the marker
+// is not one token of the tokenizer (or there is none), or a function's
+// parameters are not JSON (a schema the workers cannot enforce is refused
+// when the caller compiles the constraint, naming what).
 absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(
     ToolFormat format, const std::vector<ToolFunction>& functions, ToolChoiceKind choice,
-    const std::string& named);
+    const std::string& named, const Tokenizer* tokenizer);
+
+// A source of random call ids for `format`: Mistral's templates take
+// exactly nine letters and digits; the others get OpenAI's "call_" and 24.
+std::function<std::string()> NewToolCallIds(ToolFormat format);
 
 // The calls in a finished output and the text outside them (nullopt when
 // there is none). No calls when the output is not in the format's syntax
@@ -61,9 +78,13 @@ struct ParsedToolCalls {
 ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
                                const std::function<std::string()>& new_id);
 
-// Whether an output that begins with `text` may still turn out to be a
-// call: a stream holds such text back until it knows.
-bool MayBeToolCall(ToolFormat format, absl::string_view text);
+// Where calls may still begin in an output that begins with `text`: a
+// stream sends text[0, offset) and holds the rest back until it knows.
+// text.size() when no call can follow. Llama 3 and Mistral calls are the
+// whole output, so the offset is 0 or the end; Hermes calls may follow
+// text, so the offset is that of the first <tool_call> (or of a tail that
+// may begin one), less the white space before it.
+size_t ToolCallHoldFrom(ToolFormat format, absl::string_view text);
 
 }  // namespace tandem::router
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/grammar/json_schema.h"
 #include "common/grammar/regex.h"
@@ -62,9 +63,21 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(const Constra
   const char* kind = spec.kind == ConstraintSpec::Kind::kJsonObject ? "o:"
                      : spec.kind == ConstraintSpec::Kind::kRegex    ? "r:"
                                                                     : "s:";
+  if (spec.forced_tokens.size() > CompiledGrammar::kMaxForcedTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a constraint forces ",
+                                                   spec.forced_tokens.size(), " tokens; at most ",
+                                                   CompiledGrammar::kMaxForcedTokens));
+  }
+  for (const int32_t id : spec.forced_tokens) {
+    if (id < 0 || id >= vocabulary_->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a constraint forces token ", id, ", outside the vocabulary of ", vocabulary_->size()));
+    }
+  }
   // Lengths first, so that no two specs share a key.
-  const std::string key = absl::StrCat(kind, spec.prefix.size(), ":", spec.suffix.size(), ":",
-                                       spec.prefix, spec.suffix, spec.schema);
+  const std::string key = absl::StrCat(
+      kind, spec.forced_tokens.size(), ":", absl::StrJoin(spec.forced_tokens, ","), ":",
+      spec.prefix.size(), ":", spec.suffix.size(), ":", spec.prefix, spec.suffix, spec.schema);
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {
@@ -74,7 +87,8 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(const Constra
   }
   // Compiled outside the lock: a large schema does not hold up others.
   ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> grammar, CompileConstraint(spec));
-  auto compiled = std::make_shared<CompiledGrammar>(std::move(grammar), vocabulary_);
+  auto compiled =
+      std::make_shared<CompiledGrammar>(std::move(grammar), vocabulary_, spec.forced_tokens);
   absl::MutexLock lock(&mu_);
   if (entries_.size() >= static_cast<size_t>(capacity_)) {
     auto oldest = entries_.begin();

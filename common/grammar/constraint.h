@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +31,10 @@ struct ConstraintSpec {
   // prefix, then what `kind` says, then suffix.
   std::string prefix = {};
   std::string suffix = {};
+  // Tokens forced before the prefix: control tokens that have no bytes
+  // (Mistral's [TOOL_CALLS]). At most CompiledGrammar::kMaxForcedTokens,
+  // each inside the worker's vocabulary.
+  std::vector<int32_t> forced_tokens = {};
 };
 
 // The grammar of `spec`: INVALID_ARGUMENT saying what of the schema is not
@@ -44,7 +49,8 @@ class GrammarCache {
  public:
   GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, int capacity = 16);
 
-  // CompileConstraint's errors.
+  // CompileConstraint's errors; INVALID_ARGUMENT for forced tokens that
+  // are too many or outside the vocabulary.
   absl::StatusOr<std::shared_ptr<CompiledGrammar>> Get(const ConstraintSpec& spec)
       ABSL_LOCKS_EXCLUDED(mu_);
   const Vocabulary& vocabulary() const { return *vocabulary_; }

@@ -35,11 +35,29 @@ absl::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::FromTokenizer(cons
 }
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar,
-                                 std::shared_ptr<const Vocabulary> vocabulary)
-    : vocabulary_(std::move(vocabulary)), automaton_(std::move(grammar)) {}
+                                 std::shared_ptr<const Vocabulary> vocabulary,
+                                 std::vector<int32_t> forced)
+    : vocabulary_(std::move(vocabulary)),
+      forced_(std::move(forced)),
+      automaton_(std::move(grammar)) {
+  for (const int32_t id : forced_) {
+    auto mask = std::make_shared<TokenMask>();
+    mask->words.assign((vocabulary_->size() + 63) / 64, 0);
+    if (id >= 0 && id < vocabulary_->size()) {
+      mask->words[id / 64] |= uint64_t{1} << (id % 64);
+      mask->allowed = 1;
+    }
+    forced_masks_.push_back(std::move(mask));
+  }
+}
 
 int32_t CompiledGrammar::Advance(int32_t state, int32_t token) {
   if (token < 0 || token >= vocabulary_->size()) return kDeadState;
+  if (state < kDeadState) {
+    const size_t i = static_cast<size_t>(kDeadState - 1 - state);
+    if (i >= forced_.size() || token != forced_[i]) return kDeadState;
+    return i + 1 < forced_.size() ? ForcedState(i + 1) : 0;
+  }
   absl::MutexLock lock(&mu_);
   for (const char c : vocabulary_->bytes(token)) {
     if (state == kDeadState) break;
@@ -49,6 +67,10 @@ int32_t CompiledGrammar::Advance(int32_t state, int32_t token) {
 }
 
 std::shared_ptr<const TokenMask> CompiledGrammar::Mask(int32_t state) {
+  if (state < kDeadState) {
+    const size_t i = static_cast<size_t>(kDeadState - 1 - state);
+    return i < forced_masks_.size() ? forced_masks_[i] : Mask(kDeadState);
+  }
   absl::MutexLock lock(&mu_);
   const size_t slot = static_cast<size_t>(state + 1);  // slot 0: the dead state
   if (slot < masks_.size() && masks_[slot] != nullptr) return masks_[slot];

@@ -8,6 +8,11 @@
 // special tokens) are never in a mask: the sampler lets the stop tokens
 // through itself, when the grammar accepts.
 //
+// A grammar may start with forced tokens (a tool call's control-token
+// marker, which has no bytes for the grammar to match): while they are
+// pending the state is negative below kDeadState and its mask allows only
+// the next of them.
+//
 // CompiledGrammar is shared by every sequence that uses the grammar, on any
 // thread: its automaton and masks are computed lazily under a mutex and
 // kept, so a state's mask costs a scan of the vocabulary once and a lookup
@@ -67,12 +72,16 @@ struct TokenMask {
 
 class CompiledGrammar {
  public:
+  // `forced` (ids inside the vocabulary, at most kMaxForcedTokens) come
+  // first, then a sentence of `grammar`.
+  static constexpr size_t kMaxForcedTokens = 8;
   CompiledGrammar(std::shared_ptr<const Grammar> grammar,
-                  std::shared_ptr<const Vocabulary> vocabulary);
+                  std::shared_ptr<const Vocabulary> vocabulary, std::vector<int32_t> forced = {});
 
-  int32_t start() const { return 0; }
+  int32_t start() const { return forced_.empty() ? 0 : ForcedState(0); }
   // The state after `token`'s bytes; kDeadState when the grammar refuses
-  // them (or `state` is dead). A token without bytes leaves it unchanged.
+  // them (or `state` is dead). A token without bytes leaves it unchanged,
+  // except a forced one, which it must be while one is pending.
   int32_t Advance(int32_t state, int32_t token) ABSL_LOCKS_EXCLUDED(mu_);
   // The tokens allowed in `state` (a dead state allows none). Kept (the
   // same pointer for the same state from then on) while the grammar's masks
@@ -84,7 +93,12 @@ class CompiledGrammar {
   int state_count() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Forced token i is pending in state ForcedState(i).
+  static int32_t ForcedState(size_t i) { return kDeadState - 1 - static_cast<int32_t>(i); }
+
   std::shared_ptr<const Vocabulary> vocabulary_;
+  const std::vector<int32_t> forced_;
+  std::vector<std::shared_ptr<const TokenMask>> forced_masks_;  // immutable once built
   mutable absl::Mutex mu_;
   Automaton automaton_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const TokenMask>> masks_ ABSL_GUARDED_BY(mu_);

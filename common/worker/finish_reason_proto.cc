@@ -7,6 +7,7 @@ FinishReason FinishReasonFromProto(v1::FinishReason reason) {
     case v1::FINISH_REASON_LENGTH:
       return FinishReason::kLength;
     case v1::FINISH_REASON_EOS:
+    case v1::FINISH_REASON_TOOL_CALLS:
       return FinishReason::kEos;
     case v1::FINISH_REASON_STOP:
       return FinishReason::kStop;

@@ -57,6 +57,8 @@ absl::Status ResolveConstraint(const v1::SamplingParams& proto, grammar::Grammar
   }
   spec.prefix = proto.constraint().prefix();
   spec.suffix = proto.constraint().suffix();
+  spec.forced_tokens.assign(proto.constraint().forced_token_ids().begin(),
+                            proto.constraint().forced_token_ids().end());
   if (grammars == nullptr) {
     return absl::FailedPreconditionError(
         "this worker has no tokenizer, so it cannot constrain output (response_format): start "

@@ -1,5 +1,6 @@
 // Chat through a cluster: a stories260K hub folder with a chat_template.jinja
-// that writes BOS, EOS and refuses roles out of turn. The router renders a
+// that writes BOS, EOS and refuses roles out of turn, and one that renders
+// tools, whose calls come back parsed over gRPC. The router renders a
 // GenerateRequest's messages with that template and encodes the special
 // tokens; the tokens through the cluster equal the single-process engine's
 // on the same rendered prompt, and the template's refusal reaches the client
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/logging.h"
@@ -15,6 +17,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/e2e/cluster_harness.h"
 #include "tests/e2e/hub_folder.h"
 #include "tests/testing/model_files.h"
@@ -95,6 +98,105 @@ TEST(ChatClusterTest, ChatGivesTheEnginesTokensOnTheRenderedPrompt) {
       (*cluster)->router(), ChatRequest({{"user", "Hello"}, {"user", "Hello again"}}, 4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("roles must alternate"));
+  EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+}
+
+// A template of the Hermes family (its calls are <tool_call> blocks) that
+// renders tools, calls and tool results compactly.
+constexpr char kToolTemplate[] =
+    "{{ bos_token }}{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}"
+    "{% endfor %}\n{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: "
+    "{% if m['tool_calls'] %}{% for c in m['tool_calls'] %}<tool_call>"
+    "{{ c['function'] | tojson }}</tool_call>{% endfor %}{% else %}{{ m['content'] }}{% endif %}"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+
+v1::GenerateRequest ToolRequest(v1::ToolChoice choice, const std::string& named = "") {
+  v1::GenerateRequest r = ChatRequest({{"user", "What is the weather in Oslo?"}}, 120);
+  v1::Tool* weather = r.mutable_messages()->add_tools();
+  weather->set_name("get_weather");
+  weather->set_parameters(R"({"type": "object", "properties": {"city": {"type": "string",
+      "maxLength": 12}}, "required": ["city"], "additionalProperties": false})");
+  r.mutable_messages()->add_tools()->set_name("get_time");
+  r.mutable_messages()->set_tool_choice(choice);
+  r.mutable_messages()->set_tool_choice_name(named);
+  return r;
+}
+
+// Tools over gRPC: a required call comes back parsed on the last message
+// with its arguments following the function's schema, a named function is
+// the one called, and a call with its result goes back through the template.
+TEST(ChatClusterTest, ToolCallsOverGrpc) {
+  TANDEM_MODEL_FILE_OR_SKIP(model_path, "stories260K.bin");
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  const std::string dir = WriteStoriesHubFolder("stories260K-tools", DType::kF32);
+  {
+    std::ofstream out(dir + "/chat_template.jinja");
+    out << kToolTemplate;
+    ASSERT_TRUE(out.good());
+  }
+  auto cluster =
+      Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .router_flags = {"--model=" + dir}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::Router::Stub& router = (*cluster)->router();
+
+  const Completion required = RunGenerate(router, ToolRequest(v1::TOOL_CHOICE_REQUIRED));
+  ASSERT_TRUE(required.status.ok()) << required.status.error_message();
+  EXPECT_EQ(required.finished.reason(), v1::FINISH_REASON_TOOL_CALLS) << required.text;
+  ASSERT_EQ(required.finished.tool_calls_size(), 1) << required.text;
+  const v1::ToolCall& call = required.finished.tool_calls(0);
+  EXPECT_THAT(required.text, ::testing::StartsWith("<tool_call>\n"));
+  EXPECT_THAT(call.id(), ::testing::StartsWith("call_"));
+  const nlohmann::json args = nlohmann::json::parse(call.arguments(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << call.arguments();
+  if (call.name() == "get_weather") {
+    ASSERT_EQ(args.size(), 1u) << call.arguments();
+    ASSERT_TRUE(args["city"].is_string()) << call.arguments();
+  } else {
+    EXPECT_EQ(call.name(), "get_time");
+  }
+
+  const Completion named = RunGenerate(router, ToolRequest(v1::TOOL_CHOICE_NAMED, "get_time"));
+  ASSERT_TRUE(named.status.ok()) << named.status.error_message();
+  ASSERT_EQ(named.finished.tool_calls_size(), 1) << named.text;
+  EXPECT_EQ(named.finished.tool_calls(0).name(), "get_time");
+
+  // Without tools the same chat is text.
+  const Completion plain = RunGenerate(router, ChatRequest({{"user", "Hi"}}, 8));
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  EXPECT_EQ(plain.finished.tool_calls_size(), 0);
+
+  // The call and its result, back through the template.
+  v1::GenerateRequest round = ToolRequest(v1::TOOL_CHOICE_AUTO);
+  v1::ChatMessage* assistant = round.mutable_messages()->add_messages();
+  assistant->set_role("assistant");
+  *assistant->add_tool_calls() = call;
+  v1::ChatMessage* result = round.mutable_messages()->add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id(call.id());
+  result->set_content("Sunny, 21 C");
+  round.set_max_tokens(8);
+  const Completion back = RunGenerate(router, round);
+  ASSERT_TRUE(back.status.ok()) << back.status.error_message();
+  // The call was rendered: the prompt holds its JSON.
+  EXPECT_GT(back.finished.usage().prompt_tokens(),
+            required.finished.usage().prompt_tokens() + static_cast<int>(call.arguments().size()));
+
+  // What cannot be served says what to change, before any worker.
+  v1::GenerateRequest unknown = ToolRequest(v1::TOOL_CHOICE_NAMED, "get_mood");
+  v1::GenerateRequest misplaced = ToolRequest(v1::TOOL_CHOICE_AUTO);
+  *misplaced.mutable_messages()->mutable_messages(0)->add_tool_calls() = call;
+  v1::GenerateRequest bad_args = round;
+  bad_args.mutable_messages()->mutable_messages(1)->mutable_tool_calls(0)->set_arguments("[1]");
+  for (const auto& [request, message] : std::vector<std::pair<v1::GenerateRequest, std::string>>{
+           {unknown, "does not offer"},
+           {misplaced, "belong to assistant messages"},
+           {bad_args, "JSON object"}}) {
+    const Completion refused = RunGenerate(router, request);
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(refused.status.error_message(), HasSubstr(message));
+  }
   EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
 }
 

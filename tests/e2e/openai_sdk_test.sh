@@ -23,7 +23,8 @@ limited_pid=""
 cleanup() {
   [ -n "$limited_pid" ] && kill -TERM "$limited_pid" 2>/dev/null && wait "$limited_pid" 2>/dev/null
   "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
-  TANDEM_CLUSTER_DIR="$tmp/tools-cluster" "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
+  [ -z "${tools_cluster:-}" ] ||
+    TANDEM_CLUSTER_DIR="$tools_cluster" "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -90,22 +91,43 @@ cat "$tmp/structured.out"
 [ "$rc" -eq 0 ] || fail "the structured-output checks failed (exit $rc)"
 
 # Tool calls need a template that takes tools: stories260K as a model folder
-# with Llama 3.1's template (its tool prompt is long: a 2,048-token context).
-# No prefix caches: a prompt computed in pieces rounds differently from one
-# computed whole, and the streamed call must equal the whole one.
-template="$models/chat_templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
-[ -f "$template" ] || fail "$template is missing"
-"$bin/tandem-convert" --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
-  --seq_len 2048 --chat_template "$template" --output "$tmp/llama31-tools" \
-  >"$tmp/convert.log" 2>&1 || fail "tandem-convert: $(tail -n 5 "$tmp/convert.log")"
-TANDEM_CLUSTER_DIR="$tmp/tools-cluster" "$root/deploy/local/cluster.sh" up \
-  --port "$((port + 10))" --prefill 1 --decode 1 --model "$tmp/llama31-tools" \
-  --router_args "--api_key $key" --prefill_args "--prefix_cache=false" \
-  --decode_args "--prefix_cache=false" 2>"$tmp/up-tools.err" ||
-  fail "up (tools): $(cat "$tmp/up-tools.err")"
-timeout 200 node "$root/tests/e2e/openai_tool_calls.mjs" "$cache/node_modules" \
-  "http://127.0.0.1:$((port + 11))/v1" "$key" >"$tmp/tools.out" 2>&1
-rc=$?
-cat "$tmp/tools.out"
-[ "$rc" -eq 0 ] || fail "the tool-call checks failed (exit $rc)"
+# with the template of each family (Llama 3 JSON, Hermes, Mistral), with a
+# 2,048-token context for their long tool prompts. No prefix caches: a prompt
+# computed in pieces rounds differently from one computed whole, and the
+# streamed call must equal the whole one.
+for family in meta-llama-Llama-3.1-8B-Instruct Qwen-Qwen2.5-7B-Instruct \
+  mistralai-Mistral-Nemo-Instruct-2407; do
+  template="$models/chat_templates/$family.jinja"
+  [ -f "$template" ] || fail "$template is missing"
+  "$bin/tandem-convert" --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+    --seq_len 2048 --chat_template "$template" --output "$tmp/$family" \
+    >"$tmp/convert.log" 2>&1 || fail "tandem-convert: $(tail -n 5 "$tmp/convert.log")"
+  if [ "$family" = mistralai-Mistral-Nemo-Instruct-2407 ]; then
+    # Mistral's calls start with its [TOOL_CALLS] control token: give the
+    # tokenizer one, in place of the byte token <0x00>, which no text uses.
+    node -e '
+      const fs = require("fs");
+      const t = JSON.parse(fs.readFileSync(process.argv[1]));
+      delete t.model.vocab["<0x00>"];
+      t.model.vocab["[TOOL_CALLS]"] = 3;
+      t.added_tokens.push({ id: 3, content: "[TOOL_CALLS]", single_word: false, lstrip: false,
+                            rstrip: false, normalized: false, special: true });
+      fs.writeFileSync(process.argv[1], JSON.stringify(t));' "$tmp/$family/tokenizer.json" ||
+      fail "cannot add [TOOL_CALLS] to $tmp/$family/tokenizer.json"
+  fi
+  tools_cluster="$tmp/cluster-$family"
+  TANDEM_CLUSTER_DIR="$tools_cluster" "$root/deploy/local/cluster.sh" up \
+    --port "$((port + 10))" --prefill 1 --decode 1 --model "$tmp/$family" \
+    --router_args "--api_key $key" --prefill_args "--prefix_cache=false" \
+    --decode_args "--prefix_cache=false" 2>"$tmp/up-tools.err" ||
+    fail "up ($family): $(cat "$tmp/up-tools.err")"
+  echo "# tool calls, $family's template"
+  timeout 200 node "$root/tests/e2e/openai_tool_calls.mjs" "$cache/node_modules" \
+    "http://127.0.0.1:$((port + 11))/v1" "$key" >"$tmp/tools.out" 2>&1
+  rc=$?
+  cat "$tmp/tools.out"
+  [ "$rc" -eq 0 ] || fail "the tool-call checks failed with $family's template (exit $rc)"
+  TANDEM_CLUSTER_DIR="$tools_cluster" "$root/deploy/local/cluster.sh" down >/dev/null 2>&1
+  tools_cluster=""
+done
 echo "PASS"

@@ -192,5 +192,51 @@ TEST(TokenMaskTest, SamplerFollowsTheGrammarAndStopsOnlyWhenComplete) {
   EXPECT_TRUE(params.grammar->Mask(sampler.grammar_state())->accepting);
 }
 
+// A forced control token (Mistral's [TOOL_CALLS], no bytes) comes first,
+// whatever the model prefers, then the grammar; the cache refuses forced
+// ids outside the vocabulary and keys on them.
+TEST(TokenMaskTest, ForcedControlTokenComesFirst) {
+  auto vocab = std::make_shared<const Vocabulary>(SmallVocab());
+  const int32_t stop = vocab->size() - 2;
+  const int32_t control = vocab->size() - 1;
+  ConstraintSpec spec{ConstraintSpec::Kind::kJsonSchema, R"({"type": "boolean"})"};
+  spec.forced_tokens = {control};
+  GrammarCache cache(vocab);
+  std::shared_ptr<CompiledGrammar> compiled = *cache.Get(spec);
+  EXPECT_NE(*cache.Get({ConstraintSpec::Kind::kJsonSchema, R"({"type": "boolean"})"}), compiled);
+  const std::shared_ptr<const TokenMask> first = compiled->Mask(compiled->start());
+  EXPECT_EQ(first->allowed, 1);
+  EXPECT_TRUE(first->Allows(control));
+  EXPECT_FALSE(first->accepting);
+  EXPECT_EQ(compiled->Advance(compiled->start(), 't'), kDeadState);
+  EXPECT_EQ(compiled->Advance(compiled->Advance(compiled->start(), control), 't'),
+            compiled->Advance(0, 't'));
+
+  SamplingParams params;
+  params.grammar = compiled;
+  const std::vector<int32_t> stops = {stop};
+  Sampler sampler(params, {}, stops);
+  std::vector<float> logits(vocab->size(), 0.0f);
+  logits[stop] = 9.0f;
+  logits['t'] = 8.0f;
+  std::vector<int32_t> out;
+  for (int i = 0; i < 8 && (out.empty() || out.back() != stop); ++i) {
+    out.push_back(sampler.Sample(logits));
+    sampler.Accept(out.back());
+    logits['t'] = out.back() == 't' ? -1.0f : logits['t'];
+  }
+  ASSERT_GE(out.size(), 3u);
+  EXPECT_EQ(out.front(), control);
+  std::string text;
+  for (size_t k = 1; k + 1 < out.size(); ++k) text += vocab->bytes(out[k]);
+  EXPECT_EQ(text, "true");
+  EXPECT_EQ(out.back(), stop);
+
+  spec.forced_tokens = {vocab->size()};
+  EXPECT_EQ(cache.Get(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.forced_tokens.assign(CompiledGrammar::kMaxForcedTokens + 1, control);
+  EXPECT_EQ(cache.Get(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem::grammar

@@ -560,5 +560,49 @@ TEST(OpenAiApiTest, ToolCallsInWholeAndStreamedResponses) {
   EXPECT_EQ(cut_events[3]["choices"][0]["finish_reason"], "length");
 }
 
+// Hermes calls may follow text: the text streams as it comes, the call is
+// held from its marker, and the assembled stream equals the whole response.
+TEST(OpenAiApiTest, HermesTextBeforeACallStreamsThenTheCall) {
+  ResponseMeta meta = Meta(Endpoint::kChat, 1, /*logprobs=*/false);
+  meta.tool_format = ToolFormat::kHermes;
+  meta.tool_call_id = [] { return std::string("call_h"); };
+  const std::string output =
+      "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+  ResponseBuilder b(meta);
+  ASSERT_TRUE(b.Add(TokensEvent(0, output)).ok());
+  ASSERT_TRUE(b.Add(FinishedEvent(0, FinishReason::kEos, 3, 20)).ok());
+  const json whole = b.Build()["choices"][0];
+  ASSERT_EQ(whole["finish_reason"], "tool_calls");
+
+  StreamBuilder s(meta);
+  std::string sse = s.Start();
+  for (size_t k = 0; k < output.size(); k += 3)
+    sse += *s.OnEvent(TokensEvent(0, output.substr(k, 3)));
+  sse += *s.OnEvent(FinishedEvent(0, FinishReason::kEos, 3, 20));
+  std::string content;
+  json tool_calls = json::array();
+  std::string finish;
+  for (const json& e : Events(sse + s.Finish())) {
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+    if (c["delta"].contains("tool_calls")) {
+      for (json call : c["delta"]["tool_calls"]) {
+        call.erase("index");
+        tool_calls.push_back(call);
+      }
+    }
+    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(content, "Let me look.");
+  EXPECT_EQ(content, whole["message"]["content"]);
+  EXPECT_EQ(tool_calls, whole["message"]["tool_calls"]);
+  EXPECT_EQ(finish, "tool_calls");
+  // The text went out before the call ended: its first delta comes early.
+  StreamBuilder early(meta);
+  early.Start();
+  EXPECT_THAT(*early.OnEvent(TokensEvent(0, "Let me look.\n<tool")), HasSubstr("Let me look."));
+}
+
 }  // namespace
 }  // namespace tandem::router::openai_api
