@@ -52,6 +52,37 @@ absl::Status Admission::Validate(const Request& r, const ModelConfig& config) {
     return absl::InvalidArgumentError(
         "prompt_logprobs needs local_prefill; with a prefill worker, ask it for them");
   }
+  if (!r.resume.empty()) {
+    if (!r.local_prefill || r.prompt_logprobs) {
+      return absl::InvalidArgumentError(
+          "resume needs local_prefill (the worker computes the tokens) and no prompt_logprobs");
+    }
+    if (static_cast<int>(r.resume.size()) != r.n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume has ", r.resume.size(), " entries; send one per choice (n = ", r.n, ")"));
+    }
+    bool any = false;
+    for (size_t i = 0; i < r.resume.size(); ++i) {
+      const std::vector<int32_t>& tokens = r.resume[i].tokens;
+      if (r.resume[i].finished) continue;
+      any = true;
+      if (tokens.empty() || static_cast<int64_t>(tokens.size()) >= r.max_tokens ||
+          static_cast<int64_t>(r.prompt.size() + tokens.size()) >= config.seq_len) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "resume[", i, "] has ", tokens.size(),
+            " tokens; an unfinished choice resumes from 1 to max_tokens - 1 tokens that leave "
+            "room in the context"));
+      }
+      for (const int32_t id : tokens) {
+        if (id < 0 || id >= config.vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat("resume[", i, "] holds token ", id,
+                                                         "; token ids must be in [0, ",
+                                                         config.vocab_size, ")"));
+        }
+      }
+    }
+    if (!any) return absl::InvalidArgumentError("resume has no unfinished choice");
+  }
   return r.sampling.ValidateForVocab(config.vocab_size);
 }
 
@@ -95,8 +126,36 @@ void Admission::Enqueue(Submission cmd) {
   seq.choices.reserve(n);
   for (int i = 0; i < n; ++i) seq.choices.emplace_back(i, seq.request, s_.engine->NewSequence());
   seq.admitted = cmd.admitted;
+  if (!seq.request.resume.empty()) Resumed(seq);
   s_.sequences[seq.ticket] = std::move(owned);
   s_.by_request_id[seq.request.request_id] = seq.ticket;
+}
+
+void Admission::Resumed(Sequence& seq) {
+  // As if preempted after generating the tokens here: each choice holds
+  // the prompt and all of its tokens but the last, which is the input of
+  // its next step, and its sampler has seen them all. Resume computes them
+  // (from the prefix cache where it can) once there is room.
+  for (Choice& choice : seq.choices) {
+    const Request::Resumed& r = seq.request.resume[choice.index];
+    if (r.finished) {
+      choice.finished = true;
+      continue;
+    }
+    // Validate bounded the count far below Sampler::kMaxAdvance.
+    CHECK(choice.sampler.Replay(r.tokens));
+    choice.generated = static_cast<int>(r.tokens.size());
+    choice.tokens.insert(choice.tokens.end(), r.tokens.begin(), r.tokens.end() - 1);
+    choice.next_input = r.tokens.back();
+    if (s_.options.prefix_cache) {
+      const int block_size = s_.block_size();
+      choice.hashes = HashBlocks(s_.salt, choice.tokens, block_size,
+                                 static_cast<int>(choice.tokens.size()) / block_size);
+    }
+  }
+  seq.prompt_hashes = {};
+  seq.started = seq.admitted;
+  seq.MoveTo(Sequence::State::kPreempted);
 }
 
 bool Admission::Admit(Sequence& seq) {

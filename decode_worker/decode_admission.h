@@ -52,6 +52,9 @@ class Admission {
   // Gives queued `seq` its prompt's blocks and starts its prefill (local)
   // or lease (remote); false, and nothing changes, when the pool lacks room.
   bool Admit(Sequence& seq);
+  // Sets up migrated `seq` (Request::resume) as preempted after its
+  // choices' tokens, for Preemption::Resume to compute them.
+  void Resumed(Sequence& seq);
   // The hashes of the prompt's blocks to look up in the prefix cache: its
   // full blocks but the one holding its last token; none when the cache is
   // off or the prompt's logprobs are wanted.

@@ -20,6 +20,10 @@ Request FromProto(const v1::DecodeRequest& request) {
   if (request.has_logprobs()) r.logprobs = request.logprobs();
   r.prompt_logprobs = request.prompt_logprobs();
   r.priority = request.priority();
+  for (const v1::ResumedChoice& c : request.resume()) {
+    r.resume.push_back(
+        {.tokens = {c.tokens().begin(), c.tokens().end()}, .finished = c.finished()});
+  }
   return r;
 }
 

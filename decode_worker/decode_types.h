@@ -49,6 +49,13 @@ struct Request {
   // Waiting requests are admitted larger first; a running request of lower
   // priority is preempted first when the KV pool runs out.
   int priority = 0;
+  // A migrated request (worker.proto DecodeRequest.resume): empty, or one
+  // entry per choice with the tokens it generated elsewhere.
+  struct Resumed {
+    std::vector<int32_t> tokens;
+    bool finished = false;
+  };
+  std::vector<Resumed> resume = {};
 };
 
 // How a choice ended well (worker.proto DecodeFinished).

@@ -81,7 +81,9 @@ struct Sequence {
   static bool Legal(State from, State to) {
     switch (from) {
       case State::kQueued:
-        return to == State::kAdmitted || to == State::kPrefilling || to == State::kEnded;
+        // kPreempted: a migrated request, whose tokens are recomputed.
+        return to == State::kAdmitted || to == State::kPrefilling || to == State::kPreempted ||
+               to == State::kEnded;
       case State::kAdmitted:
         return to == State::kReceiving || to == State::kEnded;
       case State::kReceiving:

@@ -88,6 +88,10 @@ ABSL_FLAG(absl::Duration, reserve_timeout, absl::Seconds(2),
           "How long a decode worker may take to reserve KV for a request; then the "
           "reservation is cancelled and the request goes to another decode worker (a hung "
           "worker costs a request this much)");
+ABSL_FLAG(int32_t, max_migrations, 2,
+          "How many times one request's stream may move to another decode worker after its "
+          "worker is lost mid-stream (the new worker computes the prompt and the tokens sent so "
+          "far, and the stream goes on where it was); 0 = a lost worker fails its streams");
 ABSL_FLAG(absl::Duration, prefill_answer_timeout, absl::Seconds(2),
           "How long a prefill worker may take to answer, per 1024 prompt tokens and per "
           "request the router already has open on it (the answer comes once the KV has "
@@ -255,6 +259,9 @@ absl::Status Run() {
         "--request_timeout, --health_interval, --resolve_interval, --reserve_timeout and "
         "--prefill_answer_timeout must be positive");
   }
+  if (absl::GetFlag(FLAGS_max_migrations) < 0 || absl::GetFlag(FLAGS_max_migrations) > 100) {
+    return absl::InvalidArgumentError("--max_migrations must be 0 to 100");
+  }
 
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     std::string host;
@@ -314,6 +321,7 @@ absl::Status Run() {
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   options.driver.reserve_timeout = absl::GetFlag(FLAGS_reserve_timeout);
   options.driver.prefill_answer_timeout = absl::GetFlag(FLAGS_prefill_answer_timeout);
+  options.driver.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
         .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};

@@ -151,8 +151,19 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   r.mutable_stop_token_ids()->Assign(req_.stop_token_ids.begin(), req_.stop_token_ids.end());
   r.set_n(req_.n);
   if (req_.logprobs.has_value()) r.set_logprobs(*req_.logprobs);
-  r.set_prompt_logprobs(local && req_.echo && req_.logprobs.has_value());
+  r.set_prompt_logprobs(local && !resuming_ && req_.echo && req_.logprobs.has_value());
   r.set_priority(params_.priority);
+  stream_choices_ = req_.n;
+  if (resuming_) {
+    stream_choices_ = 0;
+    for (const Choice& c : choices_) {
+      v1::ResumedChoice* resumed = r.add_resume();
+      resumed->set_finished(c.finish.has_value() || c.ended);
+      if (resumed->finished()) continue;
+      resumed->mutable_tokens()->Assign(c.ids.begin(), c.ids.end());
+      ++stream_choices_;
+    }
+  }
   return r;
 }
 
@@ -297,7 +308,7 @@ void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
     }
     ++worker_finished_;
     timeline_.decode_queue_us = f.decode_queue_us();
-    if (!disaggregated_) {
+    if (!disaggregated_ && !resuming_) {
       timeline_.prefill_us = f.prefill_us();
       cached_tokens_ = f.cached_tokens();
     }
@@ -344,6 +355,7 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
     return;
   }
   if (cause.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(cause);
+  if (tokens > 0 && MigrateStream(cause)) return;
   if (tokens > 0 || phase_ == Phase::kPrefilling) {
     Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
                                                " was lost mid-stream after ", tokens,
@@ -352,6 +364,56 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   }
   Finish(absl::Status(cause.code(), absl::StrCat("decode worker ", decode_address_,
                                                  " failed the request: ", cause.message())));
+}
+
+bool RequestDriver::MigrateStream(const absl::Status& cause) {
+  if (migrations_ >= env_.options.max_migrations ||
+      (cause.code() != absl::StatusCode::kUnavailable &&
+       cause.code() != absl::StatusCode::kCancelled)) {
+    return false;
+  }
+  // Somewhere to go: a routable decode worker other than the lost one.
+  if (!PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
+                        static_cast<int>(req_.prompt.size()), *req_.max_tokens, {decode_address_})
+           .has_value()) {
+    return false;
+  }
+  for (const Choice& c : choices_) {
+    // Every choice of a stream gets its first token at once; one without
+    // is a stream that cannot be resumed.
+    if (!c.finish.has_value() && !c.ended && c.ids.empty()) return false;
+  }
+  for (Choice& c : choices_) {
+    if (c.finish.has_value() || c.ended) continue;
+    // Its last token came but not its end: it is over.
+    if (c.tokens >= *req_.max_tokens) c.finish = FinishReason::kLength;
+  }
+  for (int i = 0; i < req_.n; ++i) {
+    if (choices_[i].finish.has_value() && !choices_[i].ended) EndChoice(i);
+  }
+  if (ended_choices_ == req_.n) {
+    MaybeComplete();
+    return true;
+  }
+  ++migrations_;
+  migrated_from_.push_back(decode_address_);
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
+  LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
+               << " was lost mid-stream (" << cause.ToString()
+               << "); resuming on another decode worker (migration " << migrations_
+               << " of at most " << env_.options.max_migrations << ")";
+  // A Start still in flight went to the lost worker.
+  if (start_call_ != nullptr) start_call_->Cancel();
+  start_call_.reset();
+  phase_ = Phase::kStreaming;
+  local_ = true;
+  resuming_ = true;
+  decode_tried_ = {decode_address_};
+  decode_avoid_.clear();
+  decode_refusals_.clear();
+  decode_all_full_ = true;
+  OpenDecode();
+  return true;
 }
 
 void RequestDriver::OnDecodeRefused(absl::Status status) {
@@ -458,7 +520,7 @@ void RequestDriver::Emit(int index, const std::vector<int32_t>& ids,
       break;
     }
     event.token_ids.push_back(id);
-    if (prompt_blocks_.has_value()) c.ids.push_back(id);
+    c.ids.push_back(id);
     if (logprobs != nullptr) *kept.Add() = (*logprobs)[static_cast<int>(k)];
     ++c.tokens;
     if (c.detok.has_value()) {
@@ -542,7 +604,7 @@ void RequestDriver::Finish(absl::Status status) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   // A stream whose every choice the worker finished ends by itself.
-  if (decode_call_ != nullptr && !(status.ok() && worker_finished_ == req_.n)) {
+  if (decode_call_ != nullptr && !(status.ok() && worker_finished_ == stream_choices_)) {
     decode_call_->Cancel();
   }
   if (prefill_call_ != nullptr) prefill_call_->Cancel();

@@ -11,6 +11,13 @@
 //     PrefillAnswerBudget counts as one) is retried once on another
 //     prefill worker with a fresh decode reservation;
 //   local: DecodeWorker.Generate(local_prefill) -> tokens -> finished.
+// A decode stream lost after tokens reached the client (UNAVAILABLE or
+// CANCELLED not by the router: the worker died, its connection broke, it
+// shut down) moves to another decode worker, at most
+// DriverOptions::max_migrations times: the new worker computes the prompt
+// and each choice's tokens so far (DecodeRequest.resume), replays them
+// through the choice's sampler, and sends only what follows, so the client
+// sees a pause and exactly the tokens an unfaulted run gives.
 // A decode worker that refuses with UNAVAILABLE or RESOURCE_EXHAUSTED
 // before its first event (dead, draining, full), or sends no `reserved`
 // within --reserve_timeout (hung: the stream is cancelled, so the worker
@@ -85,6 +92,10 @@ struct DriverOptions {
   // requests still waiting on that worker (Worker::MarkUnresponsive). See
   // PrefillAnswerBudget.
   absl::Duration prefill_answer_timeout = absl::Seconds(2);
+  // How many times a request's stream may move to another decode worker
+  // after its worker was lost mid-stream (the new worker computes the
+  // prompt and the tokens sent so far, and the stream resumes); 0 = never.
+  int max_migrations = 2;
   // max_tokens when the request sets none and the context is unknown.
   int default_max_tokens = 16;
   // Where to count the request; null = nowhere. Must outlive the driver.
@@ -143,7 +154,8 @@ class RequestDriver final : public RequestHandle,
     std::optional<FinishReason> finish;  // Decided by the router or the worker.
     int tokens = 0;
     int32_t prev = -1;  // The last token, for logprob texts.
-    // The tokens sent to the client, kept for the prefix index only.
+    // The tokens sent to the client: for the prefix index, and for a
+    // migration, which resumes from them.
     std::vector<int32_t> ids;
     bool ended = false;  // Its kFinished was sent.
   };
@@ -169,6 +181,10 @@ class RequestDriver final : public RequestHandle,
   void OnStartDone(int stream, absl::Status status);
   // A refusal of the decode stream before its first event.
   void OnDecodeRefused(absl::Status status);
+  // The decode stream was lost after tokens reached the client: true when
+  // it moves to another decode worker (MigrateStream), false when it may
+  // not (no migrations left, or a choice with no token yet).
+  bool MigrateStream(const absl::Status& cause);
   // The reservation of decode stream `stream` was not answered within
   // --reserve_timeout.
   void OnReserveTimer(int stream);
@@ -243,6 +259,11 @@ class RequestDriver final : public RequestHandle,
   int stream_ = -1;
   bool awaiting_first_ = false;
   int worker_finished_ = 0;  // `finished` events of the current stream
+  int stream_choices_ = 0;   // the choices it finishes (fewer when resumed)
+  // Migrations so far, and the decode workers lost.
+  int migrations_ = 0;
+  bool resuming_ = false;  // the open stream resumes the choices' tokens
+  std::vector<std::string> migrated_from_;
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
   std::shared_ptr<WorkerCall> decode_call_;

@@ -65,6 +65,10 @@ void RequestDriver::Log(const absl::Status& status) const {
   };
   if (!status.ok()) line["error"] = std::string(status.message());
   if (!prefill_errors_.empty()) line["prefill_errors"] = prefill_errors_;
+  if (migrations_ > 0) {
+    line["migrations"] = migrations_;
+    line["migrated_from"] = migrated_from_;
+  }
   if (!params_.metadata.empty()) {
     nlohmann::json metadata = nlohmann::json::object();
     for (const auto& [key, value] : params_.metadata) metadata[key] = value;

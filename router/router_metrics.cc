@@ -33,6 +33,9 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
                                        metrics::LatencyBuckets())),
       prefill_retries(AddCounter(registry, "tandem_router_prefill_retries_total",
                                  "Prefills retried on another prefill worker after a failure")),
+      migrations(AddCounter(registry, "tandem_router_migrations_total",
+                            "Streams moved to another decode worker after theirs was lost, "
+                            "resuming from the tokens already sent")),
       disaggregated_requests(AddCounter(registry, "tandem_router_disaggregated_requests_total",
                                         "Requests served by a prefill worker and a decode worker")),
       local_prefill_requests(AddCounter(registry, "tandem_router_local_prefill_requests_total",

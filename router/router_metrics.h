@@ -30,6 +30,8 @@ struct RouterMetrics {
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_request_latency;
   prometheus::Counter& prefill_retries;
+  // Streams moved to another decode worker after theirs was lost.
+  prometheus::Counter& migrations;
   prometheus::Counter& disaggregated_requests;
   prometheus::Counter& local_prefill_requests;
   prometheus::Counter& prompt_tokens;

@@ -121,6 +121,13 @@ void Sampler::Accept(int32_t token) {
   }
 }
 
+bool Sampler::Replay(std::span<const int32_t> tokens) {
+  if (tokens.size() > kMaxAdvance) return false;
+  if (!greedy() && !Advance(tokens.size())) return false;
+  for (const int32_t token : tokens) Accept(token);
+  return true;
+}
+
 bool Sampler::Advance(uint64_t n) {
   if (n > kMaxAdvance) return false;
   rng_.discard(n);

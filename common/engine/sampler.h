@@ -95,6 +95,12 @@ class Sampler {
   // Accept()s. At most kMaxAdvance; false (nothing changes) beyond.
   static constexpr uint64_t kMaxAdvance = uint64_t{1} << 24;
   bool Advance(uint64_t n);
+  // Takes the state a sampler of the same parameters and seed had after
+  // generating `tokens` (a stream migrated from another worker): one draw
+  // of the random stream per token unless greedy (Sample draws exactly
+  // one), and each token Accept()ed. False (nothing changes) beyond
+  // kMaxAdvance tokens.
+  bool Replay(std::span<const int32_t> tokens);
 
   // The row Sample draws from: `logits` after the processors (the row
   // itself when none is set; else valid until the next call).

@@ -176,6 +176,14 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
   const int n = std::max(1, request.n());
   for (int choice = 0; choice < n; ++choice) {
     generated = first_generated;
+    // A migrated request: the choice's tokens so far came from elsewhere,
+    // the first of them (as if) from a prefill worker.
+    int skip = 0;
+    if (choice < request.resume_size()) {
+      if (request.resume(choice).finished()) continue;
+      generated = request.resume(choice).tokens_size();
+      skip = std::max(0, generated - 1);
+    }
     v1::DecodeEvent pending;
     auto flush = [&] {
       if (pending.tokens().ids_size() == 0) return true;
@@ -201,7 +209,7 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
         return;
       }
       // Choice c follows the script c tokens further on.
-      const int32_t token = b.script[(i + choice) % b.script.size()];
+      const int32_t token = b.script[(i + skip + choice) % b.script.size()];
       if (std::find(request.stop_token_ids().begin(), request.stop_token_ids().end(), token) !=
           request.stop_token_ids().end()) {
         reason = v1::FINISH_REASON_EOS;

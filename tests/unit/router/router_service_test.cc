@@ -207,6 +207,56 @@ TEST(RouterServiceTest, DecodeWorkerDyingMidStreamIsUnavailableNamingIt) {
   EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22));
 }
 
+// With another decode worker, a stream whose worker dies moves there: the
+// new worker gets the tokens sent so far to resume from, and the client
+// gets every token once, with status OK.
+TEST(RouterServiceTest, DecodeWorkerDyingMidStreamMigratesToAnother) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstDecode();
+  h->decode(bad).SetBehaviour({.fail_after = 3});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - bad));
+  EXPECT_EQ(r.finished.usage().completion_tokens(), 10);
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - bad).requests();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(moved[0].local_prefill());
+  EXPECT_FALSE(moved[0].prompt_logprobs());
+  EXPECT_THAT(moved[0].prompt(), ElementsAre(1, 5, 6));
+  ASSERT_EQ(moved[0].resume_size(), 1);
+  EXPECT_THAT(moved[0].resume(0).tokens(), ElementsAre(40, 20, 21, 22));
+  EXPECT_EQ(moved[0].max_tokens(), 10);
+}
+
+// Each choice resumes from its own tokens; the second worker dying too,
+// within --max_migrations, moves the stream once more; beyond it the
+// request fails as lost.
+TEST(RouterServiceTest, MigrationsResumeEveryChoiceAndAreBounded) {
+  auto h = StartHarness({.prefill = 1, .decode = 3});
+  ASSERT_NE(h, nullptr);
+  for (int i = 0; i < 3; ++i) h->decode(i).SetBehaviour({.fail_after = 2});
+  v1::GenerateRequest request = TokenRequest({1, 5, 6}, 12);
+  request.set_n(2);
+  const Result r = h->Run(request);
+  // Three workers fail in turn: two migrations, then the third loss ends it.
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(), HasSubstr("lost mid-stream"));
+  int with_resume = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (const v1::DecodeRequest& d : h->decode(i).requests()) {
+      if (d.resume_size() == 0) continue;
+      ++with_resume;
+      ASSERT_EQ(d.resume_size(), 2);
+      // Choice c's tokens so far: its first from prefill, then its script.
+      EXPECT_GE(d.resume(0).tokens_size(), 1);
+      EXPECT_GE(d.resume(1).tokens_size(), 1);
+    }
+  }
+  EXPECT_EQ(with_resume, 2);
+}
+
 TEST(RouterServiceTest, DecodeWorkerRefusingIsReplacedByAnother) {
   auto h = StartHarness({.prefill = 1, .decode = 2});
   ASSERT_NE(h, nullptr);
