@@ -209,6 +209,7 @@ void RequestDriver::OpenDecode() {
     return;
   }
   absl::StrAppend(&why_, "; ", pick->reason);
+  decode_watch_.reset();  // Before the worker it watches may go.
   decode_worker_ = std::move(worker);
   decode_address_ = decode_worker_->address();
   if (prefix != nullptr) {
@@ -238,6 +239,15 @@ void RequestDriver::OpenDecode() {
                                 }
                               });
   }
+  // A worker that stops answering its health polls (hung, or cut off)
+  // holds its streams until gRPC's keepalive notices; the stream moves on
+  // as soon as the registry does.
+  decode_watch_ = decode_worker_->WatchUnresponsive(
+      [weak = weak_from_this(), stream](const absl::Status& why) {
+        if (std::shared_ptr<RequestDriver> self = weak.lock()) {
+          self->Post([self, stream, why] { self->OnDecodeWorkerUnresponsive(stream, why); });
+        }
+      });
   decode_call_ = decode_worker_->channel().Generate(
       MakeDecodeRequest(local_), deadline_,
       [self, stream](v1::DecodeEvent event) {
@@ -324,6 +334,7 @@ void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
 
 void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   if (phase_ == Phase::kDone || stream != stream_) return;
+  decode_watch_.reset();
   decode_call_.reset();
   decode_load_.reset();
   if (awaiting_first_) {
@@ -355,7 +366,10 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
     return;
   }
   if (cause.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(cause);
-  if (tokens > 0 && MigrateStream(cause)) return;
+  if (CanMigrate(cause)) {
+    Migrate(cause);
+    return;
+  }
   if (tokens > 0 || phase_ == Phase::kPrefilling) {
     Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,
                                                " was lost mid-stream after ", tokens,
@@ -366,42 +380,49 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
                                                  " failed the request: ", cause.message())));
 }
 
-bool RequestDriver::MigrateStream(const absl::Status& cause) {
+bool RequestDriver::CanMigrate(const absl::Status& cause) const {
   if (migrations_ >= env_.options.max_migrations ||
       (cause.code() != absl::StatusCode::kUnavailable &&
        cause.code() != absl::StatusCode::kCancelled)) {
     return false;
   }
-  // Somewhere to go: a routable decode worker other than the lost one.
-  if (!PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
-                        static_cast<int>(req_.prompt.size()), *req_.max_tokens, {decode_address_})
-           .has_value()) {
-    return false;
-  }
+  int tokens = 0;
   for (const Choice& c : choices_) {
     // Every choice of a stream gets its first token at once; one without
     // is a stream that cannot be resumed.
     if (!c.finish.has_value() && !c.ended && c.ids.empty()) return false;
+    tokens += c.tokens;
   }
+  if (tokens == 0) return false;
+  // Somewhere to go: a routable decode worker other than the lost one.
+  return PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
+                          static_cast<int>(req_.prompt.size()), *req_.max_tokens,
+                          {decode_address_})
+      .has_value();
+}
+
+void RequestDriver::Migrate(const absl::Status& cause) {
   for (Choice& c : choices_) {
-    if (c.finish.has_value() || c.ended) continue;
     // Its last token came but not its end: it is over.
-    if (c.tokens >= *req_.max_tokens) c.finish = FinishReason::kLength;
+    if (!c.finish.has_value() && !c.ended && c.tokens >= *req_.max_tokens) {
+      c.finish = FinishReason::kLength;
+    }
   }
   for (int i = 0; i < req_.n; ++i) {
     if (choices_[i].finish.has_value() && !choices_[i].ended) EndChoice(i);
   }
+  if (phase_ == Phase::kDone) return;
   if (ended_choices_ == req_.n) {
     MaybeComplete();
-    return true;
+    return;
   }
   ++migrations_;
   migrated_from_.push_back(decode_address_);
   if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
   LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
                << " was lost mid-stream (" << cause.ToString()
-               << "); resuming on another decode worker (migration " << migrations_
-               << " of at most " << env_.options.max_migrations << ")";
+               << "); resuming on another decode worker (migration " << migrations_ << " of at most "
+               << env_.options.max_migrations << ")";
   // A Start still in flight went to the lost worker.
   if (start_call_ != nullptr) start_call_->Cancel();
   start_call_.reset();
@@ -413,7 +434,23 @@ bool RequestDriver::MigrateStream(const absl::Status& cause) {
   decode_refusals_.clear();
   decode_all_full_ = true;
   OpenDecode();
-  return true;
+}
+
+void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& why) {
+  if (phase_ == Phase::kDone || stream != stream_ || awaiting_first_) return;
+  const absl::Status cause = absl::UnavailableError(
+      absl::StrCat("decode worker ", decode_address_, " stopped answering: ", why.message()));
+  // Before any token the reservation's and the prefill's own deadlines
+  // apply; with nowhere to go the stream waits for the worker.
+  if (!CanMigrate(cause)) return;
+  // Its stream is abandoned: cancelled (the worker frees its blocks when it
+  // wakes), and stale from here on.
+  decode_watch_.reset();
+  decode_call_->Cancel();
+  decode_call_.reset();
+  decode_load_.reset();
+  ++stream_;
+  Migrate(cause);
 }
 
 void RequestDriver::OnDecodeRefused(absl::Status status) {
@@ -610,6 +647,7 @@ void RequestDriver::Finish(absl::Status status) {
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
   CancelReserveTimer();
+  decode_watch_.reset();
   if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
     for (const Choice& c : choices_) {
       env_.options.prefix_router->RecordFinished(decode_address_, *prompt_blocks_, c.ids);

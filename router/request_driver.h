@@ -13,7 +13,8 @@
 //   local: DecodeWorker.Generate(local_prefill) -> tokens -> finished.
 // A decode stream lost after tokens reached the client (UNAVAILABLE or
 // CANCELLED not by the router: the worker died, its connection broke, it
-// shut down) moves to another decode worker, at most
+// shut down; or its worker stopped answering the registry's health polls:
+// hung or cut off) moves to another decode worker, at most
 // DriverOptions::max_migrations times: the new worker computes the prompt
 // and each choice's tokens so far (DecodeRequest.resume), replays them
 // through the choice's sampler, and sends only what follows, so the client
@@ -181,10 +182,15 @@ class RequestDriver final : public RequestHandle,
   void OnStartDone(int stream, absl::Status status);
   // A refusal of the decode stream before its first event.
   void OnDecodeRefused(absl::Status status);
-  // The decode stream was lost after tokens reached the client: true when
-  // it moves to another decode worker (MigrateStream), false when it may
-  // not (no migrations left, or a choice with no token yet).
-  bool MigrateStream(const absl::Status& cause);
+  // Whether the decode stream, lost (`cause`) after tokens reached the
+  // client, may move to another decode worker: migrations left, every
+  // unfinished choice has a token, and another decode worker is routable.
+  bool CanMigrate(const absl::Status& cause) const;
+  // Moves it: the choices resume there from their tokens (resume).
+  void Migrate(const absl::Status& cause);
+  // The registry found decode stream `stream`'s worker unresponsive (a
+  // health poll got no answer): the stream moves when it can.
+  void OnDecodeWorkerUnresponsive(int stream, const absl::Status& why);
   // The reservation of decode stream `stream` was not answered within
   // --reserve_timeout.
   void OnReserveTimer(int stream);
@@ -267,6 +273,9 @@ class RequestDriver final : public RequestHandle,
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
   std::shared_ptr<WorkerCall> decode_call_;
+  // Until the stream ends (declared after decode_worker_, which must
+  // outlive it).
+  std::unique_ptr<Worker::Watch> decode_watch_;
   // The open stream's --reserve_timeout timer on the executor; 0: none.
   Executor::TimerId reserve_timer_ = 0;
   absl::flat_hash_set<std::string> decode_tried_;

@@ -54,6 +54,8 @@ class ClusterFaultTest : public ::testing::Test {
     cluster_ = std::move(cluster).value();
   }
 
+  void StreamsResumeElsewhereAfter(int signal);
+
   static std::string model_, tokenizer_;
   std::unique_ptr<Cluster> cluster_;
 };
@@ -137,18 +139,20 @@ v1::GenerateRequest MigrationRequest(int i) {
   return r;
 }
 
-// A decode worker killed (SIGKILL) mid-stream: its streams move to the
-// other decode worker and resume where they were. Every client gets status
-// OK and exactly the tokens of an unfaulted run, greedy and sampled, of one
-// choice and two; the router stops routing to the dead worker.
-TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamItsStreamsResumeElsewhere) {
+// Streams on a decode worker that is killed (SIGKILL: its connections
+// break) or stopped (SIGSTOP: they stay open, and the registry's health
+// polls notice) move to the other decode worker and resume where they
+// were. Every client gets status OK and exactly the tokens of an unfaulted
+// run, greedy and sampled, of one choice and two; the router stops routing
+// to the faulted worker; once it is back (SIGCONT) every block is free.
+void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
   // Without prefix caches the faulted run computes its prompts as the
   // unfaulted one did.
-  const std::string log = ::testing::TempDir() + "/migration-requests.jsonl";
+  const std::string log = absl::StrCat(::testing::TempDir(), "/migration-", signal, ".jsonl");
   std::filesystem::remove(log);
   StartCluster({.prefill = 1,
                 .decode = 2,
-                .router_flags = {"--request_log=" + log},
+                .router_flags = {"--request_log=" + log, "--health_interval=200ms"},
                 .prefill_flags = {"--prefix_cache=false"},
                 .decode_flags = {"--prefix_cache=false"}});
   constexpr int kStreams = 8;
@@ -165,14 +169,18 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamItsStreamsResumeElsewhere) {
   for (LiveStream& s : streams)
     ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
   const std::string victim = cluster_->decode(0).address;
-  cluster_->decode(0).process->Kill();
+  if (signal == SIGKILL) {
+    cluster_->decode(0).process->Kill();
+  } else {
+    cluster_->decode(0).process->Signal(signal);
+  }
   for (LiveStream& s : streams) s.thread.join();
 
   for (int i = 0; i < kStreams; ++i) {
     const LiveStream& s = streams[i];
-    ASSERT_TRUE(s.result.status.ok())
-        << "stream " << i << ": " << s.result.status.error_message() << "\n"
-        << cluster_->Logs();
+    ASSERT_TRUE(s.result.status.ok()) << "stream " << i << ": " << s.result.status.error_message()
+                                      << "\n"
+                                      << cluster_->Logs();
     EXPECT_EQ(s.result.finished.decode_worker(), cluster_->decode(1).address);
     ASSERT_EQ(s.by_choice.size(), unfaulted[i].by_choice.size()) << "stream " << i;
     for (size_t c = 0; c < s.by_choice.size(); ++c) {
@@ -185,16 +193,33 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamItsStreamsResumeElsewhere) {
   for (std::string line; std::getline(in, line);) {
     if (line.find("\"migrated_from\":[\"" + victim) != std::string::npos) ++logged;
   }
-  EXPECT_GT(logged, 0) << "no stream was on the killed worker";
+  EXPECT_GT(logged, 0) << "no stream was on the faulted worker";
+  if (signal == SIGSTOP) {
+    // Moved when the health polls went unanswered, not when gRPC's
+    // keepalive gave up on the connection.
+    const absl::Status polled = cluster_->WaitForLog(cluster_->router_member(),
+                                                     "stopped answering", absl::Seconds(5));
+    EXPECT_TRUE(polled.ok()) << polled << "\n" << cluster_->Logs();
+  }
 
-  // The router stops routing to the dead worker.
+  // The router stops routing to the faulted worker.
   for (int i = 0; i < 6; ++i) {
     const Completion c = RunGenerate(cluster_->router(), TextRequest(absl::StrCat("next ", i), 8));
     ASSERT_TRUE(c.status.ok()) << c.status.error_message() << "\n" << cluster_->Logs();
     EXPECT_EQ(c.finished.decode_worker(), cluster_->decode(1).address);
   }
-  const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(15));
+  if (signal == SIGSTOP) cluster_->decode(0).process->Signal(SIGCONT);
+  // Back, a stopped worker frees the streams the router cancelled.
+  const absl::Status idle = cluster_->WaitUntilIdle(absl::Seconds(30));
   EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
+}
+
+TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamItsStreamsResumeElsewhere) {
+  StreamsResumeElsewhereAfter(SIGKILL);
+}
+
+TEST_F(ClusterFaultTest, DecodeWorkerStoppedMidStreamItsStreamsResumeElsewhere) {
+  StreamsResumeElsewhereAfter(SIGSTOP);
 }
 
 // Runs `n` requests at once; returns each one's outcome and how long it took.
