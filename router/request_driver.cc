@@ -242,8 +242,8 @@ void RequestDriver::OpenDecode() {
   // A worker that stops answering its health polls (hung, or cut off)
   // holds its streams until gRPC's keepalive notices; the stream moves on
   // as soon as the registry does.
-  decode_watch_ = decode_worker_->WatchUnresponsive(
-      [weak = weak_from_this(), stream](const absl::Status& why) {
+  decode_watch_ =
+      decode_worker_->WatchUnresponsive([weak = weak_from_this(), stream](const absl::Status& why) {
         if (std::shared_ptr<RequestDriver> self = weak.lock()) {
           self->Post([self, stream, why] { self->OnDecodeWorkerUnresponsive(stream, why); });
         }
@@ -396,8 +396,7 @@ bool RequestDriver::CanMigrate(const absl::Status& cause) const {
   if (tokens == 0) return false;
   // Somewhere to go: a routable decode worker other than the lost one.
   return PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
-                          static_cast<int>(req_.prompt.size()), *req_.max_tokens,
-                          {decode_address_})
+                          static_cast<int>(req_.prompt.size()), *req_.max_tokens, {decode_address_})
       .has_value();
 }
 
@@ -421,8 +420,8 @@ void RequestDriver::Migrate(const absl::Status& cause) {
   if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
   LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
                << " was lost mid-stream (" << cause.ToString()
-               << "); resuming on another decode worker (migration " << migrations_ << " of at most "
-               << env_.options.max_migrations << ")";
+               << "); resuming on another decode worker (migration " << migrations_
+               << " of at most " << env_.options.max_migrations << ")";
   // A Start still in flight went to the lost worker.
   if (start_call_ != nullptr) start_call_->Cancel();
   start_call_.reset();

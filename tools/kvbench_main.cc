@@ -42,6 +42,7 @@
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "kvtransfer/ucx/ucx_transport.h"
+#include "xxhash.h"
 
 ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"64KiB", "1MiB"}),
           "Message (one layer's KV) sizes: bytes, or with a KiB / MiB suffix");
@@ -72,6 +73,9 @@ ABSL_FLAG(int, perftest_port, 13377, "TCP port for ucx_perftest's rendezvous");
 ABSL_FLAG(std::string, receiver_prefix, "",
           "Words the receiver process is started under, split on spaces, e.g. 'ip netns exec NS "
           "env UCX_NET_DEVICES=DEV' to put it behind another network namespace's interface");
+ABSL_FLAG(bool, checksums, false,
+          "Checksum each layer as the transfer protocol does with --kv_checksums: the sender "
+          "hashes it (XXH3-64) before posting, the receiver hashes what landed and compares");
 ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
 ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
 ABSL_FLAG(std::string, size, "", "Internal: the receiver's message size");
@@ -150,7 +154,14 @@ int RunReceiver() {
 
   std::vector<TransportEvent> events;
   absl::flat_hash_map<uint64_t, int> landed;  // transfer -> layers placed
-  absl::flat_hash_map<IncomingId, std::pair<uint64_t, PeerId>> placing;
+  struct Placing {
+    uint64_t transfer = 0;
+    PeerId peer{};
+    int layer = 0;
+    uint64_t checksum = 0;
+  };
+  absl::flat_hash_map<IncomingId, Placing> placing;
+  const bool checksums = absl::GetFlag(FLAGS_checksums);
   const absl::Time give_up = absl::Now() + kConfigTimeout;
   for (uint64_t round = 0; absl::Now() < give_up; ++round) {
     if (round % 4096 == 0 && getppid() == 1) return 1;
@@ -160,17 +171,24 @@ int RunReceiver() {
       if (event.kind == Kind::kIncoming) {
         if (event.header == "bye") return 0;
         std::vector<std::string> fields = absl::StrSplit(event.header, ' ');
-        uint64_t transfer = 0;
-        int layer = 0;
-        CHECK(fields.size() == 2 && absl::SimpleAtoi(fields[0], &transfer) &&
-              absl::SimpleAtoi(fields[1], &layer) && layer < layers && event.payload_bytes == size)
+        Placing p{.peer = event.peer};
+        CHECK(fields.size() == (checksums ? 3u : 2u) && absl::SimpleAtoi(fields[0], &p.transfer) &&
+              absl::SimpleAtoi(fields[1], &p.layer) && p.layer < layers &&
+              event.payload_bytes == size &&
+              (!checksums || absl::SimpleAtoi(fields[2], &p.checksum)))
             << "unexpected message '" << event.header << "'";
-        CHECK_OK((*transport)->Accept(event.id, Slices(*region, layer * size, size, parts)));
-        placing[event.id] = {transfer, event.peer};
+        CHECK_OK((*transport)->Accept(event.id, Slices(*region, p.layer * size, size, parts)));
+        placing[event.id] = p;
       } else if (event.kind == Kind::kReceiveDone) {
         CHECK_OK(event.status);
-        const auto [transfer, peer] = placing[event.id];
+        const Placing p = placing[event.id];
+        const uint64_t transfer = p.transfer;
+        const PeerId peer = p.peer;
         placing.erase(event.id);
+        if (checksums) {
+          CHECK(XXH3_64bits(slots.get() + p.layer * size, size) == p.checksum)
+              << "layer " << p.layer << " of transfer " << transfer << " arrived corrupted";
+        }
         if (++landed[transfer] == layers) {
           landed.erase(transfer);
           CHECK_OK((*transport)->PostSend(peer, absl::StrCat(transfer), {}).status());
@@ -219,6 +237,7 @@ std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
         {self, "--role=receiver", absl::StrCat("--ready_fd=", fds[1]),
          absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
          absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
+         absl::StrCat("--checksums=", absl::GetFlag(FLAGS_checksums)),
          absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
          absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))});
     std::vector<char*> argv;
@@ -296,13 +315,16 @@ Result RunSender(uint64_t size, int lanes) {
       }
     }
   };
+  const bool checksums = absl::GetFlag(FLAGS_checksums);
   auto post = [&](uint64_t transfer) {
     started[transfer] = absl::Now();
     for (int layer = 0; layer < layers; ++layer) {
-      CHECK_OK((*transport)
-                   ->PostSend(peers[layer % lanes], absl::StrCat(transfer, " ", layer),
-                              Slices(*region, layer * size, size, parts))
-                   .status());
+      std::string header = absl::StrCat(transfer, " ", layer);
+      if (checksums) absl::StrAppend(&header, " ", XXH3_64bits(kv.get() + layer * size, size));
+      CHECK_OK(
+          (*transport)
+              ->PostSend(peers[layer % lanes], header, Slices(*region, layer * size, size, parts))
+              .status());
       ++sends_left;
     }
   };
@@ -455,9 +477,10 @@ int RunBench() {
   }
 
   std::cout << absl::StrFormat(
-      "tandem-kvbench: UCX_TLS=%s, peer-failure detection %s, %d layers x %d transfers, %d "
-      "slice(s) per message, median of %d\n",
-      tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "on" : "off", absl::GetFlag(FLAGS_layers),
+      "tandem-kvbench: UCX_TLS=%s, peer-failure detection %s, checksums %s, %d layers x %d "
+      "transfers, %d slice(s) per message, median of %d\n",
+      tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "on" : "off",
+      absl::GetFlag(FLAGS_checksums) ? "on" : "off", absl::GetFlag(FLAGS_layers),
       absl::GetFlag(FLAGS_transfers), absl::GetFlag(FLAGS_slices), repeats);
   std::cout << absl::StrFormat("%-8s %5s %7s %9s %9s | %-19s | %-19s | %-19s\n", "", "", "", "", "",
                                "ucx_perftest", "ucx_perftest -e", "memcpy, same layers");
@@ -491,14 +514,14 @@ int RunBench() {
                         r.size, r.lanes, r.gbps, r.p50_us, r.p99_us, json(anchor[0]),
                         json(ratio[0]), json(anchor[1]), json(ratio[1]), memcpy_gbps[r.size]));
   }
-  std::cout
-      << absl::StrFormat(
-             R"({"bench":"kvbench","ucx_tls":"%s","detect_peer_failure":%s,"layers":%d,"transfers":%d,)"
-             R"("slices":%d,"results":[%s]})",
-             tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "true" : "false",
-             absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
-             absl::GetFlag(FLAGS_slices), absl::StrJoin(json_rows, ","))
-      << "\n";
+  std::cout << absl::StrFormat(
+                   R"({"bench":"kvbench","ucx_tls":"%s","detect_peer_failure":%s,"checksums":%s,)"
+                   R"("layers":%d,"transfers":%d,"slices":%d,"results":[%s]})",
+                   tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "true" : "false",
+                   absl::GetFlag(FLAGS_checksums) ? "true" : "false", absl::GetFlag(FLAGS_layers),
+                   absl::GetFlag(FLAGS_transfers), absl::GetFlag(FLAGS_slices),
+                   absl::StrJoin(json_rows, ","))
+            << "\n";
   return 0;
 }
 

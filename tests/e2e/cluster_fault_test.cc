@@ -178,9 +178,9 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
 
   for (int i = 0; i < kStreams; ++i) {
     const LiveStream& s = streams[i];
-    ASSERT_TRUE(s.result.status.ok()) << "stream " << i << ": " << s.result.status.error_message()
-                                      << "\n"
-                                      << cluster_->Logs();
+    ASSERT_TRUE(s.result.status.ok())
+        << "stream " << i << ": " << s.result.status.error_message() << "\n"
+        << cluster_->Logs();
     EXPECT_EQ(s.result.finished.decode_worker(), cluster_->decode(1).address);
     ASSERT_EQ(s.by_choice.size(), unfaulted[i].by_choice.size()) << "stream " << i;
     for (size_t c = 0; c < s.by_choice.size(); ++c) {
@@ -197,8 +197,8 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
   if (signal == SIGSTOP) {
     // Moved when the health polls went unanswered, not when gRPC's
     // keepalive gave up on the connection.
-    const absl::Status polled = cluster_->WaitForLog(cluster_->router_member(),
-                                                     "stopped answering", absl::Seconds(5));
+    const absl::Status polled =
+        cluster_->WaitForLog(cluster_->router_member(), "stopped answering", absl::Seconds(5));
     EXPECT_TRUE(polled.ok()) << polled << "\n" << cluster_->Logs();
   }
 
