@@ -354,10 +354,12 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   int tokens = 0;
   for (const Choice& c : choices_) tokens += c.tokens;
   if (phase_ == Phase::kPrefilling && tokens == 0 &&
-      cause.code() == absl::StatusCode::kUnavailable) {
+      (cause.code() == absl::StatusCode::kUnavailable ||
+       cause.code() == absl::StatusCode::kDataLoss)) {
     // The KV transfer failed (typically the prefill worker was lost while
-    // sending) and nothing reached the client: the request starts over, its
-    // KV recomputed, on another prefill worker.
+    // sending, or a chunk's checksum did not match) and nothing reached the
+    // client: the request starts over, its KV recomputed, on another
+    // prefill worker.
     if (prefill_call_ != nullptr) prefill_call_->Cancel();
     prefill_call_.reset();
     prefill_load_.reset();

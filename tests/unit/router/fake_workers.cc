@@ -106,9 +106,9 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecodeWorker::Generate(
     event.mutable_reserved()->set_kv_descriptor(absl::StrCat("kv:", request->request_id()));
     event.mutable_reserved()->set_generation(next_generation_++);
     writer->Write(std::move(event));
-    writer->Finish(grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        absl::StrCat("request ", request->request_id(), ": connection to the sender lost")));
+    writer->Finish(
+        grpc::Status(behaviour_.transfer_failure,
+                     absl::StrCat("request ", request->request_id(), ": the KV transfer failed")));
     return reactor;
   }
   auto stream = std::make_shared<Stream>();

@@ -55,9 +55,11 @@ struct DecodeBehaviour {
   // After this many generated tokens, send nothing more until the router
   // cancels (bounded by 30 s); -1 = never.
   int hold_after = -1;
-  // The next this many disaggregated streams end with UNAVAILABLE right
-  // after `reserved`, as when the KV transfer's sender is lost.
+  // The next this many disaggregated streams end with `transfer_failure`
+  // right after `reserved`: UNAVAILABLE as when the KV transfer's sender is
+  // lost, DATA_LOSS as when a chunk's checksum does not match.
   int fail_transfers = 0;
+  grpc::StatusCode transfer_failure = grpc::StatusCode::UNAVAILABLE;
   // Never answer a disaggregated stream's reservation (no `reserved`), as
   // a hung worker; the stream ends when the router cancels it (bounded by
   // 30 s).

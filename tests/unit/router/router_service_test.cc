@@ -376,6 +376,21 @@ TEST(RouterServiceTest, FailedKvTransferIsRecomputedOnAnotherPrefillWorker) {
   EXPECT_EQ(held.cancelled(), static_cast<int>(held.requests().size()));
 }
 
+// A chunk that arrives corrupted (its checksum does not match, DATA_LOSS)
+// fails the transfer the same way: the prompt is computed again elsewhere.
+TEST(RouterServiceTest, CorruptedKvTransferIsRecomputedOnAnotherPrefillWorker) {
+  auto h = StartHarness({.prefill = 2, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  const int first = h->FirstPrefill();
+  h->prefill(first).SetBehaviour({.hold = true});
+  h->decode(0).SetBehaviour({.fail_transfers = 1, .transfer_failure = grpc::StatusCode::DATA_LOSS});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.finished.prefill_worker(), h->prefill_address(1 - first));
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+}
+
 // Real timers run these; the held worker never answers, so the timeout
 // always passes, and the healthy worker has a whole second to answer.
 constexpr absl::Duration kShortTimeout = absl::Seconds(1);
