@@ -48,6 +48,35 @@ TEST(RouterServiceTest, ClientCancelCancelsTheDecodeStream) {
   EXPECT_TRUE(h->decode(0).WaitForNoStreams(kWait));
 }
 
+// A client that goes away after its stream moved cancels the new stream,
+// and nothing of the request is left on either worker.
+TEST(RouterServiceTest, ClientCancelAfterAMigrationCancelsTheNewStream) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int bad = h->FirstDecode();
+  h->decode(bad).SetBehaviour({.fail_after = 2});
+  h->decode(1 - bad).SetBehaviour({.hold_after = 1});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(30)));
+  auto reader = h->stub().Generate(&ctx, TokenRequest({1, 5, 6}, 100));
+  v1::GenerateResponse response;
+  std::vector<int32_t> tokens;
+  while (tokens.size() < 4 && reader->Read(&response)) {
+    tokens.insert(tokens.end(), response.token_ids().begin(), response.token_ids().end());
+  }
+  // The prefill worker's first token, two from the lost worker, then the
+  // new worker's first: the script goes on where it was.
+  ASSERT_THAT(tokens, ElementsAre(40, 20, 21, 22));
+  ctx.TryCancel();
+  EXPECT_TRUE(h->decode(1 - bad).WaitForCancelled(1, kWait));
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForRouterIdle(*h));
+  EXPECT_TRUE(h->decode(1 - bad).WaitForNoStreams(kWait));
+  EXPECT_TRUE(h->decode(bad).WaitForNoStreams(kWait));
+}
+
 TEST(RouterServiceTest, ClientCancelDuringPrefillCancelsPrefillAndReservation) {
   auto h = StartHarness({.prefill = 1, .decode = 1});
   ASSERT_NE(h, nullptr);
