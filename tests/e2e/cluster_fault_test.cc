@@ -15,12 +15,17 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
 #include "tests/e2e/cluster_harness.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/model_files.h"
@@ -128,6 +133,58 @@ TEST_F(ClusterFaultTest, PrefillWorkerKilledUnderLoadRequestsStillComplete) {
   EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster_->Logs();
 }
 
+// The same kind of request over HTTP (/v1/completions, whole or streamed),
+// run on its own thread: the status and the text it got.
+struct HttpRun {
+  std::thread thread;
+  int status = 0;
+  std::string text;
+  std::string error;
+
+  void Run(int port, int i, bool stream) {
+    thread = std::thread([this, port, i, stream] {
+      httplib::Client client("127.0.0.1", port);
+      client.set_read_timeout(90, 0);
+      const nlohmann::json body = {{"prompt", absl::StrCat("long http story ", i)},
+                                   {"max_tokens", 400},
+                                   {"temperature", i % 2 == 1 ? 0.8 : 0.0},
+                                   {"seed", 7 + i},
+                                   {"stream", stream}};
+      const httplib::Result r = client.Post("/v1/completions", body.dump(), "application/json");
+      if (!r) {
+        error = httplib::to_string(r.error());
+        return;
+      }
+      status = r->status;
+      if (!stream) {
+        const nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+        if (j.is_discarded() || !j.contains("choices")) {
+          error = r->body;
+        } else {
+          text = j["choices"][0].value("text", "");
+        }
+        return;
+      }
+      // Server-sent events: each "data: " line a chunk, then [DONE].
+      bool done = false;
+      for (absl::string_view line : absl::StrSplit(r->body, '\n', absl::SkipEmpty())) {
+        if (!absl::ConsumePrefix(&line, "data: ")) continue;
+        if (line == "[DONE]") {
+          done = true;
+          continue;
+        }
+        const nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+        if (j.is_discarded() || j.contains("error")) {
+          error = std::string(line);
+          return;
+        }
+        if (!j["choices"].empty()) text += j["choices"][0].value("text", "");
+      }
+      if (!done) error = "the stream ended without [DONE]";
+    });
+  }
+};
+
 // Greedy and seeded-sampled streams, of one and two choices.
 v1::GenerateRequest MigrationRequest(int i) {
   v1::GenerateRequest r = TextRequest(absl::StrCat("long story ", i), 500);
@@ -154,18 +211,25 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
                 .decode = 2,
                 .router_flags = {"--request_log=" + log, "--health_interval=200ms"},
                 .prefill_flags = {"--prefix_cache=false"},
-                .decode_flags = {"--prefix_cache=false"}});
+                .decode_flags = {"--prefix_cache=false"},
+                .http = true});
   constexpr int kStreams = 8;
+  constexpr int kHttp = 4;  // whole and streamed, greedy and sampled
   std::vector<LiveStream> unfaulted(kStreams);
+  std::vector<HttpRun> http_unfaulted(kHttp);
   for (int i = 0; i < kStreams; ++i) unfaulted[i].Run(cluster_->router(), MigrationRequest(i));
+  for (int i = 0; i < kHttp; ++i) http_unfaulted[i].Run(cluster_->http_port(), i, i >= 2);
   for (LiveStream& s : unfaulted) s.thread.join();
+  for (HttpRun& h : http_unfaulted) h.thread.join();
   for (const LiveStream& s : unfaulted) {
     ASSERT_TRUE(s.result.status.ok()) << s.result.status.error_message() << "\n"
                                       << cluster_->Logs();
   }
 
   std::vector<LiveStream> streams(kStreams);
+  std::vector<HttpRun> http(kHttp);
   for (int i = 0; i < kStreams; ++i) streams[i].Run(cluster_->router(), MigrationRequest(i));
+  for (int i = 0; i < kHttp; ++i) http[i].Run(cluster_->http_port(), i, i >= 2);
   for (LiveStream& s : streams)
     ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
   const std::string victim = cluster_->decode(0).address;
@@ -175,6 +239,13 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
     cluster_->decode(0).process->Signal(signal);
   }
   for (LiveStream& s : streams) s.thread.join();
+  for (HttpRun& h : http) h.thread.join();
+  for (int i = 0; i < kHttp; ++i) {
+    ASSERT_EQ(http_unfaulted[i].status, 200) << http_unfaulted[i].error;
+    EXPECT_EQ(http[i].status, 200) << "HTTP " << i << ": " << http[i].error << "\n"
+                                   << cluster_->Logs();
+    EXPECT_EQ(http[i].text, http_unfaulted[i].text) << "HTTP " << i << ": " << http[i].error;
+  }
 
   for (int i = 0; i < kStreams; ++i) {
     const LiveStream& s = streams[i];
