@@ -122,11 +122,14 @@ void Admission::Enqueue(Submission cmd) {
   }
   auto owned = std::make_unique<Sequence>(cmd.ticket, std::move(cmd.request), std::move(cmd.sink));
   Sequence& seq = *owned;
-  seq.prompt_hashes = PromptHashes(seq.request);
   seq.choices.reserve(n);
   for (int i = 0; i < n; ++i) seq.choices.emplace_back(i, seq.request, s_.engine->NewSequence());
   seq.admitted = cmd.admitted;
-  if (!seq.request.resume.empty()) Resumed(seq);
+  if (seq.request.resume.empty()) {
+    seq.prompt_hashes = PromptHashes(seq.request);
+  } else {
+    Resumed(seq);
+  }
   s_.sequences[seq.ticket] = std::move(owned);
   s_.by_request_id[seq.request.request_id] = seq.ticket;
 }
@@ -153,7 +156,6 @@ void Admission::Resumed(Sequence& seq) {
                                  static_cast<int>(choice.tokens.size()) / block_size);
     }
   }
-  seq.prompt_hashes = {};
   seq.started = seq.admitted;
   seq.MoveTo(Sequence::State::kPreempted);
 }

@@ -183,8 +183,8 @@ nlohmann::json ResponseBuilder::Build() const {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       // An output cut by max_tokens is text: its call would not parse.
       if (meta_.tool_format != ToolFormat::kNone && c.finish == FinishReason::kEos) {
-        ParsedToolCalls parsed = ParseToolCalls(meta_.tool_format, c.text, CallIds(meta_));
-        if (!meta_.parallel_tool_calls && parsed.calls.size() > 1) parsed.calls.resize(1);
+        const ParsedToolCalls parsed =
+            ParseToolCalls(meta_.tool_format, c.text, CallIds(meta_), meta_.parallel_tool_calls);
         if (!parsed.calls.empty()) {
           choice["message"] = {
               {"role", "assistant"},
@@ -315,8 +315,8 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
         h.holding = false;
         ParsedToolCalls parsed;
         if (e.finish_reason == FinishReason::kEos) {
-          parsed = ParseToolCalls(meta_.tool_format, h.text, CallIds(meta_));
-          if (!meta_.parallel_tool_calls && parsed.calls.size() > 1) parsed.calls.resize(1);
+          parsed =
+              ParseToolCalls(meta_.tool_format, h.text, CallIds(meta_), meta_.parallel_tool_calls);
         }
         if (!parsed.calls.empty()) {
           if (parsed.content.has_value())

@@ -38,7 +38,7 @@ void LogprobsToProto(std::vector<TokenLogprob>& in,
 // and one that ends in calls gets them parsed on its last message.
 struct ToolOutputs {
   ToolFormat format = ToolFormat::kNone;
-  bool single_call = false;
+  bool parallel = true;
   std::function<std::string()> new_id;
   std::vector<std::string> texts;
 };
@@ -49,7 +49,7 @@ class GrpcSink final : public ResponseSink {
       : writer_(std::move(writer)), tools_(std::move(tools)) {}
   bool OnEvent(GenerateEvent event) override {
     if (tools_.format == ToolFormat::kNone || event.kind == GenerateEvent::Kind::kEcho ||
-        event.index < 0 || event.index > kMaxChoices) {
+        event.index < 0 || event.index >= kMaxChoices) {
       return writer_->Write(EventToProto(std::move(event)));
     }
     if (tools_.texts.size() <= static_cast<size_t>(event.index)) {
@@ -61,8 +61,8 @@ class GrpcSink final : public ResponseSink {
         event.kind == GenerateEvent::Kind::kFinished && event.finish_reason == FinishReason::kEos;
     v1::GenerateResponse m = EventToProto(std::move(event));
     if (eos) {
-      ParsedToolCalls parsed = ParseToolCalls(tools_.format, text, tools_.new_id);
-      if (tools_.single_call && parsed.calls.size() > 1) parsed.calls.resize(1);
+      const ParsedToolCalls parsed =
+          ParseToolCalls(tools_.format, text, tools_.new_id, tools_.parallel);
       for (const ToolCall& call : parsed.calls) {
         v1::ToolCall* c = m.mutable_finished()->add_tool_calls();
         c->set_id(call.id);
@@ -116,10 +116,6 @@ absl::Status ChatFromProto(const v1::ChatMessages& chat, GenerateParams& p) {
                            .name = m.name(),
                            .tool_calls = std::move(calls),
                            .tool_call_id = m.tool_call_id()});
-  }
-  if (chat.tools_size() > kMaxTools) {
-    return absl::InvalidArgumentError(absl::StrCat("`tools` has ", chat.tools_size(),
-                                                   " entries; at most ", kMaxTools, " are served"));
   }
   for (const v1::Tool& t : chat.tools()) {
     p.tools.push_back(
@@ -277,7 +273,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
   ToolOutputs tools;
   if (params->tool_choice != ToolChoiceKind::kNone) {
     tools.format = core_->ModelInfo().tool_format;
-    tools.single_call = !params->parallel_tool_calls;
+    tools.parallel = params->parallel_tool_calls;
     tools.new_id = NewToolCallIds(tools.format);
   }
   std::shared_ptr<RequestHandle> handle =

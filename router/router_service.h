@@ -26,8 +26,8 @@ using Authorizer = std::function<absl::Status(const grpc::CallbackServerContext&
 
 // The plain request of a GenerateRequest, with the call's deadline.
 // INVALID_ARGUMENT for what cannot be mapped (a call's arguments that are
-// not a JSON object, more than kMaxTools tools, an unknown tool_choice);
-// the core's validation checks the rest.
+// not a JSON object, an unknown tool_choice); the core's validation checks
+// the rest (CheckToolFunctions: the tools' count and names).
 absl::StatusOr<GenerateParams> ParamsFromProto(const v1::GenerateRequest& request,
                                                absl::Time deadline);
 // The GenerateResponse message of a core event.

@@ -161,7 +161,10 @@ std::function<std::string()> NewToolCallIds(ToolFormat format) {
   };
 }
 
-ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
+namespace {
+
+// ParseToolCalls, every call kept.
+ParsedToolCalls ParseEveryCall(ToolFormat format, const std::string& text,
                                const std::function<std::string()>& new_id) {
   ParsedToolCalls out;
   absl::string_view rest = absl::StripAsciiWhitespace(text);
@@ -221,6 +224,15 @@ ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
   }
   out.calls.clear();
   out.content = text;
+  return out;
+}
+
+}  // namespace
+
+ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
+                               const std::function<std::string()>& new_id, bool parallel) {
+  ParsedToolCalls out = ParseEveryCall(format, text, new_id);
+  if (!parallel && out.calls.size() > 1) out.calls.resize(1);
   return out;
 }
 

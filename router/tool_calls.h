@@ -70,13 +70,14 @@ std::function<std::string()> NewToolCallIds(ToolFormat format);
 
 // The calls in a finished output and the text outside them (nullopt when
 // there is none). No calls when the output is not in the format's syntax
-// (the model answered in text). `new_id` names each call.
+// (the model answered in text). `new_id` names each call. Without
+// `parallel` (parallel_tool_calls: false) only the first call is kept.
 struct ParsedToolCalls {
   std::optional<std::string> content;
   std::vector<ToolCall> calls;
 };
 ParsedToolCalls ParseToolCalls(ToolFormat format, const std::string& text,
-                               const std::function<std::string()>& new_id);
+                               const std::function<std::string()>& new_id, bool parallel = true);
 
 // Where calls may still begin in an output that begins with `text`: a
 // stream sends text[0, offset) and holds the rest back until it knows.
