@@ -105,8 +105,10 @@ double MeasureReadBandwidth() {
 // Sustained matrix-product rate of the backend's MatMul on a product of
 // m x n x k with `wtype` weights, operands in backend memory: the ceiling
 // for prefill, which is mostly such products. 512 x 2048 x 768 on CPUs; a
-// GPU needs far larger products to fill.
-double MeasureGemmFlops(Backend& backend, int m, int n, int k, DType wtype = DType::kF32) {
+// GPU needs far larger products to fill. Each timing covers `products`
+// products in a row, so that the wait for the last one is spread over them.
+double MeasureGemmFlops(Backend& backend, int m, int n, int k, DType wtype = DType::kF32,
+                        int products = 1) {
   auto x = backend.Allocate(size_t{4} * m * k);
   auto w = backend.Allocate(DTypeSize(wtype) * n * k);
   auto out = backend.Allocate(size_t{4} * m * n);
@@ -123,20 +125,39 @@ double MeasureGemmFlops(Backend& backend, int m, int n, int k, DType wtype = DTy
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {  // the first one warms up
     const auto t0 = Clock::now();
-    backend.MatMul((*x)->floats(), MatrixRef{(*w)->data(), wtype}, (*out)->floats(), m, n, k,
-                   false);
-    backend.CopyToHost((*out)->floats(), host.data(), sizeof(float));  // waits for the product
+    for (int i = 0; i < products; ++i) {
+      backend.MatMul((*x)->floats(), MatrixRef{(*w)->data(), wtype}, (*out)->floats(), m, n, k,
+                     false);
+    }
+    backend.CopyToHost((*out)->floats(), host.data(), sizeof(float));  // waits for the products
     if (rep > 0) best = std::min(best, Seconds(Clock::now() - t0));
   }
-  return 2.0 * m * n * k / best;
+  return 2.0 * m * n * k * products / best;
 }
 
 // Weight bytes per second a skinny product of m rows streams through
 // (n x k weights, read once): how close decode's matrix products come to the
 // memory bandwidth.
 double MeasureSkinnyBandwidth(Backend& backend, int m, int n, int k, DType wtype) {
-  return MeasureGemmFlops(backend, m, n, k, wtype) / (2.0 * m * n * k) *
+  return MeasureGemmFlops(backend, m, n, k, wtype, /*products=*/20) / (2.0 * m * n * k) *
          (double(DTypeSize(wtype)) * n * k);
+}
+
+// The same through cuBLAS alone (the CUDA backend's weight-streaming kernel
+// turned off for the measurement); 0 for another backend.
+double MeasureCublasSkinnyBandwidth(Backend& backend, int m, int n, int k, DType wtype) {
+#ifdef TANDEM_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {
+    const int rows = cuda->skinny_max_rows();
+    cuda->set_skinny_max_rows(0);
+    const double rate = MeasureSkinnyBandwidth(backend, m, n, k, wtype);
+    cuda->set_skinny_max_rows(rows);
+    return rate;
+  }
+#else
+  (void)backend, (void)m, (void)n, (void)k, (void)wtype;
+#endif
+  return 0.0;
 }
 
 // cuBLAS's rate for an m x n x k product of `dtype` operands with f32
@@ -239,7 +260,7 @@ double TimePrefill(Engine& engine, int n, int repeats) {
 
 double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats) {
   const int vocab = engine.config().vocab_size;
-  double best = 1e30;
+  double best = 1e30, best_pick = 0;
   for (int r = 0; r < repeats; ++r) {
     std::vector<BlockTable> tables(batch, engine.NewSequence());
     std::vector<int32_t> next(batch);
@@ -252,18 +273,26 @@ double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats)
       next[b] = Argmax(*logits);
     }
     std::vector<BatchItem> items(batch);
+    double pick = 0;
     const auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
       for (int b = 0; b < batch; ++b) items[b] = {&tables[b], {&next[b], 1}, true};
       auto logits = engine.Step(items);
       CHECK_OK(logits.status());
+      const auto p0 = Clock::now();
       for (int b = 0; b < batch; ++b) {
         next[b] = Argmax(std::span(*logits).subspan(size_t(b) * vocab, vocab));
       }
+      pick += Seconds(Clock::now() - p0);
     }
-    best = std::min(best, Seconds(Clock::now() - t0));
+    const double total = Seconds(Clock::now() - t0);
+    if (total < best) best = total, best_pick = pick;
     for (BlockTable& t : tables) engine.Release(t);
   }
+  // Where a step's time goes beside the forward pass: Step() includes the
+  // logits' copy to the host; the greedy pick is the host's.
+  std::printf("  decode batch %d: %.2f ms a step, of which %.2f ms picking tokens on the host\n",
+              batch, best / steps * 1e3, best_pick / steps * 1e3);
   return double(batch) * steps / best;
 }
 
@@ -304,10 +333,12 @@ int Run() {
   if (!on_cpu) {
     // Llama-3-8B's gate-and-up product, at decode batch sizes.
     for (const DType dtype : dtypes) {
-      for (int m : {1, 8, 32}) {
-        std::printf("weights streamed by a %dx28672x4096 %s product: %.0f GB/s\n", m,
-                    std::string(DTypeName(dtype)).c_str(),
-                    MeasureSkinnyBandwidth(*probe->backend, m, 28672, 4096, dtype) / 1e9);
+      for (int m : {1, 2, 4, 8, 16, 32}) {
+        std::printf(
+            "weights streamed by a %dx28672x4096 %s product: %.0f GB/s (cuBLAS alone %.0f)\n", m,
+            std::string(DTypeName(dtype)).c_str(),
+            MeasureSkinnyBandwidth(*probe->backend, m, 28672, 4096, dtype) / 1e9,
+            MeasureCublasSkinnyBandwidth(*probe->backend, m, 28672, 4096, dtype) / 1e9);
       }
       if (dtype == DType::kF32) continue;
       if (const double rate = MeasureCublasRate(*probe->backend, dtype, kGemm16, kGemm16, kGemm16);

@@ -107,7 +107,12 @@ CudaBackend::CudaBackend(int device, int sm_count, cublasContext* cublas, cublas
       sm_count_(sm_count),
       cublas_(cublas),
       cublas16_(cublas16),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      skinny_max_rows_(cuda::kMaxSkinnyRows) {}
+
+void CudaBackend::set_skinny_max_rows(int rows) {
+  skinny_max_rows_ = std::clamp(rows, 0, cuda::kMaxSkinnyRows);
+}
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
@@ -369,7 +374,14 @@ void CudaBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, i
   void* narrow = Grow(narrow_scratch_, elements * DTypeSize(weights.dtype));
   if (narrow == nullptr) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchNarrow(x, weights.dtype, narrow, elements)));
-  if (status_.ok()) Keep(Product(narrow, weights, out, m, n, k, beta));
+  if (!status_.ok()) return;
+  if (m <= skinny_max_rows_ &&
+      cuda::SkinnyProductApplies(weights.dtype, narrow, weights.data, m, k)) {
+    Keep(TANDEM_CUDA_STATUS(
+        cuda::LaunchSkinnyProduct(narrow, weights.data, weights.dtype, out, m, n, k, beta)));
+  } else {
+    Keep(Product(narrow, weights, out, m, n, k, beta));
+  }
 }
 
 void CudaBackend::Embed(MatrixRef weights, std::span<const int32_t> ids, int dim, float* out) {

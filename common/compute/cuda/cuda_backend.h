@@ -6,7 +6,8 @@
 // f32 products are cuBLAS's pedantic fp32 (no TF32: they match the CPU
 // backend to fp32 rounding). A product with 16-bit weights rounds the f32
 // activations to the weights' type on the device and runs on the tensor
-// cores with f32 accumulation and an f32 result; 16-bit KV is rounded as it
+// cores with f32 accumulation and an f32 result (or, for a few rows, through
+// a weight-streaming kernel with f32 sums); 16-bit KV is rounded as it
 // is written and widened as attention reads it, except that prefill chunks
 // over a 16-bit cache run on the tensor cores with the queries and
 // probabilities rounded to the cache's type (prefill_mma.h).
@@ -71,6 +72,13 @@ class CudaBackend final : public Backend {
   // accumulation), without MatMul's rounding of the activations. The
   // ceiling for compute-bound steps such as prefill.
   absl::StatusOr<double> MeasureGemmRate(DType dtype, int m, int n, int k);
+
+  // Products of 16-bit weights with 1 to `rows` rows (decode batches; at
+  // most cuda::kMaxSkinnyRows) stream the weights through the backend's own
+  // kernel (skinny_product.cu) instead of cuBLAS; 0 sends every product to
+  // cuBLAS. Benchmarks and tests compare the two this way.
+  void set_skinny_max_rows(int rows);
+  int skinny_max_rows() const { return skinny_max_rows_; }
 
   // For tests: the operation after the next `after_operations` ones (every
   // call that reaches the device counts, copies and Synchronize() too)
@@ -152,6 +160,7 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_;    // pedantic fp32 math
   cublasContext* cublas16_;  // default math: tensor cores for 16-bit operands
   std::string description_;
+  int skinny_max_rows_;
   int fault_countdown_ = -1;  // InjectFaultForTesting; -1: none planted
   absl::Status status_;
   Upload ids_upload_;          // token ids

@@ -1,5 +1,5 @@
 // Launchers of the CUDA backend's kernels (kernels.cu, attention.cu,
-// prefill_mma.cu). All run on the legacy default stream and return the
+// prefill_mma.cu, skinny_product.cu). All run on the legacy default stream and return the
 // launch's error (cudaGetLastError). Pointers are device memory;
 // `rows_meta` is the packed row list of CudaBackend::UploadRows: [position,
 // block list offset] per row, then the block lists, offsets counted from the
@@ -39,6 +39,15 @@ cudaError_t LaunchFillRandom(void* data, DType dtype, size_t n, uint32_t seed);
 // which fails as a bad launch does (cudaErrorInvalidValue from CUDA 13's
 // runtime): the fault CudaBackend::InjectFaultForTesting plants.
 cudaError_t LaunchFaultyKernel();
+
+// The weight-streaming product of decode (skinny_product.cu): out[m, n] =
+// x[m, k] w[n, k]^T (+ beta * out) with x and w both f16 or both bf16 and
+// f32 sums, for 1 to kMaxSkinnyRows rows; k a multiple of 8 and x, w
+// 16-byte aligned (SkinnyProductApplies), else cudaErrorInvalidValue.
+constexpr int kMaxSkinnyRows = 8;
+bool SkinnyProductApplies(DType dtype, const void* x, const void* w, int m, int k);
+cudaError_t LaunchSkinnyProduct(const void* x, const void* w, DType dtype, float* out, int m, int n,
+                                int k, float beta);
 
 cudaError_t LaunchEmbed(const void* table, DType dtype, const int32_t* ids, int rows, int dim,
                         float* out);

@@ -174,8 +174,11 @@ TEST_P(CudaHalfOps, MatMul) {
   struct Case {
     int m, n, k;
   };
-  for (const Case& c : {Case{1, 64, 48}, Case{1, 300, 256}, Case{7, 33, 65}, Case{64, 256, 128},
-                        Case{130, 96, 512}}) {
+  // Up to 8 rows with k a multiple of 8 take the weight-streaming kernel:
+  // k of 48 and 256 only its tail loop, 1032 one unrolled pass and a tail,
+  // 4096 four passes; k of 65, or more rows, take cuBLAS.
+  for (const Case& c : {Case{1, 64, 48}, Case{1, 300, 256}, Case{3, 37, 1032}, Case{8, 130, 4096},
+                        Case{7, 33, 65}, Case{64, 256, 128}, Case{130, 96, 512}}) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "m=" << c.m << " n=" << c.n << " k=" << c.k << " accumulate=" << accumulate);
@@ -201,6 +204,29 @@ TEST_P(CudaHalfOps, MatMul) {
       EXPECT_LE(RelativeL2<double>(actual, exact), 1e-5);
       EXPECT_LE(RelativeL2(actual, expected), dtype == DType::kBF16 ? 1e-2 : 2e-3);
     }
+  }
+}
+
+// The weight-streaming kernel and cuBLAS compute the same products (up to
+// f32 summation order) for every row count the kernel takes, and a product
+// the backend sends to cuBLAS with the kernel turned off equals itself.
+TEST_P(CudaHalfOps, SkinnyProductMatchesCublas) {
+  const DType dtype = GetParam();
+  constexpr int kN = 515, kK = 2048;
+  const std::vector<float> w = RandomFloats(size_t(kN) * kK, -1, 1, rng_);
+  Bytes pw = UploadBytes(Narrowed(w, dtype));
+  for (int m = 1; m <= 9; ++m) {
+    SCOPED_TRACE(::testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomFloats(size_t(m) * kK, -1, 1, rng_);
+    Pair px = Upload(x), streamed = Upload(std::vector<float>(size_t(m) * kN, kNaN)),
+         general = Upload(std::vector<float>(size_t(m) * kN, kNaN));
+    cuda_->set_skinny_max_rows(8);
+    cuda_->MatMul(px.cuda, MatrixRef{pw.cuda, dtype}, streamed.cuda, m, kN, kK, false);
+    cuda_->set_skinny_max_rows(0);
+    cuda_->MatMul(px.cuda, MatrixRef{pw.cuda, dtype}, general.cuda, m, kN, kK, false);
+    cuda_->set_skinny_max_rows(8);
+    ASSERT_OK(cuda_->status());
+    EXPECT_LE(RelativeL2(Cuda(streamed), Cuda(general)), 1e-5);
   }
 }
 
