@@ -13,13 +13,22 @@ namespace tandem::decode {
 
 bool Emitter::SampleNext(Sequence& seq, Choice& choice, std::span<const float> row) {
   const int32_t token = choice.sampler.Sample(row);
+  std::vector<TokenLogprob> logprob;
+  if (seq.request.logprobs.has_value() && !seq.IsStop(token, choice.generated)) {
+    logprob.push_back(ComputeLogprob(row, token, *seq.request.logprobs));
+  }
+  return Emit(seq, choice, token, std::move(logprob));
+}
+
+bool Emitter::EmitNext(Sequence& seq, Choice& choice, int32_t token) {
+  return Emit(seq, choice, token, {});
+}
+
+bool Emitter::Emit(Sequence& seq, Choice& choice, int32_t token,
+                   std::vector<TokenLogprob> logprob) {
   if (seq.IsStop(token, choice.generated)) return Finish(seq, choice, FinishReason::kEos);
   choice.sampler.Accept(token);
   ++choice.generated;
-  std::vector<TokenLogprob> logprob;
-  if (seq.request.logprobs.has_value()) {
-    logprob.push_back(ComputeLogprob(row, token, *seq.request.logprobs));
-  }
   seq.sink->OnTokens(choice.index, std::span<const int32_t>(&token, 1), logprob);
   if (choice.generated >= seq.request.max_tokens) {
     return Finish(seq, choice, FinishReason::kLength);

@@ -9,8 +9,10 @@
 #define TANDEM_DECODE_WORKER_DECODE_EMITTER_H_
 
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "common/engine/logprobs.h"
 #include "decode_worker/decode_state.h"
 
 namespace tandem::decode {
@@ -22,6 +24,9 @@ class Emitter {
   // Samples the choice's next token from `row` and emits it or finishes
   // the choice; true when that ended the request (`seq` is destroyed).
   bool SampleNext(Sequence& seq, Choice& choice, std::span<const float> row);
+  // The same for a token the engine picked (BatchItem::pick_greedy, where
+  // the sampler PicksRawArgmax and no logprobs are wanted).
+  bool EmitNext(Sequence& seq, Choice& choice, int32_t token);
   // Computes the prompt logprobs `rows` (a chunk of the prompt starting at
   // `start`) give; emits them all once the prompt's last chunk is in.
   void EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows);
@@ -45,6 +50,9 @@ class Emitter {
   bool ForkChoices(Sequence& seq);
 
  private:
+  // Emits `token` (with its logprob, if wanted) or finishes the choice.
+  bool Emit(Sequence& seq, Choice& choice, int32_t token, std::vector<TokenLogprob> logprob);
+
   DecodeState& s_;
 };
 

@@ -22,6 +22,7 @@ struct Planned {
   int prefill_start;   // Prompt position of the chunk's first token.
   int logit_rows;
   bool recompute = false;  // Written tokens of a preempted choice.
+  bool picked = false;     // A decode token the engine picks (pick_greedy).
 };
 
 }  // namespace
@@ -79,8 +80,13 @@ bool BatchStepper::StepOnce() {
     if (w.decode) {
       for (Choice& choice : seq.choices) {
         if (!choice.running) continue;
-        items.push_back(BatchItem{&choice.table, std::span<const int32_t>(&choice.next_input, 1)});
-        plan.push_back(Planned{seq.ticket, choice.index, 0, 0, 1});
+        BatchItem item{&choice.table, std::span<const int32_t>(&choice.next_input, 1)};
+        // Only the token is needed: the engine picks it where the logits
+        // are, and they stay there.
+        item.pick_greedy = choice.sampler.PicksRawArgmax() && !seq.request.logprobs.has_value();
+        items.push_back(item);
+        plan.push_back(Planned{seq.ticket, choice.index, 0, 0, item.pick_greedy ? 0 : 1});
+        plan.back().picked = item.pick_greedy;
       }
     }
     if (w.prompt_tokens > 0 && seq.state == Sequence::State::kRecomputing) {
@@ -138,7 +144,7 @@ bool BatchStepper::StepOnce() {
   const absl::Time end = s_.clock->Now();
   if (s_.options.metrics != nullptr) s_.options.metrics->ObserveStep(end - start);
   const size_t vocab = static_cast<size_t>(s_.config.vocab_size);
-  size_t row = 0;
+  size_t row = 0, pick = 0;
   for (const Planned& p : plan) {
     const std::span<const float> chunk =
         std::span<const float>(*logits).subspan(row * vocab, p.logit_rows * vocab);
@@ -153,7 +159,11 @@ bool BatchStepper::StepOnce() {
       Choice& choice = seq.choices[p.choice];
       // Its K/V is written now.
       choice.tokens.push_back(choice.next_input);
-      emitter_.SampleNext(seq, choice, chunk);
+      if (p.picked) {
+        emitter_.EmitNext(seq, choice, picks_[pick++]);
+      } else {
+        emitter_.SampleNext(seq, choice, chunk);
+      }
       continue;
     }
     seq.prefilled += p.prefill_tokens;
@@ -178,9 +188,12 @@ absl::StatusOr<std::vector<float>> BatchStepper::StepEngine(std::span<const Batc
   // callbacks of leases that end are deferred (BeginStep), so nothing here
   // touches the batch, the block pool or a sink.
   StepExecutor& executor = s_.executor != nullptr ? *s_.executor : *s_.engine;
-  absl::StatusOr<std::vector<float>> logits = executor.Step(items, [this](int) {
-    if (!s_.receiver->idle()) s_.receiver->Poll();
-  });
+  absl::StatusOr<std::vector<float>> logits = executor.Step(
+      items,
+      [this](int) {
+        if (!s_.receiver->idle()) s_.receiver->Poll();
+      },
+      &picks_);
   remote_.EndStep();
   return logits;
 }

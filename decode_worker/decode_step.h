@@ -32,8 +32,8 @@ class BatchStepper {
 
  private:
   // Engine::Step over `items` (or the step executor's), progressing the KV
-  // receiver after each layer; the leases that ended meanwhile are handled
-  // once the step has returned.
+  // receiver after each layer, with the greedy picks into picks_; the
+  // leases that ended meanwhile are handled once the step has returned.
   absl::StatusOr<std::vector<float>> StepEngine(std::span<const BatchItem> items);
 
   DecodeState& s_;
@@ -41,6 +41,7 @@ class BatchStepper {
   Preemption& preemption_;
   RemotePrefill& remote_;
   const std::unique_ptr<const SchedulePolicy> policy_;
+  std::vector<int32_t> picks_;
 };
 
 }  // namespace tandem::decode

@@ -79,7 +79,7 @@ if ((dry)); then
 else
   run_step engine_bench 240 build/bin/tandem-engine-bench --backend cuda --shapes llama3-8b \
     --dtype bf16 --prompts 2048 --batches 1,8,32 --decode_prompt 1024 --decode_steps 32 --repeats 2
-  run_step cluster_bench 300 scripts/bench-gpu.sh cluster 40
+  run_step cluster_bench 360 scripts/bench-gpu.sh cluster 40
 fi
 
 python3 - "$results" "$device" "$dry" "${steps[@]}" <<'PY'

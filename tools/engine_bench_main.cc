@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -258,7 +259,18 @@ double TimePrefill(Engine& engine, int n, int repeats) {
   return n / best;
 }
 
-double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats) {
+// Hooks around the timed steps of one TimeDecode repeat (an op profile).
+struct StepHooks {
+  std::function<void()> before;
+  std::function<void(int steps)> after;
+};
+
+// Greedy decode of `batch` sequences; the engine picks the tokens
+// (BatchItem::pick_greedy) unless `host_pick`, when the logits come to the
+// host and it picks them. Returns tokens/s and the host's picking time per
+// step.
+std::pair<double, double> TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats,
+                                     bool host_pick, const StepHooks& hooks = {}) {
   const int vocab = engine.config().vocab_size;
   double best = 1e30, best_pick = 0;
   for (int r = 0; r < repeats; ++r) {
@@ -273,12 +285,21 @@ double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats)
       next[b] = Argmax(*logits);
     }
     std::vector<BatchItem> items(batch);
+    std::vector<int32_t> picks;
     double pick = 0;
+    if (hooks.before) hooks.before();
     const auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
-      for (int b = 0; b < batch; ++b) items[b] = {&tables[b], {&next[b], 1}, true};
-      auto logits = engine.Step(items);
+      for (int b = 0; b < batch; ++b) {
+        items[b] = {&tables[b], {&next[b], 1}, true};
+        items[b].pick_greedy = !host_pick;
+      }
+      auto logits = engine.Step(items, nullptr, &picks);
       CHECK_OK(logits.status());
+      if (!host_pick) {
+        std::copy(picks.begin(), picks.end(), next.begin());
+        continue;
+      }
       const auto p0 = Clock::now();
       for (int b = 0; b < batch; ++b) {
         next[b] = Argmax(std::span(*logits).subspan(size_t(b) * vocab, vocab));
@@ -286,14 +307,11 @@ double TimeDecode(Engine& engine, int batch, int prompt, int steps, int repeats)
       pick += Seconds(Clock::now() - p0);
     }
     const double total = Seconds(Clock::now() - t0);
+    if (hooks.after) hooks.after(steps);
     if (total < best) best = total, best_pick = pick;
     for (BlockTable& t : tables) engine.Release(t);
   }
-  // Where a step's time goes beside the forward pass: Step() includes the
-  // logits' copy to the host; the greedy pick is the host's.
-  std::printf("  decode batch %d: %.2f ms a step, of which %.2f ms picking tokens on the host\n",
-              batch, best / steps * 1e3, best_pick / steps * 1e3);
-  return double(batch) * steps / best;
+  return {double(batch) * steps / best, best_pick / steps};
 }
 
 int Run() {
@@ -411,6 +429,9 @@ int Run() {
       options.kv_dtype = kv_dtype;
       auto backend = ChooseBackend({.name = backend_name, .threads = threads});
       CHECK_OK(backend.status());
+#ifdef TANDEM_HAVE_CUDA
+      auto* cuda = dynamic_cast<CudaBackend*>(backend->backend.get());
+#endif
       auto engine = Engine::Create(**weights, std::move(backend->backend), options);
       CHECK_OK(engine.status());
       weights->reset();  // the engine holds its own copy
@@ -430,8 +451,37 @@ int Run() {
           2.0 * config.n_layers * config.kv_dim() * kv_element * (decode_prompt + decode_steps / 2);
       for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
       for (int b : batches) {
-        result.decode.emplace_back(b,
-                                   TimeDecode(**engine, b, decode_prompt, decode_steps, repeats));
+        // What picking on the host (logits copied out) costs beside the
+        // engine's own picks, which the table reports.
+        const auto [host_tps, pick_s] =
+            TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/true);
+        const double tps =
+            TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/false)
+                .first;
+        std::printf(
+            "  decode batch %d: %.2f ms a step with the engine's picks; %.2f ms with the logits "
+            "copied to the host and picked there (%.2f ms of it picking)\n",
+            b, b / tps * 1e3, b / host_tps * 1e3, pick_s * 1e3);
+        result.decode.emplace_back(b, tps);
+#ifdef TANDEM_HAVE_CUDA
+        // Where the device's time goes in a step, op by op (one more run,
+        // untimed: the events cost a little).
+        if (cuda != nullptr) {
+          StepHooks hooks{
+              .before = [&] { cuda->StartOpProfile(); },
+              .after =
+                  [&](int steps) {
+                    auto profile = cuda->TakeOpProfile();
+                    CHECK_OK(profile.status());
+                    std::string line;
+                    for (const auto& [op, seconds] : *profile) {
+                      absl::StrAppendFormat(&line, " %s %.3f", op, seconds / steps * 1e3);
+                    }
+                    std::printf("  decode batch %d, device ms a step by op:%s\n", b, line.c_str());
+                  }};
+          TimeDecode(**engine, b, decode_prompt, std::min(decode_steps, 8), 1, false, hooks);
+        }
+#endif
       }
       results.push_back(result);
     }

@@ -171,6 +171,12 @@ class Backend {
   virtual void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                               int layer, const KvLayout& layout, const void* cache,
                               const AttentionShape& shape, float* out) = 0;
+
+  // out[r] = the index of the largest of x[r, 0..n) for r < rows (rows n
+  // apart; the lowest index among equals; NaN never wins unless a row is all
+  // NaN, then 0): a greedy pick without the logits leaving backend memory.
+  // `out` is backend memory.
+  virtual void Argmax(const float* x, int rows, int n, int32_t* out) = 0;
 };
 
 }  // namespace tandem

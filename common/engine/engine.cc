@@ -206,6 +206,8 @@ absl::Status Engine::Init(const ModelWeights& w) {
   ASSIGN_OR_RETURN(hb_, alloc(t * 2 * h));
   ASSIGN_OR_RETURN(hb2_, alloc(t * h));
   ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
+  ASSIGN_OR_RETURN(void* picks, alloc_bytes(sizeof(int32_t) * options_.max_logit_rows));
+  picks_ = static_cast<int32_t*>(picks);
 
   // Last, so that a pool sized from the device's memory sees everything
   // else allocated.
@@ -301,13 +303,15 @@ absl::Status Engine::CheckBackend() {
 }
 
 absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items,
-                                                const std::function<void(int layer)>& kv_written) {
+                                                const std::function<void(int layer)>& kv_written,
+                                                std::vector<int32_t>* picks) {
   RETURN_IF_ERROR(CheckBackend());
-  RETURN_IF_ERROR(ValidateStep(items, step_limits(), pool_));
+  RETURN_IF_ERROR(ValidateStep(items, step_limits(), pool_, picks));
   ids_.clear();
   positions_.clear();
   rows_.clear();
   logit_rows_.clear();
+  picked_rows_.clear();
   for (const BatchItem& item : items) {
     // Cannot fail: ValidateStep counted the free blocks.
     RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), pool_));
@@ -321,15 +325,28 @@ absl::StatusOr<std::vector<float>> Engine::Step(std::span<const BatchItem> items
     if (item.all_logits) {
       for (size_t j = 0; j < item.tokens.size(); ++j) logit_rows_.push_back(first_row + j);
     } else if (item.want_logits) {
-      logit_rows_.push_back(static_cast<int32_t>(ids_.size()) - 1);
+      (item.pick_greedy ? picked_rows_ : logit_rows_)
+          .push_back(static_cast<int32_t>(ids_.size()) - 1);
     }
   }
-  Forward(static_cast<int>(ids_.size()), static_cast<int>(logit_rows_.size()), kv_written);
+  // The picked rows' logits follow the others' in backend memory.
+  const int kept = static_cast<int>(logit_rows_.size());
+  const int picked = static_cast<int>(picked_rows_.size());
+  logit_rows_.insert(logit_rows_.end(), picked_rows_.begin(), picked_rows_.end());
+  Forward(static_cast<int>(ids_.size()), kept + picked, kv_written);
 
-  std::vector<float> logits(logit_rows_.size() * config_.vocab_size);
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  if (picked > 0) {
+    backend_->Argmax(logits_ + kept * vocab, picked, config_.vocab_size, picks_);
+    picks->resize(picked);
+    backend_->CopyToHost(picks_, picks->data(), picked * sizeof(int32_t));
+  } else if (picks != nullptr) {
+    picks->clear();
+  }
+  std::vector<float> logits(kept * vocab);
   if (!logits.empty()) {
     backend_->CopyToHost(logits_, logits.data(), logits.size() * sizeof(float));
-  } else {
+  } else if (picked == 0) {
     // Waits for the pass as the logits would, so that its errors show now.
     float last = 0;
     backend_->CopyToHost(x_, &last, sizeof(last));

@@ -131,6 +131,10 @@ class Engine final : public StepExecutor {
   // sequence past the context, batch over the configured limits) and
   // RESOURCE_EXHAUSTED when the KV pool cannot hold the new tokens.
   //
+  // Items with pick_greedy add no rows: the index of their largest logit is
+  // computed by the backend (Backend::Argmax) and only the indices are
+  // copied to the host, into `*picks`.
+  //
   // A backend failure (status()), found before the pass or once it has
   // run (the copy of the logits to host memory waits for a GPU backend's
   // work, and a step without logits copies a few bytes to wait just the
@@ -144,9 +148,10 @@ class Engine final : public StepExecutor {
   // `layer` are in the cache (before the rest of the layer is computed), so
   // that a sender can ship layer l while layers l+1... are computed. It
   // does not run for a layer the backend failed in (nor for later ones).
-  absl::StatusOr<std::vector<float>> Step(
-      std::span<const BatchItem> items,
-      const std::function<void(int layer)>& kv_written = nullptr) override;
+  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
+                                          const std::function<void(int layer)>& kv_written,
+                                          std::vector<int32_t>* picks) override;
+  using StepExecutor::Step;
 
   // Makes `dst` (empty, or holding blocks reserved and not yet written) a
   // copy of the first `tokens` positions of `src`: it reserves what is
@@ -198,9 +203,10 @@ class Engine final : public StepExecutor {
   void* cache_ = nullptr;
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
+  int32_t* picks_ = nullptr;  // [max_logit_rows] greedy picks
 
   // Per-step host scratch.
-  std::vector<int32_t> ids_, positions_, logit_rows_;
+  std::vector<int32_t> ids_, positions_, logit_rows_, picked_rows_;
   std::vector<AttentionRow> rows_;
   std::vector<uint8_t> copy_staging_;
 

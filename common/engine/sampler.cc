@@ -136,11 +136,7 @@ bool Sampler::Advance(uint64_t n) {
 }
 
 std::span<const float> Sampler::Processed(std::span<const float> logits) {
-  // min_tokens alone changes nothing once enough tokens were accepted.
-  if (!processors_ || (!touches_seen_or_biased_ && params_.grammar == nullptr &&
-                       generated_ >= params_.min_tokens)) {
-    return logits;
-  }
+  if (!ChangesLogits()) return logits;
   processed_.assign(logits.begin(), logits.end());
   const int64_t vocab = static_cast<int64_t>(processed_.size());
   auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };

@@ -84,6 +84,11 @@ class Sampler {
   // (ValidateForVocab refuses them up front). Draws exactly one number from
   // the random stream unless greedy.
   int32_t Sample(std::span<const float> logits);
+  // True when the next Sample would return the index of the row's largest
+  // logit as it stands (greedy, and no processor changes the row now), so
+  // that the engine may pick it where the logits are (BatchItem::
+  // pick_greedy) and the caller Accept()s the pick instead of sampling.
+  bool PicksRawArgmax() const { return greedy() && !ChangesLogits(); }
 
   // Records a token appended to the sequence (sampled here or elsewhere).
   void Accept(int32_t token);
@@ -115,6 +120,12 @@ class Sampler {
 
  private:
   bool greedy() const { return params_.temperature == 0.0f || params_.top_k == 1; }
+  // Whether Processed would change the row now (min_tokens alone changes
+  // nothing once enough tokens were accepted).
+  bool ChangesLogits() const {
+    return processors_ && (touches_seen_or_biased_ || params_.grammar != nullptr ||
+                           generated_ < params_.min_tokens);
+  }
   // Masks processed_ with the grammar's tokens for grammar_state_.
   void ApplyGrammar();
 

@@ -50,8 +50,9 @@ SimulatedExecutor::SimulatedExecutor(const ModelConfig& config, const StepLimits
     : config_(config), limits_(limits), pool_(pool), clock_(clock), cost_(std::move(cost)) {}
 
 absl::StatusOr<std::vector<float>> SimulatedExecutor::Step(
-    std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) {
-  RETURN_IF_ERROR(ValidateStep(items, limits_, *pool_));
+    std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written,
+    std::vector<int32_t>* picks) {
+  RETURN_IF_ERROR(ValidateStep(items, limits_, *pool_, picks));
   for (const BatchItem& item : items) {
     // Cannot fail: ValidateStep counted the free blocks.
     RETURN_IF_ERROR(item.table->Reserve(static_cast<int>(item.tokens.size()), *pool_));
@@ -68,9 +69,17 @@ absl::StatusOr<std::vector<float>> SimulatedExecutor::Step(
   busy_ += cost;
 
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  std::vector<float> logits(static_cast<size_t>(shape.logit_rows) * vocab, 0.0f);
+  if (picks != nullptr) picks->clear();
+  for (const BatchItem& item : items) {
+    if (!item.pick_greedy) continue;
+    const int last = item.table->num_tokens() + static_cast<int>(item.tokens.size()) - 1;
+    picks->push_back(SimulatedNextToken(item.tokens.back(), last, config_.vocab_size));
+  }
+  const size_t rows = static_cast<size_t>(shape.logit_rows) - (picks ? picks->size() : 0);
+  std::vector<float> logits(rows * vocab, 0.0f);
   size_t row = 0;
   for (const BatchItem& item : items) {
+    if (item.pick_greedy) continue;
     const int start = item.table->num_tokens();
     const int n = static_cast<int>(item.tokens.size());
     for (int j = 0; j < n; ++j) {

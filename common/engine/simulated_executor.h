@@ -73,8 +73,10 @@ class SimulatedExecutor final : public StepExecutor {
   SimulatedExecutor(const ModelConfig& config, const StepLimits& limits, BlockPool* pool,
                     FakeClock* clock, StepCostFn cost);
 
-  absl::StatusOr<std::vector<float>> Step(
-      std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) override;
+  absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
+                                          const std::function<void(int layer)>& kv_written,
+                                          std::vector<int32_t>* picks) override;
+  using StepExecutor::Step;
 
   uint64_t steps() const { return steps_; }
   // Time the steps have cost so far.

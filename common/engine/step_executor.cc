@@ -9,7 +9,7 @@
 namespace tandem {
 
 absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& limits,
-                          const BlockPool& pool) {
+                          const BlockPool& pool, const std::vector<int32_t>* picks) {
   if (items.empty()) return absl::InvalidArgumentError("a step needs at least one batch item");
   int64_t tokens = 0, logit_rows = 0, new_blocks = 0;
   absl::flat_hash_set<const BlockTable*> seen;
@@ -27,6 +27,11 @@ absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& li
     if (!seen.insert(item.table).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("batch item ", i, " repeats a sequence; merge its tokens into one item"));
+    }
+    if (item.pick_greedy && (!item.want_logits || item.all_logits || picks == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch item ", i,
+          " picks greedily: it needs want_logits, not all_logits, and a place for the picks"));
     }
     for (int32_t id : item.tokens) {
       if (id < 0 || id >= limits.vocab_size) {

@@ -30,6 +30,12 @@ struct BatchItem {
   // Logits of every token of the entry, in order (one row each; overrides
   // want_logits), e.g. for the log-probabilities of a prompt.
   bool all_logits = false;
+  // With want_logits (not all_logits): the caller needs only the index of
+  // the largest logit of the entry's last token, as a greedy sampler with
+  // nothing to apply to the logits picks it. It comes back in Step's
+  // `picks`, computed where the logits are (on the device for a GPU
+  // backend), and the entry adds no row to the logits returned.
+  bool pick_greedy = false;
 
   int logit_rows() const { return all_logits ? static_cast<int>(tokens.size()) : want_logits; }
 };
@@ -46,21 +52,32 @@ struct StepLimits {
 // The checks every executor makes before a step, so that a refused step
 // changes nothing: INVALID_ARGUMENT for an empty step or item, a table of
 // another block size, a sequence in two items, a token id outside the
-// vocabulary, a sequence past the context, or a batch over the limits;
-// RESOURCE_EXHAUSTED when `pool` has too few free blocks for the new tokens.
+// vocabulary, a sequence past the context, a batch over the limits, or a
+// pick_greedy item without want_logits or with all_logits, or with nowhere
+// to put the pick (`picks` null); RESOURCE_EXHAUSTED when `pool` has too few
+// free blocks for the new tokens.
 absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& limits,
-                          const BlockPool& pool);
+                          const BlockPool& pool, const std::vector<int32_t>* picks = nullptr);
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   // One forward pass over `items`: appends each item's tokens to its
   // sequence and returns the logits of the items that want them,
-  // [rows][vocab_size] in item order. `kv_written(layer)` runs once per
-  // layer, as soon as that layer's K/V are in the cache. The full contract
-  // (errors, what a failure leaves) is Engine::Step's.
-  virtual absl::StatusOr<std::vector<float>> Step(
-      std::span<const BatchItem> items, const std::function<void(int layer)>& kv_written) = 0;
+  // [rows][vocab_size] in item order, except those with pick_greedy, whose
+  // picks replace `*picks` (one per such item, in item order).
+  // `kv_written(layer)` runs once per layer, as soon as that layer's K/V are
+  // in the cache. The full contract (errors, what a failure leaves) is
+  // Engine::Step's.
+  virtual absl::StatusOr<std::vector<float>> Step(std::span<const BatchItem> items,
+                                                  const std::function<void(int layer)>& kv_written,
+                                                  std::vector<int32_t>* picks) = 0;
+  // A step without pick_greedy items.
+  absl::StatusOr<std::vector<float>> Step(
+      std::span<const BatchItem> items,
+      const std::function<void(int layer)>& kv_written = nullptr) {
+    return Step(items, kv_written, nullptr);
+  }
 };
 
 }  // namespace tandem

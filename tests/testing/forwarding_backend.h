@@ -58,6 +58,9 @@ class ForwardingBackend : public Backend {
                       float* out) override {
     inner_->PagedAttention(q, qs, rows, layer, layout, cache, shape, out);
   }
+  void Argmax(const float* x, int rows, int n, int32_t* out) override {
+    inner_->Argmax(x, rows, n, out);
+  }
 
  protected:
   Backend& inner() { return *inner_; }

@@ -251,6 +251,18 @@ void CpuBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) 
   }
 }
 
+void CpuBackend::Argmax(const float* x, int rows, int n, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + int64_t{r} * n;
+    int32_t best = 0;
+    for (int i = 1; i < n; ++i) {
+      // As the device: a NaN in front loses to any number.
+      if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
+    }
+    out[r] = best;
+  }
+}
+
 void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                          std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
                          void* cache) {

@@ -65,6 +65,7 @@ class CpuBackend final : public Backend {
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
                       const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
+  void Argmax(const float* x, int rows, int n, int32_t* out) override;
 
  private:
   CpuBackend(const cpu::BlasLibrary* blas, int num_threads);

@@ -32,6 +32,7 @@
 #include "common/compute/backend.h"
 
 struct cublasContext;
+struct CUevent_st;
 
 namespace tandem {
 class CudaKvCopier;
@@ -80,6 +81,15 @@ class CudaBackend final : public Backend {
   void set_skinny_max_rows(int rows);
   int skinny_max_rows() const { return skinny_max_rows_; }
 
+  // Op profile, for benchmarks: from StartOpProfile() on, every operation
+  // records a device event as it is issued. TakeOpProfile() records a last
+  // one, waits for the device, turns profiling off and returns, per
+  // operation name in first-issued order, the device seconds from each
+  // operation's event to the next one's (the operation, plus any time the
+  // device then idled waiting for the host to issue more).
+  void StartOpProfile();
+  absl::StatusOr<std::vector<std::pair<std::string, double>>> TakeOpProfile();
+
   // For tests: the operation after the next `after_operations` ones (every
   // call that reaches the device counts, copies and Synchronize() too)
   // launches a kernel with more threads per block than a device allows
@@ -110,6 +120,7 @@ class CudaBackend final : public Backend {
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
                       const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
+  void Argmax(const float* x, int rows, int n, int32_t* out) override;
 
  private:
   // Device memory reused across calls, grown on demand.
@@ -134,8 +145,11 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, int sm_count, cublasContext* cublas, cublasContext* cublas16,
               std::string description);
   // False (and the op is skipped) once an error is kept; makes the device
-  // current for the calling thread.
-  bool Begin();
+  // current for the calling thread, and marks the operation `op` (when
+  // named) while profiling.
+  bool Begin(const char* op = nullptr);
+  // Records the next profiling event on the legacy stream, for `op`.
+  void Mark(const char* op);
   void Keep(absl::Status status);
   // `scratch` holding at least `bytes` (after the queued work that may use
   // its old memory); nullptr on error (kept).
@@ -161,7 +175,10 @@ class CudaBackend final : public Backend {
   cublasContext* cublas16_;  // default math: tensor cores for 16-bit operands
   std::string description_;
   int skinny_max_rows_;
-  int fault_countdown_ = -1;  // InjectFaultForTesting; -1: none planted
+  bool profiling_ = false;
+  std::vector<const char*> marks_;   // operation of each recorded event
+  std::vector<CUevent_st*> events_;  // reused across profiles
+  int fault_countdown_ = -1;         // InjectFaultForTesting; -1: none planted
   absl::Status status_;
   Upload ids_upload_;          // token ids
   Upload positions_upload_;    // RoPE positions

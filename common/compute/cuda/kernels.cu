@@ -1,6 +1,7 @@
 // Element-wise and row kernels of the CUDA backend; attention is in
 // attention.cu.
 #include <cfloat>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -152,6 +153,43 @@ __global__ void WriteKvKernel(const float* k, int k_stride, const float* v, int 
   }
 }
 
+// Whether (v, i) goes before (best, at) in Backend::Argmax's order: larger
+// first, a number before NaN, and the lower index among equals.
+__device__ __forceinline__ bool Before(float v, int i, float best, int at) {
+  const bool v_nan = isnan(v), best_nan = isnan(best);
+  if (v_nan != best_nan) return best_nan;
+  if (!v_nan && v != best) return v > best;
+  return i < at;
+}
+
+constexpr int kArgmaxThreads = 512;
+
+__global__ void ArgmaxKernel(const float* x, int n, int32_t* out) {
+  __shared__ float values[kArgmaxThreads / kWarp];
+  __shared__ int indices[kArgmaxThreads / kWarp];
+  const float* row = x + static_cast<size_t>(blockIdx.x) * n;
+  float best = __int_as_float(0x7fc00000);  // NaN: anything goes before it
+  int at = INT_MAX;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    if (Before(v, i, best, at)) best = v, at = i;
+  }
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (Before(v, i, best, at)) best = v, at = i;
+  }
+  const int warp = threadIdx.x / kWarp;
+  if (threadIdx.x % kWarp == 0) values[warp] = best, indices[warp] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / kWarp; ++w) {
+      if (Before(values[w], indices[w], best, at)) best = values[w], at = indices[w];
+    }
+    out[blockIdx.x] = at == INT_MAX ? 0 : at;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchNarrow(const float* x, DType dtype, void* out, size_t n) {
@@ -220,6 +258,12 @@ cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden)
   if (total == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   SwiGluKernel<<<GridFor(total, kThreads), kThreads>>>(gate_up, out, rows, hidden);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgmax(const float* x, int rows, int n, int32_t* out) {
+  if (rows <= 0) return cudaSuccess;
+  ArgmaxKernel<<<rows, kArgmaxThreads>>>(x, n, out);
   return cudaGetLastError();
 }
 

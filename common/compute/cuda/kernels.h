@@ -57,6 +57,9 @@ cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int
                        int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
                        bool half_split);
 cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int n);
+// out[r] = the index of the largest of x[r, 0..n) (Backend::Argmax), one
+// block per row.
+cudaError_t LaunchArgmax(const float* x, int rows, int n, int32_t* out);
 cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden);
 // Rounds to layout.dtype as the CPU backend does (nearest even).
 cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_stride,

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -287,6 +288,30 @@ TEST_P(CpuBackendTest, WriteKvFillsExactlyTheRowsSlots) {
     EXPECT_EQ(
         std::memcmp(cache.data() + value_at, key + layout.kv_dim, layout.kv_dim * sizeof(float)), 0)
         << "row " << r << " value";
+  }
+}
+
+// The largest of each row, the lowest index among equals, a number before
+// NaN, 0 for a row of NaN.
+TEST_P(CpuBackendTest, ArgmaxPicksTheLowestIndexOfTheLargest) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> rows = {{1, 3, 3, 2},
+                                                {kNaN, -1, kNaN, -0.5f},
+                                                {-kInf, -kInf, -kInf, -kInf},
+                                                {kNaN, kNaN, kNaN, kNaN},
+                                                {0, -0.0f, 0, 5}};
+  const std::vector<int32_t> expected = {1, 3, 0, 0, 3};
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  std::vector<int32_t> out(rows.size(), -1);
+  backend_->Argmax(flat.data(), static_cast<int>(rows.size()), 4, out.data());
+  EXPECT_EQ(out, expected);
+
+  const std::vector<float> wide = RandomFloats(3 * 1001, -4, 4, rng_);
+  backend_->Argmax(wide.data(), 3, 1001, out.data());
+  for (int r = 0; r < 3; ++r) {
+    const auto row = wide.begin() + r * 1001;
+    EXPECT_EQ(out[r], std::max_element(row, row + 1001) - row);
   }
 }
 

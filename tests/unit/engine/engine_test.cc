@@ -357,6 +357,54 @@ TEST(Engine, AllLogitsGivesEveryPositionsRow) {
   engine->Release(other);
 }
 
+// Items that pick greedily get the index of their row's largest logit in
+// `picks` and add no row: the rows returned are the others', in item order.
+TEST(Engine, GreedyPicksReplaceTheirRowsOfLogits) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(8, 2), 3));
+  auto engine = MakeEngine(*weights, EngineOptions{.max_logit_rows = 8});
+  const int vocab = weights->config.vocab_size;
+  // Four sequences, two prompts: each picked one has a twin with logits.
+  const std::vector<int32_t> a = RandomTokens(6, vocab, 21), b = RandomTokens(9, vocab, 22);
+  std::vector<BlockTable> tables;
+  for (int i = 0; i < 4; ++i) tables.push_back(engine->NewSequence());
+  std::vector<BatchItem> items = {BatchItem{&tables[0], a}, BatchItem{&tables[1], a},
+                                  BatchItem{&tables[2], b}, BatchItem{&tables[3], b}};
+  items[0].pick_greedy = items[3].pick_greedy = true;
+  std::vector<int32_t> picks = {99, 99, 99};  // replaced, not appended to
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rows, engine->Step(items, nullptr, &picks));
+  ASSERT_EQ(rows.size(), 2u * vocab);
+  const std::span<const float> row_a(rows.data(), vocab), row_b(rows.data() + vocab, vocab);
+  ASSERT_EQ(picks.size(), 2u);
+  EXPECT_EQ(picks[0], Argmax(row_a));
+  EXPECT_EQ(picks[1], Argmax(row_b));
+  for (const BlockTable& t : tables) EXPECT_EQ(t.num_tokens(), &t < &tables[2] ? 6 : 9);
+
+  // A step of picks only waits for the pass and returns no logits.
+  std::vector<BatchItem> next = {BatchItem{&tables[0], {&picks[0], 1}},
+                                 BatchItem{&tables[3], {&picks[1], 1}}};
+  next[0].pick_greedy = next[1].pick_greedy = true;
+  ASSERT_OK_AND_ASSIGN(std::vector<float> none, engine->Step(next, nullptr, &picks));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(picks.size(), 2u);
+  EXPECT_EQ(tables[0].num_tokens(), 7);
+
+  // Refused without side effects: nowhere to put a pick, or a pick with
+  // every row's logits, or without logits.
+  BatchItem bad{&tables[1], {&picks[0], 1}};
+  bad.pick_greedy = true;
+  EXPECT_THAT(engine->Step({&bad, 1}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("picks greedily")));
+  bad.all_logits = true;
+  EXPECT_THAT(engine->Step({&bad, 1}, nullptr, &picks).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("picks greedily")));
+  bad.all_logits = false;
+  bad.want_logits = false;
+  EXPECT_THAT(engine->Step({&bad, 1}, nullptr, &picks).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("picks greedily")));
+  EXPECT_EQ(tables[1].num_tokens(), 6);
+  for (BlockTable& t : tables) engine->Release(t);
+}
+
 TEST(Engine, CopiedSequenceContinuesLikeTheOriginal) {
   ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 5));
   auto engine = MakeEngine(*weights, EngineOptions{.block_size = 8, .num_blocks = 20});

@@ -202,6 +202,37 @@ TEST(Sampler, MinTokensMasksStopIdsUntilEnoughWereAccepted) {
   }
 }
 
+// PicksRawArgmax holds exactly when Sample returns the raw row's argmax
+// without looking at anything else: greedy and nothing processing the row.
+TEST(Sampler, PicksRawArgmaxOnlyWhenGreedyLeavesTheRowAsItIs) {
+  EXPECT_TRUE(Sampler(Params(0.0f)).PicksRawArgmax());
+  EXPECT_TRUE(Sampler(Params(0.7f, /*top_k=*/1)).PicksRawArgmax());
+  EXPECT_FALSE(Sampler(Params(0.7f)).PicksRawArgmax());
+  SamplingParams biased = Params(0.0f);
+  biased.logit_bias = {{2, 5.0f}};
+  EXPECT_FALSE(Sampler(biased).PicksRawArgmax());
+  SamplingParams penalised = Params(0.0f);
+  penalised.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(penalised).PicksRawArgmax());
+  penalised = Params(0.0f);
+  penalised.repetition_penalty = 1.2f;
+  EXPECT_FALSE(Sampler(penalised).PicksRawArgmax());
+
+  // min_tokens changes the row until enough tokens were accepted.
+  SamplingParams p = Params(0.0f);
+  p.min_tokens = 2;
+  const std::vector<int32_t> stops = {1};
+  Sampler sampler(p, {}, stops);
+  const std::vector<float> logits = {0.0f, 9.0f, 1.0f};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(sampler.PicksRawArgmax());
+    EXPECT_NE(sampler.Sample(logits), Argmax(logits));
+    sampler.Accept(2);
+  }
+  EXPECT_TRUE(sampler.PicksRawArgmax());
+  EXPECT_EQ(sampler.Sample(logits), Argmax(logits));
+}
+
 TEST(Sampler, EveryTokenMaskedStillReturnsAToken) {
   SamplingParams p = Params(1.0f);
   p.min_tokens = 1;

@@ -88,7 +88,19 @@ TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
             SimulatedNextToken(first, 6, 50));
   EXPECT_EQ(executor.steps(), 2u);
   EXPECT_EQ(executor.busy(), absl::Milliseconds(14 + 9));
+
+  // A greedy pick comes back as the token, beside another item's row.
+  BlockTable other(4);
+  const std::vector<int32_t> then = {SimulatedNextToken(first, 6, 50)};
+  std::vector<BatchItem> items = {{&table, then}, {&other, prompt}};
+  items[0].pick_greedy = true;
+  std::vector<int32_t> picks;
+  ASSERT_OK_AND_ASSIGN(logits, executor.Step(items, nullptr, &picks));
+  EXPECT_EQ(picks, std::vector<int32_t>{SimulatedNextToken(then[0], 7, 50)});
+  ASSERT_EQ(logits.size(), 50u);
+  EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), first);
   table.Release(pool);
+  other.Release(pool);
   EXPECT_EQ(pool.num_free(), 16);
 }
 

@@ -271,6 +271,33 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaHalfOps, ::testing::Values(DType::kBF16, DTy
 
 // A fault planted for tests fails the operation it lands on as a CUDA
 // error would: kept, and every later operation skipped.
+// Rows of a Llama-3 vocabulary with planted equal maxima and NaN, and
+// short rows: the same index as the CPU backend's.
+TEST_F(CudaVsCpu, ArgmaxMatchesTheCpuBackend) {
+  for (const int n : {128256, 1000, 7, 1}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    constexpr int kRows = 6;
+    std::vector<float> x = RandomFloats(size_t(kRows) * n, -8, 8, rng_);
+    if (n > 100) {
+      x[size_t(1) * n + 70] = x[size_t(1) * n + 90] = 9.0f;      // equal maxima
+      x[size_t(2) * n] = kNaN;                                   // NaN in front
+      x[size_t(2) * n + n - 1] = 9.5f;                           // largest last
+      for (int i = 0; i < n; ++i) x[size_t(3) * n + i] = -1.0f;  // all equal
+    }
+    Pair px = Upload(x);
+    Bytes ids = UploadBytes(std::vector<uint8_t>(kRows * sizeof(int32_t), 0xff));
+    cpu_->Argmax(px.cpu, kRows, n, static_cast<int32_t*>(ids.cpu));
+    cuda_->Argmax(px.cuda, kRows, n, static_cast<int32_t*>(ids.cuda));
+    const std::vector<uint8_t> expected = CpuBytes(ids), actual = CudaBytes(ids);
+    EXPECT_EQ(actual, expected);
+    if (n > 100) {
+      int32_t second = 0;
+      std::memcpy(&second, actual.data() + sizeof(int32_t), sizeof(int32_t));
+      EXPECT_EQ(second, 70);
+    }
+  }
+}
+
 TEST_F(CudaVsCpu, InjectedFaultIsKeptLikeACudaError) {
   Pair gate_up = Upload(RandomFloats(64, -1, 1, rng_)), out = Poisoned(32);
   cuda_->InjectFaultForTesting(/*after_operations=*/1);
