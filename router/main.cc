@@ -92,6 +92,11 @@ ABSL_FLAG(int32_t, max_migrations, 2,
           "How many times one request's stream may move to another decode worker after its "
           "worker is lost mid-stream (the new worker computes the prompt and the tokens sent so "
           "far, and the stream goes on where it was); 0 = a lost worker fails its streams");
+ABSL_FLAG(absl::Duration, decode_stall_timeout, absl::Seconds(2),
+          "A stream that gets no token for this long while other streams' tokens keep coming "
+          "(its decode worker answers health polls but does not decode it) moves to another "
+          "decode worker as a lost one does; stretched to 8 of the stream's own gaps between "
+          "tokens on slow workers; 0 = never");
 ABSL_FLAG(absl::Duration, prefill_answer_timeout, absl::Seconds(2),
           "How long a prefill worker may take to answer, per 1024 prompt tokens and per "
           "request the router already has open on it (the answer comes once the KV has "
@@ -259,6 +264,9 @@ absl::Status Run() {
         "--request_timeout, --health_interval, --resolve_interval, --reserve_timeout and "
         "--prefill_answer_timeout must be positive");
   }
+  if (absl::GetFlag(FLAGS_decode_stall_timeout) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--decode_stall_timeout must be >= 0 (0 = off)");
+  }
   if (absl::GetFlag(FLAGS_max_migrations) < 0 || absl::GetFlag(FLAGS_max_migrations) > 100) {
     return absl::InvalidArgumentError("--max_migrations must be 0 to 100");
   }
@@ -322,6 +330,7 @@ absl::Status Run() {
   options.driver.reserve_timeout = absl::GetFlag(FLAGS_reserve_timeout);
   options.driver.prefill_answer_timeout = absl::GetFlag(FLAGS_prefill_answer_timeout);
   options.driver.max_migrations = absl::GetFlag(FLAGS_max_migrations);
+  options.driver.decode_stall_timeout = absl::GetFlag(FLAGS_decode_stall_timeout);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
         .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};

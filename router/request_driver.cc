@@ -382,78 +382,6 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
                                                  " failed the request: ", cause.message())));
 }
 
-bool RequestDriver::CanMigrate(const absl::Status& cause) const {
-  if (migrations_ >= env_.options.max_migrations ||
-      (cause.code() != absl::StatusCode::kUnavailable &&
-       cause.code() != absl::StatusCode::kCancelled)) {
-    return false;
-  }
-  int tokens = 0;
-  for (const Choice& c : choices_) {
-    // Every choice of a stream gets its first token at once; one without
-    // is a stream that cannot be resumed.
-    if (!c.finish.has_value() && !c.ended && c.ids.empty()) return false;
-    tokens += c.tokens;
-  }
-  if (tokens == 0) return false;
-  // Somewhere to go: a routable decode worker other than the lost one.
-  return PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
-                          static_cast<int>(req_.prompt.size()), *req_.max_tokens, {decode_address_})
-      .has_value();
-}
-
-void RequestDriver::Migrate(const absl::Status& cause) {
-  for (Choice& c : choices_) {
-    // Its last token came but not its end: it is over.
-    if (!c.finish.has_value() && !c.ended && c.tokens >= *req_.max_tokens) {
-      c.finish = FinishReason::kLength;
-    }
-  }
-  for (int i = 0; i < req_.n; ++i) {
-    if (choices_[i].finish.has_value() && !choices_[i].ended) EndChoice(i);
-  }
-  if (phase_ == Phase::kDone) return;
-  if (ended_choices_ == req_.n) {
-    MaybeComplete();
-    return;
-  }
-  ++migrations_;
-  migrated_from_.push_back(decode_address_);
-  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
-  LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
-               << " was lost mid-stream (" << cause.ToString()
-               << "); resuming on another decode worker (migration " << migrations_
-               << " of at most " << env_.options.max_migrations << ")";
-  // A Start still in flight went to the lost worker.
-  if (start_call_ != nullptr) start_call_->Cancel();
-  start_call_.reset();
-  phase_ = Phase::kStreaming;
-  local_ = true;
-  resuming_ = true;
-  decode_tried_ = {decode_address_};
-  decode_avoid_.clear();
-  decode_refusals_.clear();
-  decode_all_full_ = true;
-  OpenDecode();
-}
-
-void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& why) {
-  if (phase_ == Phase::kDone || stream != stream_ || awaiting_first_) return;
-  const absl::Status cause = absl::UnavailableError(
-      absl::StrCat("decode worker ", decode_address_, " stopped answering: ", why.message()));
-  // Before any token the reservation's and the prefill's own deadlines
-  // apply; with nowhere to go the stream waits for the worker.
-  if (!CanMigrate(cause)) return;
-  // Its stream is abandoned: cancelled (the worker frees its blocks when it
-  // wakes), and stale from here on.
-  decode_watch_.reset();
-  decode_call_->Cancel();
-  decode_call_.reset();
-  decode_load_.reset();
-  ++stream_;
-  Migrate(cause);
-}
-
 void RequestDriver::OnDecodeRefused(absl::Status status) {
   if (std::optional<absl::Status> own = OwnFault()) {
     Finish(*own);
@@ -541,6 +469,7 @@ void RequestDriver::Emit(int index, const std::vector<int32_t>& ids,
                          bool from_prefill) {
   Choice& c = choices_[index];
   if (c.ended) return;  // Ended by the router; the worker goes on until told.
+  NoteProgress();
   if (req_.echo && !echo_sent_) EmitEcho(nullptr);
   GenerateEvent event;
   event.kind = GenerateEvent::Kind::kTokens;
@@ -648,6 +577,7 @@ void RequestDriver::Finish(absl::Status status) {
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
   CancelReserveTimer();
+  CancelStallTimer();
   decode_watch_.reset();
   if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
     for (const Choice& c : choices_) {

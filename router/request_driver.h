@@ -97,6 +97,12 @@ struct DriverOptions {
   // after its worker was lost mid-stream (the new worker computes the
   // prompt and the tokens sent so far, and the stream resumes); 0 = never.
   int max_migrations = 2;
+  // A stream whose tokens stop for this long while other streams' tokens
+  // keep arriving (its worker answers health polls but does not decode it:
+  // stuck, or its engine hung) is treated as lost and moves like one. The
+  // deadline stretches to 8 gaps between the stream's own tokens when its
+  // worker steps slowly. 0 = off; needs a StreamProgress in the DriverEnv.
+  absl::Duration decode_stall_timeout = absl::Seconds(2);
   // max_tokens when the request sets none and the context is unknown.
   int default_max_tokens = 16;
   // Where to count the request; null = nowhere. Must outlive the driver.
@@ -114,8 +120,16 @@ struct DriverOptions {
 // environment of the router's core: every time it reads comes from
 // `clock`, every timer and task runs on `executor` (whose clock is
 // `clock`), and the workers are reached through the registry's channels.
+// When a token last reached the router from any stream: a stalled stream
+// counts as lost only while others progress (the router itself, or every
+// worker, pausing stalls them all).
+struct StreamProgress {
+  std::atomic<int64_t> last_token_unix_us{0};
+};
+
 struct DriverEnv {
   WorkerRegistry* registry = nullptr;
+  StreamProgress* progress = nullptr;           // null: no stall deadline
   const Tokenizer* tokenizer = nullptr;         // null: token-id prompts only
   const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
   const Clock* clock = &Clock::Real();
@@ -191,6 +205,15 @@ class RequestDriver final : public RequestHandle,
   // The registry found decode stream `stream`'s worker unresponsive (a
   // health poll got no answer): the stream moves when it can.
   void OnDecodeWorkerUnresponsive(int stream, const absl::Status& why);
+  // Abandons the open decode stream (cancelled: the worker frees its blocks
+  // when it wakes; stale from here on) and migrates it for `cause`.
+  void AbandonAndMigrate(const absl::Status& cause);
+  // A token reached the client: the stall deadline starts over.
+  void NoteProgress();
+  void ArmStallTimer(absl::Time at);
+  void CancelStallTimer();
+  // The stall timer of decode stream `stream` fired.
+  void OnStallTimer(int stream);
   // The reservation of decode stream `stream` was not answered within
   // --reserve_timeout.
   void OnReserveTimer(int stream);
@@ -278,6 +301,13 @@ class RequestDriver final : public RequestHandle,
   std::unique_ptr<Worker::Watch> decode_watch_;
   // The open stream's --reserve_timeout timer on the executor; 0: none.
   Executor::TimerId reserve_timer_ = 0;
+  // The stall deadline: when a token last reached the client, the gap
+  // between the current stream's tokens (an average; zero until it sent
+  // two), its tokens so far, and the timer (0: none).
+  absl::Time last_token_at_ = absl::InfinitePast();
+  absl::Duration token_gap_ = absl::ZeroDuration();
+  int stream_tokens_ = 0;
+  Executor::TimerId stall_timer_ = 0;
   absl::flat_hash_set<std::string> decode_tried_;
   // The decode worker of a failed prefill attempt: the next reservation
   // goes elsewhere when another worker is routable, since the failure may

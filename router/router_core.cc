@@ -44,6 +44,7 @@ RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
                                                       options.prepare_threads, options.clock)
                                                 : nullptr),
       env_{.registry = registry,
+           .progress = &progress_,
            .tokenizer = tokenizer,
            .chat_template = chat_template,
            .clock = options.clock,

@@ -103,6 +103,7 @@ class RouterCore final : public RequestCore {
   // Constant after construction. The executor the core made, if any
   // (declared first: destroyed last, after its tasks have run).
   std::unique_ptr<ThreadPoolExecutor> own_executor_;
+  StreamProgress progress_;  // the drivers' stall deadlines read it
   DriverEnv env_;
   const RouterCoreOptions options_;
   const int64_t created_unix_;

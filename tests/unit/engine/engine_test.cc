@@ -405,6 +405,37 @@ TEST(Engine, GreedyPicksReplaceTheirRowsOfLogits) {
   for (BlockTable& t : tables) engine->Release(t);
 }
 
+// The rows that come back are the ones a step without picks gives, bit for
+// bit: picking some rows does not change the others' numbers.
+TEST(Engine, GreedyPicksLeaveTheOtherRowsBitForBit) {
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(8, 2), 3));
+  auto engine = MakeEngine(*weights, EngineOptions{.max_logit_rows = 8});
+  const int vocab = weights->config.vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(RandomTokens(5 + i, vocab, 30 + i));
+  std::vector<BlockTable> plain, picked;
+  for (int i = 0; i < 4; ++i) {
+    plain.push_back(engine->NewSequence());
+    picked.push_back(engine->NewSequence());
+  }
+  std::vector<BatchItem> a, b;
+  for (int i = 0; i < 4; ++i) {
+    a.push_back(BatchItem{&plain[i], prompts[i]});
+    b.push_back(BatchItem{&picked[i], prompts[i]});
+  }
+  b[0].pick_greedy = b[2].pick_greedy = true;
+  std::vector<int32_t> picks;
+  ASSERT_OK_AND_ASSIGN(std::vector<float> all, engine->Step(a));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rest, engine->Step(b, nullptr, &picks));
+  ASSERT_EQ(rest.size(), 2u * vocab);
+  EXPECT_EQ(std::memcmp(rest.data(), all.data() + vocab, vocab * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(rest.data() + vocab, all.data() + 3 * vocab, vocab * sizeof(float)), 0);
+  EXPECT_EQ(picks[0], Argmax(std::span<const float>(all.data(), vocab)));
+  EXPECT_EQ(picks[1], Argmax(std::span<const float>(all.data() + 2 * vocab, vocab)));
+  for (BlockTable& t : plain) engine->Release(t);
+  for (BlockTable& t : picked) engine->Release(t);
+}
+
 TEST(Engine, CopiedSequenceContinuesLikeTheOriginal) {
   ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(SmallShape(4, 2), 5));
   auto engine = MakeEngine(*weights, EngineOptions{.block_size = 8, .num_blocks = 20});

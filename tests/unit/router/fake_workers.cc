@@ -208,6 +208,7 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
         done();
         return;
       }
+      if (b.token_interval > absl::ZeroDuration()) absl::SleepFor(b.token_interval);
       // Choice c follows the script c tokens further on.
       const int32_t token = b.script[(i + skip + choice) % b.script.size()];
       if (std::find(request.stop_token_ids().begin(), request.stop_token_ids().end(), token) !=

@@ -64,6 +64,8 @@ struct DecodeBehaviour {
   // a hung worker; the stream ends when the router cancels it (bounded by
   // 30 s).
   bool hold_reservation = false;
+  // Pause between tokens (a worker that decodes at that pace).
+  absl::Duration token_interval = absl::ZeroDuration();
 };
 
 class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {

@@ -1,0 +1,146 @@
+// RequestDriver: a decode stream lost mid-stream moves to another decode
+// worker (migration), and the stall deadline that finds a stream its
+// worker no longer decodes.
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/base/logging.h"
+#include "router/request_driver.h"
+#include "router/routing_policy.h"
+
+namespace tandem::router {
+
+bool RequestDriver::CanMigrate(const absl::Status& cause) const {
+  if (migrations_ >= env_.options.max_migrations ||
+      (cause.code() != absl::StatusCode::kUnavailable &&
+       cause.code() != absl::StatusCode::kCancelled)) {
+    return false;
+  }
+  int tokens = 0;
+  for (const Choice& c : choices_) {
+    // Every choice of a stream gets its first token at once; one without
+    // is a stream that cannot be resumed.
+    if (!c.finish.has_value() && !c.ended && c.ids.empty()) return false;
+    tokens += c.tokens;
+  }
+  if (tokens == 0) return false;
+  // Somewhere to go: a routable decode worker other than the lost one.
+  return PickDecodeWorker(env_.registry->Snapshot(WorkerRole::kDecode),
+                          static_cast<int>(req_.prompt.size()), *req_.max_tokens, {decode_address_})
+      .has_value();
+}
+
+void RequestDriver::Migrate(const absl::Status& cause) {
+  for (Choice& c : choices_) {
+    // Its last token came but not its end: it is over.
+    if (!c.finish.has_value() && !c.ended && c.tokens >= *req_.max_tokens) {
+      c.finish = FinishReason::kLength;
+    }
+  }
+  for (int i = 0; i < req_.n; ++i) {
+    if (choices_[i].finish.has_value() && !choices_[i].ended) EndChoice(i);
+  }
+  if (phase_ == Phase::kDone) return;
+  if (ended_choices_ == req_.n) {
+    MaybeComplete();
+    return;
+  }
+  ++migrations_;
+  migrated_from_.push_back(decode_address_);
+  // The next stream's tokens set their own pace.
+  CancelStallTimer();
+  token_gap_ = absl::ZeroDuration();
+  stream_tokens_ = 0;
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
+  LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
+               << " was lost mid-stream (" << cause.ToString()
+               << "); resuming on another decode worker (migration " << migrations_
+               << " of at most " << env_.options.max_migrations << ")";
+  // A Start still in flight went to the lost worker.
+  if (start_call_ != nullptr) start_call_->Cancel();
+  start_call_.reset();
+  phase_ = Phase::kStreaming;
+  local_ = true;
+  resuming_ = true;
+  decode_tried_ = {decode_address_};
+  decode_avoid_.clear();
+  decode_refusals_.clear();
+  decode_all_full_ = true;
+  OpenDecode();
+}
+
+void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& why) {
+  if (phase_ == Phase::kDone || stream != stream_ || awaiting_first_) return;
+  const absl::Status cause = absl::UnavailableError(
+      absl::StrCat("decode worker ", decode_address_, " stopped answering: ", why.message()));
+  // Before any token the reservation's and the prefill's own deadlines
+  // apply; with nowhere to go the stream waits for the worker.
+  if (!CanMigrate(cause)) return;
+  AbandonAndMigrate(cause);
+}
+
+void RequestDriver::AbandonAndMigrate(const absl::Status& cause) {
+  decode_watch_.reset();
+  decode_call_->Cancel();
+  decode_call_.reset();
+  decode_load_.reset();
+  ++stream_;
+  Migrate(cause);
+}
+
+void RequestDriver::NoteProgress() {
+  const absl::Time now = env_.clock->Now();
+  // The gap is the current stream's own: the first token of a stream (or
+  // of a migrated one) may follow a prefill or a recompute.
+  if (stream_tokens_++ > 0) {
+    const absl::Duration gap = now - last_token_at_;
+    token_gap_ = token_gap_ == absl::ZeroDuration() ? gap : (3 * token_gap_ + gap) / 4;
+  }
+  last_token_at_ = now;
+  if (env_.progress == nullptr || env_.options.decode_stall_timeout <= absl::ZeroDuration()) return;
+  env_.progress->last_token_unix_us.store(absl::ToUnixMicros(now), std::memory_order_relaxed);
+  if (stall_timer_ == 0) ArmStallTimer(now + env_.options.decode_stall_timeout);
+}
+
+void RequestDriver::ArmStallTimer(absl::Time at) {
+  // The timer holds the driver weakly, as the reservation's does.
+  stall_timer_ =
+      env_.executor->PostAt(std::min(at, deadline_), [weak = weak_from_this(), stream = stream_] {
+        if (std::shared_ptr<RequestDriver> self = weak.lock()) {
+          self->Post([self, stream] { self->OnStallTimer(stream); });
+        }
+      });
+}
+
+void RequestDriver::CancelStallTimer() {
+  if (stall_timer_ != 0) env_.executor->CancelTimer(stall_timer_);
+  stall_timer_ = 0;
+}
+
+void RequestDriver::OnStallTimer(int stream) {
+  stall_timer_ = 0;
+  if (phase_ != Phase::kStreaming || stream != stream_ || awaiting_first_) return;
+  const absl::Time now = env_.clock->Now();
+  const absl::Duration limit = std::max(env_.options.decode_stall_timeout, 8 * token_gap_);
+  if (now - last_token_at_ < limit) {
+    ArmStallTimer(last_token_at_ + limit);
+    return;
+  }
+  // Only while others' tokens keep coming: when none does, the router
+  // itself (or every worker) paused, and moving would help nothing.
+  const absl::Time others =
+      absl::FromUnixMicros(env_.progress->last_token_unix_us.load(std::memory_order_relaxed));
+  const absl::Status cause = absl::UnavailableError(absl::StrCat(
+      "decode worker ", decode_address_, " sent no token for ", absl::FormatDuration(limit),
+      " while other streams' tokens kept coming (--decode_stall_timeout)"));
+  if (others - last_token_at_ < limit / 2 || !CanMigrate(cause)) {
+    ArmStallTimer(now + limit / 2);
+    return;
+  }
+  AbandonAndMigrate(cause);
+}
+
+}  // namespace tandem::router
