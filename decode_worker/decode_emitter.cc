@@ -17,15 +17,11 @@ bool Emitter::SampleNext(Sequence& seq, Choice& choice, std::span<const float> r
   if (seq.request.logprobs.has_value() && !seq.IsStop(token, choice.generated)) {
     logprob.push_back(ComputeLogprob(row, token, *seq.request.logprobs));
   }
-  return Emit(seq, choice, token, std::move(logprob));
+  return EmitNext(seq, choice, token, std::move(logprob));
 }
 
-bool Emitter::EmitNext(Sequence& seq, Choice& choice, int32_t token) {
-  return Emit(seq, choice, token, {});
-}
-
-bool Emitter::Emit(Sequence& seq, Choice& choice, int32_t token,
-                   std::vector<TokenLogprob> logprob) {
+bool Emitter::EmitNext(Sequence& seq, Choice& choice, int32_t token,
+                       std::vector<TokenLogprob> logprob) {
   if (seq.IsStop(token, choice.generated)) return Finish(seq, choice, FinishReason::kEos);
   choice.sampler.Accept(token);
   ++choice.generated;

@@ -24,9 +24,11 @@ class Emitter {
   // Samples the choice's next token from `row` and emits it or finishes
   // the choice; true when that ended the request (`seq` is destroyed).
   bool SampleNext(Sequence& seq, Choice& choice, std::span<const float> row);
-  // The same for a token the engine picked (BatchItem::pick_greedy, where
-  // the sampler PicksRawArgmax and no logprobs are wanted).
-  bool EmitNext(Sequence& seq, Choice& choice, int32_t token);
+  // Emits `token` (with its logprob, if wanted) or finishes the choice; also
+  // for a token the engine picked (BatchItem::pick_greedy, where the sampler
+  // PicksRawArgmax and no logprobs are wanted).
+  bool EmitNext(Sequence& seq, Choice& choice, int32_t token,
+                std::vector<TokenLogprob> logprob = {});
   // Computes the prompt logprobs `rows` (a chunk of the prompt starting at
   // `start`) give; emits them all once the prompt's last chunk is in.
   void EmitPromptLogprobs(Sequence& seq, int start, std::span<const float> rows);
@@ -50,9 +52,6 @@ class Emitter {
   bool ForkChoices(Sequence& seq);
 
  private:
-  // Emits `token` (with its logprob, if wanted) or finishes the choice.
-  bool Emit(Sequence& seq, Choice& choice, int32_t token, std::vector<TokenLogprob> logprob);
-
   DecodeState& s_;
 };
 

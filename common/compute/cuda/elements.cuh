@@ -59,8 +59,11 @@ __device__ __forceinline__ void LoadVec(const float* p, float (&out)[4]) {
   out[2] = v.z;
   out[3] = v.w;
 }
-__device__ __forceinline__ void LoadVec(const Bf16* p, float (&out)[8]) {
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+// 16 bytes of 16-bit elements of type T (Bf16 or F16), widened.
+template <typename T>
+__device__ __forceinline__ void Widen(const uint4& v, float (&out)[8]);
+template <>
+__device__ __forceinline__ void Widen<Bf16>(const uint4& v, float (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -68,14 +71,20 @@ __device__ __forceinline__ void LoadVec(const Bf16* p, float (&out)[8]) {
     out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
   }
 }
-__device__ __forceinline__ void LoadVec(const F16* p, float (&out)[8]) {
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+template <>
+__device__ __forceinline__ void Widen<F16>(const uint4& v, float (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     out[2 * i] = __half2float(__ushort_as_half(static_cast<uint16_t>(words[i] & 0xffffu)));
     out[2 * i + 1] = __half2float(__ushort_as_half(static_cast<uint16_t>(words[i] >> 16)));
   }
+}
+__device__ __forceinline__ void LoadVec(const Bf16* p, float (&out)[8]) {
+  Widen<Bf16>(__ldg(reinterpret_cast<const uint4*>(p)), out);
+}
+__device__ __forceinline__ void LoadVec(const F16* p, float (&out)[8]) {
+  Widen<F16>(__ldg(reinterpret_cast<const uint4*>(p)), out);
 }
 
 // Stores n floats (a multiple of 4) at 16-byte aligned shared memory.

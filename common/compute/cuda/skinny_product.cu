@@ -7,6 +7,7 @@
 // two thirds of the copy bandwidth at these shapes; this is plain streaming.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "common/compute/cuda/elements.cuh"
 #include "common/compute/cuda/kernels.h"
@@ -18,27 +19,6 @@ constexpr int kWarp = 32;
 constexpr int kThreads = 128;  // four columns per block
 // 16-byte loads each lane keeps in flight.
 constexpr int kUnroll = 4;
-
-template <typename T>
-__device__ __forceinline__ void Widen(const uint4& v, float (&out)[8]);
-template <>
-__device__ __forceinline__ void Widen<Bf16>(const uint4& v, float (&out)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-template <>
-__device__ __forceinline__ void Widen<F16>(const uint4& v, float (&out)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __half2float(__ushort_as_half(static_cast<uint16_t>(words[i] & 0xffffu)));
-    out[2 * i + 1] = __half2float(__ushort_as_half(static_cast<uint16_t>(words[i] >> 16)));
-  }
-}
 
 template <typename T, int M>
 __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4* __restrict__ x, int chunks,
@@ -97,27 +77,13 @@ cudaError_t Launch(const void* x, const void* w, float* out, int n, int k, float
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t LaunchRows(const void* x, const void* w, float* out, int m, int n, int k, float beta) {
-  switch (m) {
-    case 1:
-      return Launch<T, 1>(x, w, out, n, k, beta);
-    case 2:
-      return Launch<T, 2>(x, w, out, n, k, beta);
-    case 3:
-      return Launch<T, 3>(x, w, out, n, k, beta);
-    case 4:
-      return Launch<T, 4>(x, w, out, n, k, beta);
-    case 5:
-      return Launch<T, 5>(x, w, out, n, k, beta);
-    case 6:
-      return Launch<T, 6>(x, w, out, n, k, beta);
-    case 7:
-      return Launch<T, 7>(x, w, out, n, k, beta);
-    case 8:
-      return Launch<T, 8>(x, w, out, n, k, beta);
-  }
-  return cudaErrorInvalidValue;
+// Launch<T, m> for the m of 1 to kMaxSkinnyRows given at run time.
+template <typename T, int... Rows>
+cudaError_t LaunchRows(std::integer_sequence<int, Rows...>, const void* x, const void* w,
+                       float* out, int m, int n, int k, float beta) {
+  cudaError_t result = cudaErrorInvalidValue;
+  ((m == Rows + 1 && (result = Launch<T, Rows + 1>(x, w, out, n, k, beta), true)) || ...);
+  return result;
 }
 
 }  // namespace
@@ -132,8 +98,9 @@ cudaError_t LaunchSkinnyProduct(const void* x, const void* w, DType dtype, float
                                 int k, float beta) {
   if (n <= 0) return cudaSuccess;
   if (!SkinnyProductApplies(dtype, x, w, m, k)) return cudaErrorInvalidValue;
-  return dtype == DType::kBF16 ? LaunchRows<Bf16>(x, w, out, m, n, k, beta)
-                               : LaunchRows<F16>(x, w, out, m, n, k, beta);
+  constexpr auto kRows = std::make_integer_sequence<int, kMaxSkinnyRows>();
+  return dtype == DType::kBF16 ? LaunchRows<Bf16>(kRows, x, w, out, m, n, k, beta)
+                               : LaunchRows<F16>(kRows, x, w, out, m, n, k, beta);
 }
 
 }  // namespace tandem::cuda
