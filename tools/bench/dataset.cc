@@ -92,6 +92,42 @@ class SharedPrefixDataset : public Dataset {
   std::vector<BenchRequest> prefixes_;
 };
 
+// Conversations of `turns` requests each: request i is turn i % turns of
+// conversation i / turns. Each turn's prompt is the conversation so far
+// (every earlier turn's user message and a stand-in for its reply, as long
+// as that turn's max_tokens) and a new user message, so it begins with the
+// previous turn's whole prompt; it follows that turn after the think time.
+class MultiTurnDataset : public Dataset {
+ public:
+  explicit MultiTurnDataset(DatasetOptions o) : o_(std::move(o)) {}
+  BenchRequest Get(size_t index) const override {
+    const size_t turns = static_cast<size_t>(o_.turns);
+    const size_t conversation = index / turns, turn = index % turns;
+    BenchRequest r;
+    for (size_t t = 0; t <= turn; ++t) {
+      auto rng = Rng(o_.seed, 5 + t, conversation);
+      const int user = DrawLen(rng, o_.input_len, o_.range_ratio);
+      const int reply = DrawLen(rng, o_.output_len, o_.range_ratio);
+      AppendRandom(o_, rng, user, r);
+      r.prompt_len += user;
+      if (t == turn) {
+        r.max_tokens = reply;
+      } else {
+        AppendRandom(o_, rng, reply, r);
+        r.prompt_len += reply;
+      }
+    }
+    if (turn > 0) {
+      r.follows = static_cast<int64_t>(index) - 1;
+      r.think_s = o_.think_time_s;
+    }
+    return r;
+  }
+
+ private:
+  DatasetOptions o_;
+};
+
 class ListDataset : public Dataset {
  public:
   explicit ListDataset(std::vector<BenchRequest> list) : list_(std::move(list)) {}
@@ -250,6 +286,17 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& o) {
     }
     return std::make_unique<SharedPrefixDataset>(o);
   }
+  if (o.kind == "multi_turn") {
+    if (o.turns < 1 || o.turns > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--turns is ", o.turns, "; give 1 to 64 turns per conversation"));
+    }
+    if (!(o.think_time_s >= 0 && o.think_time_s <= 3600)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--think_time is ", o.think_time_s, " s; give 0 to 3600 seconds"));
+    }
+    return std::make_unique<MultiTurnDataset>(o);
+  }
   if (o.kind == "jsonl") {
     std::ifstream in(o.path);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read --dataset_path '", o.path, "'"));
@@ -272,8 +319,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeDataset(const DatasetOptions& o) {
     }
     return std::make_unique<ReplayDataset>(*std::move(list));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --dataset '", o.kind, "' (synthetic, shared_prefix, jsonl or request_log)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --dataset '", o.kind,
+                   "' (synthetic, shared_prefix, multi_turn, jsonl or request_log)"));
 }
 
 }  // namespace tandem::bench

@@ -1,4 +1,5 @@
-// What is sent: synthetic prompts, shared-prefix prompts or a JSONL file.
+// What is sent: synthetic prompts, shared-prefix prompts, multi-turn chats,
+// a JSONL file or a replayed request log.
 #ifndef TANDEM_TOOLS_BENCH_DATASET_H_
 #define TANDEM_TOOLS_BENCH_DATASET_H_
 
@@ -20,16 +21,26 @@ struct BenchRequest {
   // When to send it, in seconds from the run's start (a replayed request
   // log); negative: when the arrival schedule says.
   double arrival_s = -1;
+  // A later turn of a conversation (multi_turn): sent `think_s` after
+  // request `follows` (the conversation's previous turn) has ended, not
+  // when the arrival schedule says; -1: a request of its own.
+  int64_t follows = -1;
+  double think_s = 0;
 };
 
 struct DatasetOptions {
-  std::string kind = "synthetic";  // synthetic | shared_prefix | jsonl | request_log
-  std::string path = "";           // jsonl, request_log
+  // synthetic | shared_prefix | multi_turn | jsonl | request_log
+  std::string kind = "synthetic";
+  std::string path = "";  // jsonl, request_log
   int input_len = 128;
   int output_len = 128;
   double range_ratio = 0;  // lengths uniform in [len*(1-r), len*(1+r)]
   int num_prefixes = 4;
   int prefix_len = 64;
+  // multi_turn: turns per conversation, and the pause between a reply's end
+  // and the next turn.
+  int turns = 4;
+  double think_time_s = 0;
   // Send token ids in [first_token_id, vocab_size) instead of text (gRPC
   // only: the router takes ids; OpenAI servers get text).
   bool token_ids = false;

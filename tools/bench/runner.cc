@@ -186,6 +186,14 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
     return absl::InvalidArgumentError("--pad_waves needs --waves (and a --max_concurrency)");
   }
 
+  // A conversation's later turns (multi_turn) are sent by the stream that
+  // sent its first, one after the other.
+  const bool chats = dataset.Get(1).follows >= 0;
+  if (chats && o.waves) {
+    return absl::InvalidArgumentError(
+        "--waves sends independent requests; a multi_turn dataset's turns follow each other");
+  }
+
   ArrivalGenerator arrivals(o.request_rate, o.burstiness, o.seed);
   std::deque<RequestRecord> records;  // stable addresses while growing
   std::atomic<int> done{0}, failed{0};
@@ -196,6 +204,21 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
   RunClock& clock = o.clock != nullptr ? *o.clock : steady;
   const double t0 = clock.Now();
   auto since_start = [&] { return clock.Now() - t0; };
+  auto new_record = [&] {
+    std::lock_guard lock(mu);
+    RequestRecord* record = &records.emplace_back();
+    record->start = since_start();
+    return record;
+  };
+  // Sends `request` into `record` (whose start is set).
+  auto send = [&](RequestRecord* record, const BenchRequest& request, int own_tokens) {
+    const double start = record->start;
+    *record = target.Send(request);
+    record->start = start;
+    if (o.pad_waves) KeepOwnTokens(*record, own_tokens);
+    if (!record->success) failed.fetch_add(1);
+    done.fetch_add(1);
+  };
   Progress progress(o, done, failed, clock, t0);
   {
     ElasticPool pool;
@@ -204,6 +227,7 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
     for (int i = 0;; ++i) {
       if (o.duration_s <= 0 && i >= o.num_requests) break;
       BenchRequest request = dataset.Get(i);
+      if (request.follows >= 0) continue;  // Its conversation sends it.
       // A replayed log's own times, else the schedule's.
       if (request.arrival_s >= 0) {
         next = request.arrival_s;
@@ -222,26 +246,36 @@ absl::StatusOr<RunResult> RunBenchmark(Target& target, const Dataset& dataset,
         // A slot may free long after the duration is over.
         if (o.duration_s > 0 && since_start() >= o.duration_s) break;
       }
-      RequestRecord* record = &records.emplace_back();
+      std::vector<BenchRequest> later;  // The conversation's later turns.
+      for (int j = i + 1; chats && (o.duration_s > 0 || j < o.num_requests); ++j) {
+        BenchRequest turn = dataset.Get(j);
+        if (turn.follows != j - 1) break;
+        later.push_back(std::move(turn));
+      }
+      RequestRecord* record = new_record();
       const int own_tokens = request.max_tokens;
       if (o.pad_waves) {
         if (i % o.max_concurrency == 0) wave_tokens = WaveMaxTokens(dataset, i, o);
         request.max_tokens = wave_tokens;
       }
-      record->start = since_start();
-      pool.Submit([&, record, own_tokens, request = std::move(request)] {
-        const double start = record->start;
-        *record = target.Send(request);
-        record->start = start;
-        if (o.pad_waves) KeepOwnTokens(*record, own_tokens);
-        if (!record->success) failed.fetch_add(1);
-        done.fetch_add(1);
-        if (o.max_concurrency > 0) {
-          std::lock_guard lock(mu);
-          --in_flight;
-          slot_freed.notify_one();
-        }
-      });
+      pool.Submit(
+          [&, first = record, own_tokens, request = std::move(request), later = std::move(later)] {
+            send(first, request, own_tokens);
+            // A failed turn ends its conversation, as it would a user's.
+            bool ok = first->success;
+            for (size_t t = 0; t < later.size() && ok; ++t) {
+              clock.SleepUntil(clock.Now() + later[t].think_s);
+              if (o.duration_s > 0 && since_start() >= o.duration_s) break;
+              RequestRecord* record = new_record();
+              send(record, later[t], later[t].max_tokens);
+              ok = record->success;
+            }
+            if (o.max_concurrency > 0) {
+              std::lock_guard lock(mu);
+              --in_flight;
+              slot_freed.notify_one();
+            }
+          });
     }
   }  // the pool joins every stream
   const double duration = since_start();

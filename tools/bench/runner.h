@@ -1,5 +1,7 @@
 // Runs one benchmark: sends requests on the arrival schedule (or at a fixed
 // concurrency), each stream on a worker thread, and collects the records.
+// A multi_turn dataset's conversations start on the schedule, and each
+// sends its turns one after the other, a think time after each reply.
 #ifndef TANDEM_TOOLS_BENCH_RUNNER_H_
 #define TANDEM_TOOLS_BENCH_RUNNER_H_
 
@@ -27,7 +29,10 @@ class RunClock {
 struct RunOptions {
   double request_rate = 0;  // req/s; 0 or inf = send as fast as the concurrency allows
   double burstiness = 1;    // gamma shape; 1 = Poisson
-  int max_concurrency = 0;  // most streams in flight; 0 = no limit
+  // Most streams in flight; 0 = no limit. A multi_turn conversation holds
+  // one from its first turn's send to its last turn's end (its think times
+  // included), as a user's session would.
+  int max_concurrency = 0;
   // With max_concurrency: send in waves of max_concurrency requests, each
   // only when the whole previous wave has ended, as a server without
   // continuous batching runs them (static batching).

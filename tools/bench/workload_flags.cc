@@ -12,7 +12,8 @@
 #include "tools/bench/report.h"
 
 ABSL_FLAG(std::string, dataset, "synthetic",
-          "synthetic, shared_prefix, jsonl, or request_log (a replay of the router's "
+          "synthetic, shared_prefix, multi_turn (conversations of --turns requests, each turn's "
+          "prompt the conversation so far), jsonl, or request_log (a replay of the router's "
           "--request_log at its own times; token ids only)");
 ABSL_FLAG(std::string, dataset_path, "",
           "jsonl: {\"prompt\": ..., \"max_tokens\": N} per line; request_log: the router's "
@@ -22,6 +23,10 @@ ABSL_FLAG(int, output_len, 128, "Mean max_tokens per request (jsonl: the default
 ABSL_FLAG(double, range_ratio, 0.0, "Lengths uniform in [len*(1-r), len*(1+r)]");
 ABSL_FLAG(int, num_prefixes, 4, "shared_prefix: number of distinct system prompts");
 ABSL_FLAG(int, prefix_len, 64, "shared_prefix: system prompt length in tokens");
+ABSL_FLAG(int, turns, 4,
+          "multi_turn: requests per conversation (--request_rate then paces conversations)");
+ABSL_FLAG(double, think_time, 0,
+          "multi_turn: seconds between a turn's last token and the conversation's next turn");
 ABSL_FLAG(int, vocab_size, 512, "Token ids are drawn below this (the model's vocabulary)");
 ABSL_FLAG(double, request_rate, std::numeric_limits<double>::infinity(),
           "Requests per second; inf = all at once (or as --max_concurrency allows)");
@@ -54,6 +59,8 @@ DatasetOptions DatasetFromFlags(bool token_ids) {
                         .range_ratio = absl::GetFlag(FLAGS_range_ratio),
                         .num_prefixes = absl::GetFlag(FLAGS_num_prefixes),
                         .prefix_len = absl::GetFlag(FLAGS_prefix_len),
+                        .turns = absl::GetFlag(FLAGS_turns),
+                        .think_time_s = absl::GetFlag(FLAGS_think_time),
                         .token_ids = token_ids,
                         .vocab_size = absl::GetFlag(FLAGS_vocab_size),
                         .seed = absl::GetFlag(FLAGS_seed)};
@@ -90,6 +97,8 @@ nlohmann::json WorkloadConfig(const DatasetOptions& data) {
           {"range_ratio", data.range_ratio},
           {"num_prefixes", data.num_prefixes},
           {"prefix_len", data.prefix_len},
+          {"turns", data.turns},
+          {"think_time_s", data.think_time_s},
           {"token_ids", data.token_ids},
           {"burstiness", absl::GetFlag(FLAGS_burstiness)},
           {"max_concurrency", absl::GetFlag(FLAGS_max_concurrency)},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <queue>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,14 @@ class RouterCpu {
 struct RunState {
   explicit RunState(const RouterCpuModel& model) : cpu(model) {}
   RouterCpu cpu;
-  int open = 0;  // Streams sent and not yet ended.
+  int open = 0;      // Streams sent and not yet ended.
+  int ended = 0;     // Streams ended.
+  int sessions = 0;  // Requests or conversations sent and not yet ended.
+  // Later turns of conversations whose previous turn has ended: when each
+  // is due, and its index.
+  std::priority_queue<std::pair<absl::Time, int>, std::vector<std::pair<absl::Time, int>>,
+                      std::greater<>>
+      turns_due;
   std::vector<std::shared_ptr<router::RequestHandle>> handles;
 };
 
@@ -50,8 +58,14 @@ struct RunState {
 class TimedStream final : public router::ResponseSink,
                           public std::enable_shared_from_this<TimedStream> {
  public:
-  TimedStream(SimCluster* cluster, std::shared_ptr<RunState> run)
-      : cluster_(cluster), run_(std::move(run)), sent_(cluster->clock().Now()) {}
+  // `on_end` runs when the stream has ended, with the time and whether it
+  // ended ok.
+  TimedStream(SimCluster* cluster, std::shared_ptr<RunState> run,
+              std::function<void(absl::Time, bool)> on_end)
+      : cluster_(cluster),
+        run_(std::move(run)),
+        on_end_(std::move(on_end)),
+        sent_(cluster->clock().Now()) {}
 
   bool OnEvent(router::GenerateEvent event) override {
     if (event.kind != router::GenerateEvent::Kind::kTokens || event.token_ids.empty()) return true;
@@ -67,6 +81,8 @@ class TimedStream final : public router::ResponseSink,
               self->status_ = s;
               self->done_ = true;
               --self->run_->open;
+              ++self->run_->ended;
+              if (self->on_end_) self->on_end_(at, s.ok());
             });
   }
 
@@ -111,6 +127,7 @@ class TimedStream final : public router::ResponseSink,
 
   SimCluster* const cluster_;
   const std::shared_ptr<RunState> run_;
+  const std::function<void(absl::Time, bool)> on_end_;
   const absl::Time sent_;
   absl::Time last_delivery_ = absl::InfinitePast();
   absl::Time last_;
@@ -143,14 +160,22 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
         absl::StrCat("num_requests is ", options.num_requests, "; send at least 1"));
   }
   const int n = options.num_requests;
-  // The same schedule tandem-bench draws: gap i before request i.
+  // The same schedule tandem-bench draws: gap i before request i, for each
+  // request that is not a later turn of a conversation.
   bench::ArrivalGenerator arrivals(options.request_rate, options.burstiness, options.seed);
   const absl::Time t0 = cluster.clock().Now();
-  std::vector<absl::Time> due(n);
+  std::vector<absl::Time> due(n, absl::InfiniteFuture());
   std::vector<bench::BenchRequest> requests(n);
   double offset = 0;
   for (int i = 0; i < n; ++i) {
     requests[i] = dataset.Get(i);
+    if (requests[i].token_ids.empty()) {
+      return absl::InvalidArgumentError(
+          "the simulator sends token ids: use a synthetic, shared_prefix, multi_turn or "
+          "request_log dataset (a JSONL dataset of text needs a tokenizer, which the simulator "
+          "does not load)");
+    }
+    if (requests[i].follows >= 0) continue;  // Due when its previous turn has ended.
     // A replayed log's own times, else the schedule's.
     if (requests[i].arrival_s >= 0) {
       offset = requests[i].arrival_s;
@@ -158,49 +183,71 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
       offset += arrivals.NextGap();
     }
     due[i] = t0 + absl::Seconds(offset);
-    if (requests[i].token_ids.empty()) {
-      return absl::InvalidArgumentError(
-          "the simulator sends token ids: use a synthetic, shared_prefix or request_log dataset "
-          "(a JSONL dataset of text needs a tokenizer, which the simulator does not load)");
-    }
   }
+  auto next_own = [&](int i) {
+    while (i < n && requests[i].follows >= 0) ++i;
+    return i;
+  };
 
   const int limit = options.max_concurrency > 0 ? options.max_concurrency : n;
   std::vector<std::shared_ptr<TimedStream>> streams(n);
   std::vector<double> sent_at(n);
-  int next = 0;
-  while (next < n || open > 0) {
+  auto send = [&](int i) {
     const absl::Time now = cluster.clock().Now();
-    while (next < n && open < limit && due[next] <= now) {
-      router::GenerateParams p;
-      p.token_ids = requests[next].token_ids;
-      p.max_tokens = requests[next].max_tokens;
-      p.ignore_eos = true;
-      streams[next] = std::make_shared<TimedStream>(&cluster, state);
-      sent_at[next] = absl::ToDoubleSeconds(now - t0);
-      ++open;
-      // The core takes it once the router's CPU has prepared it.
-      auto submit = [c = &cluster, state, p = std::move(p), stream = streams[next]]() mutable {
-        state->handles.push_back(c->core().Submit(std::move(p), stream));
-      };
-      const absl::Time ready = state->cpu.Run(now, router_cpu.per_request);
-      if (ready <= now) {
-        submit();
-      } else {
-        cluster.executor().PostAt(ready, std::move(submit));
-      }
-      ++next;
+    router::GenerateParams p;
+    p.token_ids = requests[i].token_ids;
+    p.max_tokens = requests[i].max_tokens;
+    p.ignore_eos = true;
+    // At its end, the conversation's next turn is due after its think
+    // time; without one (or after a failure, which ends a conversation as
+    // it would a user's) the session's slot frees.
+    const bool more = i + 1 < n && requests[i + 1].follows == i;
+    const double think = more ? requests[i + 1].think_s : 0;
+    streams[i] = std::make_shared<TimedStream>(
+        &cluster, state, [s = state.get(), i, more, think](absl::Time at, bool ok) {
+          if (more && ok) {
+            s->turns_due.emplace(at + absl::Seconds(think), i + 1);
+          } else {
+            --s->sessions;
+          }
+        });
+    sent_at[i] = absl::ToDoubleSeconds(now - t0);
+    ++open;
+    // The core takes it once the router's CPU has prepared it.
+    auto submit = [c = &cluster, state, p = std::move(p), stream = streams[i]]() mutable {
+      state->handles.push_back(c->core().Submit(std::move(p), stream));
+    };
+    const absl::Time ready = state->cpu.Run(now, router_cpu.per_request);
+    if (ready <= now) {
+      submit();
+    } else {
+      cluster.executor().PostAt(ready, std::move(submit));
     }
-    if (next == n && open == 0) break;
+  };
+  int next = next_own(0);
+  while (true) {
+    const absl::Time now = cluster.clock().Now();
+    // Later turns hold their conversation's slot.
+    while (!state->turns_due.empty() && state->turns_due.top().first <= now) {
+      const int i = state->turns_due.top().second;
+      state->turns_due.pop();
+      send(i);
+    }
+    while (next < n && state->sessions < limit && due[next] <= now) {
+      ++state->sessions;
+      send(next);
+      next = next_own(next + 1);
+    }
+    if (next == n && open == 0 && state->turns_due.empty()) break;
     // Run until the next send is due, or (when the concurrency limit holds
-    // it back) until a stream ends.
-    const bool blocked = next < n && open >= limit;
-    const int open_before = open;
-    const absl::Time until = next < n && !blocked ? due[next] : absl::InfiniteFuture();
-    const absl::Status ran = cluster.RunUntil(
-        [&] { return (next == n && open == 0) || (blocked && open < open_before); }, until);
+    // it back, or a conversation waits for its turn) until a stream ends.
+    const bool blocked = next < n && state->sessions >= limit;
+    absl::Time until = next < n && !blocked ? due[next] : absl::InfiniteFuture();
+    if (!state->turns_due.empty()) until = std::min(until, state->turns_due.top().first);
+    const int ended_before = state->ended;
+    const absl::Status ran = cluster.RunUntil([&] { return state->ended != ended_before; }, until);
     if (absl::IsDeadlineExceeded(ran) ||
-        (absl::IsFailedPrecondition(ran) && !blocked && next < n)) {
+        (absl::IsFailedPrecondition(ran) && until != absl::InfiniteFuture())) {
       cluster.AdvanceTo(until);  // Nothing more happens before the next send.
     } else if (!ran.ok()) {
       return absl::InternalError(absl::StrCat("the simulated cluster stalled with ", open,
@@ -212,6 +259,7 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
   result.options = options;
   double end = 0;
   for (int i = 0; i < n; ++i) {
+    if (streams[i] == nullptr) continue;  // A turn after a failed one.
     result.records.push_back(
         streams[i]->Record(sent_at[i], static_cast<int>(requests[i].token_ids.size())));
     end = std::max(end, sent_at[i] + result.records.back().e2e);

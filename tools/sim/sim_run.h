@@ -28,7 +28,10 @@ struct RouterCpuModel {
 };
 
 // Sends options.num_requests requests of `dataset` (which must carry token
-// ids) into `cluster` and runs it until each has ended. Honours
+// ids) into `cluster` and runs it until each has ended. A multi_turn
+// dataset's conversations start on the schedule and send each later turn
+// its think time after the previous one ended (a failed turn ends its
+// conversation; a conversation holds one max_concurrency slot). Honours
 // request_rate, burstiness, max_concurrency, seed and slo; refuses what
 // only a real client does (waves, duration_s) with INVALID_ARGUMENT. A
 // request that fails counts as failed, as in tandem-bench; INTERNAL if the

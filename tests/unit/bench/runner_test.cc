@@ -1,6 +1,7 @@
 // The runner's load shapes: --max_concurrency bounds the streams in flight,
-// --waves sends each wave only when the previous one has wholly ended, and
-// --pad_waves pads every request of a wave to its longest.
+// --waves sends each wave only when the previous one has wholly ended,
+// --pad_waves pads every request of a wave to its longest, and a
+// multi_turn conversation sends its turns one after the other.
 #include "tools/bench/runner.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/bench/fake_run_clock.h"
 #include "tools/bench/dataset.h"
 #include "tools/bench/target.h"
 
@@ -149,6 +151,91 @@ TEST(RunnerTest, WavesNeedAWaveSize) {
   auto dataset = Synthetic();
   EXPECT_FALSE(
       RunBenchmark(target, *dataset, {.waves = true, .num_requests = 2, .progress = false}).ok());
+}
+
+// Each request takes one second of the fake clock and records when it
+// started and its prompt's length; the `fail_at`th request sent fails.
+class TimedTarget final : public Target {
+ public:
+  TimedTarget(FakeRunClock* clock, int fail_at) : clock_(clock), fail_at_(fail_at) {}
+  RequestRecord Send(const BenchRequest& request) override {
+    RequestRecord r;
+    {
+      std::lock_guard lock(mu_);
+      sends_.push_back({clock_->Now(), request.prompt_len});
+      r.success = static_cast<int>(sends_.size()) != fail_at_;
+    }
+    clock_->Advance(1);
+    return r;
+  }
+  std::vector<std::pair<double, int>> sends() {
+    std::lock_guard lock(mu_);
+    return sends_;
+  }
+
+ private:
+  FakeRunClock* const clock_;
+  const int fail_at_;
+  std::mutex mu_;
+  std::vector<std::pair<double, int>> sends_;
+};
+
+std::unique_ptr<Dataset> Conversations(int turns) {
+  auto d = MakeDataset({.kind = "multi_turn",
+                        .input_len = 4,
+                        .output_len = 2,
+                        .turns = turns,
+                        .think_time_s = 0.5,
+                        .token_ids = true});
+  EXPECT_TRUE(d.ok());
+  return std::move(d).value();
+}
+
+// One conversation at a time: each turn is sent half a second (the think
+// time) after the previous one's end, with the conversation so far, and
+// the next conversation starts only when the last one's last turn ended.
+TEST(RunnerTest, AConversationSendsEachTurnAThinkTimeAfterThePreviousEnded) {
+  FakeRunClock clock;
+  TimedTarget target(&clock, /*fail_at=*/0);
+  auto data = Conversations(3);
+  auto run = RunBenchmark(
+      target, *data,
+      {.max_concurrency = 1, .num_requests = 5, .progress = false, .slo = {}, .clock = &clock});
+  ASSERT_TRUE(run.ok()) << run.status();
+  const auto sends = target.sends();
+  ASSERT_EQ(sends.size(), 5u);
+  const double starts[] = {1000, 1001.5, 1003, 1004, 1005.5};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_DOUBLE_EQ(sends[i].first, starts[i]) << i;
+    EXPECT_EQ(sends[i].second, data->Get(i).prompt_len) << i;
+  }
+  EXPECT_EQ(sends[1].second, 4 + 2 + 4);
+  EXPECT_EQ(run->records.size(), 5u);
+  EXPECT_DOUBLE_EQ(run->records[2].start, 3);
+}
+
+// A failed turn ends its conversation; the next conversation goes on.
+TEST(RunnerTest, AFailedTurnEndsItsConversation) {
+  FakeRunClock clock;
+  TimedTarget target(&clock, /*fail_at=*/2);
+  auto data = Conversations(3);
+  auto run = RunBenchmark(
+      target, *data,
+      {.max_concurrency = 1, .num_requests = 6, .progress = false, .slo = {}, .clock = &clock});
+  ASSERT_TRUE(run.ok()) << run.status();
+  const auto sends = target.sends();
+  ASSERT_EQ(sends.size(), 5u);  // Turns 1 and 2 of the first, then 3 of the second.
+  EXPECT_EQ(sends[2].second, data->Get(3).prompt_len);
+  EXPECT_EQ(run->metrics.failed, 1);
+  EXPECT_EQ(run->records.size(), 5u);
+}
+
+TEST(RunnerTest, ConversationsAreNotSentInWaves) {
+  FakeRunClock clock;
+  TimedTarget target(&clock, 0);
+  EXPECT_FALSE(RunBenchmark(target, *Conversations(2),
+                            {.max_concurrency = 2, .waves = true, .progress = false, .slo = {}})
+                   .ok());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/bench/fake_run_clock.h"
 #include "tools/bench/arrivals.h"
 #include "tools/bench/runner.h"
 
@@ -125,28 +126,6 @@ TEST(TargetTest, RejectsUnknownSchemes) {
   EXPECT_FALSE(MakeTarget("http://:80", {}).ok());
   EXPECT_TRUE(MakeTarget("grpc://127.0.0.1:1", {}).ok());
 }
-
-// The runner's clock in these tests: time moves only when the runner waits
-// for an arrival (it jumps there) or a target says a request took time.
-class FakeRunClock final : public RunClock {
- public:
-  double Now() override {
-    std::lock_guard lock(mu_);
-    return now_;
-  }
-  void SleepUntil(double t) override {
-    std::lock_guard lock(mu_);
-    now_ = std::max(now_, t);
-  }
-  void Advance(double seconds) {
-    std::lock_guard lock(mu_);
-    now_ += seconds;
-  }
-
- private:
-  std::mutex mu_;
-  double now_ = 1000;
-};
 
 // Counts the most streams in flight at once. Each request is held until
 // `gate` requests have been in flight together (so that a limit the runner

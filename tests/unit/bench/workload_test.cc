@@ -186,6 +186,53 @@ TEST(DatasetTest, SharedPrefixRequestsShareOneOfKPrefixes) {
   EXPECT_NE((*d)->Get(0).token_ids, (*d)->Get(3).token_ids);  // own suffixes
 }
 
+// Turn t of a conversation is sent a think time after turn t - 1 ended,
+// and its prompt is turn t - 1's, a stand-in for that turn's reply (its
+// max_tokens long) and a new user message.
+TEST(DatasetTest, MultiTurnPromptsCarryTheConversationSoFar) {
+  auto d = MakeDataset({.kind = "multi_turn",
+                        .input_len = 8,
+                        .output_len = 4,
+                        .range_ratio = 0.5,
+                        .turns = 3,
+                        .think_time_s = 1.5,
+                        .token_ids = true,
+                        .seed = 2});
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (size_t c = 0; c < 2; ++c) {
+    const BenchRequest first = (*d)->Get(3 * c);
+    EXPECT_EQ(first.follows, -1);
+    EXPECT_GE(first.prompt_len, 4);
+    EXPECT_LE(first.prompt_len, 12);
+    for (size_t t = 1; t < 3; ++t) {
+      const BenchRequest prev = (*d)->Get(3 * c + t - 1);
+      const BenchRequest r = (*d)->Get(3 * c + t);
+      EXPECT_EQ(r.follows, static_cast<int64_t>(3 * c + t - 1));
+      EXPECT_EQ(r.think_s, 1.5);
+      ASSERT_GT(r.token_ids.size(), prev.token_ids.size() + prev.max_tokens);
+      EXPECT_TRUE(std::equal(prev.token_ids.begin(), prev.token_ids.end(), r.token_ids.begin()));
+      const int user = r.prompt_len - prev.prompt_len - prev.max_tokens;
+      EXPECT_GE(user, 4);
+      EXPECT_LE(user, 12);
+      EXPECT_EQ(r.prompt_len, static_cast<int>(r.token_ids.size()));
+    }
+  }
+  // Conversations differ, and the same options give the same requests.
+  EXPECT_NE((*d)->Get(0).token_ids, (*d)->Get(3).token_ids);
+  auto again = MakeDataset({.kind = "multi_turn",
+                            .input_len = 8,
+                            .output_len = 4,
+                            .range_ratio = 0.5,
+                            .turns = 3,
+                            .think_time_s = 1.5,
+                            .token_ids = true,
+                            .seed = 2});
+  EXPECT_EQ((*again)->Get(5).token_ids, (*d)->Get(5).token_ids);
+  EXPECT_FALSE(MakeDataset({.kind = "multi_turn", .turns = 0}).ok());
+  EXPECT_FALSE(MakeDataset({.kind = "multi_turn", .turns = 65}).ok());
+  EXPECT_FALSE(MakeDataset({.kind = "multi_turn", .think_time_s = -1}).ok());
+}
+
 TEST(SseTest, SplitsDataLinesAcrossChunks) {
   std::vector<std::string> got;
   SseParser parser([&](std::string_view d) { got.emplace_back(d); });

@@ -256,6 +256,37 @@ TEST_F(SimRunTest, ASaturatedRouterQueuesRequests) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("thread")));
 }
 
+// A conversation's turns on a colocated worker: each is sent 100 ms (the
+// think time) after the previous one's last token, and its prompt begins
+// with the previous turn's, whose whole blocks the worker's prefix cache
+// still holds: turn 1's 66 tokens compute 34 (32 cached), turn 2's 100
+// compute 36 (64 cached).
+TEST_F(SimRunTest, AConversationsTurnsFollowEachOtherAndReuseTheirPrefix) {
+  auto cluster = Cluster(/*prefill=*/0, /*decode=*/1);
+  std::unique_ptr<bench::Dataset> chats = bench::MakeDataset({.kind = "multi_turn",
+                                                              .input_len = 32,
+                                                              .output_len = 2,
+                                                              .turns = 3,
+                                                              .think_time_s = 0.1,
+                                                              .token_ids = true,
+                                                              .vocab_size = 101})
+                                              .value();
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run, RunSimulated(*cluster, *chats, {.num_requests = 3}));
+  ASSERT_EQ(run.records.size(), 3u);
+  const int prompts[] = {32, 66, 100};
+  const double ttfts[] = {0.042, 0.044, 0.046};
+  double start = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const bench::RequestRecord& r = run.records[i];
+    ASSERT_TRUE(r.success) << r.error;
+    EXPECT_EQ(r.prompt_tokens, prompts[i]) << i;
+    EXPECT_THAT(r.start, DoubleNear(start, kEps)) << i;
+    EXPECT_THAT(r.ttft, DoubleNear(ttfts[i], kEps)) << i;
+    EXPECT_THAT(r.e2e, DoubleNear(ttfts[i] + 0.011, kEps)) << i;
+    start += r.e2e + 0.1;
+  }
+}
+
 TEST_F(SimRunTest, TheSameInputsGiveByteIdenticalResults) {
   const bench::RunOptions options{.request_rate = 40, .num_requests = 30, .seed = 4};
   std::string first;
