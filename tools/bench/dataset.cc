@@ -97,6 +97,8 @@ class SharedPrefixDataset : public Dataset {
 // (every earlier turn's user message and a stand-in for its reply, as long
 // as that turn's max_tokens) and a new user message, so it begins with the
 // previous turn's whole prompt; it follows that turn after the think time.
+// The stand-in is not what the model replied, so a server's prefix cache
+// holds the previous turn's prompt for it but not the reply's blocks.
 class MultiTurnDataset : public Dataset {
  public:
   explicit MultiTurnDataset(DatasetOptions o) : o_(std::move(o)) {}

@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
   }
   if (!options.make_backend) return absl::InvalidArgumentError("make_backend is required");
   if (options.link.has_value()) RETURN_IF_ERROR(options.link->Validate());
-  std::unique_ptr<SimCluster> cluster(new SimCluster(options.start));
+  if (options.poll_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the poll interval must be at least zero");
+  }
+  std::unique_ptr<SimCluster> cluster(new SimCluster(options.start, options.poll_interval));
   cluster->fabric_ = kvtransfer::InProcFabric::Create();
   auto sim_options = [&](const std::string& address) {
     return SimWorkerOptions{.address = address,
@@ -66,6 +69,9 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
   registry_options.background = false;
   ASSIGN_OR_RETURN(cluster->registry_, router::WorkerRegistry::Create(registry_options));
   RETURN_IF_ERROR(cluster->Poll());
+  if (options.poll_interval > absl::ZeroDuration()) {
+    cluster->next_poll_ = options.start + options.poll_interval;
+  }
   options.router.clock = &cluster->clock_;
   options.router.executor = &cluster->executor_;
   cluster->core_ = std::make_unique<router::RouterCore>(cluster->registry_.get(), nullptr, nullptr,
@@ -124,6 +130,10 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
       if (w->clock().Now() > clock_.Now()) next = std::min(next, w->clock().Now());
       if (w->link() != nullptr) next = std::min(next, w->link()->next_release());
     }
+    // The registry's next poll, unless nothing else is ahead.
+    if (next != absl::InfiniteFuture() || until != absl::InfiniteFuture()) {
+      next = std::min(next, next_poll_);
+    }
     if (next == absl::InfiniteFuture()) {
       return absl::FailedPreconditionError(
           "the simulated cluster is idle and the condition does not hold");
@@ -133,6 +143,11 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
           absl::StrCat("the condition does not hold at ", absl::FormatTime(until)));
     }
     executor_.RunUntil(next);
+    if (clock_.Now() >= next_poll_) {
+      // Its GetStats answers are tasks the next settling runs.
+      registry_->StartPollRound([] {});
+      while (next_poll_ <= clock_.Now()) next_poll_ += poll_interval_;
+    }
   }
 }
 

@@ -52,6 +52,11 @@ struct SimClusterOptions {
   std::function<std::unique_ptr<Backend>()> make_backend;
   // The router core's options (clock and executor are the cluster's).
   router::RouterCoreOptions router;
+  // How often the router's registry polls every worker's stats and cache
+  // events (tandem-router's --health_interval); zero: only once, at the
+  // start. Polls run while anything else is left to happen or a time to
+  // run to is given: an idle cluster with nothing ahead stays idle.
+  absl::Duration poll_interval = absl::Milliseconds(500);
   // When the simulation starts.
   absl::Time start = absl::UnixEpoch() + absl::Hours(1);
 };
@@ -83,7 +88,8 @@ class SimCluster {
   absl::Status Poll();
 
  private:
-  explicit SimCluster(absl::Time start) : clock_(start), executor_(&clock_) {}
+  explicit SimCluster(absl::Time start, absl::Duration poll_interval)
+      : clock_(start), executor_(&clock_), poll_interval_(poll_interval) {}
   // Runs the router's due tasks and the idle workers' rounds at the
   // cluster's time until neither does anything more.
   void Settle();
@@ -96,6 +102,8 @@ class SimCluster {
   std::vector<std::unique_ptr<SimWorker>> decode_;
   std::unique_ptr<router::WorkerRegistry> registry_;
   std::unique_ptr<router::RouterCore> core_;
+  const absl::Duration poll_interval_;
+  absl::Time next_poll_ = absl::InfiniteFuture();
 };
 
 }  // namespace tandem::sim

@@ -26,6 +26,7 @@
 #include "router/router_metrics.h"
 #include "tools/bench/report.h"
 #include "tools/bench/workload_flags.h"
+#include "tools/sim/cluster_args.h"
 #include "tools/sim/cost_profile.h"
 #include "tools/sim/roofline.h"
 #include "tools/sim/sim_cluster.h"
@@ -83,6 +84,17 @@ ABSL_FLAG(std::string, request_log, "",
           "writes it (in simulated time)");
 ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker");
+ABSL_FLAG(std::string, routing_policy, "prefix",
+          "The router's --routing_policy: prefix (the workers' cached prompt blocks, then load) "
+          "or load");
+ABSL_FLAG(std::string, decode_args, "",
+          "Flags of every decode worker, as deploy/local/cluster.sh's --decode_args (e.g. "
+          "\"--schedule_policy chunked --kv_blocks 512\"); over the flags above");
+ABSL_FLAG(std::string, prefill_args, "",
+          "Flags of every prefill worker, as cluster.sh's --prefill_args");
+ABSL_FLAG(std::string, router_args, "",
+          "Flags of the router, as cluster.sh's --router_args (e.g. \"--health_interval 250ms "
+          "--prefix_routing_load_tokens 128\")");
 
 namespace tandem::sim {
 namespace {
@@ -242,6 +254,12 @@ absl::Status Main() {
   options.decode.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.decode.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.router.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
+  RETURN_IF_ERROR(ApplyClusterArgs(
+      ArgsRole::kRouter, absl::StrCat("--routing_policy=", absl::GetFlag(FLAGS_routing_policy)),
+      options));
+  RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kDecode, absl::GetFlag(FLAGS_decode_args), options));
+  RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kPrefill, absl::GetFlag(FLAGS_prefill_args), options));
+  RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kRouter, absl::GetFlag(FLAGS_router_args), options));
   if (options.prefill_workers == 0) options.router.driver.local_prefill_tokens = shape.seq_len;
   std::unique_ptr<router::RequestLog> request_log;
   if (const std::string path = absl::GetFlag(FLAGS_request_log); !path.empty()) {
@@ -255,6 +273,8 @@ absl::Status Main() {
                          {"per_message_us", absl::ToDoubleMicroseconds(options.link->per_message)},
                          {"lanes", options.link->lanes}};
   }
+  const std::string routing_policy =
+      options.router.driver.prefix_router != nullptr ? "prefix" : "load";
   ASSIGN_OR_RETURN(std::unique_ptr<SimCluster> cluster,
                    SimCluster::Create(*weights, std::move(options)));
 
@@ -284,7 +304,10 @@ absl::Status Main() {
       {"kv_blocks", kv_blocks},
       {"link", options_link_json},
       {"schedule_policy", absl::GetFlag(FLAGS_schedule_policy)},
-      {"routing_policy", "load"},
+      {"routing_policy", routing_policy},
+      {"decode_args", absl::GetFlag(FLAGS_decode_args)},
+      {"prefill_args", absl::GetFlag(FLAGS_prefill_args)},
+      {"router_args", absl::GetFlag(FLAGS_router_args)},
       {"router_request_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_request)},
       {"router_token_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_token)},
       {"router_threads", router_cpu.threads}};

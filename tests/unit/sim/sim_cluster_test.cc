@@ -226,5 +226,38 @@ TEST_F(SimClusterTest, TimingsAreTheCostModels) {
   ExpectAllBlocksFree(*cluster);
 }
 
+// The registry polls every worker's stats each poll interval while the
+// cluster runs, as tandem-router does each --health_interval: halfway
+// through a long stream, the router sees the decode worker's blocks in use.
+TEST_F(SimClusterTest, TheRegistryPollsWhileTheClusterRuns) {
+  for (const absl::Duration interval : {absl::ZeroDuration(), absl::Milliseconds(100)}) {
+    SimClusterOptions options = Options();
+    options.decode_workers = 1;
+    options.poll_interval = interval;
+    options.make_executor = [&](Engine& engine, FakeClock* clock) {
+      return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
+                                                 &engine.block_pool(), clock,
+                                                 LinearStepCost{.fixed = absl::Milliseconds(10)});
+    };
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
+                         SimCluster::Create(*weights_, std::move(options)));
+    const absl::Time t0 = cluster->clock().Now();
+    std::shared_ptr<Recorder> r = Submit(*cluster, Prompt(6, 1), 60);
+    EXPECT_TRUE(absl::IsDeadlineExceeded(
+        cluster->RunUntil([] { return false; }, t0 + absl::Milliseconds(350))));
+    const router::WorkerSnapshot decode =
+        cluster->registry().Snapshot(router::WorkerRole::kDecode)[0];
+    if (interval == absl::ZeroDuration()) {
+      EXPECT_EQ(decode.kv_blocks_free, decode.kv_blocks_total);
+      EXPECT_EQ(decode.running, 0);
+    } else {
+      EXPECT_LT(decode.kv_blocks_free, decode.kv_blocks_total);
+      EXPECT_EQ(decode.running, 1);
+    }
+    ASSERT_OK(cluster->RunUntil([&] { return r->done; }));
+    ASSERT_OK(r->status);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::sim
