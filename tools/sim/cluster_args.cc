@@ -33,7 +33,7 @@ Setting Typed(std::string name, std::function<absl::Status(const T&)> apply) {
       name, is_bool, [name, apply](absl::string_view text) -> absl::Status {
         T value{};
         std::string error;
-        if (!absl::ParseFlag(std::string(text), &value, &error)) {
+        if (!absl::ParseFlag<T>(text, &value, &error)) {
           return absl::InvalidArgumentError(absl::StrCat("--", name, "=", text, ": ", error));
         }
         return apply(value);
