@@ -24,10 +24,11 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
   }
   if (!options.make_backend) return absl::InvalidArgumentError("make_backend is required");
   if (options.link.has_value()) RETURN_IF_ERROR(options.link->Validate());
-  if (options.poll_interval < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("the poll interval must be at least zero");
+  if (options.poll_interval < absl::ZeroDuration() ||
+      options.sample_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the poll and sample intervals must be at least zero");
   }
-  std::unique_ptr<SimCluster> cluster(new SimCluster(options.start, options.poll_interval));
+  std::unique_ptr<SimCluster> cluster(new SimCluster(options));
   cluster->fabric_ = kvtransfer::InProcFabric::Create();
   auto sim_options = [&](const std::string& address) {
     return SimWorkerOptions{.address = address,
@@ -72,6 +73,12 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
   if (options.poll_interval > absl::ZeroDuration()) {
     cluster->next_poll_ = options.start + options.poll_interval;
   }
+  if (options.sample_interval > absl::ZeroDuration()) {
+    cluster->next_sample_ = options.start + options.sample_interval;
+    cluster->timeline_.interval = options.sample_interval;
+    for (SimWorker* w : cluster->Workers()) cluster->timeline_.workers.push_back(w->address());
+    cluster->busy_at_last_sample_.assign(cluster->timeline_.workers.size(), absl::ZeroDuration());
+  }
   options.router.clock = &cluster->clock_;
   options.router.executor = &cluster->executor_;
   cluster->core_ = std::make_unique<router::RouterCore>(cluster->registry_.get(), nullptr, nullptr,
@@ -113,7 +120,10 @@ void SimCluster::Settle() {
     for (SimWorker* w : Workers()) {
       if (w->clock().Now() > now) continue;  // Still in a step.
       w->clock().Set(now);
-      busy |= w->RunRound();
+      if (w->RunRound()) {
+        busy = true;
+        if (w->clock().Now() > now) w->NoteStep(now, w->clock().Now());
+      }
     }
     // What the rounds emitted at this time is a task now due.
     busy |= executor_.next_time() <= now;
@@ -130,9 +140,10 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
       if (w->clock().Now() > clock_.Now()) next = std::min(next, w->clock().Now());
       if (w->link() != nullptr) next = std::min(next, w->link()->next_release());
     }
-    // The registry's next poll, unless nothing else is ahead.
+    // The registry's next poll and the next sample, unless nothing else
+    // is ahead.
     if (next != absl::InfiniteFuture() || until != absl::InfiniteFuture()) {
-      next = std::min(next, next_poll_);
+      next = std::min({next, next_poll_, next_sample_});
     }
     if (next == absl::InfiniteFuture()) {
       return absl::FailedPreconditionError(
@@ -148,6 +159,11 @@ absl::Status SimCluster::RunUntil(const std::function<bool()>& done, absl::Time 
       registry_->StartPollRound([] {});
       while (next_poll_ <= clock_.Now()) next_poll_ += poll_interval_;
     }
+    if (clock_.Now() >= next_sample_) {
+      Settle();  // What is due at the sample's time has happened.
+      Sample();
+      while (next_sample_ <= clock_.Now()) next_sample_ += sample_interval_;
+    }
   }
 }
 
@@ -157,6 +173,22 @@ void SimCluster::AdvanceTo(absl::Time t) {
   (void)RunUntil([] { return false; }, t);
   executor_.RunUntil(t);
   Settle();
+}
+
+void SimCluster::Sample() {
+  const absl::Time now = clock_.Now();
+  TimelineSample t;
+  t.t_s = absl::ToDoubleSeconds(now - start_);
+  t.router_queued = core_->queued();
+  t.router_inflight = core_->inflight();
+  const std::vector<SimWorker*> workers = Workers();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const absl::Duration busy = workers[i]->BusyUntil(now);
+    t.workers.push_back(
+        Timeline::Sample(workers[i]->Stats(), busy - busy_at_last_sample_[i], sample_interval_));
+    busy_at_last_sample_[i] = busy;
+  }
+  timeline_.samples.push_back(std::move(t));
 }
 
 absl::Status SimCluster::Poll() {

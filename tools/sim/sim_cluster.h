@@ -31,6 +31,7 @@
 #include "prefill_worker/prefill_loop.h"
 #include "router/router_core.h"
 #include "router/worker_registry.h"
+#include "tools/sim/sim_timeline.h"
 #include "tools/sim/sim_workers.h"
 
 namespace tandem::sim {
@@ -57,6 +58,9 @@ struct SimClusterOptions {
   // start. Polls run while anything else is left to happen or a time to
   // run to is given: an idle cluster with nothing ahead stays idle.
   absl::Duration poll_interval = absl::Milliseconds(500);
+  // How often the cluster samples its timeline (timeline()); zero: never.
+  // Samples are taken while the cluster runs, as polls are.
+  absl::Duration sample_interval = absl::ZeroDuration();
   // When the simulation starts.
   absl::Time start = absl::UnixEpoch() + absl::Hours(1);
 };
@@ -86,10 +90,18 @@ class SimCluster {
   void AdvanceTo(absl::Time t);
   // One health poll round of the registry, run to its end.
   absl::Status Poll();
+  // The samples taken so far (SimClusterOptions::sample_interval).
+  const Timeline& timeline() const { return timeline_; }
 
  private:
-  explicit SimCluster(absl::Time start, absl::Duration poll_interval)
-      : clock_(start), executor_(&clock_), poll_interval_(poll_interval) {}
+  explicit SimCluster(const SimClusterOptions& options)
+      : clock_(options.start),
+        executor_(&clock_),
+        start_(options.start),
+        poll_interval_(options.poll_interval),
+        sample_interval_(options.sample_interval) {}
+  // Takes the timeline's sample of the interval that ends now.
+  void Sample();
   // Runs the router's due tasks and the idle workers' rounds at the
   // cluster's time until neither does anything more.
   void Settle();
@@ -102,8 +114,13 @@ class SimCluster {
   std::vector<std::unique_ptr<SimWorker>> decode_;
   std::unique_ptr<router::WorkerRegistry> registry_;
   std::unique_ptr<router::RouterCore> core_;
+  const absl::Time start_;
   const absl::Duration poll_interval_;
   absl::Time next_poll_ = absl::InfiniteFuture();
+  const absl::Duration sample_interval_;
+  absl::Time next_sample_ = absl::InfiniteFuture();
+  Timeline timeline_;
+  std::vector<absl::Duration> busy_at_last_sample_;
 };
 
 }  // namespace tandem::sim

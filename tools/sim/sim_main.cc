@@ -87,6 +87,11 @@ ABSL_FLAG(int, local_prefill_tokens, 0,
 ABSL_FLAG(std::string, routing_policy, "prefix",
           "The router's --routing_policy: prefix (the workers' cached prompt blocks, then load) "
           "or load");
+ABSL_FLAG(std::string, timeline_json, "",
+          "Write each worker's utilisation, running and waiting work and KV occupancy, and the "
+          "router's queue, every --timeline_interval, here");
+ABSL_FLAG(absl::Duration, timeline_interval, absl::Seconds(1),
+          "The timeline's sample interval (its summary is printed after the run)");
 ABSL_FLAG(std::string, decode_args, "",
           "Flags of every decode worker, as deploy/local/cluster.sh's --decode_args (e.g. "
           "\"--schedule_policy chunked --kv_blocks 512\"); over the flags above");
@@ -261,6 +266,10 @@ absl::Status Main() {
   RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kPrefill, absl::GetFlag(FLAGS_prefill_args), options));
   RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kRouter, absl::GetFlag(FLAGS_router_args), options));
   if (options.prefill_workers == 0) options.router.driver.local_prefill_tokens = shape.seq_len;
+  options.sample_interval = absl::GetFlag(FLAGS_timeline_interval);
+  if (options.sample_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--timeline_interval must be positive, e.g. 1s");
+  }
   std::unique_ptr<router::RequestLog> request_log;
   if (const std::string path = absl::GetFlag(FLAGS_request_log); !path.empty()) {
     ASSIGN_OR_RETURN(request_log, router::RequestLog::Open(path));
@@ -285,6 +294,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run, router_cpu));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   std::cout << bench::SummaryTable(result);
+  std::cout << cluster->timeline().Summary();
   std::cout << "Cost model: " << cost.source << "\n";
   std::cout << absl::StrFormat("Simulated %.3f s in %.3f s of wall time (%.1fx)\n",
                                result.metrics.duration_s, wall_s,
@@ -311,6 +321,12 @@ absl::Status Main() {
       {"router_request_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_request)},
       {"router_token_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_token)},
       {"router_threads", router_cpu.threads}};
+  if (const std::string path = absl::GetFlag(FLAGS_timeline_json); !path.empty()) {
+    std::ofstream out(path);
+    out << cluster->timeline().Json().dump(1);
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
   return bench::WriteResults({result}, config);
 }
 

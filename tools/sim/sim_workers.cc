@@ -235,6 +235,7 @@ class SimDecodeWorker final : public SimWorker {
   std::unique_ptr<WorkerChannel> OpenChannel(Executor* router) override {
     return std::make_unique<DecodeChannel>(loop_.get(), epoch_, router, &clock());
   }
+  WorkerStatsRecord Stats() const override { return loop_->Stats(); }
 
   const std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<decode::DecodeLoop> loop_;
@@ -252,6 +253,7 @@ class SimPrefillWorker final : public SimWorker {
   std::unique_ptr<WorkerChannel> OpenChannel(Executor* router) override {
     return std::make_unique<PrefillChannel>(loop_.get(), epoch_, router, &clock());
   }
+  WorkerStatsRecord Stats() const override { return loop_->Stats(); }
 
   const std::unique_ptr<kvtransfer::KvTransport> transport_;
   std::unique_ptr<prefill::PrefillLoop> loop_;

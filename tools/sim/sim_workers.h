@@ -15,6 +15,7 @@
 #ifndef TANDEM_TOOLS_SIM_SIM_WORKERS_H_
 #define TANDEM_TOOLS_SIM_SIM_WORKERS_H_
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include "common/compute/backend.h"
 #include "common/engine/step_executor.h"
 #include "common/model/model_weights.h"
+#include "common/worker/worker_stats.h"
 #include "decode_worker/decode_loop.h"
 #include "kvtransfer/inproc_transport.h"
 #include "kvtransfer/link_model_transport.h"
@@ -46,6 +48,18 @@ class SimWorker {
   // A channel to the worker whose callbacks run on `router` (at this
   // worker's time).
   virtual std::unique_ptr<router::WorkerChannel> OpenChannel(Executor* router) = 0;
+  // What the worker's GetStats would report now.
+  virtual WorkerStatsRecord Stats() const = 0;
+  // A step ran from `start` to `end` of the worker's clock.
+  void NoteStep(absl::Time start, absl::Time end) {
+    busy_ += end - start;
+    busy_until_ = std::max(busy_until_, end);
+  }
+  // Time spent in steps up to `t` (of a step still running at `t`, the part
+  // before it).
+  absl::Duration BusyUntil(absl::Time t) const {
+    return busy_ - std::max(absl::ZeroDuration(), busy_until_ - t);
+  }
   FakeClock& clock() { return clock_; }
   const std::string& address() const { return address_; }
   // The link model its KV messages go through; null without one.
@@ -63,6 +77,8 @@ class SimWorker {
  private:
   const std::string address_;
   FakeClock clock_;
+  absl::Duration busy_ = absl::ZeroDuration();
+  absl::Time busy_until_ = absl::InfinitePast();
   kvtransfer::LinkModelTransport* link_ = nullptr;
 };
 

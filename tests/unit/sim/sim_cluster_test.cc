@@ -259,5 +259,50 @@ TEST_F(SimClusterTest, TheRegistryPollsWhileTheClusterRuns) {
   }
 }
 
+// The timeline: one request of 25 tokens, each a 10 ms step, alone on a
+// colocated worker, sampled every 100 ms: the worker is busy through the
+// first two samples and half of the third, and holds KV blocks as its
+// sequence grows until it ends at 250 ms.
+TEST_F(SimClusterTest, TheTimelineSamplesUtilisationQueuesAndKv) {
+  SimClusterOptions options = Options();
+  options.prefill_workers = 0;
+  options.decode_workers = 1;
+  options.sample_interval = absl::Milliseconds(100);
+  options.make_executor = [&](Engine& engine, FakeClock* clock) {
+    return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
+                                               &engine.block_pool(), clock,
+                                               LinearStepCost{.fixed = absl::Milliseconds(10)});
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
+                       SimCluster::Create(*weights_, std::move(options)));
+  const absl::Time t0 = cluster->clock().Now();
+  std::shared_ptr<Recorder> r = Submit(*cluster, Prompt(6, 1), 25);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      cluster->RunUntil([] { return false; }, t0 + absl::Milliseconds(350))));
+  ASSERT_TRUE(r->done);
+  EXPECT_EQ(r->times.back() - t0, absl::Milliseconds(250));
+  const Timeline& timeline = cluster->timeline();
+  ASSERT_EQ(timeline.workers, std::vector<std::string>{"decode-0:1"});
+  ASSERT_EQ(timeline.samples.size(), 3u);
+  const double busy[] = {1.0, 1.0, 0.5};
+  const int kv_used[] = {1, 2, 0};
+  for (size_t i = 0; i < 3; ++i) {
+    const TimelineSample& t = timeline.samples[i];
+    EXPECT_DOUBLE_EQ(t.t_s, 0.1 * static_cast<double>(i + 1)) << i;
+    ASSERT_EQ(t.workers.size(), 1u);
+    const WorkerSample& w = t.workers[0];
+    EXPECT_DOUBLE_EQ(w.busy, busy[i]) << i;
+    EXPECT_EQ(w.running, i < 2 ? 1 : 0) << i;
+    EXPECT_EQ(w.waiting, 0) << i;
+    EXPECT_EQ(w.kv_total, 64);
+    // Blocks of 16 as the sequence grows: 16 tokens by 100 ms, 26 by 200.
+    EXPECT_EQ(w.kv_used, kv_used[i]) << i;
+    EXPECT_EQ(t.router_inflight, i < 2 ? 1 : 0) << i;
+  }
+  const nlohmann::json json = timeline.Json();
+  EXPECT_EQ(json["samples"].size(), 3u);
+  EXPECT_EQ(json["samples"][2]["workers"][0]["busy"], 0.5);
+}
+
 }  // namespace
 }  // namespace tandem::sim
