@@ -29,7 +29,7 @@ struct ProfileGrid {
   std::vector<int> decode_batches = {1, 4, 16, 32};
   std::vector<int> decode_contexts = {64, 256, 1024};
   // Each shape is timed this many times after one untimed run; the
-  // fastest counts.
+  // median counts.
   int repeats = 3;
 };
 

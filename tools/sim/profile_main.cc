@@ -31,7 +31,7 @@ ABSL_FLAG(std::vector<std::string>, batches, std::vector<std::string>({"1", "4",
           "Decode batch sizes to time");
 ABSL_FLAG(std::vector<std::string>, contexts, std::vector<std::string>({"64", "256", "1024"}),
           "Context lengths the decode batches attend to");
-ABSL_FLAG(int, repeats, 3, "Timed runs of each shape (after one untimed); the fastest counts");
+ABSL_FLAG(int, repeats, 3, "Timed runs of each shape (after one untimed); the median counts");
 ABSL_FLAG(std::string, output, "", "Write the profile here (JSON)");
 
 namespace tandem::sim {

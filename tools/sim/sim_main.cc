@@ -71,7 +71,7 @@ ABSL_FLAG(int, block_size, 16, "Tokens per KV block");
 ABSL_FLAG(bool, prefix_cache, true, "Keep and reuse KV blocks of prompts' shared prefixes");
 ABSL_FLAG(int, max_batch_tokens, 2048, "Most tokens one step carries, on every worker");
 ABSL_FLAG(std::string, schedule_policy, "decode_priority",
-          "Decode workers' schedule: decode_priority, chunked or prefill_priority");
+          "Decode workers' schedule: decode_priority, chunked or prefill_first");
 ABSL_FLAG(int, prefill_chunk_tokens, 512, "The chunked policy's tokens per step");
 ABSL_FLAG(int, max_sequences, 64, "Most sequences a decode worker holds");
 ABSL_FLAG(absl::Duration, router_request_cost, absl::ZeroDuration(),
@@ -79,6 +79,10 @@ ABSL_FLAG(absl::Duration, router_request_cost, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, router_token_cost, absl::ZeroDuration(),
           "The router's CPU time per token it streams to a client");
 ABSL_FLAG(int, router_threads, 1, "The router's threads that share that work");
+ABSL_FLAG(absl::Duration, hop_latency, absl::ZeroDuration(),
+          "The gRPC hops' time a request takes to reach the router's core and its first token "
+          "to reach the client, in which nothing queues (about 3ms on loopback: "
+          "scripts/bench-cluster.sh)");
 ABSL_FLAG(std::string, request_log, "",
           "Append the router's JSON line per request here, as tandem-router's --request_log "
           "writes it (in simulated time)");
@@ -290,7 +294,8 @@ absl::Status Main() {
   const absl::Time wall_start = absl::Now();
   const RouterCpuModel router_cpu{.per_request = absl::GetFlag(FLAGS_router_request_cost),
                                   .per_token = absl::GetFlag(FLAGS_router_token_cost),
-                                  .threads = absl::GetFlag(FLAGS_router_threads)};
+                                  .threads = absl::GetFlag(FLAGS_router_threads),
+                                  .hop_latency = absl::GetFlag(FLAGS_hop_latency)};
   ASSIGN_OR_RETURN(bench::RunResult result, RunSimulated(*cluster, *dataset, run, router_cpu));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   std::cout << bench::SummaryTable(result);
@@ -320,7 +325,8 @@ absl::Status Main() {
       {"router_args", absl::GetFlag(FLAGS_router_args)},
       {"router_request_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_request)},
       {"router_token_cost_us", absl::ToDoubleMicroseconds(router_cpu.per_token)},
-      {"router_threads", router_cpu.threads}};
+      {"router_threads", router_cpu.threads},
+      {"hop_latency_us", absl::ToDoubleMicroseconds(router_cpu.hop_latency)}};
   if (const std::string path = absl::GetFlag(FLAGS_timeline_json); !path.empty()) {
     std::ofstream out(path);
     out << cluster->timeline().Json().dump(1);

@@ -145,9 +145,11 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
                                               const bench::RunOptions& options,
                                               const RouterCpuModel& router_cpu) {
   if (router_cpu.per_request < absl::ZeroDuration() ||
-      router_cpu.per_token < absl::ZeroDuration() || router_cpu.threads < 1) {
+      router_cpu.per_token < absl::ZeroDuration() || router_cpu.threads < 1 ||
+      router_cpu.hop_latency < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "the router's CPU model needs costs of at least zero and at least 1 thread");
+        "the router's CPU model needs costs and a hop latency of at least zero and at least 1 "
+        "thread");
   }
   auto state = std::make_shared<RunState>(router_cpu);
   int& open = state->open;
@@ -217,7 +219,7 @@ absl::StatusOr<bench::RunResult> RunSimulated(SimCluster& cluster, const bench::
     auto submit = [c = &cluster, state, p = std::move(p), stream = streams[i]]() mutable {
       state->handles.push_back(c->core().Submit(std::move(p), stream));
     };
-    const absl::Time ready = state->cpu.Run(now, router_cpu.per_request);
+    const absl::Time ready = state->cpu.Run(now + router_cpu.hop_latency, router_cpu.per_request);
     if (ready <= now) {
       submit();
     } else {

@@ -21,10 +21,17 @@ namespace tandem::sim {
 // token before it reaches its client, first come first served. Zero costs
 // (the default): the router takes no time. tandem-router-bench measures
 // what a stream costs the router.
+//
+// `hop_latency` is the time of the client's and the workers' gRPC hops a
+// request crosses on its way in and its first token on its way out, in
+// which nothing queues (scripts/bench-cluster.sh measures about 3 ms on
+// loopback): a request reaches the core that long after it is sent, before
+// its CPU work. It moves every time of a stream alike.
 struct RouterCpuModel {
   absl::Duration per_request = absl::ZeroDuration();
   absl::Duration per_token = absl::ZeroDuration();
   int threads = 1;
+  absl::Duration hop_latency = absl::ZeroDuration();
 };
 
 // Sends options.num_requests requests of `dataset` (which must carry token

@@ -246,6 +246,32 @@ TEST_F(SimRunTest, TheRoutersCpuTimeDelaysWhatPassesThroughIt) {
   EXPECT_THAT(r.e2e, DoubleNear(0.046 + 4 * 0.011, kEps));
 }
 
+// The hops' latency moves a stream's times alike and queues nothing: ten
+// requests sent at once on two workers each reach the core 2 ms later, so
+// each TTFT is what it is without it plus 2 ms, and the gaps are the same.
+TEST_F(SimRunTest, TheHopsLatencyMovesEveryStreamAlike) {
+  std::vector<bench::RunResult> runs;
+  for (const absl::Duration latency : {absl::ZeroDuration(), absl::Milliseconds(2)}) {
+    auto cluster = Cluster(/*prefill=*/0, /*decode=*/2);
+    ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                         RunSimulated(*cluster, *Prompts(16, 3), {.num_requests = 10},
+                                      RouterCpuModel{.hop_latency = latency}));
+    runs.push_back(std::move(run));
+  }
+  for (size_t i = 0; i < 10; ++i) {
+    const bench::RequestRecord &a = runs[0].records[i], &b = runs[1].records[i];
+    ASSERT_TRUE(a.success && b.success) << i;
+    EXPECT_THAT(b.ttft, DoubleNear(a.ttft + 0.002, kEps)) << i;
+    EXPECT_THAT(b.e2e, DoubleNear(a.e2e + 0.002, kEps)) << i;
+    EXPECT_EQ(b.itls.size(), a.itls.size());
+    for (size_t k = 0; k < a.itls.size(); ++k) EXPECT_THAT(b.itls[k], DoubleNear(a.itls[k], kEps));
+  }
+  auto cluster = Cluster(/*prefill=*/0, /*decode=*/1);
+  EXPECT_THAT(RunSimulated(*cluster, *Prompts(16, 2), {.num_requests = 1},
+                           RouterCpuModel{.hop_latency = absl::Milliseconds(-1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hop latency")));
+}
+
 // A router whose one thread needs 50 ms per request saturates: ten sent at
 // once reach the core 50 ms apart, and each waits for all before it.
 TEST_F(SimRunTest, ASaturatedRouterQueuesRequests) {
