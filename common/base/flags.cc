@@ -30,6 +30,9 @@ void ParseToolFlags(int argc, char** argv, std::string_view usage) {
     if (a == "--") break;
     if (a.size() < 3 || a[0] != '-' || a[1] != '-') continue;
     const size_t end = a.find('=');
+    // A space before any '=': not a flag but a value (tandem-sim
+    // --decode_args "--schedule-policy chunked"), kept as it is.
+    if (a.find(' ') < end) continue;
     for (size_t j = 2; j < std::min(end, a.size()); ++j) {
       if (a[j] == '-') a[j] = '_';
     }
