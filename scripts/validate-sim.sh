@@ -123,36 +123,42 @@ pair() {
     reals+=("$work/real-$n-$run.json")
   done
   "$bin/tandem-sim" --shape stories15M --seq_len 2048 --vocab_size 32000 --slo "$slo" \
-    --hop_latency "$hop" --num_requests "$requests" "${sim_args[@]}" "$@" --result_json "$work/sim-$n.json" >/dev/null
+    "${calibration[@]}" --num_requests "$requests" "${sim_args[@]}" "$@" --result_json "$work/sim-$n.json" >/dev/null
   compare "$label" "$work/sim-$n.json" "${reals[@]}"
 }
 
-# The gRPC hops' latency (tandem-sim --hop_latency), measured on the
-# colocated cluster that is up: the median TTFT of 20 lone requests of 16
-# prompt tokens and one output token, less the same requests' simulated TTFT.
-hop=0s
-measure_hops() {
-  local probe=(--dataset synthetic --range_ratio 0 --input_len 16 --output_len 1
-               --max_concurrency 1 --num_requests 20 --seed 99)
+# The profile brought to the serving worker, by a probe on the colocated
+# cluster that is up: 10 lone requests of 16 prompt tokens and 32 output
+# tokens, measured and simulated. The measured median TPOT over the
+# simulated one scales every step (--step_scale: the profile times steps
+# alone on an idle core, the worker serves them beside its gRPC threads, the
+# router and the client); the measured median TTFT less the simulated one
+# (scaled) is the gRPC hops' latency (--hop_latency).
+calibration=()
+calibrate() {
+  local probe=(--dataset synthetic --range_ratio 0 --input_len 16 --output_len 32
+               --max_concurrency 1 --num_requests 10 --seed 99)
   "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" --vocab_size 32000 "${probe[@]}" \
     --progress=false --result_json "$work/probe-real.json" >/dev/null
   "$bin/tandem-sim" --shape stories15M --seq_len 2048 --vocab_size 32000 "${probe[@]}" \
     --prefill 0 --decode 1 --profile "$work/profile1.json" --result_json "$work/probe-sim.json" \
     >/dev/null
-  hop="$(python3 - "$work/probe-real.json" "$work/probe-sim.json" <<'PY'
+  read -r -a calibration < <(python3 - "$work/probe-real.json" "$work/probe-sim.json" <<'PY'
 import json, sys
-ttft = [json.load(open(p))["runs"][0]["ttft_ms"]["median"] for p in sys.argv[1:3]]
-print(f"{max(0.0, ttft[0] - ttft[1]) * 1000:.0f}us")
+real, sim = [json.load(open(p))["runs"][0] for p in sys.argv[1:3]]
+scale = real["tpot_ms"]["median"] / sim["tpot_ms"]["median"]
+hop = max(0.0, real["ttft_ms"]["median"] - scale * sim["ttft_ms"]["median"])
+print(f"--step_scale {scale:.3f} --hop_latency {hop * 1000:.0f}us")
 PY
-)"
-  echo "hop latency: $hop (lone 16-token requests' TTFT, measured less simulated)"
+)
+  echo "calibration: ${calibration[*]} (a probe of lone requests, measured against simulated)"
 }
 
 printf "%-38s %-13s %10s %10s %8s\n" configuration figure measured simulated error
 one=(--prefill 0 --decode 1 --decode_cpus "$last_cpu" --threads 1)
 sim_one="--prefill 0 --decode 1 --profile $work/profile1.json"
 up "${one[@]}"
-measure_hops
+calibrate
 if [ "$check" = 1 ]; then
   pair "colocated 1x1, 2 req/s" "$sim_one" "${uniform[@]}" --request_rate 2 --seed 2
   exit 0

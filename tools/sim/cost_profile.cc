@@ -340,4 +340,13 @@ absl::Status CheckProfileShape(const CostProfile& profile, const ModelConfig& co
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepCostFn> ScaleCost(StepCostFn cost, double scale) {
+  if (!(scale > 0 && scale <= 100)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the step scale is ", scale, "; give a factor above 0, at most 100"));
+  }
+  return StepCostFn(
+      [cost = std::move(cost), scale](const StepShape& step) { return cost(step) * scale; });
+}
+
 }  // namespace tandem::sim

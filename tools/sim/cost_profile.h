@@ -74,6 +74,10 @@ absl::StatusOr<CostProfile> ParseProfile(const nlohmann::json& json);
 // than `config` (layers, widths, heads, vocabulary).
 absl::Status CheckProfileShape(const CostProfile& profile, const ModelConfig& config);
 
+// `cost` with every step's time multiplied by `scale` (a profile brought to
+// what a serving worker takes); INVALID_ARGUMENT unless 0 < scale <= 100.
+absl::StatusOr<StepCostFn> ScaleCost(StepCostFn cost, double scale);
+
 }  // namespace tandem::sim
 
 #endif  // TANDEM_TOOLS_SIM_COST_PROFILE_H_

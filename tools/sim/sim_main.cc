@@ -60,6 +60,9 @@ ABSL_FLAG(absl::Duration, step_per_attended, absl::ZeroDuration(),
           "Cost model: per key attended, over every token computed");
 ABSL_FLAG(absl::Duration, step_per_logit_row, absl::Microseconds(20),
           "Cost model: per row of the classifier");
+ABSL_FLAG(double, step_scale, 1.0,
+          "Multiplies every step's cost (any cost model): a profile's costs brought to what a "
+          "serving worker takes, measured by a probe (scripts/validate-sim.sh)");
 ABSL_FLAG(double, link_bandwidth, 0,
           "KV link model: GB/s per lane between workers; 0: KV moves in no time");
 ABSL_FLAG(absl::Duration, link_latency, absl::Microseconds(10), "KV link model: latency");
@@ -228,7 +231,12 @@ absl::Status Main() {
   std::string kv_name = absl::GetFlag(FLAGS_kv_dtype);
   if (kv_name.empty()) kv_name = absl::GetFlag(FLAGS_device).empty() ? "f32" : "bf16";
   ASSIGN_OR_RETURN(const DType kv_dtype, ParseDType(kv_name));
-  ASSIGN_OR_RETURN(const CostChoice cost, ChooseCost(shape, kv_dtype));
+  ASSIGN_OR_RETURN(CostChoice cost, ChooseCost(shape, kv_dtype));
+  if (const double scale = absl::GetFlag(FLAGS_step_scale); scale != 1.0) {
+    ASSIGN_OR_RETURN(cost.fn, ScaleCost(std::move(cost.fn), scale));
+    cost.source += absl::StrFormat(", every step x %.3f", scale);
+    cost.json["step_scale"] = scale;
+  }
   int kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   if (kv_blocks == 0 && cost.roofline.has_value()) {
     ASSIGN_OR_RETURN(kv_blocks, DeviceKvBlocks(*cost.roofline, absl::GetFlag(FLAGS_block_size),

@@ -58,6 +58,16 @@ std::vector<ProfilePoint> PointsOf(const LinearStepCost& cost) {
   return points;
 }
 
+TEST(ScaleCost, MultipliesEveryStepsTime) {
+  const LinearStepCost linear{.fixed = absl::Milliseconds(2), .per_token = absl::Microseconds(100)};
+  ASSERT_OK_AND_ASSIGN(StepCostFn scaled, ScaleCost(linear, 1.5));
+  const StepShape step{.items = 1, .tokens = 10, .logit_rows = 1};
+  EXPECT_EQ(scaled(step), 1.5 * linear(step));
+  EXPECT_EQ(scaled(step), absl::Microseconds(4500) + 1.5 * linear.per_logit_row);
+  EXPECT_FALSE(ScaleCost(linear, 0).ok());
+  EXPECT_FALSE(ScaleCost(linear, 101).ok());
+}
+
 TEST(FitLinear, RecoversALinearCostExactly) {
   ASSERT_OK_AND_ASSIGN(LinearStepCost fit, FitLinear(PointsOf(kCost)));
   ExpectCost(fit, kCost);
