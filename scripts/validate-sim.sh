@@ -12,8 +12,9 @@
 # multi-turn workloads; a replay of the router's own request log; one worker
 # of two threads; two workers of one thread; one prefill and one decode
 # worker pinned to a core each), REQUESTS requests each (60 by default),
-# each measured twice (the same requests at the same times: how far the two
-# runs differ is how far this machine repeats itself) and simulated once,
+# each measured twice (the same requests at the same times on fresh
+# clusters: how far the two runs differ is how far this machine repeats
+# itself) and simulated once,
 # and a Markdown table of them in FILE with --table.
 #
 # --check (the ctest `sim_validation`): one light load only, and exit 1 when
@@ -98,7 +99,9 @@ if failed:
 PY
 }
 
+up_args=()
 up() {  # up CLUSTER_ARGS...: a fresh cluster, warmed up.
+  up_args=("$@")
   "$root/deploy/local/cluster.sh" down >/dev/null 2>&1 || true
   rm -rf "$TANDEM_CLUSTER_DIR"
   "$root/deploy/local/cluster.sh" up --port "$port" --model "$work/model" "$@" >/dev/null \
@@ -108,8 +111,9 @@ up() {  # up CLUSTER_ARGS...: a fresh cluster, warmed up.
 }
 
 # pair LABEL "SIM_ARGS" WORKLOAD_ARGS...: the workload measured on the
-# cluster that is up (twice in the full run, the same requests at the same
-# times), then simulated with SIM_ARGS, then compared.
+# cluster that is up (in the full run twice, the same requests at the same
+# times, the second time on a fresh cluster of the same flags), then
+# simulated with SIM_ARGS, then compared.
 n=0
 pair() {
   local label="$1" reals=() sim_args=()
@@ -117,23 +121,28 @@ pair() {
   shift 2
   n=$((n + 1))
   for run in $(seq "$((2 - check))"); do
+    # The same prompts again would find the first run's blocks cached.
+    [ "$run" = 1 ] || up "${up_args[@]}"
     "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" --vocab_size 32000 --slo "$slo" \
       --num_requests "$requests" "$@" --progress=false --result_json "$work/real-$n-$run.json" \
       >/dev/null
     reals+=("$work/real-$n-$run.json")
   done
   "$bin/tandem-sim" --shape stories15M --seq_len 2048 --vocab_size 32000 --slo "$slo" \
-    "${calibration[@]}" --num_requests "$requests" "${sim_args[@]}" "$@" --result_json "$work/sim-$n.json" >/dev/null
+    "${calibration[@]}" --num_requests "$requests" "${sim_args[@]}" "$@" \
+    --result_json "$work/sim-$n.json" >/dev/null
   compare "$label" "$work/sim-$n.json" "${reals[@]}"
 }
 
 # The profile brought to the serving worker, by a probe on the colocated
-# cluster that is up: 10 lone requests of 16 prompt tokens and 32 output
-# tokens, measured and simulated. The measured median TPOT over the
-# simulated one scales every step (--step_scale: the profile times steps
-# alone on an idle core, the worker serves them beside its gRPC threads, the
-# router and the client); the measured median TTFT less the simulated one
-# (scaled) is the gRPC hops' latency (--hop_latency).
+# cluster of one worker before the first configuration: 10 lone requests of
+# 16 prompt tokens and 32 output tokens, measured and simulated. The
+# measured median TPOT over the simulated one scales every step of every
+# configuration (--step_scale: the profile times steps alone on an idle
+# core, the worker serves them beside its gRPC threads, the router and the
+# client); the measured median TTFT less the simulated one (scaled) is the
+# gRPC hops' latency (--hop_latency). The probe is not a workload compared
+# below.
 calibration=()
 calibrate() {
   local probe=(--dataset synthetic --range_ratio 0 --input_len 16 --output_len 32
@@ -154,11 +163,11 @@ PY
   echo "calibration: ${calibration[*]} (a probe of lone requests, measured against simulated)"
 }
 
-printf "%-38s %-13s %10s %10s %8s\n" configuration figure measured simulated error
 one=(--prefill 0 --decode 1 --decode_cpus "$last_cpu" --threads 1)
 sim_one="--prefill 0 --decode 1 --profile $work/profile1.json"
 up "${one[@]}"
 calibrate
+printf "%-38s %-13s %10s %10s %8s\n" configuration figure measured simulated error
 if [ "$check" = 1 ]; then
   pair "colocated 1x1, 2 req/s" "$sim_one" "${uniform[@]}" --request_rate 2 --seed 2
   exit 0

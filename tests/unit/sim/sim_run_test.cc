@@ -397,6 +397,32 @@ TEST_F(SimRunTest, TheSameInputsGiveByteIdenticalResults) {
   }
 }
 
+// A prompt larger than every worker's KV pool can never run: it fails at
+// once with an error that names the pool, and the run goes on.
+TEST_F(SimRunTest, APromptNoPoolCanHoldFailsClearly) {
+  SimClusterOptions o;
+  o.prefill_workers = 0;
+  o.decode_workers = 2;
+  o.make_backend = testing::OneThread;
+  o.decode.kv_blocks = 4;  // 64 tokens.
+  o.router.driver.local_prefill_tokens = Shape().seq_len;
+  o.make_executor = [](Engine& engine, FakeClock* clock) {
+    return std::make_unique<SimulatedExecutor>(
+        engine.config(), engine.step_limits(), &engine.block_pool(), clock,
+        LinearStepCost{.fixed = kFixed, .per_token = kPerToken});
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
+                       SimCluster::Create(*weights_, std::move(o)));
+  ASSERT_OK_AND_ASSIGN(bench::RunResult run,
+                       RunSimulated(*cluster, *Prompts(100, 4), {.num_requests = 2}));
+  ASSERT_EQ(run.records.size(), 2u);
+  for (const bench::RequestRecord& r : run.records) {
+    EXPECT_FALSE(r.success);
+    EXPECT_THAT(r.error, HasSubstr("block"));
+  }
+  EXPECT_EQ(run.metrics.failed, 2);
+}
+
 TEST_F(SimRunTest, WhatOnlyARealClientDoesIsRefused) {
   auto cluster = Cluster(/*prefill=*/1, /*decode=*/1);
   EXPECT_THAT(RunSimulated(*cluster, *Prompts(8, 2), {.waves = true, .num_requests = 2}),
