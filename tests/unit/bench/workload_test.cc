@@ -190,14 +190,15 @@ TEST(DatasetTest, SharedPrefixRequestsShareOneOfKPrefixes) {
 // and its prompt is turn t - 1's, a stand-in for that turn's reply (its
 // max_tokens long) and a new user message.
 TEST(DatasetTest, MultiTurnPromptsCarryTheConversationSoFar) {
-  auto d = MakeDataset({.kind = "multi_turn",
-                        .input_len = 8,
-                        .output_len = 4,
-                        .range_ratio = 0.5,
-                        .turns = 3,
-                        .think_time_s = 1.5,
-                        .token_ids = true,
-                        .seed = 2});
+  const DatasetOptions options{.kind = "multi_turn",
+                               .input_len = 8,
+                               .output_len = 4,
+                               .range_ratio = 0.5,
+                               .turns = 3,
+                               .think_time_s = 1.5,
+                               .token_ids = true,
+                               .seed = 2};
+  auto d = MakeDataset(options);
   ASSERT_TRUE(d.ok()) << d.status();
   for (size_t c = 0; c < 2; ++c) {
     const BenchRequest first = (*d)->Get(3 * c);
@@ -219,14 +220,7 @@ TEST(DatasetTest, MultiTurnPromptsCarryTheConversationSoFar) {
   }
   // Conversations differ, and the same options give the same requests.
   EXPECT_NE((*d)->Get(0).token_ids, (*d)->Get(3).token_ids);
-  auto again = MakeDataset({.kind = "multi_turn",
-                            .input_len = 8,
-                            .output_len = 4,
-                            .range_ratio = 0.5,
-                            .turns = 3,
-                            .think_time_s = 1.5,
-                            .token_ids = true,
-                            .seed = 2});
+  auto again = MakeDataset(options);
   EXPECT_EQ((*again)->Get(5).token_ids, (*d)->Get(5).token_ids);
   EXPECT_FALSE(MakeDataset({.kind = "multi_turn", .turns = 0}).ok());
   EXPECT_FALSE(MakeDataset({.kind = "multi_turn", .turns = 65}).ok());

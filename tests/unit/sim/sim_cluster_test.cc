@@ -226,6 +226,13 @@ TEST_F(SimClusterTest, TimingsAreTheCostModels) {
   ExpectAllBlocksFree(*cluster);
 }
 
+// Every step takes 10 ms.
+std::unique_ptr<StepExecutor> TenMsSteps(Engine& engine, FakeClock* clock) {
+  return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
+                                             &engine.block_pool(), clock,
+                                             LinearStepCost{.fixed = absl::Milliseconds(10)});
+}
+
 // The registry polls every worker's stats each poll interval while the
 // cluster runs, as tandem-router does each --health_interval: halfway
 // through a long stream, the router sees the decode worker's blocks in use.
@@ -234,11 +241,7 @@ TEST_F(SimClusterTest, TheRegistryPollsWhileTheClusterRuns) {
     SimClusterOptions options = Options();
     options.decode_workers = 1;
     options.poll_interval = interval;
-    options.make_executor = [&](Engine& engine, FakeClock* clock) {
-      return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
-                                                 &engine.block_pool(), clock,
-                                                 LinearStepCost{.fixed = absl::Milliseconds(10)});
-    };
+    options.make_executor = TenMsSteps;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
                          SimCluster::Create(*weights_, std::move(options)));
     const absl::Time t0 = cluster->clock().Now();
@@ -268,11 +271,7 @@ TEST_F(SimClusterTest, TheTimelineSamplesUtilisationQueuesAndKv) {
   options.prefill_workers = 0;
   options.decode_workers = 1;
   options.sample_interval = absl::Milliseconds(100);
-  options.make_executor = [&](Engine& engine, FakeClock* clock) {
-    return std::make_unique<SimulatedExecutor>(engine.config(), engine.step_limits(),
-                                               &engine.block_pool(), clock,
-                                               LinearStepCost{.fixed = absl::Milliseconds(10)});
-  };
+  options.make_executor = TenMsSteps;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
                        SimCluster::Create(*weights_, std::move(options)));
   const absl::Time t0 = cluster->clock().Now();
