@@ -327,6 +327,11 @@ void CpuBackend::PagedAttention(const float* q, int q_stride, std::span<const At
 
 #pragma omp parallel num_threads(num_threads_) if (work * shape.n_heads > kParallelThreshold)
   {
+    // The tiles' products below run on this task's thread. With one thread
+    // (or below the threshold) this region is inactive, and OpenBLAS would
+    // size its own team from this task's default (every core) and start
+    // threads for each product.
+    omp_set_num_threads(1);
     thread_local std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
