@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -37,8 +38,10 @@ bool Better(const PlanPoint& a, const PlanPoint& b) {
   if (a.meets != b.meets) return a.meets;
   if (!a.meets) return a.slo_ratio < b.slo_ratio;
   if (a.config.workers() != b.config.workers()) return a.config.workers() < b.config.workers();
+  // Goodput within 1% is a tie: the same requests met over a run a few
+  // milliseconds longer is not a better deployment.
   const double ga = a.metrics.goodput.value_or(0), gb = b.metrics.goodput.value_or(0);
-  if (ga != gb) return ga > gb;
+  if (std::abs(ga - gb) > 0.01 * std::max(ga, gb)) return ga > gb;
   return a.slo_ratio < b.slo_ratio;
 }
 
@@ -63,10 +66,20 @@ class Search {
     start.kv_dtype = space_.kv_dtypes.front();
     // 1. Pool sizes, from the fewest workers up.
     std::optional<int> best;
-    int n = 1;
-    for (; n <= space_.max_workers && !best.has_value(); ++n) {
-      ASSIGN_OR_RETURN(const std::vector<int> ids, EvaluateAll(Splits(start, n)));
+    std::vector<int> ids;
+    for (int n = 1; n <= space_.max_workers && !best.has_value(); ++n) {
+      ASSIGN_OR_RETURN(ids, EvaluateAll(Splits(start, n)));
       best = BestMeeting(ids);
+    }
+    if (!best.has_value() && !ids.empty()) {
+      // No split of the budget meets them with the first settings: perhaps
+      // with others.
+      int closest = ids.front();
+      for (int id : ids) {
+        if (Better(points_[id], points_[closest])) closest = id;
+      }
+      ASSIGN_OR_RETURN(const int tuned, Descend(closest));
+      if (points_[tuned].meets) best = tuned;
     }
     if (best.has_value()) {
       // 2 and 3: the settings at that total, then one worker fewer.
@@ -207,12 +220,17 @@ class Search {
                             [&](int id) { return points_[id].config.workers() == total; });
       // A setting that changed nothing (the same latencies and goodput) is
       // the chosen deployment again, not a rival.
-      const PlanPoint& c = points_[*chosen];
+      auto same = [&](int a, int b) {
+        const PlanPoint &p = points_[a], &q = points_[b];
+        return p.ttft == q.ttft && p.tpot == q.tpot && p.e2e == q.e2e &&
+               p.metrics.goodput == q.metrics.goodput;
+      };
+      std::vector<int> seen = {*chosen};
       for (int id : others) {
-        const PlanPoint& p = points_[id];
-        const bool same = p.ttft == c.ttft && p.tpot == c.tpot && p.e2e == c.e2e &&
-                          p.metrics.goodput == c.metrics.goodput;
-        if (r.rivals.size() < 2 && !same) r.rivals.push_back(id);
+        if (r.rivals.size() == 2) break;
+        if (std::any_of(seen.begin(), seen.end(), [&](int s) { return same(s, id); })) continue;
+        seen.push_back(id);
+        r.rivals.push_back(id);
       }
     } else if (!order.empty()) {
       r.closest = order.front();

@@ -10,7 +10,8 @@
 // The search, over `PlanSpace`:
 //   1. pool sizes with the first value of every setting, from the fewest
 //      workers up (every prefill/decode split of each total, colocated
-//      included), until some split meets the SLOs;
+//      included), until some split meets the SLOs (none within the budget:
+//      step 2 from the closest split of the budget);
 //   2. at that total, each setting's other values one at a time from the
 //      best point so far (coordinate descent), until no change helps;
 //   3. the splits of one worker fewer with the settings found, and step 2
@@ -92,10 +93,12 @@ struct PlanPoint {
 struct PlanResult {
   std::vector<PlanPoint> points;  // in the order evaluated
   // The cheapest point that meets the SLOs (fewest workers, then most
-  // goodput, then the lowest SLO ratio); none when none does.
+  // goodput (within 1%: a tie), then the lowest SLO ratio); none when none
+  // does.
   std::optional<int> chosen;
   // Its nearest rivals: the next best points of as many workers (then of
-  // more) whose outcome differs from its own, at most two.
+  // more) whose outcomes differ from its own and each other's, at most
+  // two.
   std::vector<int> rivals;
   // The Pareto frontier, by workers then SLO ratio.
   std::vector<int> frontier;
