@@ -295,7 +295,13 @@ absl::Status Run() {
   // Bad TLS files are a start-up error before anything listens.
   RETURN_IF_ERROR(rpc::MakeServerCredentials(listener_tls).status());
 
+  auto registry_metrics = std::make_shared<prometheus::Registry>();
+  router::RouterMetrics router_metrics(*registry_metrics);
   router::RegistryOptions registry_options;
+  registry_options.on_poll_round = [&router_metrics](int prefill, int decode) {
+    router_metrics.prefill_workers_ready.Set(prefill);
+    router_metrics.decode_workers_ready.Set(decode);
+  };
   registry_options.prefill_targets = SplitTargets(absl::GetFlag(FLAGS_prefill_workers));
   registry_options.decode_targets = SplitTargets(absl::GetFlag(FLAGS_decode_workers));
   registry_options.resolve_interval = absl::GetFlag(FLAGS_resolve_interval);
@@ -313,8 +319,6 @@ absl::Status Run() {
             << " for a healthy decode worker";
   RETURN_IF_ERROR(WaitForDecodeWorker(*registry, startup_timeout));
 
-  auto registry_metrics = std::make_shared<prometheus::Registry>();
-  router::RouterMetrics router_metrics(*registry_metrics);
   ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> metrics_server,
                    metrics::StartMetricsServerFromFlags(registry_metrics));
   std::unique_ptr<router::RequestLog> request_log;

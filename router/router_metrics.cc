@@ -10,6 +10,17 @@ using metrics::AddCounter;
 using metrics::AddGauge;
 using metrics::AddHistogram;
 
+namespace {
+
+prometheus::Family<prometheus::Gauge>& WorkersReady(prometheus::Registry& registry) {
+  return prometheus::BuildGauge()
+      .Name("tandem_router_workers_ready")
+      .Help("Workers healthy and in the pool after the last health poll round")
+      .Register(registry);
+}
+
+}  // namespace
+
 RouterMetrics::RouterMetrics(prometheus::Registry& registry)
     : requests(registry, "tandem_router_requests_total",
                "Client Generate requests by outcome (the gRPC status, snake case; refusals "
@@ -43,7 +54,9 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
       prompt_tokens(AddCounter(registry, "tandem_router_prompt_tokens_total",
                                "Prompt tokens of requests sent to a decode worker")),
       generation_tokens(AddCounter(registry, "tandem_router_generation_tokens_total",
-                                   "Completion tokens sent to clients")) {}
+                                   "Completion tokens sent to clients")),
+      prefill_workers_ready(WorkersReady(registry).Add({{"pool", "prefill"}})),
+      decode_workers_ready(WorkersReady(registry).Add({{"pool", "decode"}})) {}
 
 absl::StatusOr<std::unique_ptr<RequestLog>> RequestLog::Open(const std::string& path) {
   std::ofstream out(path, std::ios::app);

@@ -36,6 +36,10 @@ struct RouterMetrics {
   prometheus::Counter& local_prefill_requests;
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generation_tokens;
+  // Workers healthy and in each pool after the last health poll round
+  // (what a planner sizes the pools against).
+  prometheus::Gauge& prefill_workers_ready;
+  prometheus::Gauge& decode_workers_ready;
 };
 
 // Appends one line per finished request (JSON, see RequestDriver) to a file.

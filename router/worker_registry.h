@@ -199,6 +199,9 @@ struct RegistryOptions {
   // False: Create starts no thread, and the caller resolves and polls
   // (ResolveNow, StartPollRound), as a single-threaded simulation does.
   bool background = true;
+  // Runs after every poll round has checked the pool, with the workers
+  // healthy and in each pool (no lock held); e.g. the router's gauges.
+  std::function<void(int prefill_ready, int decode_ready)> on_poll_round;
 };
 
 // Where the registry's workers go when their last reference is dropped; see

@@ -195,6 +195,14 @@ void WorkerRegistry::EndPollRound() {
     absl::MutexLock poll_lock(&poll_mu_);
     CheckPool();
   }
+  if (options_.on_poll_round) {
+    auto ready = [this](WorkerRole role) {
+      int n = 0;
+      for (const WorkerSnapshot& w : Snapshot(role)) n += w.healthy && w.in_pool;
+      return n;
+    };
+    options_.on_poll_round(ready(WorkerRole::kPrefill), ready(WorkerRole::kDecode));
+  }
   absl::MutexLock lock(&mu_);
   ++poll_rounds_;
   --rounds_in_flight_;

@@ -8,6 +8,7 @@
 #                              [--threads T] [--router_args "ARGS"]
 #                              [--prefill_args "ARGS"] [--decode_args "ARGS"]
 #                              [--prefill_cpus LIST] [--decode_cpus LIST]
+#   deploy/local/cluster.sh scale [--prefill N] [--decode M]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -31,6 +32,12 @@
 # --decode_args do the same for every prefill or decode worker (e.g.
 # --decode_args "--noprefix_cache"). --prefill_cpus and --decode_cpus pin
 # those workers to CPUs (taskset lists, e.g. 0 or 2-3), for benchmarks.
+# The router takes its pools from files ($TANDEM_CLUSTER_DIR/prefill.targets
+# and decode.targets, re-read every second): `scale` grows a pool by
+# starting workers (as `up` started them) and listing them once they serve,
+# and shrinks it by unlisting the newest, waiting for the router to let them
+# go, and stopping them (SIGTERM: each drains what it is serving), so that
+# no request fails (tandem-planner's apply mode runs it).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -39,7 +46,7 @@ dir="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"
 models="${TANDEM_MODELS:-$root/../shared/models}"
 
 usage() {
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -79,6 +86,132 @@ synthetic_model() {
       --tokenizer_output "$tokenizer" >&2
   fi
   echo "$model $tokenizer"
+}
+
+# start_worker ROLE I: starts worker I of ROLE (prefill or decode) as `up`
+# started its pool (the settings in $dir/workers.env), not yet listed.
+start_worker() {
+  local role=$1 i=$2 offset=100 pin=()
+  [ "$role" = decode ] && offset=200
+  if [ "$role" = prefill ]; then
+    pin=(${prefill_pin[@]+"${prefill_pin[@]}"})
+    start "prefill-$i" ${pin[@]+"${pin[@]}"} "$bin/tandem-prefill" \
+      --listen "127.0.0.1:$((port + offset + i))" --metrics_listen "127.0.0.1:$((port + 1000 + offset + i))" \
+      "${worker_model[@]}" --threads "$threads" ${prefill_args[@]+"${prefill_args[@]}"}
+  else
+    pin=(${decode_pin[@]+"${decode_pin[@]}"})
+    start "decode-$i" ${pin[@]+"${pin[@]}"} "$bin/tandem-decode" \
+      --listen "127.0.0.1:$((port + offset + i))" --metrics_listen "127.0.0.1:$((port + 1000 + offset + i))" \
+      "${worker_model[@]}" --threads "$threads" ${decode_args[@]+"${decode_args[@]}"}
+  fi
+}
+
+# list_worker ROLE I / unlist_worker ROLE I: adds worker I to (removes it
+# from) its pool's targets file, replaced whole so that the router never
+# reads half of it.
+list_worker() {
+  local offset=100
+  [ "$1" = decode ] && offset=200
+  { cat "$dir/$1.targets"; echo "127.0.0.1:$((port + offset + $2))"; } >"$dir/$1.targets.new"
+  mv "$dir/$1.targets.new" "$dir/$1.targets"
+}
+unlist_worker() {
+  local offset=100
+  [ "$1" = decode ] && offset=200
+  grep -vx "127.0.0.1:$((port + offset + $2))" "$dir/$1.targets" >"$dir/$1.targets.new" || true
+  mv "$dir/$1.targets.new" "$dir/$1.targets"
+}
+
+# The indices of ROLE's running workers, in order.
+running() {
+  local f
+  for f in "$dir/$1"-*.pid; do
+    [ -e "$f" ] || continue
+    alive "$f" && basename "$f" .pid | sed "s/^$1-//"
+  done | sort -n
+}
+
+# The workers the router holds ready in ROLE's pool (its
+# tandem_router_workers_ready gauge), read from its metrics port.
+router_ready() {
+  local line
+  # shellcheck disable=SC2016
+  line=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
+    printf "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" >&3 &&
+    grep "^tandem_router_workers_ready{pool=\"$1\"}" <&3' "$((port + 1000))" "$1" || true)
+  echo "${line##* }"
+}
+
+cmd_scale() {
+  local want_prefill="" want_decode=""
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || usage
+    case "$1" in
+      --prefill) want_prefill=$2; shift 2 ;;
+      --decode) want_decode=$2; shift 2 ;;
+      *) usage ;;
+    esac
+  done
+  [ -f "$dir/workers.env" ] || die "no cluster started by 'up' in $dir"
+  alive "$dir/router.pid" || die "the router of $dir is not running"
+  [ -z "$want_decode" ] || [ "$want_decode" -ge 1 ] || die "--decode must be at least 1"
+  # shellcheck disable=SC1091
+  . "$dir/workers.env"
+  local role want have i started=() leaving=()
+  for role in prefill decode; do
+    want=$want_prefill
+    [ "$role" = decode ] && want=$want_decode
+    [ -n "$want" ] || continue
+    [ "$want" -le 100 ] || die "--$role must be at most 100"
+    mapfile -t have < <(running "$role")
+    # Grow: the lowest free indices.
+    i=0
+    while [ "${#have[@]}" -lt "$want" ]; do
+      if ! printf '%s\n' "${have[@]}" | grep -qx "$i"; then
+        start_worker "$role" "$i"
+        started+=("$role-$i")
+        have+=("$i")
+      fi
+      i=$((i + 1))
+    done
+    # Shrink: the highest indices leave.
+    while [ "${#have[@]}" -gt "$want" ]; do
+      i=${have[-1]}
+      unset 'have[-1]'
+      unlist_worker "$role" "$i"
+      leaving+=("$role-$i")
+    done
+  done
+  local name
+  for name in ${started[@]+"${started[@]}"}; do
+    wait_for_port "$dir/$name.pid" "$dir/$name.port" "$name"
+    list_worker "${name%-*}" "${name##*-}"
+  done
+  if [ "${#leaving[@]}" -gt 0 ]; then
+    # The router re-reads the files every second: wait (up to 15 s) until
+    # it holds only the listed workers, then each leaving one drains what it
+    # still serves.
+    for role in prefill decode; do
+      want=$(grep -c . "$dir/$role.targets" || true)
+      for _ in $(seq 1 150); do
+        [ "$(router_ready "$role")" = "$want" ] && break
+        sleep 0.1
+      done
+    done
+    local pids=()
+    for name in "${leaving[@]}"; do
+      alive "$dir/$name.pid" && { kill -TERM "$(cat "$dir/$name.pid")"; pids+=("$(cat "$dir/$name.pid")"); }
+    done
+    for _ in $(seq 1 600); do
+      local left=0
+      for p in ${pids[@]+"${pids[@]}"}; do kill -0 "$p" 2>/dev/null && left=1; done
+      [ "$left" -eq 0 ] && break
+      sleep 0.1
+    done
+    for name in "${leaving[@]}"; do rm -f "$dir/$name.pid" "$dir/$name.port"; done
+  fi
+  echo "cluster: $(running prefill | wc -l) prefill and $(running decode | wc -l) decode workers" \
+    "(started: ${started[*]:-none}; stopped: ${leaving[*]:-none})" >&2
 }
 
 cmd_up() {
@@ -150,31 +283,30 @@ cmd_up() {
   [ -z "$kv_dtype" ] || worker_model+=(--kv_dtype "$kv_dtype")
   [ -z "$served_name" ] || worker_model+=(--served_model_name "$served_name")
 
-  local prefill_addrs=() decode_addrs=()
+  # What `scale` needs to start more workers as these were started.
+  declare -p port threads worker_model prefill_args decode_args prefill_pin decode_pin \
+    >"$dir/workers.env"
+  : >"$dir/prefill.targets"
+  : >"$dir/decode.targets"
   for i in $(seq 0 $((n_prefill - 1))); do
     [ "$n_prefill" -gt 0 ] || break
-    start "prefill-$i" ${prefill_pin[@]+"${prefill_pin[@]}"} "$bin/tandem-prefill" --listen "127.0.0.1:$((port + 100 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1100 + i))" "${worker_model[@]}" --threads "$threads" \
-      ${prefill_args[@]+"${prefill_args[@]}"}
-    prefill_addrs+=("127.0.0.1:$((port + 100 + i))")
+    start_worker prefill "$i"
   done
   for i in $(seq 0 $((n_decode - 1))); do
-    start "decode-$i" ${decode_pin[@]+"${decode_pin[@]}"} "$bin/tandem-decode" --listen "127.0.0.1:$((port + 200 + i))" \
-      --metrics_listen "127.0.0.1:$((port + 1200 + i))" "${worker_model[@]}" --threads "$threads" \
-      ${decode_args[@]+"${decode_args[@]}"}
-    decode_addrs+=("127.0.0.1:$((port + 200 + i))")
+    start_worker decode "$i"
   done
   for f in "$dir"/prefill-*.pid "$dir"/decode-*.pid; do
     [ -e "$f" ] || continue
     local name
     name=$(basename "$f" .pid)
     wait_for_port "$f" "$dir/$name.port" "$name"
+    list_worker "${name%-*}" "${name##*-}"
   done
   start router "$bin/tandem-router" --listen "127.0.0.1:$port" "${router_model[@]}" \
     --metrics_listen "127.0.0.1:$((port + 1000))" --request_log "$dir/requests.jsonl" \
-    --http_listen "127.0.0.1:$((port + 1))" \
-    --prefill_workers "$(IFS=,; echo "${prefill_addrs[*]}")" \
-    --decode_workers "$(IFS=,; echo "${decode_addrs[*]}")" ${router_args[@]+"${router_args[@]}"}
+    --http_listen "127.0.0.1:$((port + 1))" --resolve_interval 1s \
+    --prefill_workers "file:$dir/prefill.targets" --decode_workers "file:$dir/decode.targets" \
+    ${router_args[@]+"${router_args[@]}"}
   wait_for_port "$dir/router.pid" "$dir/router.port" router
   echo "cluster: router on 127.0.0.1:$port, $n_prefill prefill and $n_decode decode workers," \
     "model $(basename "$model")${kv_dtype:+, KV $kv_dtype}; logs in $dir" >&2
@@ -220,6 +352,7 @@ cmd_down() {
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
+  scale) shift; cmd_scale "$@" ;;
   status) cmd_status ;;
   down) cmd_down ;;
   *) usage ;;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -55,12 +56,23 @@ void Section(std::string& out, const std::string& plan_args, const std::string& 
       absl::StrAppend(&out, "    ", name, ": ", Yaml(value), "\n");
     }
   }
+  // The chart takes whole "--name=value" arguments: a value given as the
+  // next word joins its flag.
   const std::vector<std::string> words = absl::StrSplit(base_args, ' ', absl::SkipEmpty());
-  if (words.empty()) {
+  std::vector<std::string> args;
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string arg = words[i];
+    if (absl::StartsWith(arg, "--") && !absl::StrContains(arg, '=') && i + 1 < words.size() &&
+        !absl::StartsWith(words[i + 1], "--")) {
+      absl::StrAppend(&arg, "=", words[++i]);
+    }
+    args.push_back(std::move(arg));
+  }
+  if (args.empty()) {
     absl::StrAppend(&out, "  extraArgs: []\n");
   } else {
     absl::StrAppend(&out, "  extraArgs:\n");
-    for (const std::string& w : words) absl::StrAppend(&out, "    - ", Yaml(w), "\n");
+    for (const std::string& a : args) absl::StrAppend(&out, "    - ", Yaml(a), "\n");
   }
 }
 

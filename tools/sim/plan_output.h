@@ -30,7 +30,8 @@ std::string ClusterCommand(const PlanConfig& config, const PlanBaseArgs& base);
 
 // `config` as a values file for deploy/helm/tandem: the pools' replicas
 // (prefill.enabled false when colocated), model.kvDtype, and each
-// binary's flags (the user's as extraArgs, the plan's as flags).
+// binary's flags (the user's as extraArgs, each "--name=value"; the
+// plan's as flags).
 // `comment` leads it, one "# " line per line.
 std::string HelmValues(const PlanConfig& config, const PlanBaseArgs& base,
                        const std::string& comment);

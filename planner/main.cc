@@ -1,0 +1,295 @@
+// tandem-planner: keeps the pools sized for the load. Every --interval it
+// reads the router's /metrics, turns the growth since the last reading
+// into an observation (request rate, TTFT and TPOT p99, ready workers),
+// and asks the planner core (planner_core.h) for the pools' sizes, from
+// tandem-plan's rate curve (--plan). Advisory mode logs each decision and
+// serves it as metrics (tandem_planner_target_workers{pool} is what an HPA
+// or KEDA follows); apply mode also runs --apply_command with the new
+// sizes, e.g. deploy/local/cluster.sh scale.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "httplib.h"
+#include "planner/planner_core.h"
+#include "planner/router_scrape.h"
+#include "prometheus/registry.h"
+
+extern char** environ;
+
+ABSL_FLAG(std::string, router_metrics, "127.0.0.1:9090",
+          "HOST:PORT of the router's Prometheus endpoint (its --metrics_listen)");
+ABSL_FLAG(std::string, plan, "",
+          "tandem-plan's --plan_json, planned with --request_rates: the pools' sizes by rate");
+ABSL_FLAG(absl::Duration, ttft_p99, absl::ZeroDuration(),
+          "TTFT target: the observed p99 over it corrects the prefill pool; 0: no correction");
+ABSL_FLAG(absl::Duration, tpot_p99, absl::ZeroDuration(),
+          "TPOT target: the observed p99 over it corrects the decode pool; 0: no correction");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(10), "How often the router is read");
+ABSL_FLAG(absl::Duration, horizon, absl::Minutes(1),
+          "How far ahead the load is forecast (about a worker's start-up)");
+ABSL_FLAG(std::string, forecast, "trend", "The load forecast: constant or trend");
+ABSL_FLAG(absl::Duration, trend_window, absl::Minutes(5), "The trend's window");
+ABSL_FLAG(int, min_prefill, 0, "Fewest prefill workers");
+ABSL_FLAG(int, max_prefill, 16, "Most prefill workers");
+ABSL_FLAG(int, min_decode, 1, "Fewest decode workers");
+ABSL_FLAG(int, max_decode, 64, "Most decode workers");
+ABSL_FLAG(absl::Duration, cooldown, absl::Seconds(30), "No pool changes twice within this");
+ABSL_FLAG(absl::Duration, scale_down_delay, absl::Minutes(2),
+          "A pool shrinks only after the load asked for fewer for this long");
+ABSL_FLAG(absl::Duration, start_timeout, absl::Minutes(5),
+          "A pool short of ready workers this long after a change is reported");
+ABSL_FLAG(std::string, mode, "advisory",
+          "advisory: decide, log and serve the decisions as metrics; apply: also run "
+          "--apply_command");
+ABSL_FLAG(std::string, apply_command, "",
+          "Apply mode: a shell command run with {prefill} and {decode} replaced by the new sizes "
+          "(e.g. \"deploy/local/cluster.sh scale --prefill {prefill} --decode {decode}\")");
+ABSL_FLAG(absl::Duration, apply_timeout, absl::Minutes(5),
+          "The apply command is killed after this long");
+ABSL_FLAG(std::string, decisions_log, "", "Append each decision here as a JSON line");
+ABSL_FLAG(absl::Duration, run_for, absl::ZeroDuration(), "Stop after this long; 0: until SIGTERM");
+
+namespace tandem::planner {
+namespace {
+
+constexpr char kUsage[] =
+    "Sizes tandem's prefill and decode pools for the load.\n"
+    "Usage: tandem-planner --router_metrics HOST:PORT --plan plan.json [--ttft_p99 500ms "
+    "--tpot_p99 50ms] [--mode advisory|apply --apply_command CMD]";
+
+std::atomic<bool> stop{false};
+
+absl::StatusOr<RouterScrape> Scrape(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(target.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--router_metrics is '", target, "'; give HOST:PORT"));
+  }
+  httplib::Client client(target.substr(0, colon), port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(5);
+  const absl::Time at = absl::Now();
+  const httplib::Result r = client.Get("/metrics");
+  if (!r) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read http://", target, "/metrics: ", httplib::to_string(r.error())));
+  }
+  if (r->status != 200) {
+    return absl::UnavailableError(absl::StrCat("http://", target, "/metrics answered ", r->status));
+  }
+  return ParseRouterMetrics(r->body, at);
+}
+
+// Runs `command` with /bin/sh, killing it after `timeout`.
+absl::Status RunCommand(const std::string& command, absl::Duration timeout) {
+  pid_t pid = 0;
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  if (const int e =
+          posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ);
+      e != 0) {
+    return absl::InternalError(absl::StrCat("cannot start /bin/sh: ", strerror(e)));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return absl::DeadlineExceededError(
+          absl::StrCat("'", command, "' took longer than ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("'", command, "' failed (status ", status, ")"));
+  }
+  return absl::OkStatus();
+}
+
+struct PlannerMetrics {
+  explicit PlannerMetrics(prometheus::Registry& r)
+      : target(prometheus::BuildGauge()
+                   .Name("tandem_planner_target_workers")
+                   .Help("The workers each pool should have now (what an autoscaler follows)")
+                   .Register(r)),
+        desired(prometheus::BuildGauge()
+                    .Name("tandem_planner_desired_workers")
+                    .Help("The workers the load asks for, before hysteresis and cool-down")
+                    .Register(r)),
+        target_prefill(target.Add({{"pool", "prefill"}})),
+        target_decode(target.Add({{"pool", "decode"}})),
+        desired_prefill(desired.Add({{"pool", "prefill"}})),
+        desired_decode(desired.Add({{"pool", "decode"}})),
+        forecast(metrics::AddGauge(r, "tandem_planner_forecast_requests_per_second",
+                                   "The request rate forecast --horizon ahead")),
+        changes(metrics::AddCounter(r, "tandem_planner_changes_total",
+                                    "Decisions that changed a pool's size")),
+        warnings(metrics::AddCounter(r, "tandem_planner_warnings_total",
+                                     "Stale or missing metrics, and workers that did not start")),
+        apply_failures(metrics::AddCounter(r, "tandem_planner_apply_failures_total",
+                                           "Apply commands that failed or timed out")) {}
+  prometheus::Family<prometheus::Gauge>& target;
+  prometheus::Family<prometheus::Gauge>& desired;
+  prometheus::Gauge& target_prefill;
+  prometheus::Gauge& target_decode;
+  prometheus::Gauge& desired_prefill;
+  prometheus::Gauge& desired_decode;
+  prometheus::Gauge& forecast;
+  prometheus::Counter& changes;
+  prometheus::Counter& warnings;
+  prometheus::Counter& apply_failures;
+};
+
+absl::StatusOr<PlannerOptions> OptionsFromFlags() {
+  PlannerOptions o;
+  o.prefill = {absl::GetFlag(FLAGS_min_prefill), absl::GetFlag(FLAGS_max_prefill)};
+  o.decode = {absl::GetFlag(FLAGS_min_decode), absl::GetFlag(FLAGS_max_decode)};
+  o.horizon = absl::GetFlag(FLAGS_horizon);
+  o.cooldown = absl::GetFlag(FLAGS_cooldown);
+  o.scale_down_delay = absl::GetFlag(FLAGS_scale_down_delay);
+  o.start_timeout = absl::GetFlag(FLAGS_start_timeout);
+  // Two intervals without a fresh reading is stale.
+  o.stale_after = 2 * absl::GetFlag(FLAGS_interval);
+  if (const absl::Duration t = absl::GetFlag(FLAGS_ttft_p99); t > absl::ZeroDuration()) {
+    o.ttft_target = absl::ToDoubleSeconds(t);
+  }
+  if (const absl::Duration t = absl::GetFlag(FLAGS_tpot_p99); t > absl::ZeroDuration()) {
+    o.tpot_target = absl::ToDoubleSeconds(t);
+  }
+  if (absl::GetFlag(FLAGS_interval) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--interval must be positive, e.g. 10s");
+  }
+  return o;
+}
+
+absl::Status Main() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  const std::string command = absl::GetFlag(FLAGS_apply_command);
+  if (mode != "advisory" && mode != "apply") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode is '", mode, "'; give advisory or apply"));
+  }
+  if (mode == "apply" && command.empty()) {
+    return absl::InvalidArgumentError("--mode apply needs --apply_command");
+  }
+  if (mode == "advisory" && !command.empty()) {
+    return absl::InvalidArgumentError("--apply_command acts only with --mode apply");
+  }
+  const std::string plan_path = absl::GetFlag(FLAGS_plan);
+  std::ifstream plan_in(plan_path);
+  if (plan_path.empty() || !plan_in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan '", plan_path, "' cannot be read: give tandem-plan's --plan_json output"));
+  }
+  const nlohmann::json plan_json = nlohmann::json::parse(plan_in, nullptr, false);
+  ASSIGN_OR_RETURN(ScalingTable table, ScalingTable::FromPlanJson(plan_json));
+  ASSIGN_OR_RETURN(PlannerOptions options, OptionsFromFlags());
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Forecaster> forecaster,
+      MakeForecaster(absl::GetFlag(FLAGS_forecast), absl::GetFlag(FLAGS_trend_window)));
+  auto registry = std::make_shared<prometheus::Registry>();
+  PlannerMetrics m(*registry);
+  ASSIGN_OR_RETURN(std::unique_ptr<metrics::MetricsServer> server,
+                   metrics::StartMetricsServerFromFlags(registry));
+  std::ofstream log;
+  if (const std::string path = absl::GetFlag(FLAGS_decisions_log); !path.empty()) {
+    log.open(path, std::ios::app);
+    if (!log) return absl::InvalidArgumentError(absl::StrCat("cannot open ", path));
+  }
+
+  const std::string target = absl::GetFlag(FLAGS_router_metrics);
+  ASSIGN_OR_RETURN(RouterScrape last, Scrape(target));
+  const PoolCounts initial{std::clamp(last.prefill_ready, options.prefill.min, options.prefill.max),
+                           std::clamp(last.decode_ready, options.decode.min, options.decode.max)};
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PlannerCore> core,
+      PlannerCore::Create(options, std::move(table), std::move(forecaster), initial, absl::Now()));
+  LOG(INFO) << "tandem-planner (" << mode << "): the pools start at " << initial.prefill
+            << " prefill and " << initial.decode << " decode workers";
+  const absl::Duration run_for = absl::GetFlag(FLAGS_run_for);
+  const absl::Time end =
+      run_for > absl::ZeroDuration() ? absl::Now() + run_for : absl::InfiniteFuture();
+  while (!stop.load()) {
+    const absl::Time next = absl::Now() + absl::GetFlag(FLAGS_interval);
+    while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
+    if (stop.load() || absl::Now() > end) break;
+    Observation obs;
+    obs.at = last.at;  // stale unless a fresh reading replaces it
+    if (absl::StatusOr<RouterScrape> now = Scrape(target); now.ok()) {
+      obs = Between(last, *now);
+      last = *std::move(now);
+    } else {
+      LOG(WARNING) << now.status();
+    }
+    const Decision d = core->Step(obs, absl::Now());
+    m.target_prefill.Set(d.target.prefill);
+    m.target_decode.Set(d.target.decode);
+    m.desired_prefill.Set(d.desired.prefill);
+    m.desired_decode.Set(d.desired.decode);
+    m.forecast.Set(d.forecast_rate);
+    m.warnings.Increment(d.warnings.size());
+    for (const std::string& w : d.warnings) LOG(WARNING) << w;
+    nlohmann::json line = {{"unix_s", absl::ToUnixSeconds(absl::Now())},
+                           {"rate", obs.request_rate.value_or(-1)},
+                           {"ttft_p99", obs.ttft_p99.value_or(-1)},
+                           {"tpot_p99", obs.tpot_p99.value_or(-1)},
+                           {"ready", {obs.prefill_ready, obs.decode_ready}},
+                           {"forecast", d.forecast_rate},
+                           {"desired", {d.desired.prefill, d.desired.decode}},
+                           {"target", {d.target.prefill, d.target.decode}},
+                           {"changed", d.changed},
+                           {"reason", d.reason},
+                           {"warnings", d.warnings}};
+    if (d.changed) {
+      m.changes.Increment();
+      LOG(INFO) << "pools -> " << d.target.prefill << " prefill, " << d.target.decode
+                << " decode: " << d.reason;
+      if (mode == "apply") {
+        const std::string run =
+            absl::StrReplaceAll(command, {{"{prefill}", absl::StrCat(d.target.prefill)},
+                                          {"{decode}", absl::StrCat(d.target.decode)}});
+        const absl::Status applied = RunCommand(run, absl::GetFlag(FLAGS_apply_timeout));
+        line["applied"] = applied.ok() ? "ok" : applied.ToString();
+        if (!applied.ok()) {
+          m.apply_failures.Increment();
+          LOG(ERROR) << applied;
+        }
+      }
+    }
+    if (log.is_open()) log << line.dump() << "\n" << std::flush;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem::planner
+
+int main(int argc, char** argv) {
+  tandem::ParseToolFlags(argc, argv, tandem::planner::kUsage);
+  signal(SIGTERM, [](int) { tandem::planner::stop.store(true); });
+  signal(SIGINT, [](int) { tandem::planner::stop.store(true); });
+  const absl::Status status = tandem::planner::Main();
+  if (!status.ok()) {
+    std::cerr << "tandem-planner: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,49 @@
+// What the planner reads from the router: its Prometheus text (/metrics),
+// parsed into the few series a decision needs, and the observation over
+// the interval between two readings (request rate, TTFT and TPOT at a
+// quantile, the workers ready in each pool).
+#ifndef TANDEM_PLANNER_ROUTER_SCRAPE_H_
+#define TANDEM_PLANNER_ROUTER_SCRAPE_H_
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "planner/planner_core.h"
+
+namespace tandem::planner {
+
+struct RouterScrape {
+  absl::Time at;
+  double requests = 0;  // tandem_router_requests_total, every outcome
+  // Cumulative buckets (upper bound, count), increasing bounds, +Inf last.
+  std::vector<std::pair<double, double>> ttft_buckets;
+  std::vector<std::pair<double, double>> tpot_buckets;
+  int prefill_ready = 0;
+  int decode_ready = 0;
+};
+
+// Parses the router's exposition text (read at `at`). INVALID_ARGUMENT
+// naming the line for a malformed sample, or naming the series when the
+// requests counter or the ready-workers gauges are missing (a router too
+// old, or not a router).
+absl::StatusOr<RouterScrape> ParseRouterMetrics(absl::string_view text, absl::Time at);
+
+// The value at `q` (0..1) of a histogram's growth between two readings of
+// its cumulative buckets, interpolated within the bucket it falls in as
+// Prometheus's histogram_quantile does (the +Inf bucket gives the largest
+// finite bound); nullopt when nothing was observed between them.
+std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, double>>& before,
+                                       const std::vector<std::pair<double, double>>& after,
+                                       double q);
+
+// The observation over [before.at, after.at]: requests per second, TTFT
+// and TPOT at `q`, and `after`'s ready workers. A counter that went down
+// (the router restarted) gives no rate.
+Observation Between(const RouterScrape& before, const RouterScrape& after, double q = 0.99);
+
+}  // namespace tandem::planner
+
+#endif  // TANDEM_PLANNER_ROUTER_SCRAPE_H_
