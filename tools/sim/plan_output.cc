@@ -167,6 +167,7 @@ nlohmann::json PointJson(const PlanPoint& p) {
       {"goodput_per_worker", p.goodput_per_worker},
       {"completed", m.completed},
       {"failed", m.failed},
+      {"first_errors", m.first_errors},
       {"request_throughput", m.request_throughput},
       {"output_throughput", m.output_throughput},
       {"ttft_ms", summary(m.ttft_ms)},
