@@ -26,6 +26,8 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "tools/bench/workload_flags.h"
+#include "tools/sim/cluster_args.h"
+#include "tools/sim/plan_online.h"
 #include "tools/sim/plan_output.h"
 #include "tools/sim/plan_search.h"
 #include "tools/sim/sim_flags.h"
@@ -51,6 +53,18 @@ ABSL_FLAG(std::vector<std::string>, request_rates, std::vector<std::string>({}),
           "Plan for each of these rates (req/s; a rate curve's levels) instead of --request_rate");
 ABSL_FLAG(int, jobs, 0, "Simulations run at once; 0: one per CPU");
 ABSL_FLAG(std::string, plan_json, "", "Write every point evaluated and the plan here");
+ABSL_FLAG(std::string, rate_curve, "",
+          "Then run the online planner in the simulator over this rate curve (SECONDS:RATE,... "
+          "e.g. 0:2,900:40,1800:2), on the plan of --request_rates, against a static deployment "
+          "for the peak and Dynamo's planner formula");
+ABSL_FLAG(absl::Duration, worker_startup, absl::Seconds(60),
+          "With --rate_curve: how long a new worker takes to join its pool");
+ABSL_FLAG(absl::Duration, planner_interval, absl::Seconds(10),
+          "With --rate_curve: how often the planner reads the router");
+ABSL_FLAG(absl::Duration, planner_cooldown, absl::Seconds(30),
+          "With --rate_curve: the planner's cool-down");
+ABSL_FLAG(absl::Duration, planner_scale_down_delay, absl::Minutes(2),
+          "With --rate_curve: the planner's scale-down delay");
 ABSL_FLAG(std::string, helm_values, "",
           "Write the chosen deployment (at the highest rate) as values for deploy/helm/tandem");
 
@@ -160,6 +174,7 @@ absl::Status Main() {
   nlohmann::json plans = nlohmann::json::array();
   std::string curve;
   std::optional<PlanPoint> peak;
+  std::vector<PlanConfig> chosen;
   for (const double rate : rates) {
     ASSIGN_OR_RETURN(bench::RunOptions run, bench::RunOptionsFromFlags(rate));
     run.progress = false;
@@ -193,6 +208,7 @@ absl::Status Main() {
       std::cout << "Run it: " << ClusterCommand(p.config, base) << "\n\n";
       absl::StrAppend(&curve, absl::StrFormat("%10.3g  %s\n", rate, p.config.Describe()));
       peak = p;
+      chosen.push_back(p.config);
     } else {
       const PlanPoint& p = result.points[*result.closest];
       plan["closest"] = *result.closest;
@@ -208,6 +224,53 @@ absl::Status Main() {
   }
   if (rates.size() > 1) std::cout << "Rate curve:\n   req/s    deployment\n" << curve << "\n";
   std::cout << "Cost model: " << defaults.cost.source << "\n" << kNotModelled;
+  if (const std::string text = absl::GetFlag(FLAGS_rate_curve); !text.empty()) {
+    if (chosen.size() != rates.size()) {
+      return absl::FailedPreconditionError(
+          "--rate_curve needs a deployment for every rate of --request_rates");
+    }
+    OnlineComparison c;
+    ASSIGN_OR_RETURN(c.curve, ParseRateCurve(text));
+    c.rates = rates;
+    c.chosen = chosen;
+    c.data = data;
+    ASSIGN_OR_RETURN(c.run, bench::RunOptionsFromFlags(rates.back()));
+    c.targets = targets;
+    c.targets.slo = c.run.slo;
+    c.online.startup = absl::GetFlag(FLAGS_worker_startup);
+    c.online.interval = absl::GetFlag(FLAGS_planner_interval);
+    c.online.planner.horizon = c.online.startup;
+    c.online.planner.cooldown = absl::GetFlag(FLAGS_planner_cooldown);
+    c.online.planner.scale_down_delay = absl::GetFlag(FLAGS_planner_scale_down_delay);
+    c.online.planner.stale_after = 3 * c.online.interval;
+    c.online.planner.prefill = {0, space.max_workers};
+    c.online.planner.decode = {1, space.max_workers};
+    if (c.run.slo.ttft) c.online.planner.ttft_target = *c.run.slo.ttft;
+    if (c.run.slo.tpot) c.online.planner.tpot_target = *c.run.slo.tpot;
+    c.cluster = [&shape, &base](const PlanConfig& config) -> absl::StatusOr<SimClusterOptions> {
+      ASSIGN_OR_RETURN(ClusterSetup setup, ClusterFromFlags(shape, config.kv_dtype));
+      SimClusterOptions& o = setup.options;
+      o.prefill_workers = config.prefill;
+      o.decode_workers = config.decode;
+      for (const auto& [role, args] :
+           {std::pair{ArgsRole::kDecode, base.decode}, std::pair{ArgsRole::kPrefill, base.prefill},
+            std::pair{ArgsRole::kRouter, base.router},
+            std::pair{ArgsRole::kDecode, config.DecodeArgs()},
+            std::pair{ArgsRole::kPrefill, config.PrefillArgs()},
+            std::pair{ArgsRole::kRouter, config.RouterArgs()}}) {
+        RETURN_IF_ERROR(ApplyClusterArgs(role, args, o));
+      }
+      return std::move(setup.options);
+    };
+    c.router_cpu = defaults.router_cpu;
+    c.weights = weights.get();
+    c.cost = defaults.cost.fn;
+    c.isl = data.input_len + (data.kind == "shared_prefix" ? data.prefix_len : 0);
+    c.osl = data.output_len;
+    c.max_batch = defaults.options.decode.max_sequences;
+    ASSIGN_OR_RETURN(const std::string report, CompareOnline(c));
+    std::cout << "\n" << report;
+  }
 
   if (const std::string path = absl::GetFlag(FLAGS_helm_values); !path.empty()) {
     if (!peak.has_value()) {

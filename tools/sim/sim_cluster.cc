@@ -15,6 +15,10 @@ namespace {
 // workers without a step or a router task end the settling at one time.
 constexpr int kQuietPasses = 4;
 
+// A resizable cluster's pool targets (host:port, as every target is).
+constexpr char kPrefillPool[] = "prefill-pool:1";
+constexpr char kDecodePool[] = "decode-pool:1";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeights& weights,
@@ -30,34 +34,33 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const ModelWeight
   }
   std::unique_ptr<SimCluster> cluster(new SimCluster(options));
   cluster->fabric_ = kvtransfer::InProcFabric::Create();
-  auto sim_options = [&](const std::string& address) {
-    return SimWorkerOptions{.address = address,
-                            .start = options.start,
-                            .fabric = cluster->fabric_,
-                            .backend = options.make_backend(),
-                            .make_executor = options.make_executor,
-                            .link = options.link,
-                            .cluster_clock = &cluster->clock_};
-  };
+  cluster->weights_ = &weights;
+  cluster->options_ = std::make_unique<SimClusterOptions>(options);
   router::RegistryOptions registry_options;
-  for (int i = 0; i < options.prefill_workers; ++i) {
-    const std::string address = absl::StrCat("prefill-", i, ":1");
-    ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> worker,
-                     NewSimPrefillWorker(weights, sim_options(address), options.prefill));
-    cluster->prefill_.push_back(std::move(worker));
-    registry_options.prefill_targets.push_back(address);
-  }
-  for (int i = 0; i < options.decode_workers; ++i) {
-    const std::string address = absl::StrCat("decode-", i, ":1");
-    ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> worker,
-                     NewSimDecodeWorker(weights, sim_options(address), options.decode));
-    cluster->decode_.push_back(std::move(worker));
-    registry_options.decode_targets.push_back(address);
+  for (const router::WorkerRole role :
+       {router::WorkerRole::kPrefill, router::WorkerRole::kDecode}) {
+    const bool prefill = role == router::WorkerRole::kPrefill;
+    const int n = prefill ? options.prefill_workers : options.decode_workers;
+    for (int i = 0; i < n; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> worker, cluster->NewWorker(role, i));
+      (prefill ? registry_options.prefill_targets : registry_options.decode_targets)
+          .push_back(worker->address());
+      (prefill ? cluster->prefill_ : cluster->decode_).push_back(std::move(worker));
+      (prefill ? cluster->prefill_life_ : cluster->decode_life_)
+          .push_back({.created = options.start, .joins = options.start});
+    }
   }
   SimCluster* const c = cluster.get();
-  registry_options.resolver = [](const std::string& target) {
-    return absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{target});
+  if (options.resizable) {
+    registry_options.prefill_targets = {std::string(kPrefillPool)};
+    registry_options.decode_targets = {std::string(kDecodePool)};
+  }
+  registry_options.resolver = [c](const std::string& target) {
+    if (target == kPrefillPool) return c->Listed(router::WorkerRole::kPrefill);
+    if (target == kDecodePool) return c->Listed(router::WorkerRole::kDecode);
+    return std::vector<std::string>{target};
   };
+  registry_options.on_poll_round = options.on_poll_round;
   registry_options.channels = [c](const std::string& address, const std::string&,
                                   router::WorkerRole role) {
     const auto& pool = role == router::WorkerRole::kPrefill ? c->prefill_ : c->decode_;
@@ -189,6 +192,113 @@ void SimCluster::Sample() {
     busy_at_last_sample_[i] = busy;
   }
   timeline_.samples.push_back(std::move(t));
+}
+
+absl::StatusOr<std::unique_ptr<SimWorker>> SimCluster::NewWorker(router::WorkerRole role,
+                                                                 int index) {
+  const bool prefill = role == router::WorkerRole::kPrefill;
+  SimWorkerOptions w{.address = absl::StrCat(prefill ? "prefill-" : "decode-", index, ":1"),
+                     .start = options_->start,
+                     .fabric = fabric_,
+                     .backend = options_->make_backend(),
+                     .make_executor = options_->make_executor,
+                     .link = options_->link,
+                     .cluster_clock = &clock_};
+  if (prefill) return NewSimPrefillWorker(*weights_, std::move(w), options_->prefill);
+  return NewSimDecodeWorker(*weights_, std::move(w), options_->decode);
+}
+
+std::vector<std::string> SimCluster::Listed(router::WorkerRole role) const {
+  const bool prefill = role == router::WorkerRole::kPrefill;
+  const auto& pool = prefill ? prefill_ : decode_;
+  const auto& lives = prefill ? prefill_life_ : decode_life_;
+  const absl::Time now = clock_.Now();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (lives[i].joins <= now && now < lives[i].leaves) out.push_back(pool[i]->address());
+  }
+  return out;
+}
+
+int SimCluster::pool_size(router::WorkerRole role) const {
+  const auto& lives = role == router::WorkerRole::kPrefill ? prefill_life_ : decode_life_;
+  return static_cast<int>(std::count_if(lives.begin(), lives.end(), [](const Life& l) {
+    return l.leaves == absl::InfiniteFuture();
+  }));
+}
+
+void SimCluster::NoteStopped() {
+  const absl::Time now = clock_.Now();
+  for (auto [pool, lives] :
+       {std::pair{&prefill_, &prefill_life_}, std::pair{&decode_, &decode_life_}}) {
+    for (size_t i = 0; i < pool->size(); ++i) {
+      Life& l = (*lives)[i];
+      if (l.leaves > now || l.stopped != absl::InfiniteFuture()) continue;
+      const WorkerStatsRecord stats = (*pool)[i]->Stats();
+      if (l.joins > l.leaves || (stats.running == 0 && stats.waiting == 0)) l.stopped = now;
+    }
+  }
+}
+
+absl::Status SimCluster::Resize(int prefill, int decode, absl::Duration startup) {
+  if (!options_->resizable) {
+    return absl::InvalidArgumentError("the cluster was not created resizable");
+  }
+  if (sample_interval_ > absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a cluster that samples a timeline keeps its workers");
+  }
+  if (decode < 1 || prefill < 0 || startup < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resize to ", prefill, " prefill and ",
+                                                   decode, " decode workers starting in ",
+                                                   absl::FormatDuration(startup)));
+  }
+  const absl::Time now = clock_.Now();
+  NoteStopped();
+  for (const router::WorkerRole role :
+       {router::WorkerRole::kPrefill, router::WorkerRole::kDecode}) {
+    const bool is_prefill = role == router::WorkerRole::kPrefill;
+    auto& pool = is_prefill ? prefill_ : decode_;
+    auto& lives = is_prefill ? prefill_life_ : decode_life_;
+    const int want = is_prefill ? prefill : decode;
+    for (int have = pool_size(role); have < want; ++have) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SimWorker> w,
+                       NewWorker(role, static_cast<int>(pool.size())));
+      w->clock().Set(now);
+      pool.push_back(std::move(w));
+      lives.push_back({.created = now, .joins = now + startup});
+    }
+    for (int have = pool_size(role); have > want; --have) {
+      // The newest member leaves first.
+      Life* newest = nullptr;
+      for (Life& l : lives) {
+        if (l.leaves == absl::InfiniteFuture() &&
+            (newest == nullptr || l.created >= newest->created)) {
+          newest = &l;
+        }
+      }
+      newest->leaves = now;
+    }
+  }
+  NoteStopped();
+  registry_->ResolveNow();
+  if (startup > absl::ZeroDuration()) {
+    executor_.PostAt(now + startup, [this] {
+      if (registry_ != nullptr) registry_->ResolveNow();
+    });
+  }
+  return absl::OkStatus();
+}
+
+double SimCluster::WorkerSeconds() {
+  NoteStopped();
+  const absl::Time now = clock_.Now();
+  double total = 0;
+  for (const auto* lives : {&prefill_life_, &decode_life_}) {
+    for (const Life& l : *lives) {
+      total += std::max(0.0, absl::ToDoubleSeconds(std::min(l.stopped, now) - l.created));
+    }
+  }
+  return total;
 }
 
 absl::Status SimCluster::Poll() {

@@ -63,6 +63,13 @@ struct SimClusterOptions {
   absl::Duration sample_interval = absl::ZeroDuration();
   // When the simulation starts.
   absl::Time start = absl::UnixEpoch() + absl::Hours(1);
+  // The pools may change size while the cluster runs (Resize): the
+  // registry takes each pool from one target whose resolution lists the
+  // pool's current workers, as tandem-router's file targets do.
+  bool resizable = false;
+  // Runs after every health poll round with the workers ready in each pool
+  // (RegistryOptions::on_poll_round).
+  std::function<void(int prefill_ready, int decode_ready)> on_poll_round;
 };
 
 class SimCluster {
@@ -93,6 +100,21 @@ class SimCluster {
   // The samples taken so far (SimClusterOptions::sample_interval).
   const Timeline& timeline() const { return timeline_; }
 
+  // Resizes the pools now (a resizable cluster only). A new worker exists
+  // from now (it costs) and joins its pool `startup` later (loading its
+  // model), when the registry resolves its pool again; the next health
+  // poll makes it routable. A leaving worker (the newest first; one still
+  // starting before one that serves) leaves its pool now and serves what it
+  // holds until it is idle. INVALID_ARGUMENT for no decode worker, a
+  // cluster that is not resizable, or one that samples a timeline.
+  absl::Status Resize(int prefill, int decode, absl::Duration startup);
+  // The workers each pool holds or is starting.
+  int pool_size(router::WorkerRole role) const;
+  // Worker-seconds so far: each worker from its creation until it had left
+  // its pool and was idle (checked at each Resize and call of this), or
+  // until now.
+  double WorkerSeconds();
+
  private:
   explicit SimCluster(const SimClusterOptions& options)
       : clock_(options.start),
@@ -112,6 +134,23 @@ class SimCluster {
   std::shared_ptr<kvtransfer::InProcFabric> fabric_;
   std::vector<std::unique_ptr<SimWorker>> prefill_;
   std::vector<std::unique_ptr<SimWorker>> decode_;
+  // Per worker of prefill_ and decode_ (same order): when it was created,
+  // joined and left its pool, and stopped (idle after leaving).
+  struct Life {
+    absl::Time created;
+    absl::Time joins;
+    absl::Time leaves = absl::InfiniteFuture();
+    absl::Time stopped = absl::InfiniteFuture();
+  };
+  std::vector<Life> prefill_life_;
+  std::vector<Life> decode_life_;
+  // What Create needs again to add workers.
+  const ModelWeights* weights_ = nullptr;
+  std::unique_ptr<SimClusterOptions> options_;
+  // The addresses each pool lists now.
+  std::vector<std::string> Listed(router::WorkerRole role) const;
+  absl::StatusOr<std::unique_ptr<SimWorker>> NewWorker(router::WorkerRole role, int index);
+  void NoteStopped();
   std::unique_ptr<router::WorkerRegistry> registry_;
   std::unique_ptr<router::RouterCore> core_;
   const absl::Time start_;
