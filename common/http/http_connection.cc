@@ -51,6 +51,7 @@ std::string ErrorBody(absl::string_view message, absl::string_view type, absl::s
 template <class Stream>
 StreamConnection<Stream>::StreamConnection(HttpServer::Impl* server, uint64_t id, Stream stream)
     : Connection(server->options().max_queued_bytes),
+      io_context_(server->io_context()),
       server_(server),
       id_(id),
       stream_(std::move(stream)),

@@ -49,7 +49,7 @@ absl::Status HttpServer::Impl::Listen() {
   int port = 0;
   if (absl::Status s = ParseListenAddress(o.listen, &host, &port); !s.ok()) return s;
   boost::system::error_code ec;
-  tcp::resolver resolver(ioc_);
+  tcp::resolver resolver(*ioc_);
   auto endpoints = resolver.resolve(host, std::to_string(port),
                                     tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || endpoints.empty()) {
@@ -71,12 +71,12 @@ absl::Status HttpServer::Impl::Listen() {
 void HttpServer::Impl::Run() {
   asio::post(acceptor_.get_executor(), [this] { Accept(); });
   for (int i = 0; i < options_.io_threads; ++i) {
-    threads_.emplace_back([this] { ioc_.run(); });
+    threads_.emplace_back([this] { ioc_->run(); });
   }
 }
 
 void HttpServer::Impl::Accept() {
-  acceptor_.async_accept(asio::make_strand(ioc_),
+  acceptor_.async_accept(asio::make_strand(*ioc_),
                          [this](const boost::system::error_code& ec, tcp::socket socket) {
                            OnAccept(ec, std::move(socket));
                          });
@@ -158,9 +158,14 @@ void HttpServer::Impl::Stop(absl::Duration grace) {
     mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(5));
   }
   work_.reset();
-  ioc_.stop();
+  ioc_->stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  // Handlers still queued hold their connections, which hold the
+  // io_context: run what is ready here (every socket is closed) so that
+  // none is left to keep it alive.
+  ioc_->restart();
+  ioc_->poll();
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

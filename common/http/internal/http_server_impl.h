@@ -75,9 +75,9 @@ class HttpServer::Impl {
   Impl(HttpServerOptions options, HttpHandler handler)
       : options_(std::move(options)),
         handler_(std::move(handler)),
-        acceptor_(asio::make_strand(ioc_)),
+        acceptor_(asio::make_strand(*ioc_)),
         retry_timer_(acceptor_.get_executor()),
-        work_(asio::make_work_guard(ioc_)) {}
+        work_(asio::make_work_guard(*ioc_)) {}
 
   absl::Status Listen();
   void Run();
@@ -85,6 +85,7 @@ class HttpServer::Impl {
 
   const HttpServerOptions& options() const { return options_; }
   const HttpHandler& handler() const { return handler_; }
+  const std::shared_ptr<asio::io_context>& io_context() const { return ioc_; }
   int port() const { return port_; }
   bool tls() const { return tls_.has_value(); }
   int connections() const {
@@ -108,7 +109,11 @@ class HttpServer::Impl {
 
   const HttpServerOptions options_;
   const HttpHandler handler_;
-  asio::io_context ioc_;
+  // Shared with every connection: a thread that posts a response to a
+  // connection holds it, and the io_context must outlive that post even
+  // when the server stops meanwhile (the io thread may run the response,
+  // and the server stop, before the poster has returned from post).
+  std::shared_ptr<asio::io_context> ioc_ = std::make_shared<asio::io_context>();
   std::optional<ssl::context> tls_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
@@ -191,6 +196,8 @@ class StreamConnection final : public Connection {
   void ClientGone();
   void Close();
 
+  // First, so that it goes last: the socket and timer below live on it.
+  const std::shared_ptr<asio::io_context> io_context_;
   HttpServer::Impl* const server_;
   const uint64_t id_;
   Stream stream_;
