@@ -174,7 +174,15 @@ Decision PlannerCore::Step(const Observation& obs, absl::Time now) {
   }
   forecaster_->Observe(obs.at, *obs.request_rate);
   UpdateCorrection(obs.ttft_p99, options_.ttft_target, prefill_correction_);
-  UpdateCorrection(obs.tpot_p99, options_.tpot_target, decode_correction_);
+  std::optional<double> tpot = obs.tpot_p99;
+  if (obs.refused_fraction.value_or(0) > options_.refused_limit) {
+    // Refusals are a full decode pool: as far over its target as counts.
+    const double target = options_.tpot_target.value_or(1);
+    tpot = std::max(tpot.value_or(0), options_.correction_limit * target);
+    UpdateCorrection(tpot, target, decode_correction_);
+  } else {
+    UpdateCorrection(tpot, options_.tpot_target, decode_correction_);
+  }
   d.prefill_correction = prefill_correction_;
   d.decode_correction = decode_correction_;
   d.forecast_rate = forecaster_->Predict(now + options_.horizon);

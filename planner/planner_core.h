@@ -16,7 +16,8 @@
 //      a latency), looked up in the table: the prefill count from the TTFT
 //      lookup; the decode count from the TPOT lookup, or the TTFT lookup's
 //      when that is colocated (its decode workers prefill), whichever is
-//      larger. Then the bounds.
+//      larger. Then the bounds. Requests refused for want of capacity
+//      (over refused_limit of them) count as TPOT at the correction limit.
 //   3. A pool grows at once, unless it changed within the cool-down; it
 //      shrinks only when every desired count for scale_down_delay was
 //      below it (to the largest of them), and not within the cool-down.
@@ -86,6 +87,10 @@ struct PlannerOptions {
   double correction_limit = 2;
   // The running mean's weight of each new ratio.
   double correction_weight = 0.5;
+  // More than this share of requests refused for want of capacity (a full
+  // decode pool turns requests away before any latency shows it) counts
+  // as the decode pool's latency at the correction limit.
+  double refused_limit = 0.01;
 };
 
 // What the planner reads each step.
@@ -96,6 +101,8 @@ struct Observation {
   // Over the same interval; unset without requests.
   std::optional<double> ttft_p99;
   std::optional<double> tpot_p99;
+  // The share of the interval's requests refused for want of capacity.
+  std::optional<double> refused_fraction;
   // Workers the router holds ready in each pool.
   int prefill_ready = 0;
   int decode_ready = 0;

@@ -98,6 +98,11 @@ absl::StatusOr<RouterScrape> ParseRouterMetrics(absl::string_view text, absl::Ti
     }
     if (s->name == "tandem_router_requests_total") {
       r.requests += s->value;
+      const std::string& outcome = s->labels["outcome"];
+      if (outcome == "resource_exhausted" || outcome == "unavailable" ||
+          outcome == "deadline_exceeded") {
+        r.refused += s->value;
+      }
       saw_requests = true;
     } else if (s->name == "tandem_router_time_to_first_token_seconds_bucket") {
       r.ttft_buckets.emplace_back(Bound(s->labels["le"]), s->value);
@@ -162,6 +167,9 @@ Observation Between(const RouterScrape& before, const RouterScrape& after, doubl
   const double seconds = absl::ToDoubleSeconds(after.at - before.at);
   if (seconds > 0 && after.requests >= before.requests) {
     o.request_rate = (after.requests - before.requests) / seconds;
+    if (after.requests > before.requests && after.refused >= before.refused) {
+      o.refused_fraction = (after.refused - before.refused) / (after.requests - before.requests);
+    }
   }
   o.ttft_p99 = QuantileOfGrowth(before.ttft_buckets, after.ttft_buckets, q);
   o.tpot_p99 = QuantileOfGrowth(before.tpot_buckets, after.tpot_buckets, q);

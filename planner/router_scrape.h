@@ -18,6 +18,9 @@ namespace tandem::planner {
 struct RouterScrape {
   absl::Time at;
   double requests = 0;  // tandem_router_requests_total, every outcome
+  // Of those, the ones turned away or failed for want of capacity
+  // (resource_exhausted, unavailable, deadline_exceeded).
+  double refused = 0;
   // Cumulative buckets (upper bound, count), increasing bounds, +Inf last.
   std::vector<std::pair<double, double>> ttft_buckets;
   std::vector<std::pair<double, double>> tpot_buckets;
@@ -39,9 +42,9 @@ std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, doubl
                                        const std::vector<std::pair<double, double>>& after,
                                        double q);
 
-// The observation over [before.at, after.at]: requests per second, TTFT
-// and TPOT at `q`, and `after`'s ready workers. A counter that went down
-// (the router restarted) gives no rate.
+// The observation over [before.at, after.at]: requests per second, the
+// share of them refused, TTFT and TPOT at `q`, and `after`'s ready workers. A counter that went
+// down (the router restarted) gives no rate.
 Observation Between(const RouterScrape& before, const RouterScrape& after, double q = 0.99);
 
 }  // namespace tandem::planner

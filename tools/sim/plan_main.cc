@@ -5,6 +5,7 @@
 // the chosen deployment with its predicted distributions, and that
 // deployment as deploy/local/cluster.sh's command and as Helm values.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -51,6 +52,9 @@ ABSL_FLAG(std::vector<std::string>, kv_dtypes, std::vector<std::string>({}),
 ABSL_FLAG(double, slo_percentile, 99, "The percentile of requests each --slo target holds for");
 ABSL_FLAG(std::vector<std::string>, request_rates, std::vector<std::string>({}),
           "Plan for each of these rates (req/s; a rate curve's levels) instead of --request_rate");
+ABSL_FLAG(double, plan_seconds, 0,
+          "Send each rate's workload for this long (rate x seconds requests, at least "
+          "--num_requests): queues that build over minutes show; 0: --num_requests");
 ABSL_FLAG(int, jobs, 0, "Simulations run at once; 0: one per CPU");
 ABSL_FLAG(std::string, plan_json, "", "Write every point evaluated and the plan here");
 ABSL_FLAG(std::string, rate_curve, "",
@@ -178,6 +182,10 @@ absl::Status Main() {
   for (const double rate : rates) {
     ASSIGN_OR_RETURN(bench::RunOptions run, bench::RunOptionsFromFlags(rate));
     run.progress = false;
+    if (const double seconds = absl::GetFlag(FLAGS_plan_seconds);
+        seconds > 0 && std::isfinite(rate)) {
+      run.num_requests = std::max(run.num_requests, static_cast<int>(std::ceil(rate * seconds)));
+    }
     targets.slo = run.slo;
     const PlanEvaluator evaluate = SimEvaluator(
         *weights, *dataset, run,

@@ -94,7 +94,8 @@ absl::StatusOr<std::string> CompareOnline(const OnlineComparison& c) {
                             "TTFT p99", "TPOT p99", "wkr-hours", "changes", "wall s"));
   const double curve_start = c.curve.points.front().second;
   const std::vector<Policy> policies = {
-      {absl::StrCat("static ", peak.Describe().substr(0, peak.Describe().find(' '))), nullptr, ""},
+      {absl::StrCat("static ", peak.prefill, "P+", peak.decode, "D (the peak's plan)"), nullptr,
+       ""},
       {"tandem-planner (trend)", &plan_table, "trend"},
       {"tandem-planner (constant)", &plan_table, "constant"},
       {"Dynamo formula (trend)", &dynamo_table, "trend"}};

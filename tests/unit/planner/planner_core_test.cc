@@ -198,6 +198,19 @@ TEST(PlannerCore, CorrectsEachPoolByItsObservedLatency) {
   EXPECT_THAT(d.decode_correction, DoubleNear(0.625, 1e-9));
 }
 
+// Requests turned away for want of capacity show no latency: they count
+// as TPOT at the correction limit, with or without a TPOT target.
+TEST(PlannerCore, RefusedRequestsGrowTheDecodePool) {
+  auto planner = Planner(Options(), {1, 2});
+  Observation seen = Seen(100, 8);
+  seen.refused_fraction = 0.05;
+  const Decision d = planner->Step(seen, At(100));
+  EXPECT_THAT(d.decode_correction, DoubleNear(1.5, 1e-9));
+  EXPECT_THAT(d.prefill_correction, DoubleNear(1, 1e-9));
+  // Prefill looks up 8 req/s (1P), decode 12 (4D).
+  EXPECT_EQ(d.desired, (PoolCounts{1, 4}));
+}
+
 // A colocated deployment's decode workers prefill: when the TTFT lookup
 // lands on one, its decode count holds if it is the larger.
 TEST(PlannerCore, AColocatedLookupSizesTheDecodePool) {

@@ -41,6 +41,7 @@ std::string Text(int requests, int a, int b, int c, int prefill = 1, int decode 
 TEST(RouterScrape, ReadsTheSeriesThePlannerNeeds) {
   ASSERT_OK_AND_ASSIGN(const RouterScrape r, ParseRouterMetrics(Text(10, 1, 2, 3), kT0));
   EXPECT_EQ(r.requests, 12);
+  EXPECT_EQ(r.refused, 2);
   ASSERT_EQ(r.ttft_buckets.size(), 3u);
   EXPECT_EQ(r.ttft_buckets[1], (std::pair<double, double>{0.5, 2}));
   EXPECT_TRUE(std::isinf(r.ttft_buckets[2].first));
@@ -79,6 +80,7 @@ TEST(RouterScrape, AnObservationIsTheIntervalBetweenTwoReadings) {
   const Observation o = Between(a, b);
   EXPECT_EQ(o.at, kT0 + absl::Seconds(10));
   EXPECT_THAT(o.request_rate, Optional(DoubleNear(5, 1e-12)));
+  EXPECT_THAT(o.refused_fraction, Optional(DoubleNear(0, 1e-12)));
   EXPECT_THAT(o.ttft_p99, Optional(DoubleNear(0.1 * 49.5 / 50, 1e-12)));
   EXPECT_EQ(o.tpot_p99, std::nullopt);
   EXPECT_EQ(o.prefill_ready, 2);
