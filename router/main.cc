@@ -61,6 +61,10 @@ ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer of the served model: a model folder, a tokenizer.json, a llama2.c "
           "tokenizer.bin or a SentencePiece .model. Give this or --model (with both, the "
           "tokenizer comes from here)");
+ABSL_FLAG(int, prefill_burst_queue, 0,
+          "Prefill a prompt on its decode worker when every prefill worker holds at least this "
+          "many prompts and some decode worker has nothing waiting (decode workers absorb "
+          "prefill bursts); 0: never");
 ABSL_FLAG(int, local_prefill_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker (conditional "
           "disaggregation); 0 = always use a prefill worker when one is healthy");
@@ -244,6 +248,9 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_queue_timeout) <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--queue_timeout must be positive, e.g. 30s");
   }
+  if (absl::GetFlag(FLAGS_prefill_burst_queue) < 0) {
+    return absl::InvalidArgumentError("--prefill_burst_queue must be >= 0 (0: off)");
+  }
   if (absl::GetFlag(FLAGS_local_prefill_tokens) < 0) {
     return absl::InvalidArgumentError("--local_prefill_tokens must be >= 0");
   }
@@ -330,6 +337,7 @@ absl::Status Run() {
   options.driver.metrics = &router_metrics;
   options.driver.request_log = request_log.get();
   options.driver.local_prefill_tokens = absl::GetFlag(FLAGS_local_prefill_tokens);
+  options.driver.prefill_burst_queue = absl::GetFlag(FLAGS_prefill_burst_queue);
   options.driver.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   options.driver.reserve_timeout = absl::GetFlag(FLAGS_reserve_timeout);
   options.driver.prefill_answer_timeout = absl::GetFlag(FLAGS_prefill_answer_timeout);

@@ -83,9 +83,11 @@ void RequestDriver::Begin() {
   }
   if (env_.options.prefix_router != nullptr) prompt_blocks_.emplace(req_.prompt);
   phase_ = Phase::kOpening;
-  const PrefillDecision decision =
-      DecidePrefill(env_.registry->Snapshot(WorkerRole::kPrefill),
-                    static_cast<int>(req_.prompt.size()), env_.options.local_prefill_tokens);
+  const int burst = env_.options.prefill_burst_queue;
+  const PrefillDecision decision = DecidePrefill(
+      env_.registry->Snapshot(WorkerRole::kPrefill), static_cast<int>(req_.prompt.size()),
+      env_.options.local_prefill_tokens, burst,
+      burst > 0 ? env_.registry->Snapshot(WorkerRole::kDecode) : std::vector<WorkerSnapshot>{});
   why_ = decision.reason;
   if (decision.local) {
     RunLocal();

@@ -78,6 +78,9 @@ namespace tandem::router {
 struct DriverOptions {
   // Prompts of at most this many tokens are prefilled on the decode worker.
   int local_prefill_tokens = 0;
+  // Prefill on a decode worker with nothing waiting when every prefill
+  // worker holds this many prompts (DecidePrefill); 0: never.
+  int prefill_burst_queue = 0;
   // Whole-request limit when the client gives no timeout.
   absl::Duration request_timeout = absl::Seconds(300);
   // How long a decode worker may take to answer a reservation (`reserved`)

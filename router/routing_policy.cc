@@ -183,7 +183,8 @@ std::optional<Pick> PickPrefillWorker(const std::vector<WorkerSnapshot>& prefill
 }
 
 PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int prompt_len,
-                              int local_prefill_tokens) {
+                              int local_prefill_tokens, int burst_queue,
+                              const std::vector<WorkerSnapshot>& decode) {
   if (prefill.empty()) {
     return {true, "local prefill: no prefill workers (colocated mode)"};
   }
@@ -196,6 +197,20 @@ PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int pr
   if (prompt_len <= local_prefill_tokens) {
     return {true, absl::StrCat("local prefill: prompt of ", prompt_len,
                                " tokens <= --local_prefill_tokens=", local_prefill_tokens)};
+  }
+  if (burst_queue > 0) {
+    int64_t shortest = std::numeric_limits<int64_t>::max();
+    for (const WorkerSnapshot& w : prefill) {
+      if (w.routable()) shortest = std::min(shortest, PrefillQueue(w));
+    }
+    const auto spare = std::find_if(decode.begin(), decode.end(), [](const WorkerSnapshot& w) {
+      return w.routable() && w.waiting == 0;
+    });
+    if (shortest >= burst_queue && spare != decode.end()) {
+      return {true, absl::StrCat("local prefill (burst): every prefill worker holds ", shortest,
+                                 "+ prompts (--prefill_burst_queue=", burst_queue, ") and decode ",
+                                 spare->address, " has none waiting")};
+    }
   }
   return {false, absl::StrCat("disaggregated: prompt of ", prompt_len, " tokens > ",
                               "--local_prefill_tokens=", local_prefill_tokens)};

@@ -87,9 +87,15 @@ struct PrefillDecision {
 // Local prefill when no prefill worker is routable (colocated mode, or the
 // whole prefill pool is down or draining), or when the prompt is at most
 // `local_prefill_tokens` long (conditional disaggregation: shipping the KV
-// of a short prompt costs more than computing it beside the decode batch).
+// of a short prompt costs more than computing it beside the decode batch),
+// or in a burst: `burst_queue` > 0 and every routable prefill worker holds
+// at least that many prompts (queued or on their way), while some routable
+// decode worker of `decode` has nothing waiting (it has room to prefill
+// beside its batch; the prompt's decode worker is then picked as for any
+// local prefill).
 PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int prompt_len,
-                              int local_prefill_tokens);
+                              int local_prefill_tokens, int burst_queue = 0,
+                              const std::vector<WorkerSnapshot>& decode = {});
 
 }  // namespace tandem::router
 

@@ -104,6 +104,7 @@ std::vector<Setting> RouterSettings(SimClusterOptions& o) {
   };
   return {
       Int("local_prefill_tokens", &r.driver.local_prefill_tokens, 0),
+      Int("prefill_burst_queue", &r.driver.prefill_burst_queue, 0),
       Typed<std::string>("routing_policy",
                          [&r, remake](const std::string& v) {
                            if (v != "prefix" && v != "load") {

@@ -136,5 +136,29 @@ TEST(DecidePrefill, ShortPromptsStayLocal) {
   EXPECT_THAT(DecidePrefill(w, 1, 0).reason, HasSubstr("disaggregated"));
 }
 
+// Decode workers absorb a burst: when every routable prefill worker holds
+// burst_queue prompts or more (queued or on their way), a prompt prefills
+// on a decode worker, if one has nothing waiting.
+TEST(DecidePrefill, ABurstGoesToADecodeWorkerWithRoom) {
+  std::vector<WorkerSnapshot> prefill = {Prefill("p1", 3, 1), Prefill("p2", 4)};
+  std::vector<WorkerSnapshot> decode = {Decode("d1", 100), Decode("d2", 100)};
+  decode[0].waiting = 2;
+  PrefillDecision d = DecidePrefill(prefill, 100, 0, 4, decode);
+  EXPECT_TRUE(d.local);
+  EXPECT_THAT(d.reason, HasSubstr("burst"));
+  EXPECT_THAT(d.reason, HasSubstr("decode d2"));
+  // One prefill worker with room: disaggregated as usual.
+  prefill[1].waiting = 3;
+  EXPECT_FALSE(DecidePrefill(prefill, 100, 0, 4, decode).local);
+  // Unroutable prefill workers do not count toward the burst.
+  prefill[1].healthy = false;
+  EXPECT_TRUE(DecidePrefill(prefill, 100, 0, 4, decode).local);
+  // No decode worker with room, or the rule off: disaggregated.
+  decode[1].waiting = 1;
+  EXPECT_FALSE(DecidePrefill(prefill, 100, 0, 4, decode).local);
+  decode[1].waiting = 0;
+  EXPECT_FALSE(DecidePrefill(prefill, 100, 0, 0, decode).local);
+}
+
 }  // namespace
 }  // namespace tandem::router
