@@ -27,7 +27,6 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "tools/bench/workload_flags.h"
-#include "tools/sim/cluster_args.h"
 #include "tools/sim/plan_online.h"
 #include "tools/sim/plan_output.h"
 #include "tools/sim/plan_search.h"
@@ -257,17 +256,7 @@ absl::Status Main() {
     if (c.run.slo.tpot) c.online.planner.tpot_target = *c.run.slo.tpot;
     c.cluster = [&shape, &base](const PlanConfig& config) -> absl::StatusOr<SimClusterOptions> {
       ASSIGN_OR_RETURN(ClusterSetup setup, ClusterFromFlags(shape, config.kv_dtype));
-      SimClusterOptions& o = setup.options;
-      o.prefill_workers = config.prefill;
-      o.decode_workers = config.decode;
-      for (const auto& [role, args] :
-           {std::pair{ArgsRole::kDecode, base.decode}, std::pair{ArgsRole::kPrefill, base.prefill},
-            std::pair{ArgsRole::kRouter, base.router},
-            std::pair{ArgsRole::kDecode, config.DecodeArgs()},
-            std::pair{ArgsRole::kPrefill, config.PrefillArgs()},
-            std::pair{ArgsRole::kRouter, config.RouterArgs()}}) {
-        RETURN_IF_ERROR(ApplyClusterArgs(role, args, o));
-      }
+      RETURN_IF_ERROR(ApplyPlanConfig(config, base, setup.options));
       return std::move(setup.options);
     };
     c.router_cpu = defaults.router_cpu;

@@ -351,6 +351,21 @@ PlanPoint MakePoint(const PlanConfig& config, const bench::RunResult& run,
   return p;
 }
 
+absl::Status ApplyPlanConfig(const PlanConfig& config, const PlanBaseArgs& base_args,
+                             SimClusterOptions& options) {
+  options.prefill_workers = config.prefill;
+  options.decode_workers = config.decode;
+  for (const auto& [role, args] : {std::pair{ArgsRole::kDecode, base_args.decode},
+                                   std::pair{ArgsRole::kPrefill, base_args.prefill},
+                                   std::pair{ArgsRole::kRouter, base_args.router},
+                                   std::pair{ArgsRole::kDecode, config.DecodeArgs()},
+                                   std::pair{ArgsRole::kPrefill, config.PrefillArgs()},
+                                   std::pair{ArgsRole::kRouter, config.RouterArgs()}}) {
+    RETURN_IF_ERROR(ApplyClusterArgs(role, args, options));
+  }
+  return absl::OkStatus();
+}
+
 PlanEvaluator SimEvaluator(
     const ModelWeights& weights, const bench::Dataset& dataset, const bench::RunOptions& run,
     std::function<absl::StatusOr<SimClusterOptions>(const std::string& kv_dtype)> base,
@@ -358,14 +373,7 @@ PlanEvaluator SimEvaluator(
   return [&weights, &dataset, run, base = std::move(base), base_args = std::move(base_args),
           router_cpu](const PlanConfig& c) -> absl::StatusOr<bench::RunResult> {
     ASSIGN_OR_RETURN(SimClusterOptions o, base(c.kv_dtype));
-    o.prefill_workers = c.prefill;
-    o.decode_workers = c.decode;
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kDecode, base_args.decode, o));
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kPrefill, base_args.prefill, o));
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kRouter, base_args.router, o));
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kDecode, c.DecodeArgs(), o));
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kPrefill, c.PrefillArgs(), o));
-    RETURN_IF_ERROR(ApplyClusterArgs(ArgsRole::kRouter, c.RouterArgs(), o));
+    RETURN_IF_ERROR(ApplyPlanConfig(c, base_args, o));
     if (c.prefill == 0) o.router.driver.local_prefill_tokens = weights.config.seq_len;
     ASSIGN_OR_RETURN(std::unique_ptr<SimCluster> cluster,
                      SimCluster::Create(weights, std::move(o)));

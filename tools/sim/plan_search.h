@@ -119,6 +119,10 @@ using PlanEvaluator = std::function<absl::StatusOr<bench::RunResult>(const PlanC
 struct PlanBaseArgs {
   std::string decode, prefill, router;
 };
+// Sets `config`'s pool sizes on `options` and applies `base_args`, then
+// the configuration's own args (which win), as cluster.sh would pass them.
+absl::Status ApplyPlanConfig(const PlanConfig& config, const PlanBaseArgs& base_args,
+                             SimClusterOptions& options);
 PlanEvaluator SimEvaluator(
     const ModelWeights& weights, const bench::Dataset& dataset, const bench::RunOptions& run,
     std::function<absl::StatusOr<SimClusterOptions>(const std::string& kv_dtype)> base,

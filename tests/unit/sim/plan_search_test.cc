@@ -309,8 +309,10 @@ TEST(PlanOutput, TheClusterCommandAndHelmValuesCarryTheConfiguration) {
             "  extraArgs:\n"
             "    - \"--kv_blocks=512\"\n");
   // A flag alone and one written with '=' stay as they are.
-  EXPECT_THAT(HelmValues(c, {.decode = "--noprefix_cache --max_sequences=8"}, ""),
-              HasSubstr("  extraArgs:\n    - \"--noprefix_cache\"\n    - \"--max_sequences=8\"\n"));
+  EXPECT_THAT(
+      HelmValues(c, {.decode = "--noprefix_cache --max_sequences=8", .prefill = "", .router = ""},
+                 ""),
+      HasSubstr("  extraArgs:\n    - \"--noprefix_cache\"\n    - \"--max_sequences=8\"\n"));
   PlanConfig colocated;
   colocated.decode = 3;
   EXPECT_THAT(HelmValues(colocated, {}, ""), HasSubstr("prefill:\n  enabled: false\ndecode:\n"));
