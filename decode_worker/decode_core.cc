@@ -61,20 +61,20 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(
   if (options.kv_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("kv_timeout must be positive");
   }
-  ASSIGN_OR_RETURN(
-      WorkerEngine we,
-      CreateWorkerEngine(weights, std::move(backend),
-                         {.role = "decode",
-                          .block_size = options.block_size,
-                          .kv_dtype = options.kv_dtype,
-                          .kv_blocks = options.kv_blocks,
-                          .gpu_memory_fraction = options.gpu_memory_fraction,
-                          .max_batch_tokens = options.max_batch_tokens,
-                          // At most one row of logits per held sequence.
-                          .max_logit_rows = options.max_sequences,
-                          .kv_staging_blocks = options.kv_staging_blocks,
-                          .transport_name = transport->name(),
-                          .transport_device_memory = options.transport_device_memory}));
+  ASSIGN_OR_RETURN(WorkerEngine we,
+                   CreateWorkerEngine(weights, std::move(backend),
+                                      {.role = "decode",
+                                       .block_size = options.block_size,
+                                       .kv_dtype = options.kv_dtype,
+                                       .kv_blocks = options.kv_blocks,
+                                       .gpu_memory_fraction = options.gpu_memory_fraction,
+                                       .max_batch_tokens = options.max_batch_tokens,
+                                       // At most one row of logits per held sequence.
+                                       .max_logit_rows = options.max_sequences,
+                                       .kv_staging_blocks = options.kv_staging_blocks,
+                                       .transport_name = transport->name(),
+                                       .transport_device_memory = options.transport_device_memory,
+                                       .warm_up_tokens = options.warm_up_tokens}));
   const int pool_blocks = we.engine->block_pool().num_blocks();
   if (options.kv_watermark_blocks == -1) {
     options.kv_watermark_blocks = std::max(1, pool_blocks / 50);

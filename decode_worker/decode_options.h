@@ -66,6 +66,9 @@ struct DecodeLoopOptions {
   // Whether the transport could register device memory itself (for the
   // start-up log line only: device KV always goes through the staging).
   bool transport_device_memory = false;
+  // Tokens of the made-up prompt the engine is warmed up with before the
+  // worker serves (WorkerEngineOptions::warm_up_tokens); 0: none.
+  int warm_up_tokens = 0;
   // Time source for deadlines and timings; null: the real clock.
   const Clock* clock = nullptr;
   // Prometheus metrics to feed; null = none. Must outlive the loop.

@@ -103,6 +103,7 @@ absl::Status Run() {
   options.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   options.gpu_memory_fraction = gpu_memory_fraction;
   options.kv_staging_blocks = absl::GetFlag(FLAGS_kv_staging_blocks);
+  options.warm_up_tokens = absl::GetFlag(FLAGS_warm_up_tokens);
   options.transport_device_memory = transport->SupportsMemory(kvtransfer::MemoryKind::kCuda);
   LOG(INFO) << "KV transport memory types: " << transport->MemoryTypes();
   options.kv_watermark_blocks = absl::GetFlag(FLAGS_kv_watermark_blocks);

@@ -1,25 +1,31 @@
 // tandem-planner: keeps the pools sized for the load. Every --interval it
-// reads the router's /metrics, turns the growth since the last reading
-// into an observation (request rate, TTFT and TPOT p99, ready workers),
-// and asks the planner core (planner_core.h) for the pools' sizes, from
-// tandem-plan's rate curve (--plan). Advisory mode logs each decision and
-// serves it as metrics (tandem_planner_target_workers{pool} is what an HPA
-// or KEDA follows); apply mode also runs --apply_command with the new
-// sizes, e.g. deploy/local/cluster.sh scale.
+// reads every router replica's /metrics, turns the growth since the last
+// reading into an observation (request rate, TTFT and TPOT p99, ready
+// workers), and asks the planner core (planner_core.h) for the pools'
+// sizes, from tandem-plan's rate curve (--plan). Advisory mode logs each
+// decision and serves it as metrics (tandem_planner_target_workers{pool} is
+// what an HPA or KEDA follows); apply mode also changes the pools: through
+// --apply_command (e.g. deploy/local/cluster.sh scale) or by scaling the
+// pools' Deployments through the Kubernetes API (--kube_deployments).
+#include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
@@ -27,6 +33,7 @@
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "httplib.h"
+#include "planner/kube_scale.h"
 #include "planner/planner_core.h"
 #include "planner/router_scrape.h"
 #include "prometheus/registry.h"
@@ -34,7 +41,9 @@
 extern char** environ;
 
 ABSL_FLAG(std::string, router_metrics, "127.0.0.1:9090",
-          "HOST:PORT of the router's Prometheus endpoint (its --metrics_listen)");
+          "HOST:PORT[,HOST:PORT...] of the routers' Prometheus endpoints (--metrics_listen); "
+          "every address a HOST resolves to is read each interval and the routers are added "
+          "up (a headless Service names every replica)");
 ABSL_FLAG(std::string, plan, "",
           "tandem-plan's --plan_json, planned with --request_rates: the pools' sizes by rate");
 ABSL_FLAG(absl::Duration, ttft_p99, absl::ZeroDuration(),
@@ -57,7 +66,14 @@ ABSL_FLAG(absl::Duration, start_timeout, absl::Minutes(5),
           "A pool short of ready workers this long after a change is reported");
 ABSL_FLAG(std::string, mode, "advisory",
           "advisory: decide, log and serve the decisions as metrics; apply: also run "
-          "--apply_command");
+          "--apply_command or scale --kube_deployments");
+ABSL_FLAG(std::string, kube_deployments, "",
+          "Apply mode in Kubernetes: prefill=NAME,decode=NAME, the pools' Deployments, scaled "
+          "through the API with the pod's ServiceAccount (a pool left out is not changed)");
+ABSL_FLAG(std::string, kube_api, "",
+          "The Kubernetes API's URL; empty: the pod's own (KUBERNETES_SERVICE_HOST). "
+          "http://127.0.0.1:8001 reaches `kubectl proxy` from outside the cluster");
+ABSL_FLAG(std::string, kube_namespace, "", "The Deployments' namespace; empty: the pod's own");
 ABSL_FLAG(std::string, apply_command, "",
           "Apply mode: a shell command run with {prefill} and {decode} replaced by the new sizes "
           "(e.g. \"deploy/local/cluster.sh scale --prefill {prefill} --decode {decode}\")");
@@ -72,30 +88,89 @@ namespace {
 constexpr char kUsage[] =
     "Sizes tandem's prefill and decode pools for the load.\n"
     "Usage: tandem-planner --router_metrics HOST:PORT --plan plan.json [--ttft_p99 500ms "
-    "--tpot_p99 50ms] [--mode advisory|apply --apply_command CMD]";
+    "--tpot_p99 50ms] [--mode advisory|apply --apply_command CMD | --kube_deployments "
+    "prefill=NAME,decode=NAME]";
 
 std::atomic<bool> stop{false};
 
-absl::StatusOr<RouterScrape> Scrape(const std::string& target) {
-  const size_t colon = target.rfind(':');
+struct Endpoint {
+  std::string host;  // an address
   int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(target.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--router_metrics is '", target, "'; give HOST:PORT"));
+  std::string key() const {
+    return absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
   }
-  httplib::Client client(target.substr(0, colon), port);
+};
+
+// Every address each HOST:PORT of `targets` resolves to now (router pods
+// come and go behind a headless Service's name).
+absl::StatusOr<std::vector<Endpoint>> Resolve(const std::string& targets) {
+  std::vector<Endpoint> out;
+  for (absl::string_view target : absl::StrSplit(targets, ',', absl::SkipEmpty())) {
+    const size_t colon = target.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(target.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--router_metrics has '", target, "'; give HOST:PORT"));
+    }
+    std::string host(absl::StripPrefix(absl::StripSuffix(target.substr(0, colon), "]"), "["));
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int e = getaddrinfo(host.c_str(), nullptr, &hints, &found); e != 0) {
+      LOG(WARNING) << "cannot resolve " << host << ": " << gai_strerror(e);
+      continue;
+    }
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      char name[NI_MAXHOST];
+      if (getnameinfo(a->ai_addr, a->ai_addrlen, name, sizeof(name), nullptr, 0, NI_NUMERICHOST) ==
+          0) {
+        Endpoint e{name, port};
+        const bool seen = std::any_of(out.begin(), out.end(),
+                                      [&](const Endpoint& o) { return o.key() == e.key(); });
+        if (!seen) out.push_back(std::move(e));
+      }
+    }
+    freeaddrinfo(found);
+  }
+  return out;
+}
+
+absl::StatusOr<RouterScrape> Scrape(const Endpoint& e) {
+  httplib::Client client(e.host, e.port);
   client.set_connection_timeout(2);
   client.set_read_timeout(5);
   const absl::Time at = absl::Now();
   const httplib::Result r = client.Get("/metrics");
   if (!r) {
     return absl::UnavailableError(
-        absl::StrCat("cannot read http://", target, "/metrics: ", httplib::to_string(r.error())));
+        absl::StrCat("cannot read http://", e.key(), "/metrics: ", httplib::to_string(r.error())));
   }
   if (r->status != 200) {
-    return absl::UnavailableError(absl::StrCat("http://", target, "/metrics answered ", r->status));
+    return absl::UnavailableError(
+        absl::StrCat("http://", e.key(), "/metrics answered ", r->status));
   }
   return ParseRouterMetrics(r->body, at);
+}
+
+// One reading of every router; the first error when none could be read.
+absl::StatusOr<RouterScrapes> ScrapeAll(const std::string& targets) {
+  ASSIGN_OR_RETURN(const std::vector<Endpoint> endpoints, Resolve(targets));
+  RouterScrapes out;
+  absl::Status first = absl::UnavailableError(
+      absl::StrCat("--router_metrics '", targets, "' resolves to no address"));
+  for (const Endpoint& e : endpoints) {
+    absl::StatusOr<RouterScrape> r = Scrape(e);
+    if (r.ok()) {
+      out.emplace(e.key(), *std::move(r));
+    } else {
+      LOG(WARNING) << r.status();
+      if (out.empty()) first = r.status();
+    }
+  }
+  if (out.empty()) return first;
+  return out;
 }
 
 // Runs `command` with /bin/sh, killing it after `timeout`.
@@ -145,7 +220,7 @@ struct PlannerMetrics {
         warnings(metrics::AddCounter(r, "tandem_planner_warnings_total",
                                      "Stale or missing metrics, and workers that did not start")),
         apply_failures(metrics::AddCounter(r, "tandem_planner_apply_failures_total",
-                                           "Apply commands that failed or timed out")) {}
+                                           "Pool changes that failed or timed out")) {}
   prometheus::Family<prometheus::Gauge>& target;
   prometheus::Family<prometheus::Gauge>& desired;
   prometheus::Gauge& target_prefill;
@@ -180,18 +255,74 @@ absl::StatusOr<PlannerOptions> OptionsFromFlags() {
   return o;
 }
 
+// How apply mode changes the pools; null in advisory mode.
+using Applier = std::function<absl::Status(const PoolCounts&)>;
+
+// The pools' Deployments by pool (--kube_deployments).
+absl::StatusOr<std::map<std::string, std::string>> KubeDeployments(const std::string& flag) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view item : absl::StrSplit(flag, ',', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if ((kv.first != "prefill" && kv.first != "decode") || kv.second.empty() ||
+        out.count(kv.first) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kube_deployments has '", item, "'; give prefill=NAME,decode=NAME, each once"));
+    }
+    out[kv.first] = kv.second;
+  }
+  return out;
+}
+
+// The Kubernetes applier, and the Deployments' replicas now (checked once
+// at start, so a missing right fails here rather than at the first change).
+absl::StatusOr<std::pair<Applier, PoolCounts>> KubeApplier(const PlannerOptions& options) {
+  ASSIGN_OR_RETURN(const auto deployments, KubeDeployments(absl::GetFlag(FLAGS_kube_deployments)));
+  KubeApi api;
+  if (const std::string url = absl::GetFlag(FLAGS_kube_api); url.empty()) {
+    ASSIGN_OR_RETURN(api, InClusterApi());
+  } else {
+    api.server = url;
+  }
+  if (const std::string ns = absl::GetFlag(FLAGS_kube_namespace); !ns.empty()) {
+    api.kube_namespace = ns;
+  }
+  if (api.kube_namespace.empty()) {
+    return absl::InvalidArgumentError("--kube_api outside a pod needs --kube_namespace");
+  }
+  auto scaler = std::make_shared<DeploymentScaler>(api);
+  PoolCounts now;
+  for (const auto& [pool, name] : deployments) {
+    ASSIGN_OR_RETURN(const int replicas, scaler->Replicas(name));
+    (pool == "prefill" ? now.prefill : now.decode) = replicas;
+  }
+  if (deployments.count("prefill") == 0 && options.prefill.max > 0) {
+    return absl::InvalidArgumentError(
+        "--kube_deployments names no prefill Deployment: give prefill=NAME or --max_prefill 0");
+  }
+  Applier apply = [scaler, deployments](const PoolCounts& target) -> absl::Status {
+    for (const auto& [pool, name] : deployments) {
+      RETURN_IF_ERROR(scaler->Scale(name, pool == "prefill" ? target.prefill : target.decode));
+    }
+    return absl::OkStatus();
+  };
+  return std::make_pair(std::move(apply), now);
+}
+
 absl::Status Main() {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const std::string command = absl::GetFlag(FLAGS_apply_command);
+  const bool kube = !absl::GetFlag(FLAGS_kube_deployments).empty();
   if (mode != "advisory" && mode != "apply") {
     return absl::InvalidArgumentError(
         absl::StrCat("--mode is '", mode, "'; give advisory or apply"));
   }
-  if (mode == "apply" && command.empty()) {
-    return absl::InvalidArgumentError("--mode apply needs --apply_command");
+  if (mode == "apply" && command.empty() == !kube) {
+    return absl::InvalidArgumentError(
+        "--mode apply needs one of --apply_command and --kube_deployments");
   }
-  if (mode == "advisory" && !command.empty()) {
-    return absl::InvalidArgumentError("--apply_command acts only with --mode apply");
+  if (mode == "advisory" && (!command.empty() || kube)) {
+    return absl::InvalidArgumentError(
+        "--apply_command and --kube_deployments act only with --mode apply");
   }
   const std::string plan_path = absl::GetFlag(FLAGS_plan);
   std::ifstream plan_in(plan_path);
@@ -215,10 +346,22 @@ absl::Status Main() {
     if (!log) return absl::InvalidArgumentError(absl::StrCat("cannot open ", path));
   }
 
-  const std::string target = absl::GetFlag(FLAGS_router_metrics);
-  ASSIGN_OR_RETURN(RouterScrape last, Scrape(target));
-  const PoolCounts initial{std::clamp(last.prefill_ready, options.prefill.min, options.prefill.max),
-                           std::clamp(last.decode_ready, options.decode.min, options.decode.max)};
+  const std::string targets = absl::GetFlag(FLAGS_router_metrics);
+  ASSIGN_OR_RETURN(RouterScrapes last, ScrapeAll(targets));
+  const Observation first = BetweenRouters({}, last);
+  PoolCounts initial{first.prefill_ready, first.decode_ready};
+  Applier apply;
+  if (mode == "apply" && kube) {
+    ASSIGN_OR_RETURN(std::tie(apply, initial), KubeApplier(options));
+  } else if (mode == "apply") {
+    apply = [command](const PoolCounts& target) {
+      return RunCommand(absl::StrReplaceAll(command, {{"{prefill}", absl::StrCat(target.prefill)},
+                                                      {"{decode}", absl::StrCat(target.decode)}}),
+                        absl::GetFlag(FLAGS_apply_timeout));
+    };
+  }
+  initial = {std::clamp(initial.prefill, options.prefill.min, options.prefill.max),
+             std::clamp(initial.decode, options.decode.min, options.decode.max)};
   ASSIGN_OR_RETURN(
       std::unique_ptr<PlannerCore> core,
       PlannerCore::Create(options, std::move(table), std::move(forecaster), initial, absl::Now()));
@@ -232,9 +375,9 @@ absl::Status Main() {
     while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
     if (stop.load() || absl::Now() > end) break;
     Observation obs;
-    obs.at = last.at;  // stale unless a fresh reading replaces it
-    if (absl::StatusOr<RouterScrape> now = Scrape(target); now.ok()) {
-      obs = Between(last, *now);
+    obs.at = BetweenRouters({}, last).at;  // stale unless a fresh reading replaces it
+    if (absl::StatusOr<RouterScrapes> now = ScrapeAll(targets); now.ok()) {
+      obs = BetweenRouters(last, *now);
       last = *std::move(now);
     } else {
       LOG(WARNING) << now.status();
@@ -262,11 +405,8 @@ absl::Status Main() {
       m.changes.Increment();
       LOG(INFO) << "pools -> " << d.target.prefill << " prefill, " << d.target.decode
                 << " decode: " << d.reason;
-      if (mode == "apply") {
-        const std::string run =
-            absl::StrReplaceAll(command, {{"{prefill}", absl::StrCat(d.target.prefill)},
-                                          {"{decode}", absl::StrCat(d.target.decode)}});
-        const absl::Status applied = RunCommand(run, absl::GetFlag(FLAGS_apply_timeout));
+      if (apply) {
+        const absl::Status applied = apply(d.target);
         line["applied"] = applied.ok() ? "ok" : applied.ToString();
         if (!applied.ok()) {
           m.apply_failures.Increment();

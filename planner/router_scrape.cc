@@ -129,13 +129,14 @@ absl::StatusOr<RouterScrape> ParseRouterMetrics(absl::string_view text, absl::Ti
   return r;
 }
 
-std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, double>>& before,
-                                       const std::vector<std::pair<double, double>>& after,
-                                       double q) {
-  if (after.empty()) return std::nullopt;
-  // Growth per bucket, matched by bound (a reading without buckets counts
-  // as zero: the histogram had nothing yet).
-  std::vector<std::pair<double, double>> growth;
+namespace {
+
+using Buckets = std::vector<std::pair<double, double>>;
+
+// Each bucket's growth between two readings, matched by bound (a reading
+// without buckets counts as zero: the histogram had nothing yet).
+Buckets Growth(const Buckets& before, const Buckets& after) {
+  Buckets growth;
   for (const auto& [bound, count] : after) {
     double was = 0;
     for (const auto& [b, c] : before) {
@@ -143,6 +144,28 @@ std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, doubl
     }
     growth.emplace_back(bound, std::max(0.0, count - was));
   }
+  return growth;
+}
+
+// Adds `growth` into `sum` bound by bound; false when their bounds differ
+// (routers of other versions), leaving `sum` as it was.
+bool AddGrowth(const Buckets& growth, Buckets& sum) {
+  if (sum.empty()) {
+    sum = growth;
+    return true;
+  }
+  if (sum.size() != growth.size()) return false;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    if (sum[i].first != growth[i].first) return false;
+  }
+  for (size_t i = 0; i < sum.size(); ++i) sum[i].second += growth[i].second;
+  return true;
+}
+
+// The value at `q` of cumulative bucket counts, interpolated within the
+// bucket it falls in.
+std::optional<double> Quantile(const Buckets& growth, double q) {
+  if (growth.empty()) return std::nullopt;
   const double total = growth.back().second;
   if (!(total > 0)) return std::nullopt;
   const double rank = q * total;
@@ -159,20 +182,42 @@ std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, doubl
   return lower;
 }
 
+}  // namespace
+
+std::optional<double> QuantileOfGrowth(const Buckets& before, const Buckets& after, double q) {
+  return Quantile(Growth(before, after), q);
+}
+
 Observation Between(const RouterScrape& before, const RouterScrape& after, double q) {
+  return BetweenRouters({{"router", before}}, {{"router", after}}, q);
+}
+
+Observation BetweenRouters(const RouterScrapes& before, const RouterScrapes& after, double q) {
   Observation o;
-  o.at = after.at;
-  o.prefill_ready = after.prefill_ready;
-  o.decode_ready = after.decode_ready;
-  const double seconds = absl::ToDoubleSeconds(after.at - before.at);
-  if (seconds > 0 && after.requests >= before.requests) {
-    o.request_rate = (after.requests - before.requests) / seconds;
-    if (after.requests > before.requests && after.refused >= before.refused) {
-      o.refused_fraction = (after.refused - before.refused) / (after.requests - before.requests);
-    }
+  double rate = 0, requests = 0, refused = 0;
+  bool any_rate = false;
+  Buckets ttft, tpot;
+  for (const auto& [address, now] : after) {
+    o.at = std::max(o.at, now.at);
+    o.prefill_ready = std::max(o.prefill_ready, now.prefill_ready);
+    o.decode_ready = std::max(o.decode_ready, now.decode_ready);
+    const auto was_it = before.find(address);
+    if (was_it == before.end()) continue;  // counts from its next reading
+    const RouterScrape& was = was_it->second;
+    const double seconds = absl::ToDoubleSeconds(now.at - was.at);
+    // A counter that went down: the router restarted between the readings.
+    if (!(seconds > 0) || now.requests < was.requests || now.refused < was.refused) continue;
+    rate += (now.requests - was.requests) / seconds;
+    requests += now.requests - was.requests;
+    refused += now.refused - was.refused;
+    any_rate = true;
+    AddGrowth(Growth(was.ttft_buckets, now.ttft_buckets), ttft);
+    AddGrowth(Growth(was.tpot_buckets, now.tpot_buckets), tpot);
   }
-  o.ttft_p99 = QuantileOfGrowth(before.ttft_buckets, after.ttft_buckets, q);
-  o.tpot_p99 = QuantileOfGrowth(before.tpot_buckets, after.tpot_buckets, q);
+  if (any_rate) o.request_rate = rate;
+  if (requests > 0) o.refused_fraction = refused / requests;
+  o.ttft_p99 = Quantile(ttft, q);
+  o.tpot_p99 = Quantile(tpot, q);
   return o;
 }
 

@@ -5,6 +5,8 @@
 #ifndef TANDEM_PLANNER_ROUTER_SCRAPE_H_
 #define TANDEM_PLANNER_ROUTER_SCRAPE_H_
 
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +48,19 @@ std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, doubl
 // share of them refused, TTFT and TPOT at `q`, and `after`'s ready workers. A counter that went
 // down (the router restarted) gives no rate.
 Observation Between(const RouterScrape& before, const RouterScrape& after, double q = 0.99);
+
+// One reading per router replica, keyed by the address it was read at.
+using RouterScrapes = std::map<std::string, RouterScrape>;
+
+// The observation over routers that share the pools (the replicas of one
+// router Deployment): their request rates added, their histograms' growth
+// added bound by bound before the quantile is taken, the ready workers the
+// most any of them reports (each sees the same pools; one that has not yet
+// resolved a new worker reports fewer). A router read only the second time
+// (new, or back from a failed read) and one whose counters went down
+// (restarted) add nothing this time.
+Observation BetweenRouters(const RouterScrapes& before, const RouterScrapes& after,
+                           double q = 0.99);
 
 }  // namespace tandem::planner
 

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
   scheduler_options.gpu_memory_fraction = options.gpu_memory_fraction;
   scheduler_options.kv_staging_blocks = options.kv_staging_blocks;
   scheduler_options.transport_device_memory = options.transport_device_memory;
+  scheduler_options.warm_up_tokens = options.warm_up_tokens;
   scheduler_options.max_batch_tokens = options.max_batch_tokens;
   scheduler_options.kv_lanes = options.kv_lanes;
   scheduler_options.prefix_cache = options.prefix_cache;

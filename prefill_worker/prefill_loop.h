@@ -81,6 +81,9 @@ struct PrefillLoopOptions {
   int kv_staging_blocks = 0;
   // The transport can move device memory itself (no staging needed).
   bool transport_device_memory = false;
+  // Tokens of the made-up prompt the engine is warmed up with before the
+  // worker serves (WorkerEngineOptions::warm_up_tokens); 0: none.
+  int warm_up_tokens = 0;
   int max_batch_tokens = 2048;
   // Most jobs waiting for admission; more are refused with RESOURCE_EXHAUSTED.
   int max_queue = 256;

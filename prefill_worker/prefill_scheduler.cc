@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
                           .max_logit_rows = std::min(options.max_batch_tokens, kMaxLogitRows),
                           .kv_staging_blocks = options.kv_staging_blocks,
                           .transport_name = transport->name(),
-                          .transport_device_memory = options.transport_device_memory}));
+                          .transport_device_memory = options.transport_device_memory,
+                          .warm_up_tokens = options.warm_up_tokens}));
   // The transport reads host memory only: the staging when there is one.
   void* const memory = we.transport_memory();
   const size_t bytes = we.transport_bytes();

@@ -82,6 +82,9 @@ struct SchedulerOptions {
   // Whether the transport could register device memory itself (for the
   // start-up log line only: device KV always goes through the staging).
   bool transport_device_memory = false;
+  // Tokens of the made-up prompt the engine is warmed up with before the
+  // worker serves (WorkerEngineOptions::warm_up_tokens); 0: none.
+  int warm_up_tokens = 0;
   // What runs the steps, made once the engine exists; null: the engine
   // (common/engine/step_executor.h: a simulator gives a SimulatedExecutor).
   std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;

@@ -1,6 +1,8 @@
 #include "common/worker/worker_engine.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,6 +39,17 @@ absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
   WorkerEngine out;
   ASSIGN_OR_RETURN(out.engine, Engine::Create(weights, std::move(backend), engine_options));
   ASSIGN_OR_RETURN(out.staging, KvStaging::ForEngine(*out.engine, options.kv_staging_blocks));
+  if (options.warm_up_tokens > 0) {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(const int tokens, WarmUpEngine(*out.engine, options.warm_up_tokens));
+    if (tokens > 0) {
+      LOG(INFO) << options.role << " worker warmed up with " << tokens << " tokens in "
+                << absl::Now() - start;
+    } else {
+      LOG(WARNING) << options.role
+                   << " worker not warmed up: the KV pool cannot hold the warm-up prompt";
+    }
+  }
   LOG(INFO) << options.role << " worker KV path: "
             << KvPathDescription(out.staging.get(), options.transport_name,
                                  options.transport_device_memory)
@@ -44,6 +57,28 @@ absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
                     ? absl::StrCat(", ", out.staging->capacity(), " blocks of staging")
                     : "");
   return out;
+}
+
+absl::StatusOr<int> WarmUpEngine(Engine& engine, int tokens) {
+  const StepLimits limits = engine.step_limits();
+  const int n = std::min({tokens, limits.max_batch_tokens, limits.seq_len - 1});
+  const int blocks = (n + 1 + limits.block_size - 1) / limits.block_size;
+  if (n <= 0 || engine.block_pool().num_free() < blocks) return 0;
+  std::vector<int32_t> prompt(n);
+  for (int i = 0; i < n; ++i) prompt[i] = (i * 7919 + 1) % limits.vocab_size;
+  BlockTable table = engine.NewSequence();
+  const BatchItem prefill{.table = &table, .tokens = prompt};
+  absl::StatusOr<std::vector<float>> logits = engine.Step({&prefill, 1});
+  if (logits.ok()) {
+    std::vector<int32_t> picks;
+    const int32_t next = prompt.back();
+    const BatchItem decode{
+        .table = &table, .tokens = {&next, 1}, .want_logits = true, .pick_greedy = true};
+    logits = engine.Step({&decode, 1}, nullptr, &picks);
+  }
+  engine.Release(table);
+  if (!logits.ok()) return logits.status();
+  return n;
 }
 
 std::string LoggedFingerprint(const ModelWeights& weights) {

@@ -37,6 +37,10 @@ struct WorkerEngineOptions {
   // device memory itself.
   std::string_view transport_name;
   bool transport_device_memory = false;
+  // A prompt of this many tokens (capped by the step and the context) and
+  // one decode step run through the engine before it is handed over, then
+  // freed (WarmUpEngine); 0: none.
+  int warm_up_tokens = 0;
 };
 
 struct WorkerEngine {
@@ -57,8 +61,19 @@ int DefaultKvBlocks(const ModelConfig& config, int block_size);
 // byte once.
 std::string LoggedFingerprint(const ModelWeights& weights);
 
-// Builds the engine and, when its backend has a KvCopier, the staging, and
-// logs the KV path. The errors of Engine::Create and KvStaging::ForEngine.
+// Runs a made-up prompt of `tokens` tokens (at most a step's and the
+// context's) and one greedy decode step through `engine`, then frees the
+// sequence, so that the first real request does not pay for what a
+// backend does only once: first touches of its buffers and KV pages,
+// loading and starting the BLAS library and its threads, reading weights
+// in from a mapped file, a GPU's lazy module loading. The pool ends as it
+// began (no block cached, none held). The prompt's length, 0 when the pool
+// cannot hold it (nothing ran); the step's errors.
+absl::StatusOr<int> WarmUpEngine(Engine& engine, int tokens);
+
+// Builds the engine and, when its backend has a KvCopier, the staging,
+// logs the KV path, and warms the engine up when the options ask. The
+// errors of Engine::Create, KvStaging::ForEngine and WarmUpEngine.
 absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
                                                 std::unique_ptr<Backend> backend,
                                                 const WorkerEngineOptions& options);

@@ -41,6 +41,11 @@ ABSL_FLAG(int, kv_staging_blocks, 0,
           "transport cannot reach device memory); 0: room for four longest prompts, within the "
           "pool; must be 0 on the CPU backend");
 
+ABSL_FLAG(int, warm_up_tokens, 32,
+          "Before it reports ready, the worker runs a made-up prompt of this many tokens and one "
+          "decode step and frees them, so that its first request does not pay for first "
+          "touches and library start-up; 0 = none");
+
 ABSL_FLAG(std::optional<double>, gpu_memory_fraction, std::nullopt,
           "Share of the GPU's memory (0 < F <= 1) this worker takes with --backend cuda: the "
           "KV cache gets what the weights and activations leave of it (workers sharing a GPU "

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(int, threads);
 ABSL_DECLARE_FLAG(std::string, kv_dtype);
 ABSL_DECLARE_FLAG(int, kv_blocks);
 ABSL_DECLARE_FLAG(int, kv_staging_blocks);
+ABSL_DECLARE_FLAG(int, warm_up_tokens);
 ABSL_DECLARE_FLAG(std::optional<double>, gpu_memory_fraction);
 ABSL_DECLARE_FLAG(int, block_size);
 ABSL_DECLARE_FLAG(bool, prefix_cache);

@@ -8,7 +8,7 @@
 #    schemas of the npm package kubernetes-models (the ServiceMonitor against
 #    @kubernetes-models/prometheus-operator's), unknown fields refused, the
 #    cross-object checks of check.mjs and values/NAME.expect.json, and every
-#    flag passed to tandem-router, tandem-prefill and tandem-decode against
+#    flag passed to tandem-router, tandem-prefill, tandem-decode and tandem-planner against
 #    their --helpfull, the arguments parsed by the binary itself;
 #  - each bad-values/*.yaml fails where its "# expect:" line says: the
 #    schema, the rendering (with that message) or the flag check;
@@ -55,7 +55,7 @@ for dir in github.com/Masterminds/sprig sigs.k8s.io/yaml; do
   [ -d "/usr/share/gocode/src/$dir" ] ||
     fail "/usr/share/gocode/src/$dir is missing (scripts/install-deps.sh installs golang-github-masterminds-sprig-dev and golang-k8s-sigs-yaml-dev)"
 done
-for binary in tandem-router tandem-prefill tandem-decode; do
+for binary in tandem-router tandem-prefill tandem-decode tandem-planner; do
   [ -x "$bin/$binary" ] || fail "$bin/$binary is missing: build it first"
 done
 

@@ -185,7 +185,7 @@ function checkSemantics(objects) {
           problem(where, "UCX_NET_DEVICES and --kv_net_devices differ");
         }
       }
-      if (c.command?.[0]?.startsWith("tandem-")) {
+      if (/^tandem-(router|prefill|decode)$/.test(c.command?.[0] ?? "")) {
         const drain = seconds(argValue(c.args, "drain_timeout"));
         const sleep = c.lifecycle?.preStop?.sleep?.seconds ?? 0;
         const grace = pod.spec.terminationGracePeriodSeconds ?? 30;
@@ -254,6 +254,7 @@ function checkSemantics(objects) {
     }
     if ((h.spec.minReplicas ?? 1) > h.spec.maxReplicas) problem(idOf(h), "minReplicas > maxReplicas");
   }
+  checkPlanner(byKind, podsOf);
   for (const m of byKind("ServiceMonitor")) {
     const selected = services.filter((s) => matchesSelector(m.spec.selector, s.metadata.labels));
     for (const e of m.spec.endpoints) {
@@ -262,6 +263,72 @@ function checkSemantics(objects) {
       }
     }
     if (selected.length === 0) problem(idOf(m), "selects no rendered Service");
+  }
+}
+
+// The planner's rights and targets: a Role grants only get and patch of
+// the pools' Deployments' scale subresource, is bound to a rendered
+// ServiceAccount that the planner's pod runs as, and names exactly the
+// Deployments --kube_deployments scales; a pod without those rights mounts
+// no token; --router_metrics names a headless Service of the routers.
+function checkPlanner(byKind, podsOf) {
+  const deployments = new Set(byKind("Deployment").map((d) => d.metadata.name));
+  const accounts = new Set(byKind("ServiceAccount").map((a) => a.metadata.name));
+  const roles = new Map(byKind("Role").map((r) => [r.metadata.name, r]));
+  if (byKind("ClusterRole").length + byKind("ClusterRoleBinding").length > 0) {
+    problem("RBAC", "the chart needs no cluster-wide rights");
+  }
+  const granted = new Map(); // ServiceAccount -> Deployments it may scale
+  for (const b of byKind("RoleBinding")) {
+    const role = roles.get(b.roleRef.name);
+    if (b.roleRef.kind !== "Role" || !role) problem(idOf(b), `binds ${b.roleRef.kind}/${b.roleRef.name}, not a rendered Role`);
+    for (const subject of b.subjects ?? []) {
+      if (subject.kind !== "ServiceAccount" || !accounts.has(subject.name)) {
+        problem(idOf(b), `binds ${subject.kind}/${subject.name}, not a rendered ServiceAccount`);
+      }
+      const names = (role?.rules ?? []).flatMap((r) => r.resourceNames ?? []);
+      granted.set(subject.name, [...(granted.get(subject.name) ?? []), ...names]);
+    }
+  }
+  for (const role of roles.values()) {
+    for (const rule of role.rules) {
+      const where = idOf(role);
+      if (JSON.stringify(rule.apiGroups) !== '["apps"]') problem(where, `grants API groups ${rule.apiGroups}`);
+      if (JSON.stringify(rule.resources) !== '["deployments/scale"]') problem(where, `grants ${rule.resources}`);
+      if (rule.verbs.some((v) => !["get", "patch"].includes(v))) problem(where, `grants verbs ${rule.verbs}`);
+      if (!rule.resourceNames?.length) problem(where, "grants every Deployment (no resourceNames)");
+      for (const name of rule.resourceNames ?? []) {
+        if (!/-(prefill|decode)$/.test(name) || !deployments.has(name)) {
+          problem(where, `grants ${name}, which is not a rendered worker pool`);
+        }
+      }
+    }
+  }
+  for (const [name, pod] of podsOf) {
+    const account = pod.spec.serviceAccountName;
+    if (account !== undefined && !accounts.has(account)) problem(`Deployment/${name}`, `runs as ${account}, not rendered`);
+    if (account === undefined && pod.spec.automountServiceAccountToken !== false &&
+        pod.metadata.labels["app.kubernetes.io/component"] === "planner") {
+      problem(`Deployment/${name}`, "mounts the default ServiceAccount's token it does not need");
+    }
+    for (const c of pod.spec.containers) {
+      if (c.command?.[0] !== "tandem-planner") continue;
+      const where = `Deployment/${name} planner`;
+      const scaled = (argValue(c.args, "kube_deployments") ?? "").split(",").filter(Boolean).map((kv) => kv.split("=")[1]);
+      const allowed = granted.get(account) ?? [];
+      if (canonical([...scaled].sort()) !== canonical([...allowed].sort())) {
+        problem(where, `--kube_deployments scales [${scaled}] but its ServiceAccount may scale [${allowed}]`);
+      }
+      if ((argValue(c.args, "mode") === "apply") !== scaled.length > 0) {
+        problem(where, "--mode=apply and --kube_deployments go together");
+      }
+      const [host, port] = (argValue(c.args, "router_metrics") ?? "").split(":");
+      const svc = byKind("Service").find((s) => host.startsWith(`${s.metadata.name}.`));
+      if (!svc || svc.spec.clusterIP !== "None" || svc.spec.selector?.["app.kubernetes.io/component"] !== "router" ||
+          !svc.spec.ports.some((p) => String(p.port) === port)) {
+        problem(where, `--router_metrics=${host}:${port} is not a headless Service of the routers with that port`);
+      }
+    }
   }
 }
 
@@ -323,6 +390,8 @@ function checkNetworkPolicies(objects) {
             ["KV", dst.kv, src.component === "prefill" || src.component === "decode"],
           ]
         : [["gRPC", dst.ports.grpc, true]];
+      // The planner reads every router's metrics.
+      if (!worker && src.component === "planner") expectations.push(["metrics", dst.ports.metrics, true]);
       for (const [what, port, allowed] of expectations) {
         if (port === undefined) continue;
         if (reaches(src, dst, port) !== allowed) {

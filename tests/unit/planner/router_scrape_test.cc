@@ -89,5 +89,38 @@ TEST(RouterScrape, AnObservationIsTheIntervalBetweenTwoReadings) {
   EXPECT_EQ(Between(b, a).request_rate, std::nullopt);
 }
 
+// Two replicas of the router over 10 s: A saw 50 requests (5/s), all of
+// TTFT under 0.1 s; B 20 (2/s), 10 under 0.5 s and 10 beyond. C appeared
+// between the readings and D restarted: they add nothing but C's view of
+// the pools. Merged, 70 requests: the median lies in A's bucket (0.1 x
+// 35/50), the 99th beyond 0.5 s.
+TEST(RouterScrape, ReplicasOfTheRouterAreAddedBeforeTheQuantile) {
+  auto read = [](const std::string& text, absl::Duration at) {
+    absl::StatusOr<RouterScrape> r = ParseRouterMetrics(text, kT0 + at);
+    EXPECT_OK(r.status());
+    return *r;
+  };
+  const RouterScrapes before = {{"a", read(Text(10, 1, 2, 3), absl::ZeroDuration())},
+                                {"b", read(Text(0, 0, 0, 0), absl::Seconds(1))},
+                                {"d", read(Text(500, 500, 500, 500), absl::Seconds(1))}};
+  const RouterScrapes after = {{"a", read(Text(60, 51, 52, 53, 2, 3), absl::Seconds(10))},
+                               {"b", read(Text(20, 0, 10, 20, 2, 2), absl::Seconds(11))},
+                               {"c", read(Text(900, 900, 900, 900, 2, 4), absl::Seconds(11))},
+                               {"d", read(Text(5, 5, 5, 5), absl::Seconds(11))}};
+  const Observation o = BetweenRouters(before, after);
+  EXPECT_EQ(o.at, kT0 + absl::Seconds(11));
+  EXPECT_THAT(o.request_rate, Optional(DoubleNear(7, 1e-12)));
+  EXPECT_THAT(o.refused_fraction, Optional(DoubleNear(0, 1e-12)));
+  EXPECT_THAT(o.ttft_p99, Optional(DoubleNear(0.5, 1e-12)));
+  EXPECT_THAT(BetweenRouters(before, after, 0.5).ttft_p99,
+              Optional(DoubleNear(0.1 * 35 / 50, 1e-12)));
+  EXPECT_EQ(o.prefill_ready, 2);
+  EXPECT_EQ(o.decode_ready, 4);
+  // Every router new or restarted: no rate and no quantile yet.
+  const Observation none = BetweenRouters({{"d", before.at("d")}}, after);
+  EXPECT_EQ(none.request_rate, std::nullopt);
+  EXPECT_EQ(none.ttft_p99, std::nullopt);
+}
+
 }  // namespace
 }  // namespace tandem::planner
