@@ -8,8 +8,9 @@
 #     reports it ready (tandem_router_workers_ready): model load, KV pool,
 #     warm-up, listing, the router's next resolve;
 #   - first: the first request's latency on a fresh cluster (one prefill and
-#     one decode worker just started), a 23-token prompt and one output
-#     token, and the median of the next five;
+#     one decode worker just started), a prompt of about 20 tokens and one
+#     output token, and the median of the next five (other prompts: no
+#     cached prefix);
 #   - drain: `scale` back down by both workers (unlist, a resolve interval,
 #     SIGTERM, the drain), timed whole.
 # The worker logs' own split (load, fingerprint, warm-up) is printed too.
@@ -36,14 +37,19 @@ timed() { # timed COMMAND...: runs it, prints its wall time in ms
   "$@" >/dev/null 2>"$work/timed.err" || { cat "$work/timed.err" >&2; exit 1; }
   ms_since "$t0"
 }
-prompt='{"prompt": "Once upon a time there was a little girl who lived in a small house near the woods.", "max_tokens": 1, "temperature": 0}'
+# Each request's prompt starts with another word, so that none reuses
+# another's cached prefix: 23 tokens each, one output token.
+n_request=0
 request_ms() {
+  n_request=$((n_request + 1))
+  local words=(Yesterday Tomorrow Suddenly Later Meanwhile Afterwards Finally Often)
   curl -s -o /dev/null -w '%{time_total}' -H 'Content-Type: application/json' \
-    -d "$prompt" "http://127.0.0.1:$((port + 1))/v1/completions" |
+    -d "{\"prompt\": \"${words[$((n_request % 8))]} there was a little girl who lived in a small house near the woods.\", \"max_tokens\": 1, \"temperature\": 0}" \
+    "http://127.0.0.1:$((port + 1))/v1/completions" |
     python3 -c 'import sys; print(round(float(sys.stdin.read()) * 1000, 1))'
 }
 log_split() { # log_split FILE: the worker's own start-up times
-  grep -ohE "hashed in [0-9.]+m?s|warmed up in [0-9.]+m?s" "$1" | tr '\n' ' '
+  grep -ohE "hashed in [0-9.]+m?s|warmed up with [0-9]+ tokens in [0-9.]+m?s" "$1" | tr '\n' ' '
 }
 
 printf '%-12s %-7s %10s %10s %10s %10s %10s  %s\n' shape warm-up "ready D" "ready P" \
