@@ -62,6 +62,11 @@ ABSL_FLAG(int, max_decode, 64, "Most decode workers");
 ABSL_FLAG(absl::Duration, cooldown, absl::Seconds(30), "No pool changes twice within this");
 ABSL_FLAG(absl::Duration, scale_down_delay, absl::Minutes(2),
           "A pool shrinks only after the load asked for fewer for this long");
+ABSL_FLAG(double, burst_limit, 0.1,
+          "Prompts prefilled on decode workers because every prefill worker was full (the "
+          "router's --prefill_burst_queue): over this share of requests for --burst_intervals "
+          "readings in a row, the prefill pool counts as short");
+ABSL_FLAG(int, burst_intervals, 3, "See --burst_limit");
 ABSL_FLAG(absl::Duration, start_timeout, absl::Minutes(5),
           "A pool short of ready workers this long after a change is reported");
 ABSL_FLAG(std::string, mode, "advisory",
@@ -241,6 +246,8 @@ absl::StatusOr<PlannerOptions> OptionsFromFlags() {
   o.cooldown = absl::GetFlag(FLAGS_cooldown);
   o.scale_down_delay = absl::GetFlag(FLAGS_scale_down_delay);
   o.start_timeout = absl::GetFlag(FLAGS_start_timeout);
+  o.burst_limit = absl::GetFlag(FLAGS_burst_limit);
+  o.burst_intervals = absl::GetFlag(FLAGS_burst_intervals);
   // Two intervals without a fresh reading is stale.
   o.stale_after = 2 * absl::GetFlag(FLAGS_interval);
   if (const absl::Duration t = absl::GetFlag(FLAGS_ttft_p99); t > absl::ZeroDuration()) {
@@ -394,6 +401,7 @@ absl::Status Main() {
                            {"rate", obs.request_rate.value_or(-1)},
                            {"ttft_p99", obs.ttft_p99.value_or(-1)},
                            {"tpot_p99", obs.tpot_p99.value_or(-1)},
+                           {"burst_share", obs.burst_fraction.value_or(0)},
                            {"ready", {obs.prefill_ready, obs.decode_ready}},
                            {"forecast", d.forecast_rate},
                            {"desired", {d.desired.prefill, d.desired.decode}},

@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(
     return absl::InvalidArgumentError(
         "give a correction limit of at least 1 and a correction weight in (0, 1]");
   }
+  if (options.burst_intervals < 1) {
+    return absl::InvalidArgumentError("burst_intervals must be at least 1");
+  }
   return std::unique_ptr<PlannerCore>(
       new PlannerCore(std::move(options), std::move(table), std::move(forecaster), initial, now));
 }
@@ -173,7 +176,16 @@ Decision PlannerCore::Step(const Observation& obs, absl::Time now) {
     return d;
   }
   forecaster_->Observe(obs.at, *obs.request_rate);
-  UpdateCorrection(obs.ttft_p99, options_.ttft_target, prefill_correction_);
+  burst_run_ = obs.burst_fraction.value_or(0) > options_.burst_limit ? burst_run_ + 1 : 0;
+  if (burst_run_ >= options_.burst_intervals) {
+    // Decode workers keep prefilling what the prefill pool cannot take:
+    // as far over its target as counts, whatever TTFT the absorbing hides.
+    const double target = options_.ttft_target.value_or(1);
+    UpdateCorrection(std::max(obs.ttft_p99.value_or(0), options_.correction_limit * target), target,
+                     prefill_correction_);
+  } else {
+    UpdateCorrection(obs.ttft_p99, options_.ttft_target, prefill_correction_);
+  }
   std::optional<double> tpot = obs.tpot_p99;
   if (obs.refused_fraction.value_or(0) > options_.refused_limit) {
     // Refusals are a full decode pool: as far over its target as counts.

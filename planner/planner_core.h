@@ -17,7 +17,9 @@
 //      lookup; the decode count from the TPOT lookup, or the TTFT lookup's
 //      when that is colocated (its decode workers prefill), whichever is
 //      larger. Then the bounds. Requests refused for want of capacity
-//      (over refused_limit of them) count as TPOT at the correction limit.
+//      (over refused_limit of them) count as TPOT at the correction limit;
+//      prompts absorbed by decode workers in bursts (over burst_limit of
+//      them, burst_intervals in a row) count as TTFT at that limit.
 //   3. A pool grows at once, unless it changed within the cool-down; it
 //      shrinks only when every desired count for scale_down_delay was
 //      below it (to the largest of them), and not within the cool-down.
@@ -91,6 +93,12 @@ struct PlannerOptions {
   // decode pool turns requests away before any latency shows it) counts
   // as the decode pool's latency at the correction limit.
   double refused_limit = 0.01;
+  // Decode workers absorb a burst of prompts that fills every prefill
+  // worker; the prefill pool is short only when they keep doing it: more
+  // than burst_limit of the requests, burst_intervals observations in a
+  // row, counts as the prefill pool's latency at the correction limit.
+  double burst_limit = 0.1;
+  int burst_intervals = 3;
 };
 
 // What the planner reads each step.
@@ -103,6 +111,9 @@ struct Observation {
   std::optional<double> tpot_p99;
   // The share of the interval's requests refused for want of capacity.
   std::optional<double> refused_fraction;
+  // The share of them prefilled on decode workers because every prefill
+  // worker was full (the router's --prefill_burst_queue).
+  std::optional<double> burst_fraction;
   // Workers the router holds ready in each pool.
   int prefill_ready = 0;
   int decode_ready = 0;
@@ -152,6 +163,7 @@ class PlannerCore {
   std::unique_ptr<Forecaster> forecaster_;
   PoolCounts target_;
   PoolState prefill_state_, decode_state_;
+  int burst_run_ = 0;  // observations in a row over burst_limit
   double prefill_correction_ = 1;
   double decode_correction_ = 1;
 };

@@ -104,6 +104,8 @@ absl::StatusOr<RouterScrape> ParseRouterMetrics(absl::string_view text, absl::Ti
         r.refused += s->value;
       }
       saw_requests = true;
+    } else if (s->name == "tandem_router_burst_prefill_requests_total") {
+      r.burst_prefills = s->value;
     } else if (s->name == "tandem_router_time_to_first_token_seconds_bucket") {
       r.ttft_buckets.emplace_back(Bound(s->labels["le"]), s->value);
     } else if (s->name == "tandem_router_time_per_output_token_seconds_bucket") {
@@ -194,7 +196,7 @@ Observation Between(const RouterScrape& before, const RouterScrape& after, doubl
 
 Observation BetweenRouters(const RouterScrapes& before, const RouterScrapes& after, double q) {
   Observation o;
-  double rate = 0, requests = 0, refused = 0;
+  double rate = 0, requests = 0, refused = 0, bursts = 0;
   bool any_rate = false;
   Buckets ttft, tpot;
   for (const auto& [address, now] : after) {
@@ -210,12 +212,16 @@ Observation BetweenRouters(const RouterScrapes& before, const RouterScrapes& aft
     rate += (now.requests - was.requests) / seconds;
     requests += now.requests - was.requests;
     refused += now.refused - was.refused;
+    bursts += std::max(0.0, now.burst_prefills - was.burst_prefills);
     any_rate = true;
     AddGrowth(Growth(was.ttft_buckets, now.ttft_buckets), ttft);
     AddGrowth(Growth(was.tpot_buckets, now.tpot_buckets), tpot);
   }
   if (any_rate) o.request_rate = rate;
-  if (requests > 0) o.refused_fraction = refused / requests;
+  if (requests > 0) {
+    o.refused_fraction = refused / requests;
+    o.burst_fraction = bursts / requests;
+  }
   o.ttft_p99 = Quantile(ttft, q);
   o.tpot_p99 = Quantile(tpot, q);
   return o;

@@ -23,6 +23,10 @@ struct RouterScrape {
   // Of those, the ones turned away or failed for want of capacity
   // (resource_exhausted, unavailable, deadline_exceeded).
   double refused = 0;
+  // Prompts prefilled on decode workers because every prefill worker was
+  // full (tandem_router_burst_prefill_requests_total; 0 from a router
+  // without it).
+  double burst_prefills = 0;
   // Cumulative buckets (upper bound, count), increasing bounds, +Inf last.
   std::vector<std::pair<double, double>> ttft_buckets;
   std::vector<std::pair<double, double>> tpot_buckets;
@@ -45,8 +49,8 @@ std::optional<double> QuantileOfGrowth(const std::vector<std::pair<double, doubl
                                        double q);
 
 // The observation over [before.at, after.at]: requests per second, the
-// share of them refused, TTFT and TPOT at `q`, and `after`'s ready workers. A counter that went
-// down (the router restarted) gives no rate.
+// shares of them refused and prefilled on decode workers in a burst, TTFT and TPOT at `q`, and
+// `after`'s ready workers. A counter that went down (the router restarted) gives no rate.
 Observation Between(const RouterScrape& before, const RouterScrape& after, double q = 0.99);
 
 // One reading per router replica, keyed by the address it was read at.

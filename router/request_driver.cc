@@ -89,6 +89,9 @@ void RequestDriver::Begin() {
       env_.options.local_prefill_tokens, burst,
       burst > 0 ? env_.registry->Snapshot(WorkerRole::kDecode) : std::vector<WorkerSnapshot>{});
   why_ = decision.reason;
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr && decision.burst) {
+    m->burst_prefill_requests.Increment();
+  }
   if (decision.local) {
     RunLocal();
   } else {

@@ -51,6 +51,10 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
                                         "Requests served by a prefill worker and a decode worker")),
       local_prefill_requests(AddCounter(registry, "tandem_router_local_prefill_requests_total",
                                         "Requests prefilled on their decode worker")),
+      burst_prefill_requests(AddCounter(
+          registry, "tandem_router_burst_prefill_requests_total",
+          "Prompts prefilled on a decode worker because every prefill worker held "
+          "--prefill_burst_queue prompts (the planner counts them against the prefill pool)")),
       prompt_tokens(AddCounter(registry, "tandem_router_prompt_tokens_total",
                                "Prompt tokens of requests sent to a decode worker")),
       generation_tokens(AddCounter(registry, "tandem_router_generation_tokens_total",

@@ -34,6 +34,7 @@ struct RouterMetrics {
   prometheus::Counter& migrations;
   prometheus::Counter& disaggregated_requests;
   prometheus::Counter& local_prefill_requests;
+  prometheus::Counter& burst_prefill_requests;
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generation_tokens;
   // Workers healthy and in each pool after the last health poll round

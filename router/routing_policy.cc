@@ -186,17 +186,19 @@ PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int pr
                               int local_prefill_tokens, int burst_queue,
                               const std::vector<WorkerSnapshot>& decode) {
   if (prefill.empty()) {
-    return {true, "local prefill: no prefill workers (colocated mode)"};
+    return {.local = true, .reason = "local prefill: no prefill workers (colocated mode)"};
   }
   const bool any_routable = std::any_of(prefill.begin(), prefill.end(),
                                         [](const WorkerSnapshot& w) { return w.routable(); });
   if (!any_routable) {
-    return {true, absl::StrCat("local prefill: none of the ", prefill.size(),
-                               " prefill workers is healthy and not draining")};
+    return {.local = true,
+            .reason = absl::StrCat("local prefill: none of the ", prefill.size(),
+                                   " prefill workers is healthy and not draining")};
   }
   if (prompt_len <= local_prefill_tokens) {
-    return {true, absl::StrCat("local prefill: prompt of ", prompt_len,
-                               " tokens <= --local_prefill_tokens=", local_prefill_tokens)};
+    return {.local = true,
+            .reason = absl::StrCat("local prefill: prompt of ", prompt_len,
+                                   " tokens <= --local_prefill_tokens=", local_prefill_tokens)};
   }
   if (burst_queue > 0) {
     int64_t shortest = std::numeric_limits<int64_t>::max();
@@ -207,13 +209,16 @@ PrefillDecision DecidePrefill(const std::vector<WorkerSnapshot>& prefill, int pr
       return w.routable() && w.waiting == 0;
     });
     if (shortest >= burst_queue && spare != decode.end()) {
-      return {true, absl::StrCat("local prefill (burst): every prefill worker holds ", shortest,
-                                 "+ prompts (--prefill_burst_queue=", burst_queue, ") and decode ",
-                                 spare->address, " has none waiting")};
+      return {.local = true,
+              .burst = true,
+              .reason = absl::StrCat("local prefill (burst): every prefill worker holds ", shortest,
+                                     "+ prompts (--prefill_burst_queue=", burst_queue,
+                                     ") and decode ", spare->address, " has none waiting")};
     }
   }
-  return {false, absl::StrCat("disaggregated: prompt of ", prompt_len, " tokens > ",
-                              "--local_prefill_tokens=", local_prefill_tokens)};
+  return {.local = false,
+          .reason = absl::StrCat("disaggregated: prompt of ", prompt_len, " tokens > ",
+                                 "--local_prefill_tokens=", local_prefill_tokens)};
 }
 
 }  // namespace tandem::router

@@ -81,6 +81,9 @@ std::optional<Pick> PickDecodeWorkerByPrefix(const std::vector<WorkerSnapshot>& 
 struct PrefillDecision {
   // Prefill on the decode worker instead of a prefill worker.
   bool local = false;
+  // Local because every prefill worker was full (burst_queue): the prefill
+  // pool is short, which the router counts for the planner.
+  bool burst = false;
   std::string reason;
 };
 

@@ -211,6 +211,34 @@ TEST(PlannerCore, RefusedRequestsGrowTheDecodePool) {
   EXPECT_EQ(d.desired, (PoolCounts{1, 4}));
 }
 
+// Prompts that decode workers prefill because every prefill worker is full
+// are a prefill pool that is short, but one burst is what the absorbing is
+// for: only burst_intervals readings in a row over burst_limit count, as
+// TTFT at the correction limit.
+TEST(PlannerCore, DecodeWorkersAbsorbingBurstsGrowThePrefillPoolOnlyWhenTheyKeepAtIt) {
+  auto planner = Planner(Options(), {1, 2});
+  Observation seen = Seen(100, 8);
+  seen.burst_fraction = 0.3;
+  for (int i = 0; i < 2; ++i) {
+    seen.at = At(100 + 10 * i);
+    EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1, 1e-9)) << i;
+  }
+  seen.burst_fraction = 0.05;  // under the limit: the run starts over
+  seen.at = At(120);
+  planner->Step(seen, seen.at);
+  seen.burst_fraction = 0.3;
+  for (int i = 0; i < 2; ++i) {
+    seen.at = At(130 + 10 * i);
+    EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1, 1e-9)) << i;
+  }
+  seen.at = At(150);
+  const Decision d = planner->Step(seen, seen.at);
+  EXPECT_THAT(d.prefill_correction, DoubleNear(1.5, 1e-9));
+  EXPECT_THAT(d.decode_correction, DoubleNear(1, 1e-9));
+  // Prefill looks up 12 req/s (2P), decode 8 (2D).
+  EXPECT_EQ(d.desired, (PoolCounts{2, 2}));
+}
+
 // A colocated deployment's decode workers prefill: when the TTFT lookup
 // lands on one, its decode count holds if it is the larger.
 TEST(PlannerCore, AColocatedLookupSizesTheDecodePool) {

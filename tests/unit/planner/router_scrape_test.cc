@@ -122,5 +122,23 @@ TEST(RouterScrape, ReplicasOfTheRouterAreAddedBeforeTheQuantile) {
   EXPECT_EQ(none.ttft_p99, std::nullopt);
 }
 
+// The prompts decode workers prefilled in bursts, as a share of the
+// interval's requests (a router without the series counts none).
+TEST(RouterScrape, BurstPrefillsAreAShareOfTheIntervalsRequests) {
+  ASSERT_OK_AND_ASSIGN(
+      const RouterScrape a,
+      ParseRouterMetrics(Text(10, 1, 2, 3) + "tandem_router_burst_prefill_requests_total 4\n",
+                         kT0));
+  ASSERT_OK_AND_ASSIGN(
+      const RouterScrape b,
+      ParseRouterMetrics(Text(60, 51, 52, 53) + "tandem_router_burst_prefill_requests_total 14\n",
+                         kT0 + absl::Seconds(10)));
+  EXPECT_EQ(b.burst_prefills, 14);
+  EXPECT_THAT(Between(a, b).burst_fraction, Optional(DoubleNear(0.2, 1e-12)));
+  ASSERT_OK_AND_ASSIGN(const RouterScrape old,
+                       ParseRouterMetrics(Text(60, 51, 52, 53), kT0 + absl::Seconds(10)));
+  EXPECT_THAT(Between(a, old).burst_fraction, Optional(DoubleNear(0, 1e-12)));
+}
+
 }  // namespace
 }  // namespace tandem::planner

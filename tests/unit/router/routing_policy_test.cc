@@ -129,6 +129,7 @@ TEST(DecidePrefill, LocalWhenNoPrefillWorkerIsRoutable) {
 TEST(DecidePrefill, ShortPromptsStayLocal) {
   const std::vector<WorkerSnapshot> w = {Prefill("a", 0)};
   EXPECT_TRUE(DecidePrefill(w, 8, 8).local);
+  EXPECT_FALSE(DecidePrefill(w, 8, 8).burst);
   EXPECT_THAT(DecidePrefill(w, 8, 8).reason, HasSubstr("--local_prefill_tokens"));
   EXPECT_FALSE(DecidePrefill(w, 9, 8).local);
   // Default 0: always disaggregate when a prefill worker is there.
@@ -145,6 +146,7 @@ TEST(DecidePrefill, ABurstGoesToADecodeWorkerWithRoom) {
   decode[0].waiting = 2;
   PrefillDecision d = DecidePrefill(prefill, 100, 0, 4, decode);
   EXPECT_TRUE(d.local);
+  EXPECT_TRUE(d.burst);  // counted for the planner
   EXPECT_THAT(d.reason, HasSubstr("burst"));
   EXPECT_THAT(d.reason, HasSubstr("decode d2"));
   // One prefill worker with room: disaggregated as usual.
