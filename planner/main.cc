@@ -354,7 +354,19 @@ absl::Status Main() {
   }
 
   const std::string targets = absl::GetFlag(FLAGS_router_metrics);
-  ASSIGN_OR_RETURN(RouterScrapes last, ScrapeAll(targets));
+  // The routers may start after the planner (one Helm release): wait for
+  // the first reading, every --interval, until stopped.
+  absl::StatusOr<RouterScrapes> read = ScrapeAll(targets);
+  while (!read.ok() && !absl::IsInvalidArgument(read.status()) && !stop.load()) {
+    LOG(WARNING) << read.status() << "; trying again in "
+                 << absl::FormatDuration(absl::GetFlag(FLAGS_interval));
+    const absl::Time next = absl::Now() + absl::GetFlag(FLAGS_interval);
+    while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
+    read = ScrapeAll(targets);
+  }
+  if (stop.load()) return absl::OkStatus();
+  if (!read.ok()) return read.status();
+  RouterScrapes last = *std::move(read);
   const Observation first = BetweenRouters({}, last);
   PoolCounts initial{first.prefill_ready, first.decode_ready};
   Applier apply;
