@@ -2,10 +2,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -60,20 +62,25 @@ absl::Status HttpError(const KubeApi& api, const std::string& deployment, const 
   }
 }
 
-class Client {
- public:
-  explicit Client(const KubeApi& api) : client_(api.server) {
-    const int64_t ms = absl::ToInt64Milliseconds(api.timeout);
-    client_.set_connection_timeout(std::chrono::milliseconds(ms));
-    client_.set_read_timeout(std::chrono::milliseconds(ms));
-    client_.set_write_timeout(std::chrono::milliseconds(ms));
-    if (!api.ca_file.empty()) client_.set_ca_cert_path(api.ca_file.c_str());
+// A client for the API server's URL: TLS (verifying the server against
+// the CA) for https, plain for http.
+absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Connect(const KubeApi& api) {
+  ASSIGN_OR_RETURN(const ServerUrl url, ParseServerUrl(api.server));
+  std::unique_ptr<httplib::ClientImpl> client;
+  if (url.tls) {
+    auto tls = std::make_unique<httplib::SSLClient>(url.host, url.port);
+    tls->enable_server_certificate_verification(true);
+    if (!api.ca_file.empty()) tls->set_ca_cert_path(api.ca_file.c_str());
+    client = std::move(tls);
+  } else {
+    client = std::make_unique<httplib::ClientImpl>(url.host, url.port);
   }
-  httplib::Client* operator->() { return &client_; }
-
- private:
-  httplib::Client client_;
-};
+  const int64_t ms = absl::ToInt64Milliseconds(api.timeout);
+  client->set_connection_timeout(std::chrono::milliseconds(ms));
+  client->set_read_timeout(std::chrono::milliseconds(ms));
+  client->set_write_timeout(std::chrono::milliseconds(ms));
+  return client;
+}
 
 absl::StatusOr<httplib::Headers> AuthHeaders(const KubeApi& api) {
   httplib::Headers headers = {{"Accept", "application/json"}};
@@ -99,6 +106,41 @@ absl::StatusOr<int> ReplicasOf(const std::string& body) {
 }
 
 }  // namespace
+
+absl::StatusOr<ServerUrl> ParseServerUrl(absl::string_view url) {
+  const absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
+      "the API server's URL '", url,
+      "' is not https://HOST[:PORT] or http://HOST[:PORT] (an IPv6 HOST in brackets; no path)"));
+  ServerUrl out;
+  absl::string_view rest = url;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    out.tls = true;
+    out.port = 443;
+  } else if (absl::ConsumePrefix(&rest, "http://")) {
+    out.port = 80;
+  } else {
+    return bad;
+  }
+  absl::ConsumeSuffix(&rest, "/");
+  absl::string_view port;
+  if (absl::ConsumePrefix(&rest, "[")) {
+    const size_t close = rest.find(']');
+    if (close == absl::string_view::npos || close == 0) return bad;
+    out.host = std::string(rest.substr(0, close));
+    rest.remove_prefix(close + 1);
+    if (!rest.empty() && !absl::ConsumePrefix(&rest, ":")) return bad;
+    port = rest;
+  } else {
+    const size_t colon = rest.find(':');
+    out.host = std::string(rest.substr(0, colon));
+    if (colon != absl::string_view::npos) port = rest.substr(colon + 1);
+  }
+  if (out.host.empty() || out.host.find('/') != std::string::npos) return bad;
+  if (!port.empty() && (!absl::SimpleAtoi(port, &out.port) || out.port <= 0 || out.port > 65535)) {
+    return bad;
+  }
+  return out;
+}
 
 absl::StatusOr<KubeApi> InClusterApi(const std::string& account_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
@@ -127,8 +169,8 @@ absl::StatusOr<KubeApi> InClusterApi(const std::string& account_dir) {
 absl::StatusOr<int> DeploymentScaler::Replicas(const std::string& deployment) const {
   absl::StatusOr<httplib::Headers> headers = AuthHeaders(api_);
   if (!headers.ok()) return headers.status();
-  Client client(api_);
-  const httplib::Result r = client->Get(ScalePath(api_, deployment), *headers);
+  ASSIGN_OR_RETURN(const std::unique_ptr<httplib::ClientImpl> client, Connect(api_));
+  const httplib::Result r = client->Get(ScalePath(api_, deployment).c_str(), *headers);
   if (!r || r->status != 200) return HttpError(api_, deployment, "get", r);
   return ReplicasOf(r->body);
 }
@@ -139,10 +181,10 @@ absl::Status DeploymentScaler::Scale(const std::string& deployment, int replicas
   }
   absl::StatusOr<httplib::Headers> headers = AuthHeaders(api_);
   if (!headers.ok()) return headers.status();
-  Client client(api_);
+  ASSIGN_OR_RETURN(const std::unique_ptr<httplib::ClientImpl> client, Connect(api_));
   const std::string patch = nlohmann::json{{"spec", {{"replicas", replicas}}}}.dump();
-  const httplib::Result r =
-      client->Patch(ScalePath(api_, deployment), *headers, patch, "application/merge-patch+json");
+  const httplib::Result r = client->Patch(ScalePath(api_, deployment).c_str(), *headers, patch,
+                                          "application/merge-patch+json");
   if (!r || r->status != 200) return HttpError(api_, deployment, "patch", r);
   absl::StatusOr<int> now = ReplicasOf(r->body);
   if (!now.ok()) return now.status();

@@ -9,9 +9,21 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace tandem::planner {
+
+// An API server's address, parsed: cpp-httplib's own URL parsing takes
+// neither hex IPv6 addresses nor a trailing slash.
+struct ServerUrl {
+  bool tls = false;
+  std::string host;  // an IPv6 address without its brackets
+  int port = 0;
+};
+// https://HOST[:PORT] (443) or http://HOST[:PORT] (80), an IPv6 HOST in
+// brackets, at most a trailing '/'. INVALID_ARGUMENT saying the form.
+absl::StatusOr<ServerUrl> ParseServerUrl(absl::string_view url);
 
 struct KubeApi {
   // https://HOST:PORT of the API server (http:// only for tests).

@@ -127,7 +127,16 @@ absl::StatusOr<std::vector<Endpoint>> Resolve(const std::string& targets) {
       LOG(WARNING) << "cannot resolve " << host << ": " << gai_strerror(e);
       continue;
     }
+    // One family per name: a dual-stack name gives each router under both,
+    // and reading it twice would count it twice. IPv4 where there is any.
+    const bool any_v4 = [&] {
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        if (a->ai_family == AF_INET) return true;
+      }
+      return false;
+    }();
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      if (any_v4 && a->ai_family != AF_INET) continue;
       char name[NI_MAXHOST];
       if (getnameinfo(a->ai_addr, a->ai_addrlen, name, sizeof(name), nullptr, 0, NI_NUMERICHOST) ==
           0) {
@@ -160,21 +169,28 @@ absl::StatusOr<RouterScrape> Scrape(const Endpoint& e) {
 }
 
 // One reading of every router; the first error when none could be read.
-absl::StatusOr<RouterScrapes> ScrapeAll(const std::string& targets) {
+// One reading of every router; the first error when none could be read. A
+// router still listed whose read failed keeps its reading from `last`, so
+// that its next good read covers both intervals (a dropped reading would
+// count it as new, and its requests would vanish from two intervals).
+absl::StatusOr<RouterScrapes> ScrapeAll(const std::string& targets, const RouterScrapes& last) {
   ASSIGN_OR_RETURN(const std::vector<Endpoint> endpoints, Resolve(targets));
   RouterScrapes out;
   absl::Status first = absl::UnavailableError(
       absl::StrCat("--router_metrics '", targets, "' resolves to no address"));
+  bool fresh = false;
   for (const Endpoint& e : endpoints) {
     absl::StatusOr<RouterScrape> r = Scrape(e);
     if (r.ok()) {
       out.emplace(e.key(), *std::move(r));
-    } else {
-      LOG(WARNING) << r.status();
-      if (out.empty()) first = r.status();
+      fresh = true;
+      continue;
     }
+    LOG(WARNING) << r.status();
+    if (!fresh) first = r.status();
+    if (const auto was = last.find(e.key()); was != last.end()) out.emplace(*was);
   }
-  if (out.empty()) return first;
+  if (!fresh) return first;
   return out;
 }
 
@@ -280,9 +296,11 @@ absl::StatusOr<std::map<std::string, std::string>> KubeDeployments(const std::st
   return out;
 }
 
-// The Kubernetes applier, and the Deployments' replicas now (checked once
-// at start, so a missing right fails here rather than at the first change).
-absl::StatusOr<std::pair<Applier, PoolCounts>> KubeApplier(const PlannerOptions& options) {
+// The Kubernetes applier, and the named Deployments' replicas now by pool
+// (read once at start, so that a missing right fails here rather than at
+// the first change).
+absl::StatusOr<std::pair<Applier, std::map<std::string, int>>> KubeApplier(
+    const PlannerOptions& options) {
   ASSIGN_OR_RETURN(const auto deployments, KubeDeployments(absl::GetFlag(FLAGS_kube_deployments)));
   KubeApi api;
   if (const std::string url = absl::GetFlag(FLAGS_kube_api); url.empty()) {
@@ -296,11 +314,11 @@ absl::StatusOr<std::pair<Applier, PoolCounts>> KubeApplier(const PlannerOptions&
   if (api.kube_namespace.empty()) {
     return absl::InvalidArgumentError("--kube_api outside a pod needs --kube_namespace");
   }
+  RETURN_IF_ERROR(ParseServerUrl(api.server).status());
   auto scaler = std::make_shared<DeploymentScaler>(api);
-  PoolCounts now;
+  std::map<std::string, int> now;
   for (const auto& [pool, name] : deployments) {
-    ASSIGN_OR_RETURN(const int replicas, scaler->Replicas(name));
-    (pool == "prefill" ? now.prefill : now.decode) = replicas;
+    ASSIGN_OR_RETURN(now[pool], scaler->Replicas(name));
   }
   if (deployments.count("prefill") == 0 && options.prefill.max > 0) {
     return absl::InvalidArgumentError(
@@ -353,25 +371,10 @@ absl::Status Main() {
     if (!log) return absl::InvalidArgumentError(absl::StrCat("cannot open ", path));
   }
 
-  const std::string targets = absl::GetFlag(FLAGS_router_metrics);
-  // The routers may start after the planner (one Helm release): wait for
-  // the first reading, every --interval, until stopped.
-  absl::StatusOr<RouterScrapes> read = ScrapeAll(targets);
-  while (!read.ok() && !absl::IsInvalidArgument(read.status()) && !stop.load()) {
-    LOG(WARNING) << read.status() << "; trying again in "
-                 << absl::FormatDuration(absl::GetFlag(FLAGS_interval));
-    const absl::Time next = absl::Now() + absl::GetFlag(FLAGS_interval);
-    while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
-    read = ScrapeAll(targets);
-  }
-  if (stop.load()) return absl::OkStatus();
-  if (!read.ok()) return read.status();
-  RouterScrapes last = *std::move(read);
-  const Observation first = BetweenRouters({}, last);
-  PoolCounts initial{first.prefill_ready, first.decode_ready};
   Applier apply;
+  std::map<std::string, int> deployed;  // the named Deployments' replicas
   if (mode == "apply" && kube) {
-    ASSIGN_OR_RETURN(std::tie(apply, initial), KubeApplier(options));
+    ASSIGN_OR_RETURN(std::tie(apply, deployed), KubeApplier(options));
   } else if (mode == "apply") {
     apply = [command](const PoolCounts& target) {
       return RunCommand(absl::StrReplaceAll(command, {{"{prefill}", absl::StrCat(target.prefill)},
@@ -379,23 +382,48 @@ absl::Status Main() {
                         absl::GetFlag(FLAGS_apply_timeout));
     };
   }
+  const absl::Duration run_for = absl::GetFlag(FLAGS_run_for);
+  const absl::Time end =
+      run_for > absl::ZeroDuration() ? absl::Now() + run_for : absl::InfiniteFuture();
+  const std::string targets = absl::GetFlag(FLAGS_router_metrics);
+  // The routers may start after the planner (one Helm release): wait for
+  // the first reading, every --interval, until stopped or --run_for ends.
+  absl::StatusOr<RouterScrapes> read = ScrapeAll(targets, {});
+  while (!read.ok() && !absl::IsInvalidArgument(read.status()) && !stop.load() &&
+         absl::Now() < end) {
+    LOG(WARNING) << read.status() << "; trying again in "
+                 << absl::FormatDuration(absl::GetFlag(FLAGS_interval));
+    const absl::Time next = absl::Now() + absl::GetFlag(FLAGS_interval);
+    while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
+    read = ScrapeAll(targets, {});
+  }
+  if (stop.load()) return absl::OkStatus();
+  if (!read.ok()) return read.status();
+  RouterScrapes last = *std::move(read);
+  const Observation first = BetweenRouters({}, last);
+  // Where the pools start: the Deployments' sizes where named, else what
+  // the routers hold ready.
+  PoolCounts initial{deployed.count("prefill") ? deployed["prefill"] : first.prefill_ready,
+                     deployed.count("decode") ? deployed["decode"] : first.decode_ready};
   initial = {std::clamp(initial.prefill, options.prefill.min, options.prefill.max),
              std::clamp(initial.decode, options.decode.min, options.decode.max)};
+  // What the pools were last set to (at first, what they are); a target
+  // that differs, because it changed or its change failed, is applied
+  // every interval until it takes.
+  PoolCounts applied{deployed.count("prefill") ? deployed["prefill"] : first.prefill_ready,
+                     deployed.count("decode") ? deployed["decode"] : first.decode_ready};
   ASSIGN_OR_RETURN(
       std::unique_ptr<PlannerCore> core,
       PlannerCore::Create(options, std::move(table), std::move(forecaster), initial, absl::Now()));
   LOG(INFO) << "tandem-planner (" << mode << "): the pools start at " << initial.prefill
             << " prefill and " << initial.decode << " decode workers";
-  const absl::Duration run_for = absl::GetFlag(FLAGS_run_for);
-  const absl::Time end =
-      run_for > absl::ZeroDuration() ? absl::Now() + run_for : absl::InfiniteFuture();
   while (!stop.load()) {
     const absl::Time next = absl::Now() + absl::GetFlag(FLAGS_interval);
     while (absl::Now() < next && !stop.load()) absl::SleepFor(absl::Milliseconds(100));
     if (stop.load() || absl::Now() > end) break;
     Observation obs;
     obs.at = BetweenRouters({}, last).at;  // stale unless a fresh reading replaces it
-    if (absl::StatusOr<RouterScrapes> now = ScrapeAll(targets); now.ok()) {
+    if (absl::StatusOr<RouterScrapes> now = ScrapeAll(targets, last); now.ok()) {
       obs = BetweenRouters(last, *now);
       last = *std::move(now);
     } else {
@@ -425,13 +453,15 @@ absl::Status Main() {
       m.changes.Increment();
       LOG(INFO) << "pools -> " << d.target.prefill << " prefill, " << d.target.decode
                 << " decode: " << d.reason;
-      if (apply) {
-        const absl::Status applied = apply(d.target);
-        line["applied"] = applied.ok() ? "ok" : applied.ToString();
-        if (!applied.ok()) {
-          m.apply_failures.Increment();
-          LOG(ERROR) << applied;
-        }
+    }
+    if (apply && !(d.target == applied)) {
+      const absl::Status status = apply(d.target);
+      line["applied"] = status.ok() ? "ok" : status.ToString();
+      if (status.ok()) {
+        applied = d.target;
+      } else {
+        m.apply_failures.Increment();
+        LOG(ERROR) << status << " (tried again next interval)";
       }
     }
     if (log.is_open()) log << line.dump() << "\n" << std::flush;

@@ -125,6 +125,10 @@ void PlannerCore::UpdateCorrection(std::optional<double> observed, std::optional
   correction += options_.correction_weight * (ratio - correction);
 }
 
+void PlannerCore::Relax(double& correction) const {
+  correction += options_.correction_weight * (1 - correction);
+}
+
 bool PlannerCore::Settle(const char* name, int desired, int& target, PoolState& state,
                          absl::Time now, std::string& reason) {
   const bool cooling = now - state.last_change < options_.cooldown;
@@ -168,11 +172,13 @@ Decision PlannerCore::Step(const Observation& obs, absl::Time now) {
     d.reason = absl::StrCat("metrics read ", absl::FormatDuration(now - obs.at),
                             " ago are stale: holding");
     d.warnings.push_back(d.reason);
+    burst_run_ = 0;  // "in a row" means readings in a row
     return d;
   }
   if (!obs.request_rate.has_value()) {
     d.reason = "no request rate in the metrics: holding";
     d.warnings.push_back(d.reason);
+    burst_run_ = 0;
     return d;
   }
   forecaster_->Observe(obs.at, *obs.request_rate);
@@ -183,8 +189,10 @@ Decision PlannerCore::Step(const Observation& obs, absl::Time now) {
     const double target = options_.ttft_target.value_or(1);
     UpdateCorrection(std::max(obs.ttft_p99.value_or(0), options_.correction_limit * target), target,
                      prefill_correction_);
-  } else {
+  } else if (options_.ttft_target.has_value()) {
     UpdateCorrection(obs.ttft_p99, options_.ttft_target, prefill_correction_);
+  } else {
+    Relax(prefill_correction_);  // without a target only bursts move it
   }
   std::optional<double> tpot = obs.tpot_p99;
   if (obs.refused_fraction.value_or(0) > options_.refused_limit) {
@@ -192,8 +200,10 @@ Decision PlannerCore::Step(const Observation& obs, absl::Time now) {
     const double target = options_.tpot_target.value_or(1);
     tpot = std::max(tpot.value_or(0), options_.correction_limit * target);
     UpdateCorrection(tpot, target, decode_correction_);
-  } else {
+  } else if (options_.tpot_target.has_value()) {
     UpdateCorrection(tpot, options_.tpot_target, decode_correction_);
+  } else {
+    Relax(decode_correction_);  // without a target only refusals move it
   }
   d.prefill_correction = prefill_correction_;
   d.decode_correction = decode_correction_;

@@ -157,6 +157,9 @@ class PlannerCore {
               std::string& reason);
   void UpdateCorrection(std::optional<double> observed, std::optional<double> target,
                         double& correction) const;
+  // Moves a correction back toward 1 (a pool without a latency target,
+  // once what pushed it stops).
+  void Relax(double& correction) const;
 
   const PlannerOptions options_;
   const ScalingTable table_;

@@ -47,7 +47,8 @@ absl::StatusOr<WorkerEngine> CreateWorkerEngine(const ModelWeights& weights,
                 << absl::Now() - start;
     } else {
       LOG(WARNING) << options.role
-                   << " worker not warmed up: the KV pool cannot hold the warm-up prompt";
+                   << " worker not warmed up: its step, context or KV pool is too small for a "
+                      "warm-up prompt";
     }
   }
   LOG(INFO) << options.role << " worker KV path: "
@@ -65,7 +66,9 @@ absl::StatusOr<int> WarmUpEngine(Engine& engine, int tokens) {
   const int blocks = (n + 1 + limits.block_size - 1) / limits.block_size;
   if (n <= 0 || engine.block_pool().num_free() < blocks) return 0;
   std::vector<int32_t> prompt(n);
-  for (int i = 0; i < n; ++i) prompt[i] = (i * 7919 + 1) % limits.vocab_size;
+  for (int i = 0; i < n; ++i) {
+    prompt[i] = static_cast<int32_t>((int64_t{i} * 7919 + 1) % limits.vocab_size);
+  }
   BlockTable table = engine.NewSequence();
   const BatchItem prefill{.table = &table, .tokens = prompt};
   absl::StatusOr<std::vector<float>> logits = engine.Step({&prefill, 1});

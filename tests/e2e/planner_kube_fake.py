@@ -1,5 +1,5 @@
 """Fakes for planner_kube_test.sh: two router replicas' /metrics, each
-counting requests at a steady rate (and one restarting part way), and the
+counting requests at a steady rate, and the
 Kubernetes API's scale subresource of two Deployments, which records every
 PATCH. Usage: planner_kube_fake.py PORT_FILE STATE_FILE. Writes the three
 ports to PORT_FILE ("router_a router_b api") and, after every PATCH, the
@@ -18,8 +18,9 @@ patches = []
 bad_requests = []
 
 def router_text(rate, ready_decode):
-    # requests grow at `rate` per second; every TTFT under 0.1 s.
-    n = int(rate * (time.monotonic() - START))
+    # requests grow at `rate` per second (counters may hold fractions);
+    # every TTFT under 0.1 s.
+    n = f"{rate * (time.monotonic() - START):.6f}"
     return (
         '# TYPE tandem_router_requests_total counter\n'
         f'tandem_router_requests_total{{outcome="ok"}} {n}\n'
@@ -47,6 +48,13 @@ def make_router(rate, ready_decode):
 PREFIX = "/apis/apps/v1/namespaces/serving/deployments/"
 
 
+def save():
+    """Writes the API's state for the test (called with `lock` held)."""
+    with open(sys.argv[2] + ".tmp", "w") as f:
+        json.dump({"replicas": replicas, "patches": patches, "bad": bad_requests}, f)
+    os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+
+
 class Api(BaseHTTPRequestHandler):
     def name(self):
         if not self.path.startswith(PREFIX) or not self.path.endswith("/scale"):
@@ -72,6 +80,7 @@ class Api(BaseHTTPRequestHandler):
             name = self.name()
             if name is None:
                 bad_requests.append("GET " + self.path)
+                save()
                 return self.answer(404, {"kind": "Status", "message": "not found"})
             self.answer(200, self.scale(name))
 
@@ -82,12 +91,11 @@ class Api(BaseHTTPRequestHandler):
             kind = self.headers.get("Content-Type")
             if name is None or kind != "application/merge-patch+json":
                 bad_requests.append(f"PATCH {self.path} {kind}")
+                save()
                 return self.answer(404 if name is None else 415, {"kind": "Status"})
             replicas[name] = json.loads(body)["spec"]["replicas"]
             patches.append({name: replicas[name]})
-            with open(sys.argv[2] + ".tmp", "w") as f:
-                json.dump({"replicas": replicas, "patches": patches, "bad": bad_requests}, f)
-            os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+            save()
             self.answer(200, self.scale(name))
 
     def log_message(self, *args):

@@ -261,6 +261,18 @@ function checkSemantics(objects) {
       if (!selected.some((s) => s.spec.ports.some((p) => p.name === e.port))) {
         problem(idOf(m), `no selected Service has a port named ${e.port}`);
       }
+      // Every Deployment's pods scraped, and once: a pod behind two such
+      // Services would count twice in every sum.
+      const scraped = new Map();
+      for (const svc of selected.filter((x) => x.spec.ports.some((p) => p.name === e.port))) {
+        for (const [name] of podsMatching({ matchLabels: svc.spec.selector })) {
+          scraped.set(name, (scraped.get(name) ?? 0) + 1);
+        }
+      }
+      for (const name of podsOf.keys()) {
+        const n = scraped.get(name) ?? 0;
+        if (n !== 1) problem(idOf(m), `scrapes Deployment/${name}'s pods ${n} times`);
+      }
     }
     if (selected.length === 0) problem(idOf(m), "selects no rendered Service");
   }

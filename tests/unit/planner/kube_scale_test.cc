@@ -3,6 +3,11 @@
 // type, token, body) and what each refusal tells the operator.
 #include "planner/kube_scale.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -144,21 +149,63 @@ TEST(DeploymentScaler, SaysWhatEachRefusalMeans) {
   EXPECT_EQ(api.replicas(), 2);
 }
 
+// The token is read for every call: the kubelet rotates projected tokens
+// while the pod runs.
+TEST(DeploymentScaler, ReadsTheTokenAgainForEveryCall) {
+  FakeApiServer api;
+  const std::string path = ::testing::TempDir() + "/kube-token-rotated";
+  std::ofstream(path) << "token-0\n";
+  const DeploymentScaler scaler(api.Api(path));
+  EXPECT_THAT(scaler.Replicas("tandem-decode"), StatusIs(absl::StatusCode::kUnauthenticated));
+  std::ofstream(path) << "token-1\n";
+  EXPECT_THAT(scaler.Replicas("tandem-decode"), ::tandem::testing::IsOkAndHolds(2));
+}
+
 TEST(DeploymentScaler, AnApiServerThatDoesNotAnswerIsUnavailable) {
-  KubeApi gone = FakeApiServer().Api("");  // its port is closed once it is destroyed
-  gone.timeout = absl::Seconds(5);
+  // A port bound and not listening refuses connections for as long as the
+  // socket is held.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const KubeApi gone{.server = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                     .kube_namespace = "serving",
+                     .timeout = absl::Seconds(5)};
   EXPECT_THAT(DeploymentScaler(gone).Replicas("tandem-decode"),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("did not answer")));
+  close(fd);
+}
+
+TEST(ServerUrl, TakesHexIpv6AddressesAndDefaultPorts) {
+  ASSERT_OK_AND_ASSIGN(ServerUrl v6, ParseServerUrl("https://[fd00:10:96::1]:6443"));
+  EXPECT_TRUE(v6.tls);
+  EXPECT_EQ(v6.host, "fd00:10:96::1");
+  EXPECT_EQ(v6.port, 6443);
+  ASSERT_OK_AND_ASSIGN(ServerUrl proxy, ParseServerUrl("http://127.0.0.1:8001/"));
+  EXPECT_FALSE(proxy.tls);
+  EXPECT_EQ(proxy.host, "127.0.0.1");
+  EXPECT_EQ(proxy.port, 8001);
+  ASSERT_OK_AND_ASSIGN(ServerUrl plain, ParseServerUrl("https://kubernetes.default.svc"));
+  EXPECT_EQ(plain.port, 443);
+  for (const char* bad : {"kubernetes.default.svc", "ftp://host", "https://host:0",
+                          "https://host:x", "https://host/api", "https://[fd00::1", "https://"}) {
+    EXPECT_THAT(ParseServerUrl(bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
 }
 
 TEST(InClusterApi, ReadsThePodsServiceAccount) {
   const std::string dir = ::testing::TempDir() + "/serviceaccount";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/namespace") << "serving";
-  setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+  setenv("KUBERNETES_SERVICE_HOST", "fd00:10:96::1", 1);
   setenv("KUBERNETES_SERVICE_PORT", "443", 1);
   ASSERT_OK_AND_ASSIGN(const KubeApi api, InClusterApi(dir));
-  EXPECT_EQ(api.server, "https://10.96.0.1:443");
+  EXPECT_EQ(api.server, "https://[fd00:10:96::1]:443");
+  EXPECT_OK(ParseServerUrl(api.server).status());
   EXPECT_EQ(api.kube_namespace, "serving");
   EXPECT_EQ(api.token_file, dir + "/token");
   EXPECT_EQ(api.ca_file, dir + "/ca.crt");

@@ -209,6 +209,10 @@ TEST(PlannerCore, RefusedRequestsGrowTheDecodePool) {
   EXPECT_THAT(d.prefill_correction, DoubleNear(1, 1e-9));
   // Prefill looks up 8 req/s (1P), decode 12 (4D).
   EXPECT_EQ(d.desired, (PoolCounts{1, 4}));
+  // No TPOT target: once refusals stop, the correction returns toward 1.
+  seen.refused_fraction = 0;
+  seen.at = At(110);
+  EXPECT_THAT(planner->Step(seen, seen.at).decode_correction, DoubleNear(1.25, 1e-9));
 }
 
 // Prompts that decode workers prefill because every prefill worker is full
@@ -237,6 +241,13 @@ TEST(PlannerCore, DecodeWorkersAbsorbingBurstsGrowThePrefillPoolOnlyWhenTheyKeep
   EXPECT_THAT(d.decode_correction, DoubleNear(1, 1e-9));
   // Prefill looks up 12 req/s (2P), decode 8 (2D).
   EXPECT_EQ(d.desired, (PoolCounts{2, 2}));
+  // Without a TTFT target, the correction returns toward 1 once the
+  // bursts stop: halfway each reading.
+  seen.burst_fraction = 0;
+  seen.at = At(160);
+  EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1.25, 1e-9));
+  seen.at = At(170);
+  EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1.125, 1e-9));
 }
 
 // A colocated deployment's decode workers prefill: when the TTFT lookup
