@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem::planner {
@@ -116,8 +117,14 @@ class FakeApiServer {
   std::string last_authorization_, last_patch_, last_content_type_;
 };
 
+// ctest runs tests two at a time: each writes under its own directory, or
+// one would rewrite a token file while another reads it.
+std::string ScratchPath(const std::string& name) {
+  return ::tandem::testing::TempDir() + "/" + name;
+}
+
 std::string WriteToken(const std::string& token) {
-  const std::string path = ::testing::TempDir() + "/kube-token-" + token;
+  const std::string path = ScratchPath("kube-token-" + token);
   std::ofstream(path) << token << "\n";  // as the kubelet writes it
   return path;
 }
@@ -153,7 +160,7 @@ TEST(DeploymentScaler, SaysWhatEachRefusalMeans) {
 // while the pod runs.
 TEST(DeploymentScaler, ReadsTheTokenAgainForEveryCall) {
   FakeApiServer api;
-  const std::string path = ::testing::TempDir() + "/kube-token-rotated";
+  const std::string path = ScratchPath("kube-token-rotated");
   std::ofstream(path) << "token-0\n";
   const DeploymentScaler scaler(api.Api(path));
   EXPECT_THAT(scaler.Replicas("tandem-decode"), StatusIs(absl::StatusCode::kUnauthenticated));
@@ -198,7 +205,7 @@ TEST(ServerUrl, TakesHexIpv6AddressesAndDefaultPorts) {
 }
 
 TEST(InClusterApi, ReadsThePodsServiceAccount) {
-  const std::string dir = ::testing::TempDir() + "/serviceaccount";
+  const std::string dir = ScratchPath("serviceaccount");
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/namespace") << "serving";
   setenv("KUBERNETES_SERVICE_HOST", "fd00:10:96::1", 1);
