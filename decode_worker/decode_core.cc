@@ -133,7 +133,26 @@ bool DecodeCore::RunRound() {
   // admitted into what is left.
   preemption_.GrowRunning();
   admission_.AdmitWaiting();
-  return stepper_.StepOnce();
+  const bool stepped = stepper_.StepOnce();
+  if (state_.draining) OfferMoves();
+  return stepped;
+}
+
+void DecodeCore::OfferMoves() {
+  for (auto& [ticket, seq] : state_.sequences) {
+    if (seq->ended() || !seq->request.movable || seq->move_offered) continue;
+    // Past its first token: the caller resumes from the tokens it has.
+    const bool past_first = seq->state == Sequence::State::kRunning ||
+                            seq->state == Sequence::State::kPreempted ||
+                            seq->state == Sequence::State::kRecomputing;
+    if (!past_first || std::any_of(seq->choices.begin(), seq->choices.end(), [](const Choice& c) {
+          return !c.finished && c.generated == 0;
+        })) {
+      continue;
+    }
+    seq->move_offered = true;
+    seq->sink->OnMoving();
+  }
 }
 
 void DecodeCore::ExpireDeadlines() {

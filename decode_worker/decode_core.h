@@ -117,6 +117,9 @@ class DecodeCore {
   void Cancel(Ticket ticket);
   // Frees every cached block no request uses.
   void FlushPrefixCache() { state_.pool().Flush(); }
+  // From now on every movable request is offered to move (OnMoving) once
+  // each of its unfinished choices has a token; it runs on meanwhile.
+  void Drain() { state_.draining = true; }
 
   // One round: the receiver, finished copies out of the staging, deadlines,
   // growth and admission, and one engine step; true when it stepped. The
@@ -152,6 +155,8 @@ class DecodeCore {
              kvtransfer::KvTransport* transport, DecodeLoopOptions options);
   // Fails the requests whose deadline, or whose reservation's, passed.
   void ExpireDeadlines();
+  // Draining: tells the sinks of movable requests that may move now.
+  void OfferMoves();
 
   DecodeState state_;
   Emitter emitter_;

@@ -119,6 +119,7 @@ void DecodeLoop::FlushPrefixCache() {
 void DecodeLoop::Drain() {
   absl::MutexLock lock(&mu_);
   draining_ = true;
+  if (!stop_) inbox_.drain = true;
 }
 
 bool DecodeLoop::WaitUntilIdle(absl::Duration timeout) {
@@ -152,6 +153,7 @@ std::optional<bool> DecodeLoop::Round() {
   for (StartCommand& s : commands.starts) core_->Start(std::move(s));
   for (Ticket t : commands.cancels) core_->Cancel(t);
   if (commands.flush) core_->FlushPrefixCache();
+  if (commands.drain) core_->Drain();
   const bool stepped = core_->RunRound();
   PublishStats();
   return stepped;

@@ -97,7 +97,9 @@ class DecodeLoop {
   // before it returns.
   bool RunRound();
 
-  // Refuses new requests from now on; admitted ones run to their end.
+  // Refuses new requests from now on; admitted ones run to their end, and
+  // movable ones are offered to move (EventSink::OnMoving) from the loop's
+  // next round.
   void Drain();
   // Ends every request still held with UNAVAILABLE (and answers waiting
   // Starts so), lets the transport finish with the KV cache (bounded) and
@@ -130,7 +132,10 @@ class DecodeLoop {
     std::vector<StartCommand> starts;
     std::vector<Ticket> cancels;
     bool flush = false;
-    bool empty() const { return submits.empty() && starts.empty() && cancels.empty() && !flush; }
+    bool drain = false;
+    bool empty() const {
+      return submits.empty() && starts.empty() && cancels.empty() && !flush && !drain;
+    }
   };
 
   explicit DecodeLoop(const Clock* clock) : clock_(clock) {}

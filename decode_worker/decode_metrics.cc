@@ -44,6 +44,10 @@ class DecodeMetrics::CountingSink final : public EventSink {
     }
     inner_->OnFinished(finished);
   }
+  void OnMoving() override {
+    metrics_->moves_offered_.Increment();
+    inner_->OnMoving();
+  }
   void OnFailed(const absl::Status& status) override {
     metrics_->requests_.Count(status);
     inner_->OnFailed(status);
@@ -88,6 +92,9 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
       generated_tokens_(AddCounter(
           registry, "tandem_decode_generated_tokens_total",
           "Output tokens of requests on this worker (a remote prefill's first token included)")),
+      moves_offered_(
+          AddCounter(registry, "tandem_decode_moves_offered_total",
+                     "Streams the draining worker offered the router to move elsewhere")),
       kv_transfers_(AddCounter(registry, "tandem_decode_kv_transfers_total",
                                "KV cache transfers received whole")),
       kv_bytes_received_(AddCounter(registry, "tandem_decode_kv_received_bytes_total",

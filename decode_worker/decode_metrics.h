@@ -43,6 +43,7 @@ class DecodeMetrics {
   prometheus::Counter& preemptions_;
   prometheus::Histogram& step_;
   prometheus::Counter& generated_tokens_;
+  prometheus::Counter& moves_offered_;
   prometheus::Counter& kv_transfers_;
   prometheus::Counter& kv_bytes_received_;
   prometheus::Counter& kv_transfer_failures_;

@@ -20,6 +20,7 @@ Request FromProto(const v1::DecodeRequest& request) {
   if (request.has_logprobs()) r.logprobs = request.logprobs();
   r.prompt_logprobs = request.prompt_logprobs();
   r.priority = request.priority();
+  r.movable = request.movable();
   for (const v1::ResumedChoice& c : request.resume()) {
     r.resume.push_back(
         {.tokens = {c.tokens().begin(), c.tokens().end()}, .finished = c.finished()});
@@ -68,6 +69,12 @@ void ProtoEventSink::OnTokens(int index, std::span<const int32_t> ids,
   tokens->set_index(index);
   tokens->mutable_ids()->Add(ids.begin(), ids.end());
   for (const TokenLogprob& lp : logprobs) LogprobToProto(lp, tokens->add_logprobs());
+  write_(std::move(event));
+}
+
+void ProtoEventSink::OnMoving() {
+  v1::DecodeEvent event;
+  event.mutable_moving();
   write_(std::move(event));
 }
 

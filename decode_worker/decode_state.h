@@ -67,6 +67,8 @@ struct DecodeState {
   uint64_t cache_queried_tokens = 0;
   uint64_t cache_hit_tokens = 0;
   uint64_t preemptions = 0;
+  // DecodeCore::Drain was called: movable requests are offered to move.
+  bool draining = false;
 
   // Runs with a request's choice count once the core no longer holds it
   // (ended and its blocks given back, or refused at enqueue).

@@ -56,6 +56,10 @@ struct Request {
     bool finished = false;
   };
   std::vector<Resumed> resume = {};
+  // The caller can move the request to another worker (worker.proto
+  // DecodeRequest.movable): once the worker drains, the sink hears
+  // OnMoving when every unfinished choice has a token.
+  bool movable = false;
 };
 
 // How a choice ended well (worker.proto DecodeFinished).
@@ -92,9 +96,9 @@ struct Reservation {
 
 // Receives one request's events, in order: at most one OnReserved (remote
 // prefill only), at most one OnPromptLogprobs (before any token), any number
-// of OnTokens, then either one OnFinished per choice (the last one with
-// `last` set) or one OnFailed, which may also follow some OnFinished.
-// Called on the decode loop's thread: must not block.
+// of OnTokens with at most one OnMoving among them, then either one OnFinished per choice (the last
+// one with `last` set) or one OnFailed, which may also follow some OnFinished. Called on the decode
+// loop's thread: must not block.
 class EventSink {
  public:
   virtual ~EventSink() = default;
@@ -107,6 +111,9 @@ class EventSink {
   virtual void OnTokens(int index, std::span<const int32_t> ids,
                         std::span<const TokenLogprob> logprobs) = 0;
   virtual void OnFinished(const Finished& finished) = 0;
+  // The worker drains and the request is movable: the caller may cancel it
+  // and resume it elsewhere from the tokens it has; until then it runs on.
+  virtual void OnMoving() = 0;
   // The request ended with an error; every one of its KV blocks is free (or
   // is freed as soon as the transport lets go of it).
   virtual void OnFailed(const absl::Status& status) = 0;

@@ -167,6 +167,8 @@ struct Sequence {
   std::vector<TokenLogprob> prompt_logprobs;
 
   bool stepped = false;
+  // The sink heard OnMoving (the worker drains).
+  bool move_offered = false;
 
   // Timings.
   absl::Time admitted;

@@ -158,6 +158,8 @@ v1::DecodeRequest RequestDriver::MakeDecodeRequest(bool local) {
   if (req_.logprobs.has_value()) r.set_logprobs(*req_.logprobs);
   r.set_prompt_logprobs(local && !resuming_ && req_.echo && req_.logprobs.has_value());
   r.set_priority(params_.priority);
+  // A draining worker offers the stream (`moving`) only while it can move.
+  r.set_movable(migrations_ < env_.options.max_migrations);
   stream_choices_ = req_.n;
   if (resuming_) {
     stream_choices_ = 0;
@@ -298,6 +300,10 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
 }
 
 void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
+  if (event.has_moving()) {
+    OnDecodeWorkerDraining();
+    return;
+  }
   if (event.has_prompt_logprobs()) {
     if (!echo_sent_ && req_.echo) EmitEcho(&event.prompt_logprobs().logprobs());
     return;

@@ -204,13 +204,17 @@ class RequestDriver final : public RequestHandle,
   // unfinished choice has a token, and another decode worker is routable.
   bool CanMigrate(const absl::Status& cause) const;
   // Moves it: the choices resume there from their tokens (resume).
-  void Migrate(const absl::Status& cause);
+  // `planned`: the worker offered the move (it drains), nothing was lost.
+  void Migrate(const absl::Status& cause, bool planned = false);
+  // The decode worker of the open stream drains and offered to let it go
+  // (`moving`): it moves when it can, else runs on there.
+  void OnDecodeWorkerDraining();
   // The registry found decode stream `stream`'s worker unresponsive (a
   // health poll got no answer): the stream moves when it can.
   void OnDecodeWorkerUnresponsive(int stream, const absl::Status& why);
   // Abandons the open decode stream (cancelled: the worker frees its blocks
   // when it wakes; stale from here on) and migrates it for `cause`.
-  void AbandonAndMigrate(const absl::Status& cause);
+  void AbandonAndMigrate(const absl::Status& cause, bool planned = false);
   // A token reached the client: the stall deadline starts over.
   void NoteProgress();
   void ArmStallTimer(absl::Time at);
@@ -296,6 +300,7 @@ class RequestDriver final : public RequestHandle,
   int migrations_ = 0;
   bool resuming_ = false;  // the open stream resumes the choices' tokens
   std::vector<std::string> migrated_from_;
+  int drain_moves_ = 0;  // migrations the worker offered (it drained)
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
   std::shared_ptr<WorkerCall> decode_call_;

@@ -33,7 +33,7 @@ bool RequestDriver::CanMigrate(const absl::Status& cause) const {
       .has_value();
 }
 
-void RequestDriver::Migrate(const absl::Status& cause) {
+void RequestDriver::Migrate(const absl::Status& cause, bool planned) {
   for (Choice& c : choices_) {
     // Its last token came but not its end: it is over.
     if (!c.finish.has_value() && !c.ended && c.tokens >= *req_.max_tokens) {
@@ -54,11 +54,21 @@ void RequestDriver::Migrate(const absl::Status& cause) {
   CancelStallTimer();
   token_gap_ = absl::ZeroDuration();
   stream_tokens_ = 0;
-  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->migrations.Increment();
-  LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
-               << " was lost mid-stream (" << cause.ToString()
-               << "); resuming on another decode worker (migration " << migrations_
-               << " of at most " << env_.options.max_migrations << ")";
+  if (planned) ++drain_moves_;
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) {
+    m->migrations.Increment();
+    if (planned) m->drain_moves.Increment();
+  }
+  if (planned) {
+    LOG(INFO) << "request " << request_id_ << ": " << cause.message()
+              << "; resuming on another decode worker (migration " << migrations_ << " of at most "
+              << env_.options.max_migrations << ")";
+  } else {
+    LOG(WARNING) << "request " << request_id_ << ": decode worker " << decode_address_
+                 << " was lost mid-stream (" << cause.ToString()
+                 << "); resuming on another decode worker (migration " << migrations_
+                 << " of at most " << env_.options.max_migrations << ")";
+  }
   // A Start still in flight went to the lost worker.
   if (start_call_ != nullptr) start_call_->Cancel();
   start_call_.reset();
@@ -82,13 +92,26 @@ void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& w
   AbandonAndMigrate(cause);
 }
 
-void RequestDriver::AbandonAndMigrate(const absl::Status& cause) {
+void RequestDriver::AbandonAndMigrate(const absl::Status& cause, bool planned) {
   decode_watch_.reset();
   decode_call_->Cancel();
   decode_call_.reset();
   decode_load_.reset();
   ++stream_;
-  Migrate(cause);
+  Migrate(cause, planned);
+}
+
+void RequestDriver::OnDecodeWorkerDraining() {
+  const absl::Status cause =
+      absl::UnavailableError(absl::StrCat("decode worker ", decode_address_, " is draining"));
+  // With nowhere to go, or no moves left, the stream ends where it is, as
+  // a drain always let it.
+  if (phase_ != Phase::kStreaming || !CanMigrate(cause)) {
+    LOG(INFO) << "request " << request_id_ << ": " << cause.message()
+              << "; the stream stays there (no other decode worker, or no migrations left)";
+    return;
+  }
+  AbandonAndMigrate(cause, /*planned=*/true);
 }
 
 void RequestDriver::NoteProgress() {

@@ -68,6 +68,7 @@ void RequestDriver::Log(const absl::Status& status) const {
   if (migrations_ > 0) {
     line["migrations"] = migrations_;
     line["migrated_from"] = migrated_from_;
+    if (drain_moves_ > 0) line["drain_moves"] = drain_moves_;
   }
   if (!params_.metadata.empty()) {
     nlohmann::json metadata = nlohmann::json::object();

@@ -47,6 +47,9 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
       migrations(AddCounter(registry, "tandem_router_migrations_total",
                             "Streams moved to another decode worker after theirs was lost, "
                             "resuming from the tokens already sent")),
+      drain_moves(AddCounter(registry, "tandem_router_drain_moves_total",
+                             "Streams moved off a draining decode worker at its offer (counted in "
+                             "tandem_router_migrations_total too)")),
       disaggregated_requests(AddCounter(registry, "tandem_router_disaggregated_requests_total",
                                         "Requests served by a prefill worker and a decode worker")),
       local_prefill_requests(AddCounter(registry, "tandem_router_local_prefill_requests_total",

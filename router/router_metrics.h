@@ -32,6 +32,7 @@ struct RouterMetrics {
   prometheus::Counter& prefill_retries;
   // Streams moved to another decode worker after theirs was lost.
   prometheus::Counter& migrations;
+  prometheus::Counter& drain_moves;
   prometheus::Counter& disaggregated_requests;
   prometheus::Counter& local_prefill_requests;
   prometheus::Counter& burst_prefill_requests;

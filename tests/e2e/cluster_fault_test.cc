@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -74,6 +75,10 @@ struct LiveStream {
   Completion result;
   std::vector<std::vector<int32_t>> by_choice;  // tokens per choice index
   absl::Time ended;                             // When the stream's status came.
+  // The longest wait between two messages after the first (what a client
+  // sees of a move).
+  absl::Duration longest_gap;
+  std::atomic<int> received{0};  // Tokens so far, all choices.
   std::thread thread;
 
   void Run(v1::Router::Stub& router, v1::GenerateRequest request) {
@@ -82,9 +87,14 @@ struct LiveStream {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
       auto reader = router.Generate(&ctx, request);
       v1::GenerateResponse response;
+      absl::Time last = absl::InfinitePast();
       while (reader->Read(&response)) {
+        const absl::Time now = absl::Now();
+        if (last != absl::InfinitePast()) longest_gap = std::max(longest_gap, now - last);
+        last = now;
         result.tokens.insert(result.tokens.end(), response.token_ids().begin(),
                              response.token_ids().end());
+        received.fetch_add(response.token_ids_size());
         const size_t index = static_cast<size_t>(std::clamp(response.index(), 0, 15));
         if (by_choice.size() <= index) by_choice.resize(index + 1);
         by_choice[index].insert(by_choice[index].end(), response.token_ids().begin(),
@@ -197,8 +207,9 @@ v1::GenerateRequest MigrationRequest(int i) {
 }
 
 // Streams on a decode worker that is killed (SIGKILL: its connections
-// break) or stopped (SIGSTOP: they stay open, and the registry's health
-// polls notice) move to the other decode worker and resume where they
+// break), stopped (SIGSTOP: they stay open, and the registry's health
+// polls notice) or drained (SIGTERM: it offers them, and exits once the
+// router moved them) move to the other decode worker and resume where they
 // were. Every client gets status OK and exactly the tokens of an unfaulted
 // run, greedy and sampled, of one choice and two; the router stops routing
 // to the faulted worker; once it is back (SIGCONT) every block is free.
@@ -215,6 +226,7 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
                 .http = true});
   constexpr int kStreams = 8;
   constexpr int kHttp = 4;  // whole and streamed, greedy and sampled
+  constexpr int kTokensBeforeFault = 100;
   std::vector<LiveStream> unfaulted(kStreams);
   std::vector<HttpRun> http_unfaulted(kHttp);
   for (int i = 0; i < kStreams; ++i) unfaulted[i].Run(cluster_->router(), MigrationRequest(i));
@@ -232,14 +244,53 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
   for (int i = 0; i < kHttp; ++i) http[i].Run(cluster_->http_port(), i, i >= 2);
   for (LiveStream& s : streams)
     ASSERT_TRUE(s.started.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // Well into every stream, so that a move has tokens to carry.
+  const absl::Time into = absl::Now() + absl::Seconds(60);
+  for (LiveStream& s : streams) {
+    while (s.received.load() < kTokensBeforeFault && absl::Now() < into) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
   const std::string victim = cluster_->decode(0).address;
+  const absl::Time faulted = absl::Now();
+  std::thread drained;
+  int drained_status = -1;
+  absl::Time exited = absl::InfiniteFuture();
   if (signal == SIGKILL) {
     cluster_->decode(0).process->Kill();
   } else {
     cluster_->decode(0).process->Signal(signal);
   }
+  if (signal == SIGTERM) {
+    drained = std::thread([&] {
+      drained_status = cluster_->decode(0).process->Wait(absl::Seconds(60));
+      exited = absl::Now();
+    });
+  }
   for (LiveStream& s : streams) s.thread.join();
   for (HttpRun& h : http) h.thread.join();
+  absl::Time last_end = faulted;
+  std::vector<absl::Duration> pauses;
+  for (const LiveStream& s : streams) {
+    last_end = std::max(last_end, s.ended);
+    pauses.push_back(s.longest_gap);
+  }
+  std::sort(pauses.begin(), pauses.end());
+  std::cout << "signal " << signal << ": longest pause per gRPC stream, median "
+            << absl::FormatDuration(pauses[pauses.size() / 2]) << ", max "
+            << absl::FormatDuration(pauses.back()) << "; streams done "
+            << absl::FormatDuration(last_end - faulted) << " after the signal\n";
+  if (signal == SIGTERM) {
+    drained.join();
+    // The drain ends when the streams have moved, not when they end.
+    EXPECT_EQ(drained_status, 0) << cluster_->Logs();
+    std::cout << "drained worker exited " << absl::FormatDuration(exited - faulted)
+              << " after SIGTERM\n";
+    EXPECT_LT(exited, last_end) << "the drain waited for the streams to end";
+    const absl::Status offered =
+        cluster_->WaitForLog(cluster_->router_member(), "is draining; resuming", absl::Seconds(5));
+    EXPECT_TRUE(offered.ok()) << offered << "\n" << cluster_->Logs();
+  }
   for (int i = 0; i < kHttp; ++i) {
     ASSERT_EQ(http_unfaulted[i].status, 200) << http_unfaulted[i].error;
     EXPECT_EQ(http[i].status, 200) << "HTTP " << i << ": " << http[i].error << "\n"
@@ -291,6 +342,10 @@ TEST_F(ClusterFaultTest, DecodeWorkerKilledMidStreamItsStreamsResumeElsewhere) {
 
 TEST_F(ClusterFaultTest, DecodeWorkerStoppedMidStreamItsStreamsResumeElsewhere) {
   StreamsResumeElsewhereAfter(SIGSTOP);
+}
+
+TEST_F(ClusterFaultTest, DecodeWorkerDrainedMidStreamItsStreamsMoveElsewhere) {
+  StreamsResumeElsewhereAfter(SIGTERM);
 }
 
 // Runs `n` requests at once; returns each one's outcome and how long it took.

@@ -182,6 +182,55 @@ TEST(DecodeCore, RefusalsAtEnqueueGoThroughTheSinkAndReleaseTheRequest) {
   EXPECT_EQ(h.core().Snapshot().requests_failed, 2u);
 }
 
+// A draining core offers each movable request once (OnMoving), when each of
+// its choices has a token, after the tokens it already sent; the request
+// runs on until the caller cancels it (it moved). Others are not offered.
+TEST(DecodeCore, DrainingOffersMovableRequestsOnceTheyHaveTokens) {
+  CoreHarness h;
+  Request movable = LocalRequest("movable", RandomTokens(12, kVocab, 12), 60);
+  movable.movable = true;
+  movable.n = 2;
+  Request fixed = LocalRequest("fixed", RandomTokens(9, kVocab, 13), 20);
+  Request waiting = RemoteRequest("waiting", RandomTokens(20, kVocab, 14), 5);
+  waiting.movable = true;
+  auto movable_sink = std::make_shared<RecordingSink>();
+  auto fixed_sink = std::make_shared<RecordingSink>();
+  auto waiting_sink = std::make_shared<RecordingSink>();
+  h.Submit(movable, movable_sink);  // ticket 1
+  h.Submit(fixed, fixed_sink);      // ticket 2
+  h.Submit(waiting, waiting_sink);  // ticket 3: reserved, no token yet
+  h.core().RunRound();
+  h.core().RunRound();
+  ASSERT_FALSE(movable_sink->tokens(0).empty());
+  EXPECT_EQ(movable_sink->moving_count(), 0);  // Not draining yet.
+
+  h.core().Drain();
+  h.core().RunRound();
+  EXPECT_EQ(movable_sink->moving_count(), 1);
+  EXPECT_EQ(fixed_sink->moving_count(), 0);
+  EXPECT_EQ(waiting_sink->moving_count(), 0);
+  // Every choice had its token before the offer, and nothing came after it
+  // in that round.
+  EXPECT_FALSE(movable_sink->tokens_at_moving(0).empty());
+  EXPECT_FALSE(movable_sink->tokens_at_moving(1).empty());
+  EXPECT_EQ(movable_sink->tokens_at_moving(0), movable_sink->tokens(0));
+
+  // It runs on, offered once.
+  for (int i = 0; i < 3; ++i) h.core().RunRound();
+  EXPECT_GT(movable_sink->tokens(0).size(), movable_sink->tokens_at_moving(0).size());
+  EXPECT_EQ(movable_sink->moving_count(), 1);
+  h.core().Cancel(1);
+  h.core().Cancel(3);
+  ASSERT_TRUE(h.RunUntilEnded({movable_sink, fixed_sink, waiting_sink}));
+  EXPECT_THAT(movable_sink->status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(waiting_sink->status(), StatusIs(absl::StatusCode::kCancelled));
+  ASSERT_OK(fixed_sink->status());
+  EXPECT_EQ(fixed_sink->tokens(), h.Expected(fixed));
+  EXPECT_EQ(movable_sink->events_after_end(), 0);
+  EXPECT_EQ(h.released(), 2 + 1 + 1);
+  EXPECT_TRUE(h.AllBlocksFree());
+}
+
 TEST(DecodeCore, ShutdownEndsEverythingHeldAndFreesItsBlocks) {
   CoreHarness h;
   auto local = std::make_shared<RecordingSink>();

@@ -64,10 +64,32 @@ class RecordingSink final : public EventSink {
     finished_[finished.index] = finished;
     if (finished.last) last_finished_ = true;
   }
+  void OnMoving() override {
+    absl::MutexLock lock(&mu_);
+    if (ended() || moving_ > 0) ++events_out_of_order_;
+    ++moving_;
+    tokens_at_moving_ = tokens_;
+  }
   void OnFailed(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
     if (ended()) ++events_out_of_order_;
     failed_ = status;
+  }
+  // OnMoving came (or the request ended).
+  bool WaitMoving(absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return moving_ > 0 || ended(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && moving_ > 0;
+  }
+  int moving_count() const {
+    absl::MutexLock lock(&mu_);
+    return moving_;
+  }
+  // Choice `index`'s tokens when OnMoving came.
+  std::vector<int32_t> tokens_at_moving(int index = 0) const {
+    absl::MutexLock lock(&mu_);
+    auto it = tokens_at_moving_.find(index);
+    return it == tokens_at_moving_.end() ? std::vector<int32_t>() : it->second;
   }
 
   bool WaitReserved(absl::Duration timeout = kWait) {
@@ -158,6 +180,8 @@ class RecordingSink final : public EventSink {
   bool last_finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   int events_out_of_order_ ABSL_GUARDED_BY(mu_) = 0;
+  int moving_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, std::vector<int32_t>> tokens_at_moving_ ABSL_GUARDED_BY(mu_);
 };
 
 inline std::shared_ptr<RecordingSink> NewSink() { return std::make_shared<RecordingSink>(); }

@@ -208,6 +208,12 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
         done();
         return;
       }
+      if (b.moving_after >= 0 && i == b.moving_after && choice == 0 && request.movable()) {
+        flush();
+        v1::DecodeEvent moving;
+        moving.mutable_moving();
+        if (!stream->writer->Write(std::move(moving))) break;
+      }
       if (b.token_interval > absl::ZeroDuration()) absl::SleepFor(b.token_interval);
       // Choice c follows the script c tokens further on.
       const int32_t token = b.script[(i + skip + choice) % b.script.size()];

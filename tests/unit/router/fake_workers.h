@@ -64,6 +64,9 @@ struct DecodeBehaviour {
   // a hung worker; the stream ends when the router cancels it (bounded by
   // 30 s).
   bool hold_reservation = false;
+  // After this many tokens of choice 0, a movable stream gets a `moving`
+  // event, as from a draining worker, and decoding goes on; -1 = never.
+  int moving_after = -1;
   // Pause between tokens (a worker that decodes at that pace).
   absl::Duration token_interval = absl::ZeroDuration();
 };

@@ -230,6 +230,64 @@ TEST(RouterServiceTest, DecodeWorkerDyingMidStreamMigratesToAnother) {
   EXPECT_EQ(moved[0].max_tokens(), 10);
 }
 
+// A draining decode worker offers its streams (`moving`): the router moves
+// the stream as it would a lost one, and cancels it there, which lets the
+// worker finish its drain at once.
+TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMoves) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int draining = h->FirstDecode();
+  h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - draining));
+  EXPECT_EQ(r.finished.usage().completion_tokens(), 10);
+  ASSERT_EQ(h->decode(draining).requests().size(), 1u);
+  EXPECT_TRUE(h->decode(draining).requests()[0].movable());
+  EXPECT_TRUE(h->decode(draining).WaitForCancelled(1, kWait));
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - draining).requests();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(moved[0].local_prefill());
+  ASSERT_EQ(moved[0].resume_size(), 1);
+  EXPECT_THAT(moved[0].resume(0).tokens(), ElementsAre(40, 20, 21, 22));
+  // One of the two migrations is spent: the new stream may still move.
+  EXPECT_TRUE(moved[0].movable());
+}
+
+// With nowhere to go (or no migrations left) the offer is declined by
+// saying nothing: the stream runs to its end on the draining worker.
+TEST(RouterServiceTest, StreamOfferedWithNowhereToGoStays) {
+  auto h = StartHarness({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  h->decode(0).SetBehaviour({.moving_after = 3});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_EQ(h->decode(0).requests().size(), 1u);
+  EXPECT_EQ(h->decode(0).cancelled(), 0);
+}
+
+// --max_migrations=0: streams are not movable, so a draining worker keeps
+// them (the fake only offers movable ones).
+TEST(RouterServiceTest, WithoutMigrationsStreamsAreNotMovable) {
+  RouterCoreOptions router;
+  router.driver.max_migrations = 0;
+  auto h = StartHarness({.prefill = 1, .decode = 2, .router = router});
+  ASSERT_NE(h, nullptr);
+  for (int i = 0; i < 2; ++i) h->decode(i).SetBehaviour({.moving_after = 3});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  int requests = 0;
+  for (int i = 0; i < 2; ++i) {
+    for (const v1::DecodeRequest& d : h->decode(i).requests()) {
+      ++requests;
+      EXPECT_FALSE(d.movable());
+    }
+  }
+  EXPECT_EQ(requests, 1);
+}
+
 // Each choice resumes from its own tokens; the second worker dying too,
 // within --max_migrations, moves the stream once more; beyond it the
 // request fails as lost.
