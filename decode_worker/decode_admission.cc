@@ -53,9 +53,11 @@ absl::Status Admission::Validate(const Request& r, const ModelConfig& config) {
         "prompt_logprobs needs local_prefill; with a prefill worker, ask it for them");
   }
   if (!r.resume.empty()) {
-    if (!r.local_prefill || r.prompt_logprobs) {
+    if (r.prompt_logprobs) return absl::InvalidArgumentError("resume takes no prompt_logprobs");
+    if (!r.local_prefill && (r.n != 1 || r.resume[0].finished)) {
       return absl::InvalidArgumentError(
-          "resume needs local_prefill (the worker computes the tokens) and no prompt_logprobs");
+          "resume without local_prefill (the K/V of the prompt and the resumed tokens arrives "
+          "over a lease) takes one unfinished choice; set local_prefill for n > 1");
     }
     if (static_cast<int>(r.resume.size()) != r.n) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -130,6 +132,16 @@ void Admission::Enqueue(Submission cmd) {
   } else {
     Resumed(seq);
   }
+  if (!seq.request.resume.empty() && !seq.request.local_prefill) {
+    // Its K/V arrives as a prompt's would: the lease covers its tokens but
+    // the last, after the blocks the prefix cache holds (one always ships).
+    Choice& choice = seq.choices[0];
+    const int block_size = s_.block_size();
+    seq.prompt_hashes = std::move(choice.hashes);
+    seq.prompt_hashes.resize(
+        std::min<size_t>(seq.prompt_hashes.size(), (choice.tokens.size() - 1) / block_size));
+    choice.hashes.clear();
+  }
   s_.sequences[seq.ticket] = std::move(owned);
   s_.by_request_id[seq.request.request_id] = seq.ticket;
 }
@@ -156,6 +168,7 @@ void Admission::Resumed(Sequence& seq) {
                                  static_cast<int>(choice.tokens.size()) / block_size);
     }
   }
+  if (!seq.request.local_prefill) return;  // Queued for a lease.
   seq.started = seq.admitted;
   seq.MoveTo(Sequence::State::kPreempted);
 }
@@ -163,7 +176,7 @@ void Admission::Resumed(Sequence& seq) {
 bool Admission::Admit(Sequence& seq) {
   // Each choice holds the prompt and room for its first decode token; the
   // running batch takes one more block per choice as each fills up.
-  const int tokens = seq.prompt_len() + 1;
+  const int tokens = seq.kv_tokens() + 1;
   BlockPool& pool = s_.pool();
   const int block_size = s_.block_size();
   const int n = seq.n();
@@ -181,7 +194,7 @@ bool Admission::Admit(Sequence& seq) {
     // The blocks after the cached ones land in staging first. Create made
     // it hold any prompt the pool can, so a refusal only means "not now".
     const int shipped =
-        static_cast<int>(BlocksFor(seq.prompt_len(), block_size)) - static_cast<int>(hits.size());
+        static_cast<int>(BlocksFor(seq.kv_tokens(), block_size)) - static_cast<int>(hits.size());
     absl::StatusOr<StagingRun> run = s_.staging->Allocate(shipped);
     if (!run.ok()) {
       pool.Release(hits);

@@ -93,6 +93,12 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(
   // The transport writes host memory only: the staging when there is one.
   ASSIGN_OR_RETURN(core->state_.kv_region, core->state_.receiver->RegisterMemory(
                                                memory, bytes, kvtransfer::MemoryKind::kHost));
+  DecodeState& s = core->state_;
+  if (s.options.handoff_transport != nullptr && s.staging == nullptr) {
+    s.sender = std::make_unique<kvtransfer::TransferSender>(s.options.handoff_transport, s.clock);
+    ASSIGN_OR_RETURN(s.send_region,
+                     s.sender->RegisterMemory(memory, bytes, kvtransfer::MemoryKind::kHost));
+  }
   return core;
 }
 
@@ -102,10 +108,20 @@ DecodeCore::DecodeCore(std::unique_ptr<Engine> engine, std::unique_ptr<KvStaging
       emitter_(state_),
       preemption_(state_, emitter_),
       remote_(state_, emitter_),
+      handoffs_(state_, emitter_),
       admission_(state_, emitter_, remote_, preemption_),
       stepper_(state_, emitter_, preemption_, remote_) {}
 
 DecodeCore::~DecodeCore() {
+  if (state_.sender != nullptr) {
+    if (state_.sender->idle()) {
+      (void)state_.sender->DeregisterMemory(state_.send_region);
+    } else {
+      LOG(ERROR) << "decode core: " << state_.sender->pending()
+                 << " handoffs still open at shutdown";
+    }
+    state_.sender.reset();
+  }
   kvtransfer::TransferReceiver& receiver = *state_.receiver;
   if (receiver.idle()) {
     (void)receiver.DeregisterMemory(state_.kv_region);
@@ -127,6 +143,7 @@ void DecodeCore::Cancel(Ticket ticket) {
 
 bool DecodeCore::RunRound() {
   state_.receiver->Poll();
+  handoffs_.Poll();
   remote_.PollLandings();
   ExpireDeadlines();
   // The running sequences take their next blocks before waiting ones are
@@ -185,6 +202,11 @@ void DecodeCore::Shutdown(const absl::Status& status) {
   for (Sequence* seq : live) emitter_.Fail(*seq, status);
   kvtransfer::TransferReceiver& receiver = *state_.receiver;
   const absl::Time deadline = absl::Now() + kShutdownGrace;
+  // Cancelled handoffs let go of their blocks once their sends end.
+  while (!handoffs_.idle() && absl::Now() < deadline) {
+    handoffs_.Poll();
+    if (!handoffs_.idle()) state_.sender->WaitForActivity(absl::Now() + kTransportWait);
+  }
   while (!receiver.idle() && absl::Now() < deadline) {
     receiver.Poll();
     if (!receiver.idle()) receiver.WaitForActivity(absl::Now() + kTransportWait);

@@ -75,6 +75,7 @@
 #include "common/model/model_weights.h"
 #include "decode_worker/decode_admission.h"
 #include "decode_worker/decode_emitter.h"
+#include "decode_worker/decode_handoff.h"
 #include "decode_worker/decode_options.h"
 #include "decode_worker/decode_preemption.h"
 #include "decode_worker/decode_remote_prefill.h"
@@ -113,6 +114,8 @@ class DecodeCore {
   }
   void Submit(Submission cmd) { admission_.Enqueue(std::move(cmd)); }
   void Start(StartCommand cmd) { remote_.Start(std::move(cmd)); }
+  // Ships a stream's K/V to the worker it moves to (decode_handoff.h).
+  void Handoff(HandoffCommand cmd) { handoffs_.Start(std::move(cmd)); }
   // Ends the request with CANCELLED; unknown or ended tickets are ignored.
   void Cancel(Ticket ticket);
   // Frees every cached block no request uses.
@@ -136,6 +139,8 @@ class DecodeCore {
   static constexpr absl::Duration kTransportWait = absl::Milliseconds(2);
   static constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
   bool receiver_idle() const { return state_.receiver->idle(); }
+  // Handoffs are shipping K/V (the loop then polls instead of sleeping).
+  bool sends_pending() const { return !handoffs_.idle(); }
   bool landings_pending() const { return remote_.landings_pending(); }
   void WaitForTransport(absl::Time deadline) { state_.receiver->WaitForActivity(deadline); }
 
@@ -162,6 +167,7 @@ class DecodeCore {
   Emitter emitter_;
   Preemption preemption_;
   RemotePrefill remote_;
+  Handoffs handoffs_;
   Admission admission_;
   BatchStepper stepper_;
 };

@@ -98,6 +98,13 @@ void Emitter::Fail(Sequence& seq, const absl::Status& status, bool lease_ended) 
     seq.MoveTo(Sequence::State::kCancelling);
     return;
   }
+  if (seq.handoff_send.has_value()) {
+    // The sender still reads the blocks: they go when its done callback
+    // runs (Handoffs).
+    seq.MoveTo(Sequence::State::kCancelling);
+    (void)s_.sender->Cancel(*seq.handoff_send);
+    return;
+  }
   if (seq.lease_open() && !lease_ended) {
     // The blocks go when the receiver's done callback runs
     // (RemotePrefill::OnLeaseDone).

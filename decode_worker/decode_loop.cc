@@ -93,6 +93,19 @@ void DecodeLoop::Start(std::string request_id, uint64_t generation, int32_t firs
   done(absl::UnavailableError("decode worker is shutting down"));
 }
 
+void DecodeLoop::Handoff(std::string request_id, std::string kv_descriptor,
+                         std::vector<int32_t> tokens, HandoffDoneFn done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) {
+      inbox_.handoffs.push_back(HandoffCommand{std::move(request_id), std::move(kv_descriptor),
+                                               std::move(tokens), std::move(done), clock_->Now()});
+      return;
+    }
+  }
+  done(absl::UnavailableError("decode worker is shutting down"));
+}
+
 void DecodeLoop::Cancel(Ticket ticket) {
   absl::MutexLock lock(&mu_);
   if (!stop_) inbox_.cancels.push_back(ticket);
@@ -151,6 +164,7 @@ std::optional<bool> DecodeLoop::Round() {
   if (!TakeCommands(commands)) return std::nullopt;
   for (Submission& s : commands.submits) core_->Submit(std::move(s));
   for (StartCommand& s : commands.starts) core_->Start(std::move(s));
+  for (HandoffCommand& h : commands.handoffs) core_->Handoff(std::move(h));
   for (Ticket t : commands.cancels) core_->Cancel(t);
   if (commands.flush) core_->FlushPrefixCache();
   if (commands.drain) core_->Drain();
@@ -164,7 +178,8 @@ void DecodeLoop::Run() {
     const std::optional<bool> stepped = Round();
     if (!stepped.has_value()) break;
     if (*stepped) continue;
-    const bool landing = core_->landings_pending();
+    // Finished copies and sends wake nothing: they are polled for.
+    const bool landing = core_->landings_pending() || core_->sends_pending();
     if (!core_->receiver_idle()) {
       core_->WaitForTransport(absl::Now() + (landing ? kCopyPoll : kTransportWait));
     } else {
@@ -195,6 +210,7 @@ void DecodeLoop::Shutdown() {
     Released(s.request.n);
   }
   for (StartCommand& s : unhandled.starts) s.done(down);
+  for (HandoffCommand& h : unhandled.handoffs) h.done(down);
   core_->Shutdown(down);
   PublishStats();
 }

@@ -86,6 +86,14 @@ class DecodeLoop {
     Start(std::move(request_id), generation, first_token, {}, std::move(done));
   }
 
+  // Ships the K/V of stream `request_id` (offered to move: OnMoving) into
+  // the lease `kv_descriptor` of the worker it moves to, and stops decoding
+  // it here (decode_handoff.h). `tokens` are the caller's tokens of the
+  // stream. `done` runs on the loop thread once every byte is confirmed, or
+  // with the error; the stream then waits to be cancelled.
+  void Handoff(std::string request_id, std::string kv_descriptor, std::vector<int32_t> tokens,
+               HandoffDoneFn done);
+
   // Ends the request with CANCELLED (the client went away), at any stage.
   // Unknown or ended tickets are ignored.
   void Cancel(Ticket ticket);
@@ -130,11 +138,13 @@ class DecodeLoop {
   struct Inbox {
     std::vector<Submission> submits;
     std::vector<StartCommand> starts;
+    std::vector<HandoffCommand> handoffs;
     std::vector<Ticket> cancels;
     bool flush = false;
     bool drain = false;
     bool empty() const {
-      return submits.empty() && starts.empty() && cancels.empty() && !flush && !drain;
+      return submits.empty() && starts.empty() && handoffs.empty() && cancels.empty() && !flush &&
+             !drain;
     }
   };
 

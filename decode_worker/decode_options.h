@@ -69,6 +69,11 @@ struct DecodeLoopOptions {
   // Tokens of the made-up prompt the engine is warmed up with before the
   // worker serves (WorkerEngineOptions::warm_up_tokens); 0: none.
   int warm_up_tokens = 0;
+  // A second transport (the receiver consumes the first one's events)
+  // over which a draining worker ships the K/V of the streams it hands
+  // off; null: handoffs are refused and moves recompute. Must outlive the
+  // loop. Unused when the KV cache is not in host memory (staging).
+  kvtransfer::KvTransport* handoff_transport = nullptr;
   // Time source for deadlines and timings; null: the real clock.
   const Clock* clock = nullptr;
   // Prometheus metrics to feed; null = none. Must outlive the loop.

@@ -19,7 +19,7 @@ absl::Status RemotePrefill::Expect(Sequence& seq) {
   // adjacent ids merged: the layout a prefill worker sends (see the
   // contract's "Layer slices").
   const KvLayout& layout = s_.engine->kv_layout();
-  const int prompt_blocks = static_cast<int>(BlocksFor(seq.prompt_len(), layout.block_size));
+  const int prompt_blocks = static_cast<int>(BlocksFor(seq.kv_tokens(), layout.block_size));
   const int first_block = seq.cached_tokens / layout.block_size;
   // With staging: the request's run of slots, one slice per layer.
   std::vector<std::vector<kvtransfer::Slice>> layers =
@@ -116,6 +116,16 @@ void RemotePrefill::Start(StartCommand cmd) {
       return;
     }
   }
+  const bool resumed = !seq.request.resume.empty();
+  if (resumed && (cmd.first_tokens[0] != seq.choices[0].next_input ||
+                  std::any_of(cmd.sampler_draws.begin(), cmd.sampler_draws.end(),
+                              [](uint64_t d) { return d != 0; }))) {
+    cmd.done(absl::InvalidArgumentError(absl::StrCat(
+        "Start for resumed request '", cmd.request_id, "' carries first token ",
+        cmd.first_tokens[0], "; send its last resumed token (", seq.choices[0].next_input,
+        ") and no sampler draws (the worker replayed them)")));
+    return;
+  }
   seq.first_tokens = std::move(cmd.first_tokens);
   seq.first_draws = std::move(cmd.sampler_draws);
   seq.first_draws.resize(seq.n(), 0);
@@ -150,7 +160,7 @@ void RemotePrefill::KvReady(Sequence& seq) {
   seq.MoveTo(Sequence::State::kKvReady);
   seq.kv_wait = s_.clock->Now() - seq.reserved;
   // The received blocks follow the cached ones; their K/V is final.
-  seq.choices[0].table.Advance(seq.prompt_len() - seq.cached_tokens);
+  seq.choices[0].table.Advance(seq.kv_tokens() - seq.cached_tokens);
   emitter_.CacheWrittenBlocks(seq.choices[0]);
   if (seq.first_tokens.has_value()) Commit(seq);
 }
@@ -216,6 +226,12 @@ void RemotePrefill::Commit(Sequence& seq) {
   if (seq.start_done) std::exchange(seq.start_done, nullptr)(absl::OkStatus());
   if (!emitter_.ForkChoices(seq)) return;
   seq.MoveTo(Sequence::State::kRunning);
+  if (!seq.request.resume.empty()) {
+    // Its sampler replayed the resumed tokens at admission, and their last
+    // is the input of its next step (Start checked it).
+    seq.choices[0].running = true;
+    return;
+  }
   const std::vector<int32_t> first = *seq.first_tokens;
   for (int i = 0; i < seq.n(); ++i) {
     Choice& choice = seq.choices[i];

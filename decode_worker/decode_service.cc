@@ -71,6 +71,22 @@ grpc::ServerUnaryReactor* DecodeService::Start(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+grpc::ServerUnaryReactor* DecodeService::Handoff(grpc::CallbackServerContext* ctx,
+                                                 const v1::HandoffRequest* request,
+                                                 v1::HandoffResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  loop_->Handoff(request->request_id(), request->kv_descriptor(),
+                 std::vector<int32_t>(request->tokens().begin(), request->tokens().end()),
+                 [reactor, response](absl::StatusOr<HandoffResult> result) {
+                   if (result.ok()) {
+                     response->set_kv_bytes(static_cast<int64_t>(result->kv_bytes));
+                     response->set_kv_transfer_us(absl::ToInt64Microseconds(result->transfer));
+                   }
+                   reactor->Finish(rpc::ToGrpc(result.status()));
+                 });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* DecodeService::GetStats(grpc::CallbackServerContext* ctx,
                                                   const v1::StatsRequest* request,
                                                   v1::WorkerStats* response) {

@@ -30,6 +30,9 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
                                                       const v1::DecodeRequest* request) override;
   grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* ctx, const v1::StartRequest* request,
                                   v1::StartResponse* response) override;
+  grpc::ServerUnaryReactor* Handoff(grpc::CallbackServerContext* ctx,
+                                    const v1::HandoffRequest* request,
+                                    v1::HandoffResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const v1::StatsRequest* request,
                                      v1::WorkerStats* response) override;

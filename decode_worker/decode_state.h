@@ -21,6 +21,7 @@
 #include "decode_worker/sequence.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/transfer_receiver.h"
+#include "kvtransfer/transfer_sender.h"
 
 namespace tandem::decode {
 
@@ -59,6 +60,10 @@ struct DecodeState {
   std::unique_ptr<kvtransfer::TransferReceiver> receiver;
   // The KV cache's registration with the transport, or the staging's.
   kvtransfer::RegionId kv_region = 0;
+  // Ships handed-off streams' K/V (options.handoff_transport, host KV
+  // only); null: none. Destroyed before the receiver.
+  std::unique_ptr<kvtransfer::TransferSender> sender;
+  kvtransfer::RegionId send_region = 0;
 
   std::map<Ticket, std::unique_ptr<Sequence>> sequences;   // Admission order.
   absl::flat_hash_map<std::string, Ticket> by_request_id;  // Live requests.

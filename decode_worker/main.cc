@@ -61,6 +61,9 @@ ABSL_FLAG(absl::Duration, kv_timeout, absl::Seconds(30),
           "(DEADLINE_EXCEEDED) and its blocks are freed");
 ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
           "Bytes per KV transfer message (the lease's chunk size); 0 = one message per layer");
+ABSL_FLAG(bool, kv_handoff, true,
+          "When draining, ship the K/V of streams the router moves to their new worker instead "
+          "of having it recompute them (CPU KV only)");
 ABSL_FLAG(bool, kv_checksums, false,
           "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
 namespace tandem {
@@ -88,6 +91,14 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                    kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
                        .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
+  // A draining worker ships the K/V of the streams it hands off over its
+  // own transport: the first one's events belong to the receiver.
+  std::unique_ptr<kvtransfer::UcxTransport> handoff_transport;
+  if (absl::GetFlag(FLAGS_kv_handoff)) {
+    ASSIGN_OR_RETURN(handoff_transport,
+                     kvtransfer::UcxTransport::Create(kvtransfer::UcxTransportOptions{
+                         .net_devices = absl::GetFlag(FLAGS_kv_net_devices)}));
+  }
 
   auto metrics_registry = std::make_shared<prometheus::Registry>();
   decode::DecodeMetrics decode_metrics(*metrics_registry);
@@ -116,6 +127,7 @@ absl::Status Run() {
   options.receiver.chunk_bytes = absl::GetFlag(FLAGS_kv_chunk_bytes);
   options.receiver.checksums = absl::GetFlag(FLAGS_kv_checksums);
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  options.handoff_transport = handoff_transport.get();
   ASSIGN_OR_RETURN(
       std::unique_ptr<decode::DecodeLoop> loop,
       decode::DecodeLoop::Create(*weights, std::move(backend.backend), transport.get(), options));
@@ -156,6 +168,7 @@ absl::Status Run() {
   loop->Stop();
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
   loop.reset();
+  handoff_transport.reset();
   transport.reset();
   LOG(INFO) << "tandem-decode: stopped";
   return absl::OkStatus();

@@ -73,8 +73,11 @@ struct Sequence {
     kRunning,      // Its unfinished choices are in the batch.
     kPreempted,    // Its blocks were given back; waits to be recomputed.
     kRecomputing,  // Its choices' written tokens are being computed again.
+    kHandingOff,   // Out of the batch: its K/V ships to the worker it moves
+                   // to (Handoff); it ends when the caller cancels it.
     kCancelling,   // Ended (the sink knows); its blocks go once the lease's
-                   // done callback runs (or, from kLanding, the copy ends).
+                   // done callback runs (or, from kLanding, the copy ends,
+                   // or, from kHandingOff, the send ends).
     kEnded,        // Ended and its blocks given back; about to be destroyed.
   };
 
@@ -96,7 +99,9 @@ struct Sequence {
       case State::kRecomputing:
         return to == State::kRunning || to == State::kEnded;
       case State::kRunning:
-        return to == State::kPreempted || to == State::kEnded;
+        return to == State::kPreempted || to == State::kHandingOff || to == State::kEnded;
+      case State::kHandingOff:
+        return to == State::kCancelling || to == State::kEnded;
       case State::kPreempted:
         return to == State::kRecomputing || to == State::kEnded;
       case State::kCancelling:
@@ -129,6 +134,10 @@ struct Sequence {
                request.stop_token_ids.end();
   }
   int prompt_len() const { return static_cast<int>(request.prompt.size()); }
+  // The tokens whose K/V a remote request receives: its prompt, and for a
+  // resumed one also the tokens it generated elsewhere but the last (the
+  // input of its next step).
+  int kv_tokens() const { return static_cast<int>(choices[0].tokens.size()); }
   int n() const { return static_cast<int>(choices.size()); }
   int unfinished() const {
     return static_cast<int>(
@@ -149,6 +158,8 @@ struct Sequence {
   // Remote prefill.
   uint64_t generation = 0;
   absl::Time lease_deadline = absl::InfiniteFuture();
+  // Handoff: the sender's transfer while it ships the K/V.
+  std::optional<uint64_t> handoff_send;
   // From Start: every choice's first token, choice 0's first.
   std::optional<std::vector<int32_t>> first_tokens;
   // From Start: the random numbers each choice's first token took.

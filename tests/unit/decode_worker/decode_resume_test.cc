@@ -87,6 +87,48 @@ TEST_P(DecodeResume, ResumedChoicesContinueWithTheTokensOfAnUnmigratedRun) {
   EXPECT_TRUE(h.AllBlocksFree());
 }
 
+// Without local_prefill the K/V of the prompt and of the tokens but the
+// last arrives over a lease (from a prefill worker, or the worker the
+// stream leaves), and the Start names the last token: the stream goes on
+// exactly as a run without the move.
+TEST_P(DecodeResume, ARemoteResumeReceivesTheKvOfItsTokensAndContinuesAsAnUnmovedRun) {
+  DecodeLoopOptions options;
+  options.prefix_cache = std::get<0>(GetParam());
+  DecodeHarness h(options);
+  Request base = Make("base");
+  base.n = 1;
+  const std::vector<int32_t> want = ExpectedChoice(h, base, 0);
+  ASSERT_GE(want.size(), 20u);
+  for (const size_t k : {size_t{1}, size_t{16}, size_t{19}}) {
+    Request r = base;
+    r.request_id = absl::StrCat("remote-", k);
+    r.local_prefill = false;
+    r.resume = {{.tokens = {want.begin(), want.begin() + k}}};
+    auto sink = NewSink();
+    ASSERT_OK(h.loop().Submit(r, sink).status());
+    ASSERT_TRUE(sink->WaitReserved()) << sink->status();
+    // The earlier runs left these tokens' first blocks cached: not shipped.
+    if (std::get<0>(GetParam()) && k > 1) EXPECT_GT(sink->cached_tokens(), 0) << "after " << k;
+    std::vector<int32_t> kv = r.prompt;
+    kv.insert(kv.end(), want.begin(), want.begin() + k - 1);
+    ASSERT_OK(h.prefill().Prefill(kv, sink->descriptor()).status());
+    // The token the stream had last is the one to name.
+    StartResult wrong;
+    h.loop().Start(r.request_id, sink->generation(), (want[k - 1] + 1) % kVocab, wrong.Callback());
+    EXPECT_THAT(wrong.Wait(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("last resumed token")));
+    StartResult start;
+    h.loop().Start(r.request_id, sink->generation(), want[k - 1], start.Callback());
+    ASSERT_OK(start.Wait());
+    ASSERT_TRUE(sink->WaitEnded());
+    ASSERT_OK(sink->status());
+    EXPECT_EQ(sink->tokens(0), std::vector<int32_t>(want.begin() + k, want.end())) << "after " << k;
+    ASSERT_TRUE(sink->finished(0).has_value());
+    EXPECT_EQ(sink->finished(0)->completion_tokens, static_cast<int>(want.size()));
+  }
+  EXPECT_TRUE(h.AllBlocksFree());
+}
+
 INSTANTIATE_TEST_SUITE_P(CacheAndSampling, DecodeResume,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
@@ -104,9 +146,10 @@ TEST(DecodeResumeRefusals, MalformedResumesSayWhatToChange) {
   const std::vector<Case> cases = {
       {[](Request& r) {
          r.local_prefill = false;
-         r.resume = {{.tokens = {1}}};
+         r.n = 2;
+         r.resume = {{.tokens = {1}}, {.tokens = {1}}};
        },
-       "needs local_prefill"},
+       "takes one unfinished choice"},
       {[](Request& r) {
          r.resume = {{.tokens = {1}}, {.tokens = {1}}};
        },
