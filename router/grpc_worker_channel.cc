@@ -152,6 +152,17 @@ class GrpcWorkerChannel final : public WorkerChannel {
         std::move(request), Real(deadline), std::move(on_done));
   }
 
+  std::shared_ptr<WorkerCall> Handoff(v1::HandoffRequest request, absl::Time deadline,
+                                      ResultFn<v1::HandoffResponse> on_done) override {
+    v1::DecodeWorker::Stub* stub = decode_stub_.get();
+    return UnaryCall<v1::HandoffRequest, v1::HandoffResponse>::Start(
+        [stub](grpc::ClientContext* c, const v1::HandoffRequest* q, v1::HandoffResponse* s,
+               std::function<void(grpc::Status)> done) {
+          stub->async()->Handoff(c, q, s, std::move(done));
+        },
+        std::move(request), Real(deadline), std::move(on_done));
+  }
+
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time deadline,
                                        ResultFn<v1::WorkerStats> on_done) override {
     return prefill_stub_ != nullptr ? StartGetStats(prefill_stub_.get(), std::move(request),

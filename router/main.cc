@@ -96,6 +96,9 @@ ABSL_FLAG(int32_t, max_migrations, 2,
           "How many times one request's stream may move to another decode worker after its "
           "worker is lost mid-stream (the new worker computes the prompt and the tokens sent so "
           "far, and the stream goes on where it was); 0 = a lost worker fails its streams");
+ABSL_FLAG(bool, kv_handoff, true,
+          "A one-choice stream that a draining decode worker offers moves with its K/V (the "
+          "draining worker ships it to the new one) instead of being recomputed there");
 ABSL_FLAG(absl::Duration, decode_stall_timeout, absl::Seconds(2),
           "A stream that gets no token for this long while other streams' tokens keep coming "
           "(its decode worker answers health polls but does not decode it) moves to another "
@@ -343,6 +346,7 @@ absl::Status Run() {
   options.driver.prefill_answer_timeout = absl::GetFlag(FLAGS_prefill_answer_timeout);
   options.driver.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   options.driver.decode_stall_timeout = absl::GetFlag(FLAGS_decode_stall_timeout);
+  options.driver.kv_handoff = absl::GetFlag(FLAGS_kv_handoff);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
         .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};

@@ -290,6 +290,10 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
       reserved_ = event.reserved();
       timeline_.reserve_us += SinceArrivalUs() - reserve_sent_us_;
       decode_held_tokens_ = reserved_.cached_tokens();
+      if (handoff_.has_value()) {
+        SendHandoff();
+        return;
+      }
       SendPrefill();
       return;
     }
@@ -348,12 +352,18 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   decode_watch_.reset();
   decode_call_.reset();
   decode_load_.reset();
-  if (awaiting_first_) {
-    OnDecodeRefused(status);
-    return;
-  }
   if (std::optional<absl::Status> own = OwnFault()) {
     Finish(*own);
+    return;
+  }
+  if (handoff_.has_value()) {
+    // The worker the stream moves to refused or failed before it started.
+    HandoffFailed(absl::Status(
+        status.code(), absl::StrCat("decode worker ", decode_address_, ": ", status.message())));
+    return;
+  }
+  if (awaiting_first_) {
+    OnDecodeRefused(status);
     return;
   }
   if (status.ok() && ended_choices_ == req_.n) {
@@ -587,6 +597,11 @@ void RequestDriver::Finish(absl::Status status) {
   }
   if (prefill_call_ != nullptr) prefill_call_->Cancel();
   if (start_call_ != nullptr) start_call_->Cancel();
+  if (handoff_.has_value()) {
+    handoff_->stream->Cancel();
+    if (handoff_->call != nullptr) handoff_->call->Cancel();
+    handoff_.reset();
+  }
   CancelReserveTimer();
   CancelStallTimer();
   decode_watch_.reset();

@@ -106,6 +106,13 @@ struct DriverOptions {
   // deadline stretches to 8 gaps between the stream's own tokens when its
   // worker steps slowly. 0 = off; needs a StreamProgress in the DriverEnv.
   absl::Duration decode_stall_timeout = absl::Seconds(2);
+  // A stream of one choice that a draining decode worker offers moves with
+  // its K/V: the new worker reserves a resume, the draining one ships the
+  // K/V into it (DecodeWorker.Handoff), and nothing is recomputed. Off, or
+  // when the handoff fails or takes longer than `handoff_timeout`, the new
+  // worker recomputes the tokens instead.
+  bool kv_handoff = true;
+  absl::Duration handoff_timeout = absl::Seconds(10);
   // max_tokens when the request sets none and the context is unknown.
   int default_max_tokens = 16;
   // Where to count the request; null = nowhere. Must outlive the driver.
@@ -209,6 +216,12 @@ class RequestDriver final : public RequestHandle,
   // The decode worker of the open stream drains and offered to let it go
   // (`moving`): it moves when it can, else runs on there.
   void OnDecodeWorkerDraining();
+  // The K/V handoff of a move (request_driver_migration.cc): once the new
+  // worker reserved the resume, the draining one ships the K/V; then the
+  // Start. A failure anywhere recomputes on a decode worker instead.
+  void SendHandoff();
+  void OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse> response);
+  void HandoffFailed(const absl::Status& why);
   // The registry found decode stream `stream`'s worker unresponsive (a
   // health poll got no answer): the stream moves when it can.
   void OnDecodeWorkerUnresponsive(int stream, const absl::Status& why);
@@ -301,6 +314,17 @@ class RequestDriver final : public RequestHandle,
   bool resuming_ = false;  // the open stream resumes the choices' tokens
   std::vector<std::string> migrated_from_;
   int drain_moves_ = 0;  // migrations the worker offered (it drained)
+  // A move whose K/V the draining worker ships: its stream stays open (the
+  // worker holds the blocks) until the handoff has ended.
+  struct PendingHandoff {
+    std::shared_ptr<Worker> from;
+    std::shared_ptr<WorkerCall> stream;
+    std::string request_id;  // the stream's, on `from`
+    std::shared_ptr<WorkerCall> call;
+    absl::Time began;
+  };
+  std::optional<PendingHandoff> handoff_;
+  int kv_handoffs_ = 0;
   std::shared_ptr<Worker> decode_worker_;
   std::unique_ptr<Worker::Load> decode_load_;
   std::shared_ptr<WorkerCall> decode_call_;

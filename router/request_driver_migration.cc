@@ -73,7 +73,9 @@ void RequestDriver::Migrate(const absl::Status& cause, bool planned) {
   if (start_call_ != nullptr) start_call_->Cancel();
   start_call_.reset();
   phase_ = Phase::kStreaming;
-  local_ = true;
+  // With a K/V handoff the new worker leases the tokens' K/V; without, it
+  // computes them.
+  local_ = !handoff_.has_value();
   resuming_ = true;
   decode_tried_ = {decode_address_};
   decode_avoid_.clear();
@@ -111,7 +113,90 @@ void RequestDriver::OnDecodeWorkerDraining() {
               << "; the stream stays there (no other decode worker, or no migrations left)";
     return;
   }
-  AbandonAndMigrate(cause, /*planned=*/true);
+  if (!env_.options.kv_handoff || req_.n != 1) {
+    AbandonAndMigrate(cause, /*planned=*/true);
+    return;
+  }
+  // The old stream stays open (its worker holds the K/V) until the handoff
+  // ends; its events are stale from here on.
+  handoff_ = PendingHandoff{.from = decode_worker_,
+                            .stream = std::move(decode_call_),
+                            .request_id = StreamRequestId(),
+                            .began = env_.clock->Now()};
+  decode_watch_.reset();
+  decode_load_.reset();
+  ++stream_;
+  Migrate(cause, /*planned=*/true);
+}
+
+void RequestDriver::SendHandoff() {
+  v1::HandoffRequest request;
+  request.set_request_id(handoff_->request_id);
+  request.set_kv_descriptor(reserved_.kv_descriptor());
+  request.mutable_tokens()->Assign(choices_[0].ids.begin(), choices_[0].ids.end());
+  auto self = shared_from_this();
+  const int stream = stream_;
+  handoff_->call = handoff_->from->channel().Handoff(
+      std::move(request), std::min(deadline_, env_.clock->Now() + env_.options.handoff_timeout),
+      [self, stream](absl::StatusOr<v1::HandoffResponse> response) {
+        self->Post([self, stream, response = std::move(response)]() mutable {
+          self->OnHandoffDone(stream, std::move(response));
+        });
+      });
+}
+
+void RequestDriver::OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse> response) {
+  if (phase_ == Phase::kDone || stream != stream_ || !handoff_.has_value()) return;
+  if (!response.ok()) {
+    HandoffFailed(absl::Status(
+        response.status().code(),
+        absl::StrCat("decode worker ", handoff_->from->address(),
+                     " did not ship the stream's K/V: ", response.status().message())));
+    return;
+  }
+  // The old worker lets go of the stream's blocks.
+  handoff_->stream->Cancel();
+  const absl::Duration took = env_.clock->Now() - handoff_->began;
+  handoff_.reset();
+  ++kv_handoffs_;
+  kv_bytes_ += response->kv_bytes();
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->kv_handoffs.Increment();
+  LOG(INFO) << "request " << request_id_ << ": " << response->kv_bytes()
+            << " bytes of K/V handed off to decode worker " << decode_address_ << " in "
+            << absl::FormatDuration(took);
+  decode_began_ = true;
+  v1::StartRequest start;
+  start.set_request_id(StreamRequestId());
+  start.set_generation(reserved_.generation());
+  start.set_first_token(choices_[0].ids.back());
+  auto self = shared_from_this();
+  start_call_ = decode_worker_->channel().Start(
+      std::move(start), deadline_, [self, stream](absl::StatusOr<v1::StartResponse> result) {
+        self->Post([self, stream, status = result.status()] { self->OnStartDone(stream, status); });
+      });
+}
+
+void RequestDriver::HandoffFailed(const absl::Status& why) {
+  LOG(WARNING) << "request " << request_id_ << ": the K/V handoff failed (" << why
+               << "); recomputing the stream's tokens on a decode worker instead";
+  if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->kv_handoff_failures.Increment();
+  const std::string from = handoff_->from->address();
+  handoff_->stream->Cancel();
+  if (handoff_->call != nullptr) handoff_->call->Cancel();
+  handoff_.reset();
+  // The reservation on the new worker goes too (if it still stands).
+  CancelReserveTimer();
+  decode_watch_.reset();
+  if (decode_call_ != nullptr) decode_call_->Cancel();
+  decode_call_.reset();
+  decode_load_.reset();
+  ++stream_;
+  local_ = true;
+  resuming_ = true;
+  decode_tried_ = {from};
+  decode_refusals_.clear();
+  decode_all_full_ = true;
+  OpenDecode();
 }
 
 void RequestDriver::NoteProgress() {

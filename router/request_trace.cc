@@ -69,6 +69,7 @@ void RequestDriver::Log(const absl::Status& status) const {
     line["migrations"] = migrations_;
     line["migrated_from"] = migrated_from_;
     if (drain_moves_ > 0) line["drain_moves"] = drain_moves_;
+    if (kv_handoffs_ > 0) line["kv_handoffs"] = kv_handoffs_;
   }
   if (!params_.metadata.empty()) {
     nlohmann::json metadata = nlohmann::json::object();

@@ -50,6 +50,12 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
       drain_moves(AddCounter(registry, "tandem_router_drain_moves_total",
                              "Streams moved off a draining decode worker at its offer (counted in "
                              "tandem_router_migrations_total too)")),
+      kv_handoffs(AddCounter(registry, "tandem_router_kv_handoffs_total",
+                             "Moves off a draining decode worker whose K/V it shipped to the new "
+                             "worker (nothing recomputed)")),
+      kv_handoff_failures(AddCounter(registry, "tandem_router_kv_handoff_failures_total",
+                                     "K/V handoffs that failed, after which the new worker "
+                                     "recomputed the stream's tokens")),
       disaggregated_requests(AddCounter(registry, "tandem_router_disaggregated_requests_total",
                                         "Requests served by a prefill worker and a decode worker")),
       local_prefill_requests(AddCounter(registry, "tandem_router_local_prefill_requests_total",

@@ -33,6 +33,8 @@ struct RouterMetrics {
   // Streams moved to another decode worker after theirs was lost.
   prometheus::Counter& migrations;
   prometheus::Counter& drain_moves;
+  prometheus::Counter& kv_handoffs;
+  prometheus::Counter& kv_handoff_failures;
   prometheus::Counter& disaggregated_requests;
   prometheus::Counter& local_prefill_requests;
   prometheus::Counter& burst_prefill_requests;

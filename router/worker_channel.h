@@ -55,6 +55,9 @@ class WorkerChannel {
   // DecodeWorker.Start.
   virtual std::shared_ptr<WorkerCall> Start(v1::StartRequest request, absl::Time deadline,
                                             ResultFn<v1::StartResponse> on_done) = 0;
+  // DecodeWorker.Handoff.
+  virtual std::shared_ptr<WorkerCall> Handoff(v1::HandoffRequest request, absl::Time deadline,
+                                              ResultFn<v1::HandoffResponse> on_done) = 0;
   // GetStats of the worker's role.
   virtual std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time deadline,
                                                ResultFn<v1::WorkerStats> on_done) = 0;

@@ -60,7 +60,9 @@ class ClusterFaultTest : public ::testing::Test {
     cluster_ = std::move(cluster).value();
   }
 
-  void StreamsResumeElsewhereAfter(int signal);
+  // `kv_handoff`: a drained worker ships one-choice streams' K/V (else
+  // their new worker recomputes them).
+  void StreamsResumeElsewhereAfter(int signal, bool kv_handoff = true);
 
   static std::string model_, tokenizer_;
   std::unique_ptr<Cluster> cluster_;
@@ -213,14 +215,15 @@ v1::GenerateRequest MigrationRequest(int i) {
 // were. Every client gets status OK and exactly the tokens of an unfaulted
 // run, greedy and sampled, of one choice and two; the router stops routing
 // to the faulted worker; once it is back (SIGCONT) every block is free.
-void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
+void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal, bool kv_handoff) {
   // Without prefix caches the faulted run computes its prompts as the
   // unfaulted one did.
   const std::string log = absl::StrCat(::testing::TempDir(), "/migration-", signal, ".jsonl");
   std::filesystem::remove(log);
   StartCluster({.prefill = 1,
                 .decode = 2,
-                .router_flags = {"--request_log=" + log, "--health_interval=200ms"},
+                .router_flags = {"--request_log=" + log, "--health_interval=200ms",
+                                 absl::StrCat("--kv_handoff=", kv_handoff)},
                 .prefill_flags = {"--prefix_cache=false"},
                 .decode_flags = {"--prefix_cache=false"},
                 .http = true});
@@ -276,7 +279,8 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
     pauses.push_back(s.longest_gap);
   }
   std::sort(pauses.begin(), pauses.end());
-  std::cout << "signal " << signal << ": longest pause per gRPC stream, median "
+  std::cout << "signal " << signal << (kv_handoff ? "" : " (no K/V handoff)")
+            << ": longest pause per gRPC stream, median "
             << absl::FormatDuration(pauses[pauses.size() / 2]) << ", max "
             << absl::FormatDuration(pauses.back()) << "; streams done "
             << absl::FormatDuration(last_end - faulted) << " after the signal\n";
@@ -290,6 +294,20 @@ void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal) {
     const absl::Status offered =
         cluster_->WaitForLog(cluster_->router_member(), "is draining; resuming", absl::Seconds(5));
     EXPECT_TRUE(offered.ok()) << offered << "\n" << cluster_->Logs();
+    // One-choice streams took their K/V along, or were recomputed.
+    const absl::Status shipped = cluster_->WaitForLog(
+        cluster_->router_member(), kv_handoff ? "of K/V handed off" : "is draining; resuming",
+        absl::Seconds(5));
+    EXPECT_TRUE(shipped.ok()) << shipped << "\n" << cluster_->Logs();
+    EXPECT_FALSE(
+        cluster_->WaitForLog(cluster_->router_member(), "handoff failed", absl::ZeroDuration())
+            .ok())
+        << cluster_->Logs();
+    if (!kv_handoff) {
+      EXPECT_FALSE(
+          cluster_->WaitForLog(cluster_->router_member(), "of K/V handed off", absl::ZeroDuration())
+              .ok());
+    }
   }
   for (int i = 0; i < kHttp; ++i) {
     ASSERT_EQ(http_unfaulted[i].status, 200) << http_unfaulted[i].error;
@@ -346,6 +364,12 @@ TEST_F(ClusterFaultTest, DecodeWorkerStoppedMidStreamItsStreamsResumeElsewhere) 
 
 TEST_F(ClusterFaultTest, DecodeWorkerDrainedMidStreamItsStreamsMoveElsewhere) {
   StreamsResumeElsewhereAfter(SIGTERM);
+}
+
+// The same drain recomputing every moved stream: the pause it prints is
+// what the handoff saves.
+TEST_F(ClusterFaultTest, DecodeWorkerDrainedWithoutKvHandoffItsStreamsAreRecomputed) {
+  StreamsResumeElsewhereAfter(SIGTERM, /*kv_handoff=*/false);
 }
 
 // Runs `n` requests at once; returns each one's outcome and how long it took.

@@ -145,6 +145,14 @@ class DecodeChannel final : public WorkerChannel {
     return call;
   }
 
+  // The simulator models no drains: a move recomputes.
+  std::shared_ptr<WorkerCall> Handoff(v1::HandoffRequest, absl::Time,
+                                      ResultFn<v1::HandoffResponse> on_done) override {
+    return AnswerNow<v1::HandoffResponse>(
+        router_, absl::UnimplementedError("the simulator ships no K/V between decode workers"),
+        std::move(on_done));
+  }
+
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time,
                                        ResultFn<v1::WorkerStats> on_done) override {
     return AnswerNow(router_, StatsReply(decode::ToProto(loop_->Stats()), *loop_, epoch_, request),
@@ -208,6 +216,14 @@ class PrefillChannel final : public WorkerChannel {
                                     ResultFn<v1::StartResponse> on_done) override {
     return AnswerNow<v1::StartResponse>(
         router_, absl::UnimplementedError("a prefill worker serves no Start"), std::move(on_done));
+  }
+
+  // The simulator models no drains: a move recomputes.
+  std::shared_ptr<WorkerCall> Handoff(v1::HandoffRequest, absl::Time,
+                                      ResultFn<v1::HandoffResponse> on_done) override {
+    return AnswerNow<v1::HandoffResponse>(
+        router_, absl::UnimplementedError("the simulator ships no K/V between decode workers"),
+        std::move(on_done));
   }
 
   std::shared_ptr<WorkerCall> GetStats(v1::StatsRequest request, absl::Time,

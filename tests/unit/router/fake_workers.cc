@@ -286,6 +286,24 @@ std::vector<v1::DecodeRequest> FakeDecodeWorker::requests() const {
   return requests_;
 }
 
+grpc::ServerUnaryReactor* FakeDecodeWorker::Handoff(grpc::CallbackServerContext* ctx,
+                                                    const v1::HandoffRequest* request,
+                                                    v1::HandoffResponse* response) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    handoffs_.push_back(*request);
+    status = behaviour_.handoff;
+  }
+  response->set_kv_bytes(4096);
+  return Reply(ctx, rpc::ToGrpc(status));
+}
+
+std::vector<v1::HandoffRequest> FakeDecodeWorker::handoffs() const {
+  absl::MutexLock lock(&mu_);
+  return handoffs_;
+}
+
 std::vector<v1::StartRequest> FakeDecodeWorker::starts() const {
   absl::MutexLock lock(&mu_);
   return starts_;

@@ -67,6 +67,8 @@ struct DecodeBehaviour {
   // After this many tokens of choice 0, a movable stream gets a `moving`
   // event, as from a draining worker, and decoding goes on; -1 = never.
   int moving_after = -1;
+  // How Handoff answers (OK: as if the K/V had shipped).
+  absl::Status handoff = absl::OkStatus();
   // Pause between tokens (a worker that decodes at that pace).
   absl::Duration token_interval = absl::ZeroDuration();
 };
@@ -85,12 +87,16 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
                                                       const v1::DecodeRequest* request) override;
   grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* ctx, const v1::StartRequest* request,
                                   v1::StartResponse* response) override;
+  grpc::ServerUnaryReactor* Handoff(grpc::CallbackServerContext* ctx,
+                                    const v1::HandoffRequest* request,
+                                    v1::HandoffResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const v1::StatsRequest* request,
                                      v1::WorkerStats* response) override;
 
   std::vector<v1::DecodeRequest> requests() const;
   std::vector<v1::StartRequest> starts() const;
+  std::vector<v1::HandoffRequest> handoffs() const;
   // Generation numbers handed out in `reserved`, in order.
   std::vector<uint64_t> generations() const;
   int cancelled() const;
@@ -112,6 +118,7 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1000;
   std::vector<v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StartRequest> starts_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::HandoffRequest> handoffs_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> generations_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);

@@ -230,11 +230,13 @@ TEST(RouterServiceTest, DecodeWorkerDyingMidStreamMigratesToAnother) {
   EXPECT_EQ(moved[0].max_tokens(), 10);
 }
 
-// A draining decode worker offers its streams (`moving`): the router moves
-// the stream as it would a lost one, and cancels it there, which lets the
-// worker finish its drain at once.
+// A draining decode worker offers its streams (`moving`): with
+// --kv_handoff=false the router moves the stream as it would a lost one,
+// and cancels it there, which lets the worker finish its drain at once.
 TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMoves) {
-  auto h = StartHarness({.prefill = 1, .decode = 2});
+  RouterCoreOptions router;
+  router.driver.kv_handoff = false;
+  auto h = StartHarness({.prefill = 1, .decode = 2, .router = router});
   ASSERT_NE(h, nullptr);
   const int draining = h->FirstDecode();
   h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
@@ -253,6 +255,60 @@ TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMoves) {
   EXPECT_THAT(moved[0].resume(0).tokens(), ElementsAre(40, 20, 21, 22));
   // One of the two migrations is spent: the new stream may still move.
   EXPECT_TRUE(moved[0].movable());
+}
+
+// By default a one-choice stream moves with its K/V: the new worker
+// reserves a resume (no local prefill), the draining one is asked to ship
+// the stream's K/V into that lease, and the Start names the last token the
+// client has. Nothing is recomputed, and the client sees every token once.
+TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMovesWithItsKv) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int draining = h->FirstDecode();
+  h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - draining));
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - draining).requests();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_FALSE(moved[0].local_prefill());
+  ASSERT_EQ(moved[0].resume_size(), 1);
+  EXPECT_THAT(moved[0].resume(0).tokens(), ElementsAre(40, 20, 21, 22));
+  const std::vector<v1::HandoffRequest> handoffs = h->decode(draining).handoffs();
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_EQ(handoffs[0].request_id(), h->decode(draining).requests()[0].request_id());
+  EXPECT_THAT(handoffs[0].tokens(), ElementsAre(40, 20, 21, 22));
+  EXPECT_FALSE(handoffs[0].kv_descriptor().empty());
+  const std::vector<v1::StartRequest> starts = h->decode(1 - draining).starts();
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].request_id(), moved[0].request_id());
+  EXPECT_EQ(starts[0].first_token(), 22);
+  EXPECT_EQ(starts[0].sampler_draws_size(), 0);
+  // The old stream is cancelled once the K/V is out.
+  EXPECT_TRUE(h->decode(draining).WaitForCancelled(1, kWait));
+}
+
+// A handoff that fails (the draining worker could not ship) costs a
+// recompute, not the request: the reservation goes and the tokens are
+// computed on a decode worker.
+TEST(RouterServiceTest, AFailedKvHandoffRecomputesInstead) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int draining = h->FirstDecode();
+  h->decode(draining).SetBehaviour({.moving_after = 3,
+                                    .handoff = absl::FailedPreconditionError("no sender"),
+                                    .token_interval = absl::Milliseconds(5)});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_EQ(h->decode(draining).handoffs().size(), 1u);
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - draining).requests();
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_FALSE(moved[0].local_prefill());
+  EXPECT_TRUE(moved[1].local_prefill());
+  EXPECT_THAT(moved[1].resume(0).tokens(), ElementsAre(40, 20, 21, 22));
+  EXPECT_EQ(r.finished.decode_worker(), h->decode_address(1 - draining));
 }
 
 // With nowhere to go (or no migrations left) the offer is declined by
