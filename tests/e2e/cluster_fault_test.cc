@@ -218,7 +218,7 @@ v1::GenerateRequest MigrationRequest(int i) {
 void ClusterFaultTest::StreamsResumeElsewhereAfter(int signal, bool kv_handoff) {
   // Without prefix caches the faulted run computes its prompts as the
   // unfaulted one did.
-  const std::string log = absl::StrCat(::testing::TempDir(), "/migration-", signal, ".jsonl");
+  const std::string log = absl::StrCat(TempDir(), "/migration-", signal, ".jsonl");
   std::filesystem::remove(log);
   StartCluster({.prefill = 1,
                 .decode = 2,
@@ -477,7 +477,7 @@ TEST_F(ClusterFaultTest, SigtermDrainsAWorkerWithoutLosingItsStreams) {
 // than ignoring the signal until --startup_timeout runs out.
 TEST(RouterStartupTest, SigtermWhileWaitingForADecodeWorkerExitsZero) {
   TANDEM_MODEL_FILE_OR_SKIP(tokenizer, "tok512.bin");
-  const std::string log = ::testing::TempDir() + "/router-startup.log";
+  const std::string log = TempDir() + "/router-startup.log";
   // The log is appended to: an earlier run's "waiting up to" would send the
   // signal before this router has blocked it.
   std::error_code ignored;
