@@ -168,7 +168,8 @@ void DecodeCore::OfferMoves() {
       continue;
     }
     seq->move_offered = true;
-    seq->sink->OnMoving();
+    seq->sink->OnMoving(state_.sender != nullptr && seq->n() == 1 &&
+                        seq->state == Sequence::State::kRunning);
   }
 }
 

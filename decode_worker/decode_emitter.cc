@@ -99,8 +99,12 @@ void Emitter::Fail(Sequence& seq, const absl::Status& status, bool lease_ended) 
     return;
   }
   if (seq.handoff_send.has_value()) {
-    // The sender still reads the blocks: they go when its done callback
-    // runs (Handoffs).
+    // The Handoff's caller hears now (a send held up by a lost receiver
+    // ends only at its deadline); the sender still reads the blocks: they
+    // go when its done callback runs (Handoffs).
+    if (seq.handoff_done != nullptr && *seq.handoff_done) {
+      std::exchange(*seq.handoff_done, nullptr)(status);
+    }
     seq.MoveTo(Sequence::State::kCancelling);
     (void)s_.sender->Cancel(*seq.handoff_send);
     return;

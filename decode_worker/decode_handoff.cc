@@ -90,7 +90,7 @@ void Handoffs::Start(HandoffCommand cmd) {
   auto done = std::make_shared<HandoffDoneFn>(std::move(cmd.done));
   send.done = [this, ticket = seq.ticket, done, received = cmd.received, bytes](
                   uint64_t, const absl::Status& status) {
-    OnSent(ticket, std::move(*done), received, bytes, status);
+    OnSent(ticket, done, received, bytes, status);
   };
   absl::StatusOr<uint64_t> id = s_.sender->Start(std::move(send));
   if (!id.ok()) {
@@ -104,6 +104,7 @@ void Handoffs::Start(HandoffCommand cmd) {
   choice.running = false;
   seq.MoveTo(Sequence::State::kHandingOff);
   seq.handoff_send = *id;
+  seq.handoff_done = done;
   for (int layer = 0; layer < layout.n_layers; ++layer) {
     if (absl::Status s = s_.sender->MarkLayerReady(*id, layer); !s.ok()) break;
   }
@@ -113,23 +114,27 @@ void Handoffs::Poll() {
   if (s_.sender != nullptr) s_.sender->Poll();
 }
 
-void Handoffs::OnSent(Ticket ticket, HandoffDoneFn done, absl::Time received, uint64_t bytes,
-                      const absl::Status& status) {
+void Handoffs::OnSent(Ticket ticket, const std::shared_ptr<HandoffDoneFn>& done,
+                      absl::Time received, uint64_t bytes, const absl::Status& status) {
   Sequence* seq = s_.Find(ticket);
   if (seq != nullptr) {
     seq->handoff_send.reset();
+    seq->handoff_done.reset();
     if (seq->state == Sequence::State::kCancelling) {
       // Cancelled while sending: nothing reads its blocks any more.
       seq->MoveTo(Sequence::State::kEnded);
       emitter_.Remove(*seq);
     }
   }
+  // Answered already when the request ended first (Emitter::Fail).
+  if (!*done) return;
+  HandoffDoneFn answer = std::exchange(*done, nullptr);
   if (!status.ok()) {
-    done(absl::Status(status.code(),
-                      absl::StrCat("shipping the stream's K/V failed: ", status.message())));
+    answer(absl::Status(status.code(),
+                        absl::StrCat("shipping the stream's K/V failed: ", status.message())));
     return;
   }
-  done(HandoffResult{.kv_bytes = bytes, .transfer = s_.clock->Now() - received});
+  answer(HandoffResult{.kv_bytes = bytes, .transfer = s_.clock->Now() - received});
 }
 
 }  // namespace tandem::decode

@@ -13,6 +13,7 @@
 #define TANDEM_DECODE_WORKER_DECODE_HANDOFF_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,14 +25,6 @@
 #include "decode_worker/decode_state.h"
 
 namespace tandem::decode {
-
-struct HandoffResult {
-  uint64_t kv_bytes = 0;
-  // Handoff received until the receiver confirmed every byte.
-  absl::Duration transfer;
-};
-
-using HandoffDoneFn = absl::AnyInvocable<void(absl::StatusOr<HandoffResult>)>;
 
 // DecodeLoop::Handoff, as the loop thread hands it to the core.
 struct HandoffCommand {
@@ -58,8 +51,8 @@ class Handoffs {
  private:
   // The checks of Start; the stream's choice on success.
   absl::StatusOr<Choice*> Check(Sequence& seq, const HandoffCommand& cmd) const;
-  void OnSent(Ticket ticket, HandoffDoneFn done, absl::Time received, uint64_t bytes,
-              const absl::Status& status);
+  void OnSent(Ticket ticket, const std::shared_ptr<HandoffDoneFn>& done, absl::Time received,
+              uint64_t bytes, const absl::Status& status);
 
   DecodeState& s_;
   Emitter& emitter_;

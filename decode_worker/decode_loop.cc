@@ -37,7 +37,11 @@ absl::StatusOr<std::unique_ptr<DecodeLoop>> DecodeLoop::Create(const ModelWeight
   return loop;
 }
 
-DecodeLoop::~DecodeLoop() { Stop(); }
+DecodeLoop::~DecodeLoop() {
+  Stop();
+  // Before the members its callbacks reach (Released takes mu_).
+  core_.reset();
+}
 
 absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
                                                       std::shared_ptr<EventSink> sink) {

@@ -44,9 +44,9 @@ class DecodeMetrics::CountingSink final : public EventSink {
     }
     inner_->OnFinished(finished);
   }
-  void OnMoving() override {
+  void OnMoving(bool ships_kv) override {
     metrics_->moves_offered_.Increment();
-    inner_->OnMoving();
+    inner_->OnMoving(ships_kv);
   }
   void OnFailed(const absl::Status& status) override {
     metrics_->requests_.Count(status);

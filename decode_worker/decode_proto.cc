@@ -72,9 +72,9 @@ void ProtoEventSink::OnTokens(int index, std::span<const int32_t> ids,
   write_(std::move(event));
 }
 
-void ProtoEventSink::OnMoving() {
+void ProtoEventSink::OnMoving(bool ships_kv) {
   v1::DecodeEvent event;
-  event.mutable_moving();
+  event.mutable_moving()->set_ships_kv(ships_kv);
   write_(std::move(event));
 }
 

@@ -37,7 +37,7 @@ class ProtoEventSink final : public EventSink {
   void OnTokens(int index, std::span<const int32_t> ids,
                 std::span<const TokenLogprob> logprobs) override;
   void OnFinished(const Finished& finished) override;
-  void OnMoving() override;
+  void OnMoving(bool ships_kv) override;
   void OnFailed(const absl::Status& status) override { finish_(status); }
 
  private:

@@ -12,6 +12,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/limits.h"
 #include "common/engine/generate.h"
@@ -113,7 +114,8 @@ class EventSink {
   virtual void OnFinished(const Finished& finished) = 0;
   // The worker drains and the request is movable: the caller may cancel it
   // and resume it elsewhere from the tokens it has; until then it runs on.
-  virtual void OnMoving() = 0;
+  // `ships_kv`: the worker can hand the stream's K/V off (Handoff).
+  virtual void OnMoving(bool ships_kv) = 0;
   // The request ended with an error; every one of its KV blocks is free (or
   // is freed as soon as the transport lets go of it).
   virtual void OnFailed(const absl::Status& status) = 0;
@@ -121,6 +123,14 @@ class EventSink {
 
 // The answer to a Start: OK once the sequence is committed to the batch.
 using StartDoneFn = absl::AnyInvocable<void(absl::Status)>;
+
+// What a Handoff shipped (decode_handoff.h).
+struct HandoffResult {
+  uint64_t kv_bytes = 0;
+  // Handoff received until the receiver confirmed every byte.
+  absl::Duration transfer;
+};
+using HandoffDoneFn = absl::AnyInvocable<void(absl::StatusOr<HandoffResult>)>;
 
 // Names a request its decode worker admitted (DecodeLoop::Cancel); also the
 // request id of its KV lease.

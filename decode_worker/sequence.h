@@ -158,8 +158,11 @@ struct Sequence {
   // Remote prefill.
   uint64_t generation = 0;
   absl::Time lease_deadline = absl::InfiniteFuture();
-  // Handoff: the sender's transfer while it ships the K/V.
+  // Handoff: the sender's transfer while it ships the K/V, and its
+  // caller's answer (given once: when the send ends, or when the request
+  // ends first).
   std::optional<uint64_t> handoff_send;
+  std::shared_ptr<HandoffDoneFn> handoff_done;
   // From Start: every choice's first token, choice 0's first.
   std::optional<std::vector<int32_t>> first_tokens;
   // From Start: the random numbers each choice's first token took.

@@ -99,6 +99,9 @@ ABSL_FLAG(int32_t, max_migrations, 2,
 ABSL_FLAG(bool, kv_handoff, true,
           "A one-choice stream that a draining decode worker offers moves with its K/V (the "
           "draining worker ships it to the new one) instead of being recomputed there");
+ABSL_FLAG(absl::Duration, handoff_timeout, absl::Seconds(10),
+          "How long a draining decode worker may take to ship a moving stream's K/V before the "
+          "new worker recomputes the stream instead");
 ABSL_FLAG(absl::Duration, decode_stall_timeout, absl::Seconds(2),
           "A stream that gets no token for this long while other streams' tokens keep coming "
           "(its decode worker answers health polls but does not decode it) moves to another "
@@ -277,6 +280,9 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_decode_stall_timeout) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--decode_stall_timeout must be >= 0 (0 = off)");
   }
+  if (absl::GetFlag(FLAGS_handoff_timeout) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--handoff_timeout must be positive");
+  }
   if (absl::GetFlag(FLAGS_max_migrations) < 0 || absl::GetFlag(FLAGS_max_migrations) > 100) {
     return absl::InvalidArgumentError("--max_migrations must be 0 to 100");
   }
@@ -347,6 +353,7 @@ absl::Status Run() {
   options.driver.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   options.driver.decode_stall_timeout = absl::GetFlag(FLAGS_decode_stall_timeout);
   options.driver.kv_handoff = absl::GetFlag(FLAGS_kv_handoff);
+  options.driver.handoff_timeout = absl::GetFlag(FLAGS_handoff_timeout);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
         .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};

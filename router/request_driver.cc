@@ -305,7 +305,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
 
 void RequestDriver::HandleStreamEvent(const v1::DecodeEvent& event) {
   if (event.has_moving()) {
-    OnDecodeWorkerDraining();
+    OnDecodeWorkerDraining(event.moving().ships_kv());
     return;
   }
   if (event.has_prompt_logprobs()) {
@@ -358,8 +358,10 @@ void RequestDriver::OnDecodeDone(int stream, absl::Status status) {
   }
   if (handoff_.has_value()) {
     // The worker the stream moves to refused or failed before it started.
-    HandoffFailed(absl::Status(
-        status.code(), absl::StrCat("decode worker ", decode_address_, ": ", status.message())));
+    if (status.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(status);
+    HandoffFailed(absl::Status(status.code(), absl::StrCat("decode worker ", decode_address_, ": ",
+                                                           status.message())),
+                  /*avoid_new=*/true);
     return;
   }
   if (awaiting_first_) {
@@ -442,9 +444,18 @@ void RequestDriver::OnReserveTimer(int stream) {
   decode_call_.reset();
   decode_load_.reset();
   ++stream_;
-  OnDecodeRefused(absl::UnavailableError(
+  const absl::Status why = absl::UnavailableError(
       absl::StrCat("no reservation within ", absl::FormatDuration(env_.options.reserve_timeout),
-                   " (--reserve_timeout); the worker may be hung")));
+                   " (--reserve_timeout); the worker may be hung"));
+  if (handoff_.has_value()) {
+    // The move recomputes instead, elsewhere if it can: that worker may
+    // only be busy, so it is not marked unavailable.
+    HandoffFailed(absl::Status(why.code(), absl::StrCat("decode worker ", decode_address_, ": ",
+                                                        why.message())),
+                  /*avoid_new=*/true);
+    return;
+  }
+  OnDecodeRefused(why);
 }
 
 std::vector<TokenLogprob> RequestDriver::Texts(

@@ -214,14 +214,17 @@ class RequestDriver final : public RequestHandle,
   // `planned`: the worker offered the move (it drains), nothing was lost.
   void Migrate(const absl::Status& cause, bool planned = false);
   // The decode worker of the open stream drains and offered to let it go
-  // (`moving`): it moves when it can, else runs on there.
-  void OnDecodeWorkerDraining();
+  // (`moving`): it moves when it can, else runs on there; with its K/V
+  // when the worker `ships_kv`.
+  void OnDecodeWorkerDraining(bool ships_kv);
   // The K/V handoff of a move (request_driver_migration.cc): once the new
   // worker reserved the resume, the draining one ships the K/V; then the
   // Start. A failure anywhere recomputes on a decode worker instead.
   void SendHandoff();
   void OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse> response);
-  void HandoffFailed(const absl::Status& why);
+  // `avoid_new`: the failure was the new worker's; the recompute goes to
+  // another one when it can.
+  void HandoffFailed(const absl::Status& why, bool avoid_new = false);
   // The registry found decode stream `stream`'s worker unresponsive (a
   // health poll got no answer): the stream moves when it can.
   void OnDecodeWorkerUnresponsive(int stream, const absl::Status& why);

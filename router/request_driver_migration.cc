@@ -88,6 +88,11 @@ void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& w
   if (phase_ == Phase::kDone || stream != stream_ || awaiting_first_) return;
   const absl::Status cause = absl::UnavailableError(
       absl::StrCat("decode worker ", decode_address_, " stopped answering: ", why.message()));
+  if (handoff_.has_value()) {
+    // The worker the K/V was to go to: the move recomputes elsewhere.
+    HandoffFailed(cause, /*avoid_new=*/true);
+    return;
+  }
   // Before any token the reservation's and the prefill's own deadlines
   // apply; with nowhere to go the stream waits for the worker.
   if (!CanMigrate(cause)) return;
@@ -96,14 +101,14 @@ void RequestDriver::OnDecodeWorkerUnresponsive(int stream, const absl::Status& w
 
 void RequestDriver::AbandonAndMigrate(const absl::Status& cause, bool planned) {
   decode_watch_.reset();
-  decode_call_->Cancel();
+  if (decode_call_ != nullptr) decode_call_->Cancel();
   decode_call_.reset();
   decode_load_.reset();
   ++stream_;
   Migrate(cause, planned);
 }
 
-void RequestDriver::OnDecodeWorkerDraining() {
+void RequestDriver::OnDecodeWorkerDraining(bool ships_kv) {
   const absl::Status cause =
       absl::UnavailableError(absl::StrCat("decode worker ", decode_address_, " is draining"));
   // With nowhere to go, or no moves left, the stream ends where it is, as
@@ -113,7 +118,7 @@ void RequestDriver::OnDecodeWorkerDraining() {
               << "; the stream stays there (no other decode worker, or no migrations left)";
     return;
   }
-  if (!env_.options.kv_handoff || req_.n != 1) {
+  if (!env_.options.kv_handoff || !ships_kv || req_.n != 1) {
     AbandonAndMigrate(cause, /*planned=*/true);
     return;
   }
@@ -147,6 +152,10 @@ void RequestDriver::SendHandoff() {
 
 void RequestDriver::OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse> response) {
   if (phase_ == Phase::kDone || stream != stream_ || !handoff_.has_value()) return;
+  if (std::optional<absl::Status> own = OwnFault()) {
+    Finish(*own);
+    return;
+  }
   if (!response.ok()) {
     HandoffFailed(absl::Status(
         response.status().code(),
@@ -176,11 +185,12 @@ void RequestDriver::OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse
       });
 }
 
-void RequestDriver::HandoffFailed(const absl::Status& why) {
+void RequestDriver::HandoffFailed(const absl::Status& why, bool avoid_new) {
   LOG(WARNING) << "request " << request_id_ << ": the K/V handoff failed (" << why
                << "); recomputing the stream's tokens on a decode worker instead";
   if (RouterMetrics* m = env_.options.metrics; m != nullptr) m->kv_handoff_failures.Increment();
   const std::string from = handoff_->from->address();
+  if (avoid_new) decode_avoid_ = decode_address_;
   handoff_->stream->Cancel();
   if (handoff_->call != nullptr) handoff_->call->Cancel();
   handoff_.reset();
@@ -244,6 +254,10 @@ void RequestDriver::OnStallTimer(int stream) {
   const absl::Status cause = absl::UnavailableError(absl::StrCat(
       "decode worker ", decode_address_, " sent no token for ", absl::FormatDuration(limit),
       " while other streams' tokens kept coming (--decode_stall_timeout)"));
+  if (handoff_.has_value()) {
+    HandoffFailed(cause, /*avoid_new=*/true);
+    return;
+  }
   if (others - last_token_at_ < limit / 2 || !CanMigrate(cause)) {
     ArmStallTimer(now + limit / 2);
     return;

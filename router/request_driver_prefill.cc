@@ -206,6 +206,15 @@ void RequestDriver::OnStartDone(int stream, absl::Status status) {
     return;
   }
   if (status.code() == absl::StatusCode::kUnavailable) decode_worker_->MarkUnavailable(status);
+  // A moved stream whose new worker failed its Start: the client has its
+  // tokens, so it moves once more when it can.
+  const absl::Status cause = absl::UnavailableError(
+      absl::StrCat("decode worker ", decode_address_,
+                   " failed the Start of a moved stream: ", status.message()));
+  if (resuming_ && CanMigrate(cause)) {
+    AbandonAndMigrate(cause);
+    return;
+  }
   int tokens = 0;
   for (const Choice& c : choices_) tokens += c.tokens;
   Finish(absl::UnavailableError(absl::StrCat("decode worker ", decode_address_,

@@ -207,6 +207,7 @@ TEST(DecodeCore, DrainingOffersMovableRequestsOnceTheyHaveTokens) {
   h.core().Drain();
   h.core().RunRound();
   EXPECT_EQ(movable_sink->moving_count(), 1);
+  EXPECT_FALSE(movable_sink->ships_kv());  // Two choices, and no sender.
   EXPECT_EQ(fixed_sink->moving_count(), 0);
   EXPECT_EQ(waiting_sink->moving_count(), 0);
   // Every choice had its token before the offer, and nothing came after it

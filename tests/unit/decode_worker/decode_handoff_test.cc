@@ -122,6 +122,7 @@ TEST_P(DecodeHandoff, TheStreamContinuesOnTheOtherCoreAsIfItNeverMoved) {
   h.from().Drain();
   ASSERT_TRUE(h.RunUntil([&] { return old_sink->moving_count() > 0; }));
   const std::vector<int32_t> have = old_sink->tokens_at_moving();
+  EXPECT_TRUE(old_sink->ships_kv());
 
   // The new worker reserves the resume: the prompt and `have` but its last.
   Request resumed = stream;
@@ -250,6 +251,9 @@ TEST(DecodeHandoff, ACancelWhileShippingFreesTheBlocksAfterTheSend) {
                                   .tokens = have,
                                   .done = answer.Callback()});
   h.from().Cancel(old_ticket);  // Before a round moved a byte.
+  // The caller hears at once, not when the send gives up.
+  ASSERT_TRUE(answer.result.has_value());
+  EXPECT_THAT(answer.result->status(), StatusIs(absl::StatusCode::kCancelled));
   h.to().Cancel(new_ticket);
   ASSERT_TRUE(h.RunUntil([&] { return answer.result.has_value(); }));
   EXPECT_FALSE(answer.result->ok());

@@ -52,7 +52,7 @@ class EndOrderSink final : public EventSink {
     if (f.last) Ended();
     inner_->OnFinished(f);
   }
-  void OnMoving() override { inner_->OnMoving(); }
+  void OnMoving(bool ships_kv) override { inner_->OnMoving(ships_kv); }
   void OnFailed(const absl::Status& status) override {
     Ended();
     inner_->OnFailed(status);

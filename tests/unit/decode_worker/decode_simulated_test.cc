@@ -92,7 +92,7 @@ class TimingSink final : public EventSink {
     for (size_t i = 0; i < ids.size(); ++i) times.push_back(clock_->Now());
   }
   void OnFinished(const Finished& f) override { ended = ended || f.last; }
-  void OnMoving() override {}
+  void OnMoving(bool) override {}
   void OnFailed(const absl::Status& status) override {
     ended = true;
     failure = status;

@@ -64,8 +64,9 @@ class RecordingSink final : public EventSink {
     finished_[finished.index] = finished;
     if (finished.last) last_finished_ = true;
   }
-  void OnMoving() override {
+  void OnMoving(bool ships_kv) override {
     absl::MutexLock lock(&mu_);
+    ships_kv_ = ships_kv;
     if (ended() || moving_ > 0) ++events_out_of_order_;
     ++moving_;
     tokens_at_moving_ = tokens_;
@@ -80,6 +81,10 @@ class RecordingSink final : public EventSink {
     absl::MutexLock lock(&mu_);
     auto cond = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return moving_ > 0 || ended(); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout) && moving_ > 0;
+  }
+  bool ships_kv() const {
+    absl::MutexLock lock(&mu_);
+    return ships_kv_;
   }
   int moving_count() const {
     absl::MutexLock lock(&mu_);
@@ -181,6 +186,7 @@ class RecordingSink final : public EventSink {
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   int events_out_of_order_ ABSL_GUARDED_BY(mu_) = 0;
   int moving_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ships_kv_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int, std::vector<int32_t>> tokens_at_moving_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -211,7 +211,7 @@ void FakeDecodeWorker::RunStream(std::shared_ptr<Stream> stream, DecodeBehaviour
       if (b.moving_after >= 0 && i == b.moving_after && choice == 0 && request.movable()) {
         flush();
         v1::DecodeEvent moving;
-        moving.mutable_moving();
+        moving.mutable_moving()->set_ships_kv(b.ships_kv);
         if (!stream->writer->Write(std::move(moving))) break;
       }
       if (b.token_interval > absl::ZeroDuration()) absl::SleepFor(b.token_interval);

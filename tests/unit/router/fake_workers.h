@@ -67,6 +67,8 @@ struct DecodeBehaviour {
   // After this many tokens of choice 0, a movable stream gets a `moving`
   // event, as from a draining worker, and decoding goes on; -1 = never.
   int moving_after = -1;
+  // What `moving` says of shipping the K/V.
+  bool ships_kv = true;
   // How Handoff answers (OK: as if the K/V had shipped).
   absl::Status handoff = absl::OkStatus();
   // Pause between tokens (a worker that decodes at that pace).

@@ -289,6 +289,43 @@ TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMovesWithItsKv) {
   EXPECT_TRUE(h->decode(draining).WaitForCancelled(1, kWait));
 }
 
+// A draining worker that cannot ship (its KV on a GPU, or no sender) says
+// so: the move recomputes at once, with no reservation spent on a handoff.
+TEST(RouterServiceTest, AWorkerThatShipsNoKvIsRecomputedFrom) {
+  auto h = StartHarness({.prefill = 1, .decode = 2});
+  ASSERT_NE(h, nullptr);
+  const int draining = h->FirstDecode();
+  h->decode(draining).SetBehaviour(
+      {.moving_after = 3, .ships_kv = false, .token_interval = absl::Milliseconds(5)});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_TRUE(h->decode(draining).handoffs().empty());
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - draining).requests();
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(moved[0].local_prefill());
+}
+
+// The worker the stream moves to not answering its reservation in time:
+// the move recomputes instead of failing the request.
+TEST(RouterServiceTest, ASlowReservationForAHandoffRecomputesInstead) {
+  RouterCoreOptions router;
+  router.driver.reserve_timeout = absl::Milliseconds(200);
+  auto h = StartHarness({.prefill = 1, .decode = 2, .router = router});
+  ASSERT_NE(h, nullptr);
+  const int draining = h->FirstDecode();
+  h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
+  h->decode(1 - draining).SetBehaviour({.hold_reservation = true});
+  const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
+  EXPECT_TRUE(h->decode(draining).handoffs().empty());
+  const std::vector<v1::DecodeRequest> moved = h->decode(1 - draining).requests();
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_FALSE(moved[0].local_prefill());
+  EXPECT_TRUE(moved[1].local_prefill());
+}
+
 // A handoff that fails (the draining worker could not ship) costs a
 // recompute, not the request: the reservation goes and the tokens are
 // computed on a decode worker.
