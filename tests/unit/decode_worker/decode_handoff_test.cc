@@ -27,6 +27,13 @@ using ::testing::HasSubstr;
 constexpr int kVocab = 101;
 constexpr int kMaxRounds = 2000;
 
+struct HandoffAnswer {
+  std::optional<absl::StatusOr<HandoffResult>> result;
+  HandoffDoneFn Callback() {
+    return [this](absl::StatusOr<HandoffResult> r) { result = std::move(r); };
+  }
+};
+
 class TwoCores {
  public:
   // `ship`: the draining core has a handoff transport.
@@ -79,6 +86,24 @@ class TwoCores {
   std::vector<int32_t> Expected(const Request& r) { return EngineTokens(*reference_, r); }
   Ticket last_ticket() const { return next_ticket_ - 1; }
 
+  // The other core reserves "stream.1", `stream` resumed from `have`
+  // without local prefill; null if no reservation came.
+  std::shared_ptr<RecordingSink> ReserveResume(Request stream, const std::vector<int32_t>& have) {
+    stream.request_id = "stream.1";
+    stream.local_prefill = false;
+    stream.resume = {{.tokens = have}};
+    auto sink = std::make_shared<RecordingSink>();
+    Submit(to(), std::move(stream), sink);
+    return RunUntil([&] { return sink->reserved_count() > 0; }) ? sink : nullptr;
+  }
+  // The draining core ships "stream" into `sink`'s lease.
+  void Handoff(const RecordingSink& sink, const std::vector<int32_t>& have, HandoffAnswer& answer) {
+    from().Handoff(HandoffCommand{.request_id = "stream",
+                                  .kv_descriptor = sink.descriptor(),
+                                  .tokens = have,
+                                  .done = answer.Callback()});
+  }
+
  private:
   FakeClock clock_{absl::Now()};
   std::unique_ptr<ModelWeights> weights_;
@@ -88,13 +113,6 @@ class TwoCores {
   std::unique_ptr<DecodeCore> cores_[2];
   std::unique_ptr<Engine> reference_;
   Ticket next_ticket_ = 1;
-};
-
-struct HandoffAnswer {
-  std::optional<absl::StatusOr<HandoffResult>> result;
-  HandoffDoneFn Callback() {
-    return [this](absl::StatusOr<HandoffResult> r) { result = std::move(r); };
-  }
 };
 
 // A greedy or seeded-sampled stream, offered by a draining core.
@@ -125,19 +143,10 @@ TEST_P(DecodeHandoff, TheStreamContinuesOnTheOtherCoreAsIfItNeverMoved) {
   EXPECT_TRUE(old_sink->ships_kv());
 
   // The new worker reserves the resume: the prompt and `have` but its last.
-  Request resumed = stream;
-  resumed.request_id = "stream.1";
-  resumed.local_prefill = false;
-  resumed.resume = {{.tokens = have}};
-  auto new_sink = std::make_shared<RecordingSink>();
-  h.Submit(h.to(), resumed, new_sink);
-  ASSERT_TRUE(h.RunUntil([&] { return new_sink->reserved_count() > 0; }));
-
+  const std::shared_ptr<RecordingSink> new_sink = h.ReserveResume(stream, have);
+  ASSERT_NE(new_sink, nullptr);
   HandoffAnswer answer;
-  h.from().Handoff(HandoffCommand{.request_id = "stream",
-                                  .kv_descriptor = new_sink->descriptor(),
-                                  .tokens = have,
-                                  .done = answer.Callback()});
+  h.Handoff(*new_sink, have, answer);
   ASSERT_TRUE(h.RunUntil([&] { return answer.result.has_value(); }));
   ASSERT_OK(answer.result->status());
   EXPECT_GT((*answer.result)->kv_bytes, 0u);
@@ -237,19 +246,11 @@ TEST(DecodeHandoff, ACancelWhileShippingFreesTheBlocksAfterTheSend) {
   const Ticket old_ticket = h.last_ticket();
   ASSERT_TRUE(h.RunUntil([&] { return old_sink->tokens().size() >= 10; }));
   const std::vector<int32_t> have = old_sink->tokens();
-  Request resumed = Stream(false);
-  resumed.request_id = "stream.1";
-  resumed.local_prefill = false;
-  resumed.resume = {{.tokens = have}};
-  auto new_sink = std::make_shared<RecordingSink>();
-  h.Submit(h.to(), resumed, new_sink);
+  const std::shared_ptr<RecordingSink> new_sink = h.ReserveResume(Stream(false), have);
+  ASSERT_NE(new_sink, nullptr);
   const Ticket new_ticket = h.last_ticket();
-  ASSERT_TRUE(h.RunUntil([&] { return new_sink->reserved_count() > 0; }));
   HandoffAnswer answer;
-  h.from().Handoff(HandoffCommand{.request_id = "stream",
-                                  .kv_descriptor = new_sink->descriptor(),
-                                  .tokens = have,
-                                  .done = answer.Callback()});
+  h.Handoff(*new_sink, have, answer);
   h.from().Cancel(old_ticket);  // Before a round moved a byte.
   // The caller hears at once, not when the send gives up.
   ASSERT_TRUE(answer.result.has_value());
