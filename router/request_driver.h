@@ -200,6 +200,9 @@ class RequestDriver final : public RequestHandle,
   // send the Prefill; its answer sends the first tokens and the Start.
   void StartPrefill();
   void SendPrefill();
+  // DecodeWorker.Start of the open stream's reservation (`start` names its
+  // first tokens and draws); its answer reaches OnStartDone.
+  void SendStart(v1::StartRequest start);
   void OnDecodeEvent(int stream, v1::DecodeEvent event);
   void OnDecodeDone(int stream, absl::Status status);
   void OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillResponse> response);

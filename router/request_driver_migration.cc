@@ -173,16 +173,10 @@ void RequestDriver::OnHandoffDone(int stream, absl::StatusOr<v1::HandoffResponse
   LOG(INFO) << "request " << request_id_ << ": " << response->kv_bytes()
             << " bytes of K/V handed off to decode worker " << decode_address_ << " in "
             << absl::FormatDuration(took);
-  decode_began_ = true;
+  // The new worker replayed the tokens' sampling: no draws to skip.
   v1::StartRequest start;
-  start.set_request_id(StreamRequestId());
-  start.set_generation(reserved_.generation());
   start.set_first_token(choices_[0].ids.back());
-  auto self = shared_from_this();
-  start_call_ = decode_worker_->channel().Start(
-      std::move(start), deadline_, [self, stream](absl::StatusOr<v1::StartResponse> result) {
-        self->Post([self, stream, status = result.status()] { self->OnStartDone(stream, status); });
-      });
+  SendStart(std::move(start));
 }
 
 void RequestDriver::HandoffFailed(const absl::Status& why, bool avoid_new) {

@@ -180,14 +180,18 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
     MaybeComplete();
     return;
   }
-  decode_began_ = true;
   // 3. The decode worker decodes from the first tokens on.
   v1::StartRequest start;
-  start.set_request_id(StreamRequestId());
-  start.set_generation(reserved_.generation());
   start.set_first_token(r.first_token());
   start.mutable_extra_first_tokens()->CopyFrom(r.extra_first_tokens());
   start.mutable_sampler_draws()->CopyFrom(r.sampler_draws());
+  SendStart(std::move(start));
+}
+
+void RequestDriver::SendStart(v1::StartRequest start) {
+  decode_began_ = true;
+  start.set_request_id(StreamRequestId());
+  start.set_generation(reserved_.generation());
   auto self = shared_from_this();
   const int stream = stream_;
   start_call_ = decode_worker_->channel().Start(
