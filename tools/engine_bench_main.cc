@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -39,6 +40,9 @@ ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15
 ABSL_FLAG(std::vector<std::string>, dtype, std::vector<std::string>({"f32"}),
           "Weight types to measure, each shape in each: f32, bf16, f16 (e.g. --dtype=f32,bf16)");
 ABSL_FLAG(std::string, kv_dtype, "", "KV cache type; empty = the weights' type");
+ABSL_FLAG(std::string, model, "",
+          "A model file or hub folder to measure (e.g. a GGUF file llama.cpp runs too) instead "
+          "of --shapes in --dtype");
 ABSL_FLAG(std::string, load, "",
           "A hub folder whose load time to measure (warm page cache: loaded once before the "
           "timed loads), in GB/s of weights");
@@ -215,6 +219,7 @@ struct Result {
   std::vector<std::pair<int, double>> prefill;  // prompt -> tokens/s
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
   double weight_bytes = 0;                      // read by every decode step
+  double weight_params = 0;                     // ... and their number
   double classifier_params = 0;
   double kv_bytes_per_sequence = 0;  // read per sequence by a decode step, on average
 };
@@ -415,9 +420,39 @@ int Run() {
     if (int rc = MeasureLoad(dir, backend_name, threads, repeats); rc != 0) return rc;
   }
 
+  // The models to measure: --model's file, or each shape in each type.
+  struct Entry {
+    std::string shape;
+    DType dtype = DType::kF32;
+    std::string file;
+  };
+  std::vector<Entry> entries;
+  if (const std::string file = absl::GetFlag(FLAGS_model); !file.empty()) {
+    entries.push_back({std::filesystem::path(file).filename().string(), DType::kF32, file});
+  } else {
+    for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
+      for (const DType dtype : dtypes) entries.push_back({shape, dtype, ""});
+    }
+  }
+  const int longest =
+      std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
   std::vector<Result> results;
-  for (const std::string& shape : absl::GetFlag(FLAGS_shapes)) {
-    for (const DType dtype : dtypes) {
+  for (const Entry& entry : entries) {
+    const std::string& shape = entry.shape;
+    absl::StatusOr<std::unique_ptr<ModelWeights>> weights;
+    if (!entry.file.empty()) {
+      weights = LoadModel(entry.file);
+      if (!weights.ok()) {
+        std::cerr << "--model: " << weights.status().message() << "\n";
+        return 2;
+      }
+      if ((*weights)->config.seq_len < longest) {
+        std::cerr << "--model: its context of " << (*weights)->config.seq_len
+                  << " tokens is shorter than the benchmark's " << longest
+                  << "; give smaller --prompts or --decode_prompt\n";
+        return 2;
+      }
+    } else {
       ModelConfig config;
       if (shape == "stories15M") {
         config = Stories15MShape();
@@ -432,83 +467,92 @@ int Run() {
                   << "'; use stories15M, stories110M, llama3.2-1b or llama3-8b\n";
         return 2;
       }
-      // The benchmark's prompts may be longer than the checkpoint's training
-      // context; positions past it are still well defined for RoPE.
-      const int longest =
-          std::max(*std::max_element(prompts.begin(), prompts.end()), decode_prompt + decode_steps);
+      // The benchmark's prompts may be longer than the checkpoint's
+      // training context; positions past it are still well defined for RoPE.
       config.seq_len = std::max(config.seq_len, longest);
-      auto weights = MakeSyntheticModel(config, 1, dtype);
+      weights = MakeSyntheticModel(config, 1, entry.dtype);
       CHECK_OK(weights.status());
-      const int max_batch = *std::max_element(batches.begin(), batches.end());
-      EngineOptions options;
-      options.max_batch_tokens = std::max(longest, max_batch);
-      options.max_logit_rows = max_batch;
-      options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
-      options.kv_dtype = kv_dtype;
-      auto backend = ChooseBackend({.name = backend_name, .threads = threads});
-      CHECK_OK(backend.status());
-#ifdef TANDEM_HAVE_CUDA
-      auto* cuda = dynamic_cast<CudaBackend*>(backend->backend.get());
-#endif
-      auto engine = Engine::Create(**weights, std::move(backend->backend), options);
-      CHECK_OK(engine.status());
-      weights->reset();  // the engine holds its own copy
-      Result result;
-      result.shape = shape;
-      result.dtype = std::string(DTypeName(dtype));
-      result.wtype = dtype;
-      const double element = DTypeSize(dtype);
-      const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
-      // Bytes a batch-1 decode step must read: every weight but the embedding
-      // rows not looked up (the tied classifier reads the whole table).
-      result.classifier_params = double(config.vocab_size) * config.dim;
-      const double embedding_params = config.shared_classifier ? 0.0 : result.classifier_params;
-      result.weight_bytes = (double(config.NumParameters()) - embedding_params) * element;
-      // K and V of every layer for the context a decode step attends to.
-      result.kv_bytes_per_sequence =
-          2.0 * config.n_layers * config.kv_dim() * kv_element * (decode_prompt + decode_steps / 2);
-      for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
-      for (int b : batches) {
-        // What picking on the host (logits copied out) costs beside the
-        // engine's own picks, which the table reports.
-        const auto [host_tps, pick_s] =
-            TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/true);
-        const double tps =
-            TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/false)
-                .first;
-        std::printf(
-            "  decode batch %d: %.2f ms a step with the engine's picks; %.2f ms with the logits "
-            "copied to the host and picked there (%.2f ms of it picking)\n",
-            b, b / tps * 1e3, b / host_tps * 1e3, pick_s * 1e3);
-        result.decode.emplace_back(b, tps);
-#ifdef TANDEM_HAVE_CUDA
-        // Where the device's time goes in a step, op by op (one more run,
-        // untimed: the events cost a little).
-        if (cuda != nullptr) {
-          StepHooks hooks{
-              .before = [&] { cuda->StartOpProfile(); },
-              .after =
-                  [&](int steps) {
-                    auto profile = cuda->TakeOpProfile();
-                    CHECK_OK(profile.status());
-                    std::string line;
-                    for (const auto& [op, seconds] : *profile) {
-                      absl::StrAppendFormat(&line, " %s %.3f", op, seconds / steps * 1e3);
-                    }
-                    std::printf("  decode batch %d, device ms a step by op:%s\n", b, line.c_str());
-                  }};
-          TimeDecode(**engine, b, decode_prompt, std::min(decode_steps, 8), 1, false, hooks);
-        }
-#endif
-      }
-      results.push_back(result);
     }
+    const ModelConfig config = (*weights)->config;
+    // Bytes a batch-1 decode step must read: every weight but the
+    // embedding rows not looked up (the tied classifier reads the whole
+    // table). Counted tensor by tensor: a quantized file mixes types.
+    Result result;
+    result.shape = shape;
+    result.wtype = (*weights)->dtype();
+    result.dtype = entry.file.empty() ? std::string(DTypeName(entry.dtype)) : "file";
+    const ModelWeights& w = **weights;
+    auto add = [&](const Tensor& t) {
+      result.weight_bytes += t.size_bytes();
+      result.weight_params += t.numel;
+    };
+    for (const LayerWeights& l : w.layers) {
+      for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2,
+                              &l.w3, &l.bq, &l.bk, &l.bv}) {
+        add(*t);
+      }
+    }
+    add(w.rms_final);
+    add(w.classifier);
+    result.classifier_params = double(config.vocab_size) * config.dim;
+    const int max_batch = *std::max_element(batches.begin(), batches.end());
+    EngineOptions options;
+    options.max_batch_tokens = std::max(longest, max_batch);
+    options.max_logit_rows = max_batch;
+    options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
+    options.kv_dtype = kv_dtype;
+    auto backend = ChooseBackend({.name = backend_name, .threads = threads});
+    CHECK_OK(backend.status());
+#ifdef TANDEM_HAVE_CUDA
+    auto* cuda = dynamic_cast<CudaBackend*>(backend->backend.get());
+#endif
+    auto engine = Engine::Create(**weights, std::move(backend->backend), options);
+    CHECK_OK(engine.status());
+    weights->reset();  // the engine holds its own copy
+    const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
+    // K and V of every layer for the context a decode step attends to.
+    result.kv_bytes_per_sequence =
+        2.0 * config.n_layers * config.kv_dim() * kv_element * (decode_prompt + decode_steps / 2);
+    for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
+    for (int b : batches) {
+      // What picking on the host (logits copied out) costs beside the
+      // engine's own picks, which the table reports.
+      const auto [host_tps, pick_s] =
+          TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/true);
+      const double tps =
+          TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, /*host_pick=*/false).first;
+      std::printf(
+          "  decode batch %d: %.2f ms a step with the engine's picks; %.2f ms with the logits "
+          "copied to the host and picked there (%.2f ms of it picking)\n",
+          b, b / tps * 1e3, b / host_tps * 1e3, pick_s * 1e3);
+      result.decode.emplace_back(b, tps);
+#ifdef TANDEM_HAVE_CUDA
+      // Where the device's time goes in a step, op by op (one more run,
+      // untimed: the events cost a little).
+      if (cuda != nullptr) {
+        StepHooks hooks{.before = [&] { cuda->StartOpProfile(); },
+                        .after =
+                            [&](int steps) {
+                              auto profile = cuda->TakeOpProfile();
+                              CHECK_OK(profile.status());
+                              std::string line;
+                              for (const auto& [op, seconds] : *profile) {
+                                absl::StrAppendFormat(&line, " %s %.3f", op, seconds / steps * 1e3);
+                              }
+                              std::printf("  decode batch %d, device ms a step by op:%s\n", b,
+                                          line.c_str());
+                            }};
+        TimeDecode(**engine, b, decode_prompt, std::min(decode_steps, 8), 1, false, hooks);
+      }
+#endif
+    }
+    results.push_back(result);
   }
 
   // Prefill: 2 flops per weight per token, classifier excluded (only the
   // last token's logits are computed), attention excluded.
   auto prefill_flops = [](const Result& r) {
-    return 2.0 * (r.weight_bytes / DTypeSize(r.wtype) - r.classifier_params);
+    return 2.0 * (r.weight_params - r.classifier_params);
   };
   // Decode reads every weight once per step, plus each sequence's KV.
   auto decode_limit = [&](const Result& r, int batch) {

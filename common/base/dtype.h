@@ -14,21 +14,72 @@
 
 namespace tandem {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Element types, then GGUF's block-quantized weight types (common/base/
+// quant_blocks.h has their layouts): a block of 32 or 256 weights stored
+// as small integers with shared scales. Quantized types are for weight
+// matrices only, never for a KV cache or an activation.
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kQ8_0 = 3,
+  kQ4_0 = 4,
+  kQ4_K = 5,
+  kQ5_K = 6,
+  kQ6_K = 7,
+};
 
-// Bytes per element: 4 for kF32, 2 for kF16 and kBF16.
-inline size_t DTypeSize(DType dtype) {
+inline bool IsQuantized(DType dtype) { return static_cast<uint8_t>(dtype) >= 3; }
+
+// Elements per block: 1 for element types, 32 or 256 for quantized ones.
+inline int DTypeBlockElements(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return 32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return 256;
+    default:
+      return 1;
+  }
+}
+
+// Bytes per block (per element for element types).
+inline size_t DTypeBlockBytes(DType dtype) {
   switch (dtype) {
     case DType::kF32:
       return 4;
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kQ8_0:
+      return 34;
+    case DType::kQ4_0:
+      return 18;
+    case DType::kQ4_K:
+      return 144;
+    case DType::kQ5_K:
+      return 176;
+    case DType::kQ6_K:
+      return 210;
   }
   return 0;
 }
 
-// "f32", "f16" or "bf16"; "unknown" for a value outside the enum.
+// Bytes per element of an element type: 4 for kF32, 2 for kF16 and kBF16;
+// 0 for a quantized type, which has no whole bytes per element (use
+// DTypeBytes).
+inline size_t DTypeSize(DType dtype) { return IsQuantized(dtype) ? 0 : DTypeBlockBytes(dtype); }
+
+// Bytes of `elements` consecutive elements, a whole number of blocks.
+inline size_t DTypeBytes(DType dtype, int64_t elements) {
+  return static_cast<size_t>(elements / DTypeBlockElements(dtype)) * DTypeBlockBytes(dtype);
+}
+
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k" or "q6_k"; "unknown"
+// for a value outside the enum.
 inline std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -37,11 +88,22 @@ inline std::string_view DTypeName(DType dtype) {
       return "f16";
     case DType::kBF16:
       return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
 }
 
-// Inverse of DTypeName (lower case only). INVALID_ARGUMENT lists the valid
+// Inverse of DTypeName for the element types (lower case only): what a KV
+// cache or a converted checkpoint can be. INVALID_ARGUMENT lists the valid
 // names.
 inline absl::StatusOr<DType> ParseDType(std::string_view name) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {

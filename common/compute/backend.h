@@ -125,12 +125,26 @@ class Backend {
   virtual void CopyToHost(const void* device, void* host, size_t bytes) = 0;
 
   // out[m, n] (+)= x[m, k] * w[n, k]^T; adds to `out` when `accumulate`.
-  // A 16-bit w is widened as it is read (never copied to f32 as a whole);
-  // sums are f32.
+  // A 16-bit or quantized w is widened as it is read (never copied to f32
+  // as a whole); sums are f32. A backend multiplies the quantized types
+  // that its Supports() accepts.
   virtual void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k,
                       bool accumulate) = 0;
   void MatMul(const float* x, const float* w, float* out, int m, int n, int k, bool accumulate) {
     MatMul(x, MatrixRef{w, DType::kF32}, out, m, n, k, accumulate);
+  }
+  // The same into columns [0, n) of an output whose rows are `ldo` >= n
+  // apart: one part of a stacked matrix whose parts differ in type. This
+  // default multiplies row by row.
+  virtual void MatMulColumns(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                             bool accumulate) {
+    if (ldo == n) {
+      MatMul(x, w, out, m, n, k, accumulate);
+      return;
+    }
+    for (int r = 0; r < m; ++r) {
+      MatMul(x + int64_t{r} * k, w, out + int64_t{r} * ldo, 1, n, k, accumulate);
+    }
   }
 
   // out[r, :] = table[ids[r], :] for r < rows, widened to f32.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/float16.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/kvcache/kv_layout.h"
@@ -59,20 +60,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
                                                    " are supported (give fewer --kv_blocks)"));
   }
   const DType wtype = weights.dtype();
-  for (const LayerWeights& l : weights.layers) {
-    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
-      if (t->dtype != wtype) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "weights from '", weights.source, "' mix matrix types (", std::string(DTypeName(wtype)),
-            " and ", std::string(DTypeName(t->dtype)), "); convert them to one type"));
-      }
-    }
-  }
-  if (weights.classifier.dtype != wtype) {
-    return absl::InvalidArgumentError(absl::StrCat("weights from '", weights.source,
-                                                   "' have a classifier of another type than "
-                                                   "the embedding; convert them to one type"));
-  }
   if (weights.config.attention_bias) {
     for (const LayerWeights& l : weights.layers) {
       if (l.bq.empty() || l.bk.empty() || l.bv.empty()) {
@@ -80,14 +67,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
       }
     }
   }
-  // A backend that computes in f32 only (CUDA, for now) gets 16-bit weights
-  // widened as they are uploaded, rather than refusing a model it can run.
-  DType compute = wtype;
-  if (wtype != DType::kF32 && !backend->Supports(wtype, opts.kv_dtype.value_or(wtype)).ok() &&
+  // Matrices may mix types (GGUF's Q4_K_M mixes Q4_K and Q6_K). A quantized
+  // model keeps its KV cache in bf16 by default (llama.cpp keeps its own in
+  // 16 bits). A backend that computes in f32 only gets 16-bit weights
+  // widened as they are uploaded, rather than refusing a model it can run;
+  // one without a quantized product gets those widened to the compute type
+  // (UploadType).
+  DType compute = IsQuantized(wtype) ? DType::kBF16 : wtype;
+  if (compute != DType::kF32 && !backend->Supports(compute, opts.kv_dtype.value_or(compute)).ok() &&
       backend->Supports(DType::kF32, opts.kv_dtype.value_or(DType::kF32)).ok()) {
     compute = DType::kF32;
     LOG(INFO) << "the " << backend->name() << " backend computes in f32: widening "
               << DTypeName(wtype) << " weights from '" << weights.source << "' as they load";
+  } else if (IsQuantized(wtype) && !backend->Supports(wtype, compute).ok()) {
+    LOG(INFO) << "the " << backend->name() << " backend has no " << DTypeName(wtype)
+              << " product: widening the weights from '" << weights.source << "' to "
+              << DTypeName(compute) << " as they load";
   }
   if (!opts.kv_dtype.has_value()) opts.kv_dtype = compute;
   RETURN_IF_ERROR(backend->Supports(compute, *opts.kv_dtype));
@@ -130,25 +125,45 @@ absl::Status Engine::Init(const ModelWeights& w) {
     ASSIGN_OR_RETURN(void* p, alloc_bytes(floats * sizeof(float)));
     return static_cast<float*>(p);
   };
-  // Copies tensors of one type into one backend buffer, back to back, in
-  // their own type, or widened to f32 when the engine computes in f32.
-  auto upload = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<MatrixRef> {
-    const DType type = weights_dtype_ == DType::kF32 ? DType::kF32 : parts.begin()->dtype;
-    size_t total = 0;
-    for (const Tensor& t : parts) total += t.size() * DTypeSize(type);
-    ASSIGN_OR_RETURN(void* dst, alloc_bytes(total));
-    size_t at = 0;
-    for (const Tensor& t : parts) {
-      if (t.dtype == type) {
-        backend_->CopyToDevice(t.data, static_cast<uint8_t*>(dst) + at, t.size_bytes());
-      } else {
-        const std::vector<float> wide = t.ToFloats();
-        backend_->CopyToDevice(wide.data(), static_cast<uint8_t*>(dst) + at,
-                               wide.size() * sizeof(float));
+  // Copies tensors into backend memory, back to back, each in its upload
+  // type: one buffer per run of parts of equal type.
+  auto upload = [&](std::initializer_list<Tensor> parts,
+                    int64_t k) -> absl::StatusOr<StackedMatrix> {
+    StackedMatrix stacked;
+    for (auto run = parts.begin(); run != parts.end();) {
+      const DType type = UploadType(run->dtype);
+      auto end = run;
+      size_t total = 0;
+      int64_t elements = 0;
+      for (; end != parts.end() && UploadType(end->dtype) == type; ++end) {
+        total += DTypeBytes(type, end->numel);
+        elements += end->numel;
       }
-      at += t.size() * DTypeSize(type);
+      ASSIGN_OR_RETURN(void* dst, alloc_bytes(total));
+      size_t at = 0;
+      for (auto t = run; t != end; ++t) {
+        const size_t bytes = DTypeBytes(type, t->numel);
+        if (t->dtype == type) {
+          backend_->CopyToDevice(t->data, static_cast<uint8_t*>(dst) + at, bytes);
+        } else {
+          const std::vector<float> wide = t->ToFloats();
+          std::vector<uint16_t> narrow;
+          const void* src = wide.data();
+          if (type != DType::kF32) {
+            narrow.resize(wide.size());
+            for (size_t i = 0; i < wide.size(); ++i) {
+              narrow[i] = type == DType::kBF16 ? Fp32ToBf16(wide[i]) : Fp32ToFp16(wide[i]);
+            }
+            src = narrow.data();
+          }
+          backend_->CopyToDevice(src, static_cast<uint8_t*>(dst) + at, bytes);
+        }
+        at += bytes;
+      }
+      stacked.push_back({MatrixRef{dst, type}, static_cast<int>(elements / k)});
+      run = end;
     }
-    return MatrixRef{dst, type};
+    return stacked;
   };
   // Vectors (norms, biases) are small and used as f32 whatever their type.
   auto upload_f32 = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<float*> {
@@ -157,15 +172,18 @@ absl::Status Engine::Init(const ModelWeights& w) {
       const std::vector<float> f = t.ToFloats();
       all.insert(all.end(), f.begin(), f.end());
     }
-    ASSIGN_OR_RETURN(MatrixRef ref, upload({Tensor(std::span<const float>(all))}));
-    return static_cast<float*>(const_cast<void*>(ref.data));
+    ASSIGN_OR_RETURN(void* dst, alloc_bytes(all.size() * sizeof(float)));
+    backend_->CopyToDevice(all.data(), dst, all.size() * sizeof(float));
+    return static_cast<float*>(dst);
   };
 
-  ASSIGN_OR_RETURN(embedding_, upload({w.token_embedding}));
+  ASSIGN_OR_RETURN(StackedMatrix embedding, upload({w.token_embedding}, d));
+  embedding_ = embedding[0].ref;
   if (c.shared_classifier) {
     classifier_ = embedding_;
   } else {
-    ASSIGN_OR_RETURN(classifier_, upload({w.classifier}));
+    ASSIGN_OR_RETURN(StackedMatrix classifier, upload({w.classifier}, d));
+    classifier_ = classifier[0].ref;
   }
   ASSIGN_OR_RETURN(rms_final_, upload_f32({w.rms_final}));
   for (const LayerWeights& lw : w.layers) {
@@ -173,14 +191,14 @@ absl::Status Engine::Init(const ModelWeights& w) {
     ASSIGN_OR_RETURN(float* p, upload_f32({lw.rms_att, lw.rms_ffn}));
     layer.rms_att = p;
     layer.rms_ffn = p + d;
-    ASSIGN_OR_RETURN(layer.wqkv, upload({lw.wq, lw.wk, lw.wv}));
+    ASSIGN_OR_RETURN(layer.wqkv, upload({lw.wq, lw.wk, lw.wv}, d));
     layer.bqkv = nullptr;
     if (c.attention_bias) {
       ASSIGN_OR_RETURN(layer.bqkv, upload_f32({lw.bq, lw.bk, lw.bv}));
     }
-    ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}));
-    ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}));
-    ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}));
+    ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}, q));
+    ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
+    ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}, h));
     layers_.push_back(layer);
   }
 
@@ -396,7 +414,7 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& layer = layers_[l];
     b.RmsNorm(x_, layer.rms_att, xb_, rows, d, c.norm_eps);
-    b.MatMul(xb_, layer.wqkv, qkv_, rows, qkv_stride, d, /*accumulate=*/false);
+    MatMul(xb_, layer.wqkv, qkv_, rows, qkv_stride, d, /*accumulate=*/false);
     if (layer.bqkv != nullptr) b.AddBias(qkv_, qkv_stride, layer.bqkv, rows, qkv_stride);
     float* q = qkv_;
     float* k = qkv_ + qd;
@@ -408,17 +426,36 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     if (!b.status().ok()) return;
     if (kv_written) kv_written(l);
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
-    b.MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
+    MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
     b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
-    b.MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
+    MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
     b.SwiGlu(hb_, hb2_, rows, h);
-    b.MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);
+    MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);
   }
   if (logit_rows == 0) return;
   for (int i = 0; i < logit_rows; ++i) {
     b.RmsNorm(x_ + int64_t{logit_rows_[i]} * d, rms_final_, xb_ + int64_t{i} * d, 1, d, c.norm_eps);
   }
   b.MatMul(xb_, classifier_, logits_, logit_rows, c.vocab_size, d, /*accumulate=*/false);
+}
+
+DType Engine::UploadType(DType stored) const {
+  if (weights_dtype_ == DType::kF32) return DType::kF32;
+  if (backend_->Supports(stored, layout_.dtype).ok()) return stored;
+  return weights_dtype_;
+}
+
+void Engine::MatMul(const float* x, const StackedMatrix& w, float* out, int m, int n, int k,
+                    bool accumulate) {
+  if (w.size() == 1) {
+    backend_->MatMul(x, w[0].ref, out, m, n, k, accumulate);
+    return;
+  }
+  int column = 0;
+  for (const MatrixPart& part : w) {
+    backend_->MatMulColumns(x, part.ref, out + column, n, m, part.rows, k, accumulate);
+    column += part.rows;
+  }
 }
 
 }  // namespace tandem

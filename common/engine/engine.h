@@ -166,15 +166,31 @@ class Engine final : public StepExecutor {
   void Release(BlockTable& table) { table.Release(pool_); }
 
  private:
+  // Matrices stacked by rows (q, k and v; gate and up) in one backend
+  // buffer, or in one per run of equal types when their types differ (a
+  // Q4_K_M file keeps some v projections in Q6_K).
+  struct MatrixPart {
+    MatrixRef ref;
+    int rows;
+  };
+  using StackedMatrix = std::vector<MatrixPart>;
+
   struct Layer {
     const float* rms_att;
-    MatrixRef wqkv;     // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
-    const float* bqkv;  // [q_dim + 2 kv_dim] biases, or null
-    MatrixRef wo;       // [dim, q_dim]
+    StackedMatrix wqkv;  // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
+    const float* bqkv;   // [q_dim + 2 kv_dim] biases, or null
+    StackedMatrix wo;    // [dim, q_dim]
     const float* rms_ffn;
-    MatrixRef w13;  // [2 hidden, dim]: gate rows, then up rows
-    MatrixRef w2;
+    StackedMatrix w13;  // [2 hidden, dim]: gate rows, then up rows
+    StackedMatrix w2;
   };
+
+  // out[m, n] (+)= x[m, k] * w^T over the parts of `w`.
+  void MatMul(const float* x, const StackedMatrix& w, float* out, int m, int n, int k,
+              bool accumulate);
+  // The type a weight of type `stored` is uploaded in: its own where the
+  // backend computes with it, else widened.
+  DType UploadType(DType stored) const;
 
   Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
   absl::Status Init(const ModelWeights& weights);

@@ -1,11 +1,12 @@
-// Element types of ggml tensors as GGUF files number them, and conversions
-// of the 16-bit float formats.
+// Element types of ggml tensors as GGUF files number them.
 #ifndef TANDEM_COMMON_MODEL_GGML_TYPES_H_
 #define TANDEM_COMMON_MODEL_GGML_TYPES_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "common/base/float16.h"
 
 namespace tandem {
 
@@ -16,6 +17,9 @@ enum class GgmlType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
   kBF16 = 30,
 };
 
@@ -31,13 +35,6 @@ std::optional<GgmlTypeTraits> GgmlTypeTraitsOf(GgmlType type);
 
 // "F16", "Q4_K", ... or "type N" when unknown.
 std::string GgmlTypeName(GgmlType type);
-
-// IEEE binary16 and bfloat16 conversions (round to nearest even on the way
-// down; NaN stays NaN, overflow becomes infinity).
-float Fp16ToFp32(uint16_t h);
-uint16_t Fp32ToFp16(float f);
-float Bf16ToFp32(uint16_t h);
-uint16_t Fp32ToBf16(float f);
 
 }  // namespace tandem
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <span>
 #include <string_view>
@@ -140,15 +141,36 @@ bool SameShape(std::vector<int64_t> a, std::vector<int64_t> b) {
   return a == b;
 }
 
-DType DTypeOf(GgmlType type) {
-  return type == GgmlType::kF16    ? DType::kF16
-         : type == GgmlType::kBF16 ? DType::kBF16
-                                   : DType::kF32;
+// The types a tensor may have; nullopt for the rest.
+std::optional<DType> DTypeOf(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+      return DType::kF32;
+    case GgmlType::kF16:
+      return DType::kF16;
+    case GgmlType::kBF16:
+      return DType::kBF16;
+    case GgmlType::kQ8_0:
+      return DType::kQ8_0;
+    case GgmlType::kQ4_0:
+      return DType::kQ4_0;
+    case GgmlType::kQ4_K:
+      return DType::kQ4_K;
+    case GgmlType::kQ5_K:
+      return DType::kQ5_K;
+    case GgmlType::kQ6_K:
+      return DType::kQ6_K;
+    default:
+      return std::nullopt;
+  }
 }
 
-// Tensors are used from the mapping unless misaligned for their type.
+// Tensors are used from the mapping unless misaligned for their type (a
+// quantized block's fields are 16-bit).
 bool UsableInPlace(const GgufTensorInfo& t) {
-  return reinterpret_cast<uintptr_t>(t.data.data()) % DTypeSize(DTypeOf(t.type)) == 0;
+  const DType type = *DTypeOf(t.type);
+  const size_t align = IsQuantized(type) ? 2 : DTypeSize(type);
+  return reinterpret_cast<uintptr_t>(t.data.data()) % align == 0;
 }
 
 }  // namespace
@@ -187,10 +209,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
                              "] but its metadata (", weights->config.ToString(), ") needs [",
                              absl::StrJoin(row.dims, ", "), "] (ne0 first)"));
     }
-    if (t->type != GgmlType::kF32 && t->type != GgmlType::kF16 && t->type != GgmlType::kBF16) {
+    const std::optional<DType> type = DTypeOf(t->type);
+    if (!type.has_value()) {
       return Invalid(path,
                      absl::StrCat("has tensor '", row.name, "' of type ", GgmlTypeName(t->type),
-                                  "; only F32, F16 and BF16 are supported"));
+                                  "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
+                                  "Q6_K (re-quantize it to one of them, e.g. Q4_K_M)"));
+    }
+    // Norms are applied element by element; llama.cpp never quantizes them.
+    if (IsQuantized(*type) && row.dims.size() == 1) {
+      return Invalid(path,
+                     absl::StrCat("has vector '", row.name, "' of type ", GgmlTypeName(t->type),
+                                  "; vectors must be F32, F16 or BF16"));
     }
     if (!UsableInPlace(*t)) copied_words += (t->data.size() + 7) / 8;
   }
@@ -204,7 +234,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   }
 
   auto storage = std::make_shared<GgufModelStorage>();
-  // 16-bit tensors stay 16-bit: the backend multiplies them as they are.
+  // 16-bit and quantized tensors keep their type: the backend multiplies
+  // them as they are.
   storage->copied.resize(static_cast<size_t>(copied_words));
   uint64_t* next = storage->copied.data();
   for (const auto& row : table) {
@@ -217,7 +248,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
       data = next;
       next += (t.data.size() + 7) / 8;
     }
-    *row.span = Tensor(data, DTypeOf(t.type), t.num_elements);
+    *row.span = Tensor(data, *DTypeOf(t.type), t.num_elements);
   }
   if (weights->config.shared_classifier) weights->classifier = weights->token_embedding;
   weights->storage = std::move(storage);

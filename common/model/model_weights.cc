@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/quant_blocks.h"
 #include "common/model/ggml_types.h"
 #include "common/model/gguf_model.h"
 #include "common/model/hub_model.h"
@@ -16,28 +17,20 @@
 namespace tandem {
 
 Tensor Tensor::Slice(int64_t offset, int64_t count) const {
-  return Tensor(static_cast<const uint8_t*>(data) + offset * DTypeSize(dtype), dtype, count);
+  return Tensor(static_cast<const uint8_t*>(data) + DTypeBytes(dtype, offset), dtype, count);
 }
 
 float Tensor::At(int64_t i) const {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(data)[i];
-    case DType::kF16:
-      return Fp16ToFp32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kBF16:
-      return Bf16ToFp32(static_cast<const uint16_t*>(data)[i]);
-  }
-  return 0.0f;
+  const int block = DTypeBlockElements(dtype);
+  float values[256];
+  DequantizeRow(dtype, static_cast<const uint8_t*>(data) + DTypeBytes(dtype, i / block * block),
+                values, block);
+  return values[i % block];
 }
 
 std::vector<float> Tensor::ToFloats() const {
   std::vector<float> out(size());
-  if (dtype == DType::kF32) {
-    if (numel > 0) std::memcpy(out.data(), data, size_bytes());
-    return out;
-  }
-  for (int64_t i = 0; i < numel; ++i) out[i] = At(i);
+  if (numel > 0) DequantizeRow(dtype, data, out.data(), numel);
   return out;
 }
 

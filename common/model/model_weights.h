@@ -1,6 +1,7 @@
 // Weights of a Llama-family model, as views into storage the object keeps
-// alive (a file mapping, or memory it owns), each tensor in the element type
-// it was stored in (f32, f16 or bf16): a bf16 checkpoint is never widened.
+// alive (a file mapping, or memory it owns), each tensor in the type it was
+// stored in (f32, f16, bf16 or a GGUF quantized type): a bf16 checkpoint is
+// never widened, a Q4_K tensor stays Q4_K. A matrix's rows are whole blocks.
 // Immutable after creation and safe to read from many threads.
 //
 // Matrices are row-major [out, in] (each output's weights contiguous), the
@@ -32,9 +33,10 @@ struct Tensor {
       : data(values.data()), dtype(DType::kF32), numel(static_cast<int64_t>(values.size())) {}
 
   size_t size() const { return static_cast<size_t>(numel); }
-  size_t size_bytes() const { return size() * DTypeSize(dtype); }
+  size_t size_bytes() const { return DTypeBytes(dtype, numel); }
   bool empty() const { return numel == 0; }
-  // Elements [offset, offset + count), in the same type.
+  // Elements [offset, offset + count), in the same type; for a quantized
+  // type both are whole blocks.
   Tensor Slice(int64_t offset, int64_t count) const;
   // The values widened to float (a copy), whatever the type.
   std::vector<float> ToFloats() const;

@@ -1,7 +1,9 @@
 // GGUF files: the header, metadata and tensor infos (GgufFile::Parse), every
-// typed getter on every key, and loading the file as a llama model.
+// typed getter on every key, loading the file as a llama model, and
+// widening its matrices from any of the supported (quantized) types.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/model/gguf.h"
@@ -29,6 +31,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(t.data.size() == t.num_bytes);
     FUZZ_CHECK(t.data.data() >= data && t.data.data() + t.data.size() <= data + size);
   }
-  (void)tandem::LoadGgufModel(*file);
+  absl::StatusOr<std::unique_ptr<tandem::ModelWeights>> model = tandem::LoadGgufModel(*file);
+  if (!model.ok()) return 0;
+  // Widen every matrix, whatever its (quantized) type: at most 8 floats a
+  // byte of input.
+  for (const tandem::LayerWeights& l : (*model)->layers) {
+    for (const tandem::Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
+      FUZZ_CHECK(t->ToFloats().size() == t->size());
+    }
+  }
+  FUZZ_CHECK((*model)->token_embedding.ToFloats().size() == (*model)->token_embedding.size());
   return 0;
 }

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/quant_blocks.h"
 #include "common/base/status_macros.h"
 #include "common/compute/cpu/blas_library.h"
 #include "common/compute/cpu/cpu_kernels.h"
+#include "common/compute/cpu/quant_matmul.h"
 #include "common/compute/cpu/small_matmul.h"
 
 namespace tandem {
@@ -58,7 +60,8 @@ CpuBackend::CpuBackend(const cpu::BlasLibrary* blas, int num_threads)
       num_threads_(num_threads),
       small_matmul_(cpu::SmallMatMulSupported()),
       small_matmul16_(cpu::SmallMatMul16Supported()),
-      dot_bf16_(cpu::DotBf16Supported()) {
+      dot_bf16_(cpu::DotBf16Supported()),
+      quant_matmul_(cpu::QuantMatMulSupported()) {
   // omp_set_num_threads only sets the calling thread's default, and a
   // worker's scheduling thread is not the one that created the backend: so
   // every parallel region below names num_threads_ itself.
@@ -75,8 +78,8 @@ std::string CpuBackend::Describe() const {
                       parallel == 2   ? "openmp"
                       : parallel == 1 ? "pthreads"
                                       : "serial",
-                      "), kernels ", cpu::KernelIsa(), dot_bf16_ ? " +avx512bf16" : "", ", ",
-                      num_threads_, " threads");
+                      "), kernels ", cpu::KernelIsa(), dot_bf16_ ? " +avx512bf16" : "",
+                      quant_matmul_ ? " +avx512vnni" : "", ", ", num_threads_, " threads");
 }
 
 absl::Status CpuBackend::Supports(DType, DType) const { return absl::OkStatus(); }
@@ -120,6 +123,10 @@ void CpuBackend::CopyToHost(const void* device, void* host, size_t bytes) {
 
 void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, int n, int k,
                         bool accumulate) {
+  if (IsQuantized(weights.dtype)) {
+    MatMulQuantized(x, weights, out, n, m, n, k, accumulate);
+    return;
+  }
   if (weights.dtype != DType::kF32) {
     const int64_t work = int64_t{m} * n * k;
     if (dot_bf16_ && weights.dtype == DType::kBF16) {
@@ -153,7 +160,7 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
       }
       return;
     }
-    MatMulWidened(x, weights, out, m, n, k, accumulate);
+    MatMulWidened(x, weights, out, n, m, n, k, accumulate);
     return;
   }
   const float* w = static_cast<const float*>(weights.data);
@@ -182,32 +189,67 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
   }
 }
 
-void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k,
-                               bool accumulate) {
+void CpuBackend::MatMulColumns(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
+                               int k, bool accumulate) {
+  if (IsQuantized(w.dtype)) {
+    MatMulQuantized(x, w, out, ldo, m, n, k, accumulate);
+    return;
+  }
+  Backend::MatMulColumns(x, w, out, ldo, m, n, k, accumulate);
+}
+
+void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
+                                 int k, bool accumulate) {
+  if (!quant_matmul_ || m > cpu::kQuantMatMulMaxRows) {
+    MatMulWidened(x, w, out, ldo, m, n, k, accumulate);
+    return;
+  }
+  cpu::QuantizeRows(x, m, k, w.dtype, &quantized_rows_);
+  const int64_t work = int64_t{m} * n * k;
+#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+    const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) {
+      cpu::QuantMatMul(quantized_rows_, w.data, out, ldo, accumulate, begin, end);
+    }
+  }
+}
+
+void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
+                               int k, bool accumulate) {
   if (omp_get_max_threads() != num_threads_) omp_set_num_threads(num_threads_);
   // Panels of about 4 MiB of f32: large enough for BLAS to run at full
   // speed, small enough to stay in the last-level cache.
   const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
   panel_.resize(static_cast<size_t>(std::min(rows, n)) * k);
-  const size_t element = DTypeSize(w.dtype);
+  const size_t row_bytes = DTypeBytes(w.dtype, k);
   for (int j0 = 0; j0 < n; j0 += rows) {
     const int nb = std::min(rows, n - j0);
-    const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(j0) * k * element;
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(j0) * row_bytes;
 #pragma omp parallel for num_threads(num_threads_) if (int64_t{nb} * k > kParallelThreshold)
     for (int j = 0; j < nb; ++j) {
-      cpu::Widen(src + size_t(j) * k * element, w.dtype, panel_.data() + size_t(j) * k, k);
+      if (IsQuantized(w.dtype)) {
+        DequantizeRow(w.dtype, src + size_t(j) * row_bytes, panel_.data() + size_t(j) * k, k);
+      } else {
+        cpu::Widen(src + size_t(j) * row_bytes, w.dtype, panel_.data() + size_t(j) * k, k);
+      }
     }
     blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, panel_.data(), k,
-                 accumulate ? 1.0f : 0.0f, out + j0, n);
+                 accumulate ? 1.0f : 0.0f, out + j0, ldo);
   }
 }
 
 void CpuBackend::Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) {
-  const size_t element = DTypeSize(table.dtype);
+  const size_t row_bytes = DTypeBytes(table.dtype, dim);
   for (size_t r = 0; r < ids.size(); ++r) {
-    cpu::Widen(
-        static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[r]) * dim * element,
-        table.dtype, out + r * dim, dim);
+    const uint8_t* row = static_cast<const uint8_t*>(table.data) + size_t(ids[r]) * row_bytes;
+    if (IsQuantized(table.dtype)) {
+      DequantizeRow(table.dtype, row, out + r * dim, dim);
+    } else {
+      cpu::Widen(row, table.dtype, out + r * dim, dim);
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/compute/backend.h"
+#include "common/compute/cpu/quant_matmul.h"
 
 namespace tandem {
 
@@ -52,6 +53,8 @@ class CpuBackend final : public Backend {
   void CopyToHost(const void* device, void* host, size_t bytes) override;
   void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k,
               bool accumulate) override;
+  void MatMulColumns(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                     bool accumulate) override;
   void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) override;
   void AddBias(float* x, int stride, const float* bias, int rows, int n) override;
   void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
@@ -77,16 +80,24 @@ class CpuBackend final : public Backend {
   // f32 product of x with 16-bit weights for many rows: panels of w are
   // widened into scratch and multiplied by BLAS, so the f32 copy of w that
   // exists at any time is one panel.
-  void MatMulWidened(const float* x, MatrixRef w, float* out, int m, int n, int k, bool accumulate);
+  // Widens panels of w to f32 and multiplies them with BLAS; out's rows are
+  // `ldo` apart.
+  void MatMulWidened(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                     bool accumulate);
+  // A quantized w: int8 products for few rows, widened panels otherwise.
+  void MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                       bool accumulate);
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
   bool prefault_ = true;
-  bool small_matmul_;             // few-row products bypass BLAS (cpu/small_matmul.h)
-  bool small_matmul16_;           // ... also with 16-bit weights
-  bool dot_bf16_;                 // ... with bf16 weights through AVX512-BF16
-  std::vector<float> panel_;      // MatMulWidened scratch
-  std::vector<uint16_t> x_bf16_;  // inputs rounded to bf16 for dot_bf16_
+  bool small_matmul_;                  // few-row products bypass BLAS (cpu/small_matmul.h)
+  bool small_matmul16_;                // ... also with 16-bit weights
+  bool dot_bf16_;                      // ... with bf16 weights through AVX512-BF16
+  bool quant_matmul_;                  // ... with quantized weights through AVX512-VNNI
+  std::vector<float> panel_;           // MatMulWidened scratch
+  std::vector<uint16_t> x_bf16_;       // inputs rounded to bf16 for dot_bf16_
+  cpu::QuantizedRows quantized_rows_;  // inputs rounded to int8 for quant_matmul_
 };
 
 }  // namespace tandem

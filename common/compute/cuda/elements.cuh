@@ -123,6 +123,8 @@ cudaError_t WithElement(DType dtype, F&& f) {
       return f(static_cast<Bf16*>(nullptr));
     case DType::kF16:
       return f(static_cast<F16*>(nullptr));
+    default:  // quantized weights are widened before they reach a kernel
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -112,6 +112,10 @@ std::string WriteSpec(const LlamaGgufSpec& s, const std::string& name) {
     for (int64_t d : t.dims) n *= d;
     const GgmlTypeTraits traits = *GgmlTypeTraitsOf(t.type);
     std::vector<uint8_t> bytes(n / traits.block_elements * traits.block_bytes);
+    // Quantized blocks: a byte pattern (their values do not matter here).
+    for (size_t i = 0; i < bytes.size() && traits.block_elements > 1; ++i) {
+      bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+    }
     for (int64_t i = 0; i < n && traits.block_elements == 1; ++i) {
       const float f = Pattern(i);
       uint32_t bits;
@@ -236,6 +240,31 @@ TEST(GgufModelTest, LoadsF32F16AndBf16AtAnyAlignment) {
   }
 }
 
+// Quantized matrices keep their blocks, each tensor its own type, in place
+// or copied when the file misaligns them.
+TEST(GgufModelTest, LoadsQuantizedMatricesInTheirOwnTypes) {
+  for (uint32_t alignment : {1u, 32u}) {
+    SCOPED_TRACE(absl::StrCat("alignment ", alignment));
+    LlamaGgufSpec spec = SpecOf(TinyShape(4, 2, false), GgmlType::kF32);
+    for (auto& t : spec.tensors) {
+      if (t.dims.size() == 2) t.type = GgmlType::kQ8_0;
+    }
+    spec.Find("blk.0.ffn_up.weight")->type = GgmlType::kQ4_0;
+    const std::string path = WriteSpec(spec, "quantized.gguf");
+    ASSERT_OK_AND_ASSIGN(auto w, LoadGgufModel(path));
+    ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(path));
+    EXPECT_EQ(w->dtype(), DType::kQ8_0);
+    EXPECT_EQ(w->layers[0].w3.dtype, DType::kQ4_0);
+    EXPECT_EQ(w->layers[1].w3.dtype, DType::kQ8_0);
+    EXPECT_EQ(w->rms_final.dtype, DType::kF32);
+    const Tensor& up = w->layers[0].w3;
+    const GgufTensorInfo* info = file.FindTensor("blk.0.ffn_up.weight");
+    ASSERT_EQ(up.size_bytes(), info->data.size());
+    EXPECT_EQ(std::memcmp(up.data, info->data.data(), up.size_bytes()), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(up.data) % 2, 0u);
+  }
+}
+
 TEST(GgufModelTest, OptionalMetadataHasDefaults) {
   LlamaGgufSpec spec = SpecOf(TinyShape(4, 4, true), GgmlType::kF32);
   spec.sizes.erase("llama.attention.head_count_kv");
@@ -284,9 +313,13 @@ INSTANTIATE_TEST_SUITE_P(
                        s.Find("blk.0.ffn_down.weight")->dims = {64, 96};
                      },
                      "needs [96, 64]"},
-        BadModelCase{"quantized",
-                     [](auto& s) { s.Find("blk.0.attn_q.weight")->type = GgmlType::kQ8_0; },
-                     "of type Q8_0; only F32, F16 and BF16"},
+        BadModelCase{
+            "unsupported_quantization",
+            [](auto& s) { s.Find("blk.0.attn_q.weight")->type = static_cast<GgmlType>(20); },
+            "of type IQ4_NL; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"},
+        BadModelCase{"quantized_norm",
+                     [](auto& s) { s.Find("blk.1.ffn_norm.weight")->type = GgmlType::kQ8_0; },
+                     "vector 'blk.1.ffn_norm.weight' of type Q8_0; vectors must be F32"},
         BadModelCase{"extra_tensor",
                      [](auto& s) {
                        s.tensors.push_back({"rope_freqs.weight", {16}, GgmlType::kF32});
