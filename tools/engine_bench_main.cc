@@ -224,6 +224,31 @@ struct Result {
   double kv_bytes_per_sequence = 0;  // read per sequence by a decode step, on average
 };
 
+struct WeightCount {
+  double bytes = 0;
+  double params = 0;
+};
+
+// What a batch-1 decode step reads, tensor by tensor (a quantized file
+// mixes types): every weight but the embedding rows not looked up (a tied
+// classifier reads the whole table).
+WeightCount DecodeWeights(const ModelWeights& w) {
+  WeightCount count;
+  auto add = [&](const Tensor& t) {
+    count.bytes += t.size_bytes();
+    count.params += t.numel;
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2, &l.w3,
+                            &l.bq, &l.bk, &l.bv}) {
+      add(*t);
+    }
+  }
+  add(w.rms_final);
+  add(w.classifier);
+  return count;
+}
+
 // Loads a hub folder `repeats` + 1 times (the first fills the page cache)
 // into an engine and prints the best load rate, in weight bytes per second,
 // with the weights fingerprint's time apart.
@@ -250,7 +275,8 @@ int MeasureLoad(const std::string& dir, const std::string& backend_name, int thr
       best_engine = std::min(best_engine, Seconds(t2 - t0));
     }
     const ModelConfig& c = (*weights)->config;
-    bytes = double(c.NumParameters()) * DTypeSize((*weights)->dtype());
+    bytes = DecodeWeights(**weights).bytes;
+    if (!c.shared_classifier) bytes += (*weights)->token_embedding.size_bytes();
     description = absl::StrCat(c.ToString(), " ", std::string(DTypeName((*weights)->dtype())));
     if (r == repeats) {
       const auto f0 = Clock::now();
@@ -474,26 +500,14 @@ int Run() {
       CHECK_OK(weights.status());
     }
     const ModelConfig config = (*weights)->config;
-    // Bytes a batch-1 decode step must read: every weight but the
-    // embedding rows not looked up (the tied classifier reads the whole
-    // table). Counted tensor by tensor: a quantized file mixes types.
     Result result;
     result.shape = shape;
     result.wtype = (*weights)->dtype();
     result.dtype = entry.file.empty() ? std::string(DTypeName(entry.dtype)) : "file";
     const ModelWeights& w = **weights;
-    auto add = [&](const Tensor& t) {
-      result.weight_bytes += t.size_bytes();
-      result.weight_params += t.numel;
-    };
-    for (const LayerWeights& l : w.layers) {
-      for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2,
-                              &l.w3, &l.bq, &l.bk, &l.bv}) {
-        add(*t);
-      }
-    }
-    add(w.rms_final);
-    add(w.classifier);
+    const WeightCount read = DecodeWeights(w);
+    result.weight_bytes = read.bytes;
+    result.weight_params = read.params;
     result.classifier_params = double(config.vocab_size) * config.dim;
     const int max_batch = *std::max_element(batches.begin(), batches.end());
     EngineOptions options;
