@@ -2,6 +2,7 @@
 # The benchmark tools run end to end at tiny sizes and print figures that
 # make sense (their real runs are too slow for the test suite).
 # Usage: bench_tools_smoke_test.sh PATH/TO/tandem-kvbench PATH/TO/tandem-engine-bench
+#   PATH/TO/tandem-synth
 set -uo pipefail
 kvbench="$1"
 engine_bench="$2"
@@ -32,4 +33,16 @@ out=$(timeout 120 "$engine_bench" --shapes stories15M --prompts 16 --batches 1,2
   --decode_prompt 8 --decode_steps 4 --repeats 1 --threads 1 2>&1) || fail "engine bench: $out"
 grep -q "decode batch 2: bandwidth limit" <<<"$out" || fail "no roofline line: $out"
 grep -q '"backend":"cpu"' <<<"$out" || fail "no JSON line: $out"
+
+# --model: a given file instead of the shapes; a bad one is refused.
+err=$("$engine_bench" --model /nonexistent.gguf 2>&1) && fail "--model of no file accepted"
+grep -q -- "--model:" <<<"$err" || fail "--model error says: $err"
+synth="$3"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$synth" --output "$tmp/m.gguf" --format gguf --gguf_type bf16 --seq_len 64 >/dev/null 2>&1 ||
+  fail "tandem-synth failed"
+out=$(timeout 120 "$engine_bench" --model "$tmp/m.gguf" --prompts 16 --batches 1 \
+  --decode_prompt 8 --decode_steps 4 --repeats 1 --threads 1 2>&1) || fail "--model run: $out"
+grep -q "m.gguf file  *decode batch 1: bandwidth limit" <<<"$out" || fail "no --model roofline: $out"
 echo "PASS"
