@@ -250,6 +250,8 @@ SafetensorsDType ToSafetensorsDType(DType dtype) {
       return SafetensorsDType::kF16;
     case DType::kBF16:
       return SafetensorsDType::kBF16;
+    default:  // quantized types are written widened (ParseDType names none)
+      break;
   }
   return SafetensorsDType::kF32;
 }

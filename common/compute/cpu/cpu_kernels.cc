@@ -128,6 +128,8 @@ void Widen(const void* src, DType dtype, float* dst, int64_t n) {
     case DType::kF16:
       WidenT(static_cast<const Fp16*>(src), dst, n);
       return;
+    default:  // element types only: quantized rows go through DequantizeRow
+      return;
   }
 }
 
@@ -142,6 +144,8 @@ void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t stride)
       return;
     case DType::kF16:
       NarrowT(src, static_cast<Fp16*>(dst), n, stride);
+      return;
+    default:  // a KV cache or activation is never quantized
       return;
   }
 }
@@ -303,6 +307,8 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
     case DType::kF16:
       AttendGroupT(q, row, kv_head, group, head_dim, layer, layout, static_cast<const Fp16*>(cache),
                    scores, out);
+      return;
+    default:  // a KV cache is never quantized
       return;
   }
 }

@@ -43,6 +43,8 @@ inline double RoundTo(DType dtype, double x) {
       return RoundToBf16(x);
     case DType::kF16:
       return RoundToF16(x);
+    default:
+      break;
   }
   return ::tandem::testing::kNaN;
 }
