@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       "The tandem prefill worker: computes prompts and streams their KV cache to decode "
       "workers.\n"
       "Usage: tandem-prefill --model DIR|FILE [--served_model_name NAME] [--kv_dtype "
-      "f32|bf16|f16]\n"
+      "f32|bf16|f16|int8]\n"
       "       [--listen HOST:PORT] [--port_file FILE] [--backend cpu|cuda] [--device N]\n"
       "       [--threads N] [--kv_blocks N | --gpu_memory_fraction F] [--block_size N]\n"
       "       [--max_batch_tokens N] [--max_queue N]\n"

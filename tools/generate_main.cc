@@ -29,7 +29,8 @@ ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer: a hub folder or tokenizer.json, llama2.c tokenizer.bin or SentencePiece "
           ".model; defaults to the --model folder's. Without one, the prompt must be empty and "
           "token ids are printed instead of text");
-ABSL_FLAG(std::string, kv_dtype, "", "KV cache type: f32, bf16 or f16; empty = the weights' type");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "KV cache type: f32, bf16, f16 or int8; empty = the weights' type");
 ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone");
 ABSL_FLAG(bool, chat, false,
           "Send --prompt as a user message through the model folder's chat template (or the "

@@ -17,7 +17,10 @@ namespace tandem {
 // Element types, then GGUF's block-quantized weight types (common/base/
 // quant_blocks.h has their layouts): a block of 32 or 256 weights stored
 // as small integers with shared scales. Quantized types are for weight
-// matrices only, never for a KV cache or an activation.
+// matrices only, never for a KV cache or an activation. kI8 is the 8-bit
+// KV cache's type: one signed byte per value, with an f32 scale per token
+// and KV head kept in the same block (common/kvcache/kv_layout.h); never a
+// weight type.
 enum class DType : uint8_t {
   kF32 = 0,
   kF16 = 1,
@@ -27,9 +30,12 @@ enum class DType : uint8_t {
   kQ4_K = 5,
   kQ5_K = 6,
   kQ6_K = 7,
+  kI8 = 8,
 };
 
-inline bool IsQuantized(DType dtype) { return static_cast<uint8_t>(dtype) >= 3; }
+inline bool IsQuantized(DType dtype) {
+  return static_cast<uint8_t>(dtype) >= 3 && static_cast<uint8_t>(dtype) <= 7;
+}
 
 // Elements per block: 1 for element types, 32 or 256 for quantized ones.
 inline int DTypeBlockElements(DType dtype) {
@@ -64,13 +70,15 @@ inline size_t DTypeBlockBytes(DType dtype) {
       return 176;
     case DType::kQ6_K:
       return 210;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
 
-// Bytes per element of an element type: 4 for kF32, 2 for kF16 and kBF16;
-// 0 for a quantized type, which has no whole bytes per element (use
-// DTypeBytes).
+// Bytes per element of an element type: 4 for kF32, 2 for kF16 and kBF16,
+// 1 for kI8 (its scales are counted by the KV layout); 0 for a quantized type, which has no whole
+// bytes per element (use DTypeBytes).
 inline size_t DTypeSize(DType dtype) { return IsQuantized(dtype) ? 0 : DTypeBlockBytes(dtype); }
 
 // Bytes of `elements` consecutive elements, a whole number of blocks.
@@ -78,7 +86,8 @@ inline size_t DTypeBytes(DType dtype, int64_t elements) {
   return static_cast<size_t>(elements / DTypeBlockElements(dtype)) * DTypeBlockBytes(dtype);
 }
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k" or "q6_k"; "unknown"
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k" or "int8";
+// "unknown"
 // for a value outside the enum.
 inline std::string_view DTypeName(DType dtype) {
   switch (dtype) {
@@ -98,6 +107,8 @@ inline std::string_view DTypeName(DType dtype) {
       return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
+    case DType::kI8:
+      return "int8";
   }
   return "unknown";
 }

@@ -1,6 +1,8 @@
 #include "common/base/quant_blocks.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/base/float16.h"
 
@@ -106,6 +108,9 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
       return;
     case DType::kQ6_K:
       for (int64_t i = 0; i < blocks; ++i) Q6_K(Blocks<BlockQ6_K>(src)[i], dst + 256 * i);
+      return;
+    case DType::kI8:  // no weight is int8, and its bytes alone have no scale
+      std::fill(dst, dst + n, std::numeric_limits<float>::quiet_NaN());
       return;
   }
 }

@@ -71,7 +71,8 @@ inline void K4ScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
 // Widens `n` elements of type `dtype` at `src` to f32, any type. For a
 // quantized type `n` is a whole number of blocks and the values are those
 // of GGUF's reference: each product rounded to f32 in the order the formula
-// above reads (d * sc first), never fused.
+// above reads (d * sc first), never fused. kI8 (a KV type, whose scales
+// live apart from its bytes) gives NaN.
 void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n);
 
 }  // namespace tandem

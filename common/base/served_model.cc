@@ -26,11 +26,13 @@ absl::StatusOr<std::string> ServedModelName(const std::string& served, const std
 
 absl::StatusOr<std::optional<DType>> ParseKvDTypeFlag(const std::string& value) {
   if (value.empty()) return std::optional<DType>();
+  if (value == DTypeName(DType::kI8)) return std::optional<DType>(DType::kI8);
   absl::StatusOr<DType> dtype = ParseDType(value);
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv_dtype=", value,
-        " is not a KV cache type: pass f32, bf16 or f16, or leave it empty for the weights' type"));
+        " is not a KV cache type: pass f32, bf16, f16 or int8, or leave it empty for the weights' "
+        "type"));
   }
   return std::optional<DType>(*dtype);
 }

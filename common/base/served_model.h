@@ -22,7 +22,7 @@ absl::StatusOr<std::string> ServedModelName(const std::string& served, const std
                                             const std::string& path);
 
 // The value of --kv_dtype: unset when empty (the weights' type), else f32,
-// bf16 or f16; INVALID_ARGUMENT naming the flag otherwise.
+// bf16, f16 or int8; INVALID_ARGUMENT naming the flag otherwise.
 absl::StatusOr<std::optional<DType>> ParseKvDTypeFlag(const std::string& value);
 
 }  // namespace tandem

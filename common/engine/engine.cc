@@ -28,7 +28,7 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
     : config_(config),
       options_(options),
       layout_{config.n_layers, options.num_blocks, options.block_size, config.kv_dim(),
-              options.kv_dtype.value_or(DType::kF32)},
+              options.kv_dtype.value_or(DType::kF32), config.n_kv_heads},
       backend_(std::move(backend)),
       pool_(options.num_blocks) {}
 

@@ -1,9 +1,20 @@
 // Where K and V live in the paged cache.
 //
-// The cache is one array of elements of type `dtype` (f32, bf16 or f16),
-// layer-major:
+// The cache is one array of elements of type `dtype` (f32, bf16, f16, or
+// int8 bytes), layer-major:
 //
 //   cache[layer][block] = { K[kv_dim][block_size], V[block_size][kv_dim] }
+//
+// An int8 block ends with its scales, f32, so that a block still moves as
+// one range of bytes:
+//
+//   { K, V, K scales[kv_heads][block_size], V scales[kv_heads][block_size] }
+//
+// Value d of KV head h in slot s is its byte times the scale of (h, s): each
+// token's head is rounded on its own (scale = largest magnitude / 127), so a
+// token appended to a block never changes the others. For int8 an element
+// is a byte, and a block's elements count its scales' bytes too: offsets in
+// elements stay offsets in bytes.
 //
 // One block of one layer is a single contiguous range of
 // 2 * block_size * kv_dim elements: the keys of its block_size slots stored
@@ -43,9 +54,16 @@ struct KvLayout {
   int block_size = 16;
   int kv_dim = 0;
   DType dtype = DType::kF32;
+  int kv_heads = 1;  // KV heads in kv_dim: an int8 cache keeps a scale per head
 
   size_t element_bytes() const { return DTypeSize(dtype); }
-  size_t block_elements() const { return size_t{2} * block_size * kv_dim; }
+  // Bytes of one block's scales: 0 unless int8.
+  size_t scale_bytes() const {
+    return dtype == DType::kI8 ? size_t{2} * kv_heads * block_size * sizeof(float) : 0;
+  }
+  size_t block_elements() const {
+    return size_t{2} * block_size * kv_dim + scale_bytes() / element_bytes();
+  }
   size_t layer_elements() const { return block_elements() * num_blocks; }
   size_t total_elements() const { return layer_elements() * n_layers; }
   size_t block_bytes() const { return block_elements() * element_bytes(); }
@@ -65,6 +83,16 @@ struct KvLayout {
   size_t ValueOffset(int layer, int32_t block, int slot) const {
     return BlockOffset(layer, block) + static_cast<size_t>(block_size) * kv_dim +
            static_cast<size_t>(slot) * kv_dim;
+  }
+  // int8 only: the block_size key scales of `head` (its value scales follow
+  // kv_heads * block_size floats later), as an offset in bytes.
+  size_t KeyScaleOffset(int layer, int32_t block, int head) const {
+    return BlockOffset(layer, block) + size_t{2} * block_size * kv_dim +
+           static_cast<size_t>(head) * block_size * sizeof(float);
+  }
+  size_t ValueScaleOffset(int layer, int32_t block, int head) const {
+    return KeyScaleOffset(layer, block, head) +
+           static_cast<size_t>(kv_heads) * block_size * sizeof(float);
   }
 };
 

@@ -28,7 +28,8 @@ ABSL_FLAG(int, device, 0, "The GPU --backend cuda computes on (0 = the first)");
 ABSL_FLAG(int, threads, 1, "Compute threads of --backend cpu; 0 = every core");
 
 ABSL_FLAG(std::string, kv_dtype, "",
-          "Element type of the KV cache: f32, bf16 or f16; empty = the weights' type. Every "
+          "Element type of the KV cache: f32, bf16, f16 or int8 (8 bits with a scale per token and "
+          "head); empty = the weights' type. Every "
           "prefill and decode worker of a cluster must use the same");
 
 ABSL_FLAG(int, kv_blocks, 0,

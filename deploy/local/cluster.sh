@@ -4,7 +4,7 @@
 #
 #   deploy/local/cluster.sh up [--prefill N] [--decode M] [--port P]
 #                              [--model DIR | --model FILE --tokenizer FILE]
-#                              [--kv_dtype f32|bf16|f16] [--served_model_name NAME]
+#                              [--kv_dtype f32|bf16|f16|int8] [--served_model_name NAME]
 #                              [--threads T] [--router_args "ARGS"]
 #                              [--prefill_args "ARGS"] [--decode_args "ARGS"]
 #                              [--prefill_cpus LIST] [--decode_cpus LIST]
@@ -237,8 +237,8 @@ cmd_up() {
     esac
   done
   case "$kv_dtype" in
-    "" | f32 | bf16 | f16) ;;
-    *) die "--kv_dtype must be f32, bf16 or f16, not '$kv_dtype'" ;;
+    "" | f32 | bf16 | f16 | int8) ;;
+    *) die "--kv_dtype must be f32, bf16, f16 or int8, not '$kv_dtype'" ;;
   esac
   [ "$n_decode" -ge 1 ] || die "--decode must be at least 1"
   for b in tandem-router tandem-prefill tandem-decode tandem-synth; do

@@ -32,12 +32,13 @@ std::string WriteStoriesHubFolder(const std::string& name, DType dtype) {
 }
 
 std::vector<int32_t> LocalGreedyTokens(const std::string& dir, const std::vector<int32_t>& prompt,
-                                       int max_tokens) {
+                                       int max_tokens, std::optional<DType> kv_dtype) {
   auto weights = LoadModel(dir);
   CHECK_OK(weights.status());
   auto backend = CpuBackend::Create(CpuBackendOptions{.num_threads = 1});
   CHECK_OK(backend.status());
-  auto engine = Engine::Create(**weights, std::move(backend).value(), EngineOptions{});
+  auto engine =
+      Engine::Create(**weights, std::move(backend).value(), EngineOptions{.kv_dtype = kv_dtype});
   CHECK_OK(engine.status());
   auto tokenizer = LoadTokenizer(dir);
   CHECK_OK(tokenizer.status());

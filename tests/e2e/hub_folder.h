@@ -5,6 +5,7 @@
 #define TANDEM_TESTS_E2E_HUB_FOLDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,11 @@ namespace tandem::testing {
 std::string WriteStoriesHubFolder(const std::string& name, DType dtype);
 
 // The single-process engine's greedy continuation of `prompt` (token ids,
-// used as given) on the folder `dir`, ending at its EOS ids.
+// used as given) on the folder `dir`, ending at its EOS ids, with a KV
+// cache of `kv_dtype` (unset: the weights' type).
 std::vector<int32_t> LocalGreedyTokens(const std::string& dir, const std::vector<int32_t>& prompt,
-                                       int max_tokens);
+                                       int max_tokens,
+                                       std::optional<DType> kv_dtype = std::nullopt);
 
 }  // namespace tandem::testing
 

@@ -314,6 +314,25 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
     const int pos = rows[r].position;
     const int32_t block = rows[r].blocks[pos / layout.block_size];
     const int slot = pos % layout.block_size;
+    if (layout.dtype == DType::kI8) {
+      // Each token's head is rounded on its own, its scale beside the block's.
+      const int head_dim = layout.kv_dim / layout.kv_heads;
+      for (int h = 0; h < layout.kv_heads; ++h) {
+        const int off = h * head_dim;
+        auto* key_scales = reinterpret_cast<float*>(base + layout.KeyScaleOffset(layer, block, h));
+        auto* value_scales =
+            reinterpret_cast<float*>(base + layout.ValueScaleOffset(layer, block, h));
+        cpu::QuantizeInt8(
+            k + r * k_stride + off, head_dim,
+            reinterpret_cast<int8_t*>(base + layout.KeyOffset(layer, block, slot, off)),
+            layout.block_size, key_scales + slot);
+        cpu::QuantizeInt8(
+            v + r * v_stride + off, head_dim,
+            reinterpret_cast<int8_t*>(base + layout.ValueOffset(layer, block, slot) + off), 1,
+            value_scales + slot);
+      }
+      continue;
+    }
     // Keys are stored dimension-major: one element every block_size.
     cpu::Narrow(k + r * k_stride, layout.dtype,
                 base + layout.KeyOffset(layer, block, slot, 0) * element, layout.kv_dim,
@@ -424,6 +443,21 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
     for (int j = 0; j < valid; ++j) {
       cpu::Widen(base + (layout.ValueOffset(layer, block, j) + kv_head * head_dim) * element,
                  layout.dtype, values + size_t(t0 + j) * head_dim, head_dim);
+    }
+    if (layout.dtype == DType::kI8) {
+      // Bytes times each slot's scale.
+      const auto* key_scales =
+          reinterpret_cast<const float*>(base + layout.KeyScaleOffset(layer, block, kv_head));
+      const auto* value_scales =
+          reinterpret_cast<const float*>(base + layout.ValueScaleOffset(layer, block, kv_head));
+      for (int d = 0; d < head_dim; ++d) {
+        float* key = keys + size_t(d) * ctx + t0;
+        for (int j = 0; j < valid; ++j) key[j] *= key_scales[j];
+      }
+      for (int j = 0; j < valid; ++j) {
+        float* value = values + size_t(t0 + j) * head_dim;
+        for (int d = 0; d < head_dim; ++d) value[d] *= value_scales[j];
+      }
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

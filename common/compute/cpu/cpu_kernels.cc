@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "common/compute/cpu/half.h"
 
@@ -128,6 +130,12 @@ void Widen(const void* src, DType dtype, float* dst, int64_t n) {
     case DType::kF16:
       WidenT(static_cast<const Fp16*>(src), dst, n);
       return;
+    case DType::kI8: {
+      const int8_t* bytes = static_cast<const int8_t*>(src);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(bytes[i]);
+      return;
+    }
     default:  // element types only: quantized rows go through DequantizeRow
       return;
   }
@@ -145,8 +153,30 @@ void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t stride)
     case DType::kF16:
       NarrowT(src, static_cast<Fp16*>(dst), n, stride);
       return;
-    default:  // a KV cache or activation is never quantized
+    default:  // int8 goes through QuantizeInt8; nothing is narrowed to a weight block type
       return;
+  }
+}
+
+void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t stride, float* scale) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(src[i]);
+    finite = finite && std::isfinite(a);
+    amax = a > amax ? a : amax;
+  }
+  if (!finite) {
+    // As a float cache would hold them: every value of this head reads NaN.
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = 0;
+    return;
+  }
+  *scale = amax / 127.0f;
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::nearbyint(src[i] * inverse);
+    dst[i * stride] = static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
   }
 }
 
@@ -175,6 +205,9 @@ typedef float Vec16 __attribute__((vector_size(64)));
 typedef uint16_t U16x16 __attribute__((vector_size(32)));
 typedef uint32_t U32x16 __attribute__((vector_size(64)));
 typedef _Float16 H16 __attribute__((vector_size(32)));
+typedef int8_t I8x16 __attribute__((vector_size(16)));
+
+inline float ToFloat(int8_t v) { return static_cast<float>(v); }
 
 __attribute__((always_inline)) inline Vec16 Load16(const float* p) {
   Vec16 v;
@@ -193,6 +226,16 @@ __attribute__((always_inline)) inline Vec16 Load16(const Fp16* p) {
   H16 h;
   std::memcpy(&h, p, sizeof(h));
   return __builtin_convertvector(h, Vec16);
+}
+__attribute__((always_inline)) inline Vec16 Load16(const int8_t* p) {
+  I8x16 b;
+  std::memcpy(&b, p, sizeof(b));
+  return __builtin_convertvector(b, Vec16);
+}
+
+// The f32 scales of an int8 block at byte offset `offset` of the cache.
+__attribute__((always_inline)) inline const float* ScalesAt(const void* cache, size_t offset) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(cache) + offset);
 }
 
 // Scores of the 16 slots of a full block for one query head: keys are
@@ -230,6 +273,7 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
                                                         int kv_head, int group, int head_dim,
                                                         int layer, const KvLayout& layout,
                                                         const T* cache, float* scores, float* out) {
+  constexpr bool kScaled = std::is_same_v<T, int8_t>;
   const int n = row.position + 1;
   const int bs = layout.block_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -239,12 +283,17 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
   // block, so each key dimension updates all the block's slots at once.
   for (int t0 = 0; t0 < n; t0 += bs) {
     const int valid = n - t0 < bs ? n - t0 : bs;
-    const T* keys = cache + layout.KeyOffset(layer, row.blocks[t0 / bs], 0, kv_off);
+    const int32_t block_id = row.blocks[t0 / bs];
+    const T* keys = cache + layout.KeyOffset(layer, block_id, 0, kv_off);
+    // int8: each slot's scores take its key scale once the bytes are summed.
+    const float* key_scales =
+        kScaled ? ScalesAt(cache, layout.KeyScaleOffset(layer, block_id, kv_head)) : nullptr;
     for (int g = 0; g < group; ++g) {
       const float* qh = q + g * head_dim;
       float* s = scores + g * n + t0;
       if (bs == 16 && valid == 16) {
-        const Vec16 block = BlockScores16(qh, keys, head_dim, scale);
+        Vec16 block = BlockScores16(qh, keys, head_dim, scale);
+        if constexpr (kScaled) block *= Load16(key_scales);
         std::memcpy(s, &block, sizeof(block));
         continue;
       }
@@ -255,12 +304,24 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
 #pragma omp simd
         for (int j = 0; j < valid; ++j) s[j] += qd * ToFloat(kd[j]);
       }
+      if constexpr (kScaled) {
+        for (int j = 0; j < valid; ++j) s[j] *= key_scales[j];
+      }
     }
   }
 
   for (int g = 0; g < group; ++g) {
     const float* p = scores + g * n;
     CausalSoftmaxRow(scores + g * n, n, n);
+    if constexpr (kScaled) {
+      // Each slot's weight takes its value scale, so the sum below reads bytes.
+      for (int t0 = 0; t0 < n; t0 += bs) {
+        const float* value_scales =
+            ScalesAt(cache, layout.ValueScaleOffset(layer, row.blocks[t0 / bs], kv_head));
+        float* w = scores + g * n + t0;
+        for (int j = 0; j < bs && t0 + j < n; ++j) w[j] *= value_scales[j];
+      }
+    }
     float* o = out + g * head_dim;
     switch (head_dim) {
       case 32:
@@ -308,7 +369,11 @@ void AttendGroup(const float* q, const AttentionRow& row, int kv_head, int group
       AttendGroupT(q, row, kv_head, group, head_dim, layer, layout, static_cast<const Fp16*>(cache),
                    scores, out);
       return;
-    default:  // a KV cache is never quantized
+    case DType::kI8:
+      AttendGroupT(q, row, kv_head, group, head_dim, layer, layout,
+                   static_cast<const int8_t*>(cache), scores, out);
+      return;
+    default:  // a KV cache is never block-quantized
       return;
   }
 }

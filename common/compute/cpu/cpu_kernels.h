@@ -22,7 +22,12 @@ void RopeRow(float* x, int n_heads, int head_dim, const float* cos_sin_at_positi
 // dst[i] = src[i] widened to f32, for `n` elements of type `dtype`.
 void Widen(const void* src, DType dtype, float* dst, int64_t n);
 // Element i of src goes to dst[i * dst_stride] (in dst's type, rounded).
+// Not for kI8, whose values need a scale: QuantizeInt8.
 void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t dst_stride);
+// Rounds src[0, n) to dst[i * dst_stride] in [-127, 127] with one scale,
+// *scale = largest magnitude / 127 (0 for all zeros), so that src[i] is
+// about dst[i * dst_stride] * *scale. A NaN or infinity makes *scale NaN.
+void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t dst_stride, float* scale);
 
 // Softmax over row[0, valid) in place; row[valid, width) is set to zero.
 void CausalSoftmaxRow(float* row, int valid, int width);
