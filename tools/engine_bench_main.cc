@@ -92,9 +92,30 @@ TANDEM_SUM_CLONES float SumFloats(const float* p, size_t n) {
   return total;
 }
 
+// The same sum read as four streams a quarter of the range apart, 16
+// floats of each per round, as a matrix-vector product reads four weight
+// rows at once (n a multiple of 256).
+TANDEM_SUM_CLONES float SumFloatStreams(const float* p, size_t n) {
+  const size_t quarter = n / 4;
+  Floats16 a[4] = {};
+  for (size_t i = 0; i < quarter; i += 16) {
+    for (int s = 0; s < 4; ++s) {
+      Floats16 v;
+      std::memcpy(&v, p + s * quarter + i, sizeof(v));
+      a[s] += v;
+    }
+  }
+  const Floats16 s = (a[0] + a[1]) + (a[2] + a[3]);
+  float total = 0.0f;
+  for (int j = 0; j < 16; ++j) total += s[j];
+  return total;
+}
+
 // Sustained read bandwidth with all threads over 2 GiB (far larger than
 // the caches), held as the backend holds weights (2 MiB pages, touched
-// before use), the best of 8 runs: the ceiling for batch-1 decode, which
+// before use), the best of 8 runs of each of two patterns (one stream per
+// thread, and four, as a matrix-vector product reads rows): the ceiling
+// for batch-1 decode, which
 // reads every weight once per token. (The earlier measurement, a loop over
 // a 64-float array of lanes on a vector in 4 KiB pages, best of 3, read 5%
 // to 13% less in runs interleaved with this one.) A shared machine's figure
@@ -108,14 +129,14 @@ double MeasureReadBandwidth(Backend& backend) {
   float* buf = (*buffer)->floats();
   std::fill(buf, buf + n, 1.0f);
   double best = 0.0;
-  for (int rep = 0; rep < 8; ++rep) {
+  for (int rep = 0; rep < 16; ++rep) {
     float total = 0.0f;
     const auto t0 = Clock::now();
 #pragma omp parallel reduction(+ : total)
     {
-      const size_t per = n / omp_get_num_threads() / 64 * 64;
+      const size_t per = n / omp_get_num_threads() / 256 * 256;
       const size_t begin = per * omp_get_thread_num();
-      total += SumFloats(buf + begin, per);
+      total += rep % 2 == 0 ? SumFloats(buf + begin, per) : SumFloatStreams(buf + begin, per);
     }
     const double bw = n * sizeof(float) / Seconds(Clock::now() - t0);
     // Ones sum exactly: at most 2^29 over 64 f32 lanes is 2^23 a lane.
@@ -523,10 +544,11 @@ int Run() {
     auto engine = Engine::Create(**weights, std::move(backend->backend), options);
     CHECK_OK(engine.status());
     weights->reset();  // the engine holds its own copy
-    const double kv_element = DTypeSize((*engine)->kv_layout().dtype);
-    // K and V of every layer for the context a decode step attends to.
-    result.kv_bytes_per_sequence =
-        2.0 * config.n_layers * config.kv_dim() * kv_element * (decode_prompt + decode_steps / 2);
+    // K and V of every layer (with an int8 cache's scales) for the context
+    // a decode step attends to.
+    const KvLayout& kv = (*engine)->kv_layout();
+    const double kv_token_bytes = double(kv.block_bytes()) * kv.n_layers / kv.block_size;
+    result.kv_bytes_per_sequence = kv_token_bytes * (decode_prompt + decode_steps / 2);
     for (int p : prompts) result.prefill.emplace_back(p, TimePrefill(**engine, p, repeats));
     for (int b : batches) {
       // What picking on the host (logits copied out) costs beside the
