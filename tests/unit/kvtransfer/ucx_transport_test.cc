@@ -390,6 +390,39 @@ TEST_F(UcxWindowOfOnePairTest, CancellingAQueuedSendEndsItAtOnceUnsent) {
   }
 }
 
+// A receiver that never makes progress: the sender's messages fill UCX's
+// queues and wait there. Destroying the sender then cannot flush; it must
+// give up by its close timeout, without aborting inside UCX (destroying a
+// worker with operations still queued on an endpoint does), with or without
+// peer-failure handling.
+class UcxStalledReceiverTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UcxStalledReceiverTest, DestroyingTheSenderGivesUpByItsCloseTimeout) {
+  UcxTransportOptions options;
+  options.detect_peer_failure = GetParam();
+  options.max_sends_in_flight = 512;
+  options.close_timeout = absl::Milliseconds(200);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> receiver, UcxTransport::Create(options));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> sender, UcxTransport::Create(options));
+  ASSERT_OK_AND_ASSIGN(PeerId peer, sender->Connect(receiver->LocalAddress()));
+  std::vector<char> source = RandomBytes(4 << 20, 3);
+  ASSERT_OK_AND_ASSIGN(RegionId region,
+                       sender->RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
+  std::vector<TransportEvent> events;
+  for (int i = 0; i < 400; ++i) {
+    // Small (eager) and large (rendezvous) messages.
+    const Slice slice{region, 0, i % 8 == 0 ? source.size() : uint64_t{4096}};
+    ASSERT_OK(sender->PostSend(peer, absl::StrCat("message ", i), {&slice, 1}).status());
+    sender->Poll(events);
+  }
+  const absl::Time start = absl::Now();
+  sender.reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  receiver.reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(PeerFailureHandling, UcxStalledReceiverTest, ::testing::Bool());
+
 TEST(UcxTransportOptionsTest, AWindowBelowOneIsRejected) {
   UcxTransportOptions options;
   options.max_sends_in_flight = 0;
