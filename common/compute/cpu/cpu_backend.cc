@@ -436,14 +436,6 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
   for (int t0 = 0; t0 < ctx; t0 += bs) {
     const int32_t block = blocks[t0 / bs];
     const int valid = std::min(bs, ctx - t0);
-    for (int d = 0; d < head_dim; ++d) {
-      cpu::Widen(base + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d) * element,
-                 layout.dtype, keys + size_t(d) * ctx + t0, valid);
-    }
-    for (int j = 0; j < valid; ++j) {
-      cpu::Widen(base + (layout.ValueOffset(layer, block, j) + kv_head * head_dim) * element,
-                 layout.dtype, values + size_t(t0 + j) * head_dim, head_dim);
-    }
     if (layout.dtype == DType::kI8) {
       // Bytes times each slot's scale.
       const auto* key_scales =
@@ -451,13 +443,24 @@ void CpuBackend::AttendTile(const float* q, int q_stride, std::span<const Attent
       const auto* value_scales =
           reinterpret_cast<const float*>(base + layout.ValueScaleOffset(layer, block, kv_head));
       for (int d = 0; d < head_dim; ++d) {
-        float* key = keys + size_t(d) * ctx + t0;
-        for (int j = 0; j < valid; ++j) key[j] *= key_scales[j];
+        cpu::WidenInt8(reinterpret_cast<const int8_t*>(
+                           base + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d)),
+                       key_scales, 0.0f, keys + size_t(d) * ctx + t0, valid);
       }
       for (int j = 0; j < valid; ++j) {
-        float* value = values + size_t(t0 + j) * head_dim;
-        for (int d = 0; d < head_dim; ++d) value[d] *= value_scales[j];
+        cpu::WidenInt8(reinterpret_cast<const int8_t*>(base + layout.ValueOffset(layer, block, j) +
+                                                       kv_head * head_dim),
+                       nullptr, value_scales[j], values + size_t(t0 + j) * head_dim, head_dim);
       }
+      continue;
+    }
+    for (int d = 0; d < head_dim; ++d) {
+      cpu::Widen(base + layout.KeyOffset(layer, block, 0, kv_head * head_dim + d) * element,
+                 layout.dtype, keys + size_t(d) * ctx + t0, valid);
+    }
+    for (int j = 0; j < valid; ++j) {
+      cpu::Widen(base + (layout.ValueOffset(layer, block, j) + kv_head * head_dim) * element,
+                 layout.dtype, values + size_t(t0 + j) * head_dim, head_dim);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -130,13 +130,7 @@ void Widen(const void* src, DType dtype, float* dst, int64_t n) {
     case DType::kF16:
       WidenT(static_cast<const Fp16*>(src), dst, n);
       return;
-    case DType::kI8: {
-      const int8_t* bytes = static_cast<const int8_t*>(src);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(bytes[i]);
-      return;
-    }
-    default:  // element types only: quantized rows go through DequantizeRow
+    default:  // element types only: quantized rows go through DequantizeRow, int8 WidenInt8
       return;
   }
 }
@@ -158,14 +152,28 @@ void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t stride)
   }
 }
 
+TANDEM_MULTIVERSION
+void WidenInt8(const int8_t* src, const float* scales, float scale, float* dst, int64_t n) {
+  if (scales == nullptr) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scales[i];
+}
+
+TANDEM_MULTIVERSION
 void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t stride, float* scale) {
   float amax = 0.0f;
-  bool finite = true;
+#pragma omp simd reduction(max : amax)
   for (int64_t i = 0; i < n; ++i) {
+    // NaN compares false, so a NaN leaves amax alone; the check below finds it.
     const float a = std::fabs(src[i]);
-    finite = finite && std::isfinite(a);
     amax = a > amax ? a : amax;
   }
+  bool finite = std::isfinite(amax);
+  for (int64_t i = 0; i < n && finite; ++i) finite = !std::isnan(src[i]);
   if (!finite) {
     // As a float cache would hold them: every value of this head reads NaN.
     *scale = std::numeric_limits<float>::quiet_NaN();
@@ -174,6 +182,14 @@ void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t stride, floa
   }
   *scale = amax / 127.0f;
   const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  if (stride == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float q = std::nearbyint(src[i] * inverse);
+      dst[i] = static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const float q = std::nearbyint(src[i] * inverse);
     dst[i * stride] = static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
@@ -206,8 +222,6 @@ typedef uint16_t U16x16 __attribute__((vector_size(32)));
 typedef uint32_t U32x16 __attribute__((vector_size(64)));
 typedef _Float16 H16 __attribute__((vector_size(32)));
 typedef int8_t I8x16 __attribute__((vector_size(16)));
-
-inline float ToFloat(int8_t v) { return static_cast<float>(v); }
 
 __attribute__((always_inline)) inline Vec16 Load16(const float* p) {
   Vec16 v;
@@ -286,8 +300,10 @@ __attribute__((always_inline)) inline void AttendGroupT(const float* q, const At
     const int32_t block_id = row.blocks[t0 / bs];
     const T* keys = cache + layout.KeyOffset(layer, block_id, 0, kv_off);
     // int8: each slot's scores take its key scale once the bytes are summed.
-    const float* key_scales =
-        kScaled ? ScalesAt(cache, layout.KeyScaleOffset(layer, block_id, kv_head)) : nullptr;
+    const float* key_scales = nullptr;
+    if constexpr (kScaled) {
+      key_scales = ScalesAt(cache, layout.KeyScaleOffset(layer, block_id, kv_head));
+    }
     for (int g = 0; g < group; ++g) {
       const float* qh = q + g * head_dim;
       float* s = scores + g * n + t0;

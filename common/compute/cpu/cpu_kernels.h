@@ -28,6 +28,8 @@ void Narrow(const float* src, DType dtype, void* dst, int64_t n, int64_t dst_str
 // *scale = largest magnitude / 127 (0 for all zeros), so that src[i] is
 // about dst[i * dst_stride] * *scale. A NaN or infinity makes *scale NaN.
 void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t dst_stride, float* scale);
+// dst[i] = src[i] * scales[i], or src[i] * scale when scales is null.
+void WidenInt8(const int8_t* src, const float* scales, float scale, float* dst, int64_t n);
 
 // Softmax over row[0, valid) in place; row[valid, width) is set to zero.
 void CausalSoftmaxRow(float* row, int valid, int width);

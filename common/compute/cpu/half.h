@@ -22,6 +22,8 @@ __attribute__((always_inline)) inline float ToFloat(Bf16 x) {
   return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
 }
 __attribute__((always_inline)) inline float ToFloat(Fp16 x) { return static_cast<float>(x); }
+// An int8 KV cache's byte, before its scale.
+__attribute__((always_inline)) inline float ToFloat(int8_t x) { return static_cast<float>(x); }
 
 template <typename T>
 T FromFloat(float x);
