@@ -2,11 +2,13 @@
 // generation_config.json, safetensors in the chosen type, tokenizer.json and
 // tokenizer_config.json) from a llama2.c checkpoint, a GGUF file, another
 // hub folder or a synthetic model of a named shape, so that tests and
-// benchmarks have hub-format fixtures of any shape.
+// benchmarks have hub-format fixtures of any shape. With --format gguf it
+// writes one GGUF file instead, with the tokenizer's vocabulary for llama.cpp.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -15,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/base/flags.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_model.h"
 #include "common/model/hub_model.h"
 #include "common/model/model_weights.h"
 #include "common/model/synthetic.h"
@@ -36,7 +39,11 @@ ABSL_FLAG(int, vocab_size, 0,
 ABSL_FLAG(std::string, tokenizer, "",
           "Tokenizer to write as tokenizer.json: llama2.c tokenizer.bin or SentencePiece .model "
           "(optional)");
-ABSL_FLAG(std::string, output, "", "Folder to write (required); created if missing");
+ABSL_FLAG(std::string, output, "",
+          "Folder to write (required); created if missing. With --format gguf, the file");
+ABSL_FLAG(std::string, format, "hub",
+          "hub (a Hugging Face folder) or gguf (one GGUF file, with --tokenizer's vocabulary "
+          "for llama.cpp's SentencePiece tokenizer, so that llama.cpp reads the same text)");
 ABSL_FLAG(std::string, dtype, "bf16", "Type of the written tensors: f32, bf16 or f16");
 ABSL_FLAG(int64_t, max_shard_mb, 0, "Shard the weights above this many MiB; 0 = one file");
 ABSL_FLAG(std::string, chat_template, "",
@@ -90,6 +97,38 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
   return MakeSyntheticModel(config, absl::GetFlag(FLAGS_seed), dtype);
 }
 
+// llama.cpp's token types for SentencePiece's piece types.
+GgufVocab ToGgufVocab(const SpmVocabulary& spm) {
+  GgufVocab vocab{.bos_id = spm.bos_id, .eos_id = spm.eos_id, .unk_id = spm.unk_id};
+  for (const SpmVocabulary::Piece& piece : spm.pieces) {
+    vocab.tokens.push_back(piece.text);
+    vocab.scores.push_back(piece.score);
+    int32_t type = 1;
+    switch (piece.type) {
+      case SpmVocabulary::Type::kNormal:
+        type = 1;
+        break;
+      case SpmVocabulary::Type::kUnknown:
+        type = 2;
+        break;
+      case SpmVocabulary::Type::kControl:
+        type = 3;
+        break;
+      case SpmVocabulary::Type::kUserDefined:
+        type = 4;
+        break;
+      case SpmVocabulary::Type::kUnused:
+        type = 5;
+        break;
+      case SpmVocabulary::Type::kByte:
+        type = 6;
+        break;
+    }
+    vocab.types.push_back(type);
+  }
+  return vocab;
+}
+
 absl::Status Run() {
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return absl::InvalidArgumentError("--output is required (see --help)");
@@ -113,6 +152,26 @@ absl::Status Run() {
     }
     if (tokenizer->bos_id() >= 0) options.bos_id = tokenizer->bos_id();
     options.eos_ids = tokenizer->eos_ids();
+  }
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format == "gguf") {
+    std::optional<GgufVocab> vocab;
+    if (tokenizer != nullptr) {
+      ASSIGN_OR_RETURN(SpmVocabulary spm, SpmVocabularyOf(*tokenizer));
+      vocab = ToGgufVocab(spm);
+    }
+    RETURN_IF_ERROR(WriteGgufModel(*weights, output,
+                                   dtype == DType::kBF16  ? GgufTensorType::kBF16
+                                   : dtype == DType::kF16 ? GgufTensorType::kF16
+                                                          : GgufTensorType::kF32,
+                                   vocab ? &*vocab : nullptr));
+  } else if (format != "hub") {
+    return absl::InvalidArgumentError(absl::StrCat("--format is '", format, "'; give hub or gguf"));
+  }
+  if (format == "gguf") {
+    std::printf("wrote %s (%s%s)\n", output.c_str(), std::string(DTypeName(dtype)).c_str(),
+                tokenizer ? ", vocabulary" : "");
+    return absl::OkStatus();
   }
   RETURN_IF_ERROR(WriteHubModel(*weights, output, options));
   if (tokenizer != nullptr) {
@@ -145,7 +204,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "Writes a Hugging Face model folder.\n"
       "Usage: tandem-convert --model FILE|DIR [--tokenizer FILE] --output DIR [--dtype bf16]\n"
-      "       tandem-convert --synthetic llama3.2-1b --output DIR [--dtype bf16]");
+      "       tandem-convert --synthetic llama3.2-1b --output DIR [--dtype bf16]\n"
+      "       tandem-convert --model FILE --tokenizer FILE --format gguf --output FILE.gguf");
   if (absl::Status s = tandem::Run(); !s.ok()) {
     std::fprintf(stderr, "tandem-convert: %s\n", std::string(s.message()).c_str());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

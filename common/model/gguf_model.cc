@@ -255,7 +255,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   return weights;
 }
 
-absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, GgufTensorType type) {
+absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, GgufTensorType type,
+                            const GgufVocab* vocab) {
   const ModelConfig& c = w.config;
   RETURN_IF_ERROR(c.Validate());
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) {
@@ -296,8 +297,27 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   writer.AddFloat32("llama.rope.freq_base", c.rope_theta);
   writer.AddFloat32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
   writer.AddUint32("llama.vocab_size", c.vocab_size);
-  // Weights only: llama.cpp requires the key and accepts "no_vocab".
-  writer.AddString("tokenizer.ggml.model", "no_vocab");
+  if (vocab == nullptr) {
+    // Weights only: llama.cpp requires the key and accepts "no_vocab".
+    writer.AddString("tokenizer.ggml.model", "no_vocab");
+  } else {
+    const size_t n = vocab->tokens.size();
+    if (n != static_cast<size_t>(c.vocab_size) || vocab->scores.size() != n ||
+        vocab->types.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a vocabulary of ", n, " tokens (", vocab->scores.size(), " scores, ",
+                       vocab->types.size(), " types) cannot go with a model of ", c.vocab_size));
+    }
+    writer.AddString("tokenizer.ggml.model", "llama");
+    writer.AddStringArray("tokenizer.ggml.tokens", vocab->tokens);
+    writer.AddFloat32Array("tokenizer.ggml.scores", vocab->scores);
+    writer.AddInt32Array("tokenizer.ggml.token_type", vocab->types);
+    if (vocab->bos_id >= 0) writer.AddUint32("tokenizer.ggml.bos_token_id", vocab->bos_id);
+    if (vocab->eos_id >= 0) writer.AddUint32("tokenizer.ggml.eos_token_id", vocab->eos_id);
+    if (vocab->unk_id >= 0) writer.AddUint32("tokenizer.ggml.unknown_token_id", vocab->unk_id);
+    writer.AddBool("tokenizer.ggml.add_bos_token", vocab->bos_id >= 0);
+    writer.AddBool("tokenizer.ggml.add_eos_token", false);
+  }
   for (const auto& row : table) {
     const std::vector<float> values = row.span->ToFloats();
     // Norm vectors stay F32 in 16-bit files, as llama.cpp's converters keep them.

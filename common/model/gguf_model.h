@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,10 +24,26 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
 
 enum class GgufTensorType { kF32, kF16, kBF16 };
 
+// A SentencePiece-style vocabulary as llama.cpp's "llama" tokenizer reads
+// it from GGUF: pieces (U+2581 for space, <0xXX> for bytes), scores, and
+// llama.cpp's token types (1 normal, 2 unknown, 3 control, 4 user-defined,
+// 5 unused, 6 byte).
+struct GgufVocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+};
+
 // Writes `weights` as a GGUF v3 llama model with the metadata llama.cpp
-// expects (context length, sizes, head counts, rope base, rms eps).
+// expects (context length, sizes, head counts, rope base, rms eps), and
+// `vocab` when given (as many tokens as the model's vocabulary), else
+// "no_vocab".
 absl::Status WriteGgufModel(const ModelWeights& weights, const std::string& path,
-                            GgufTensorType type = GgufTensorType::kF32);
+                            GgufTensorType type = GgufTensorType::kF32,
+                            const GgufVocab* vocab = nullptr);
 
 }  // namespace tandem
 

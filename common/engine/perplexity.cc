@@ -1,0 +1,79 @@
+#include "common/engine/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+
+double NegativeLogLikelihood(const float* logits, int n, int32_t target) {
+  double max = logits[0];
+  for (int i = 1; i < n; ++i) max = std::max<double>(max, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
+  return std::log(sum) + max - logits[target];
+}
+
+absl::StatusOr<PerplexityResult> Perplexity(Engine& engine, std::span<const int32_t> tokens,
+                                            const PerplexityOptions& options,
+                                            const PerplexityProgress& progress) {
+  const StepLimits limits = engine.step_limits();
+  const int ctx = options.ctx;
+  if (ctx < 4 || ctx > limits.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("a chunk of ", ctx,
+                                                   " tokens cannot be scored: give a ctx from 4 "
+                                                   "to the model's context, ",
+                                                   limits.seq_len));
+  }
+  if (options.max_chunks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_chunks is ", options.max_chunks, "; give 0 (all) or more"));
+  }
+  if (tokens.size() < 2 * static_cast<size_t>(ctx)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the text gives ", tokens.size(), " tokens; perplexity over chunks of ", ctx,
+                     " needs at least ", 2 * ctx, ": give a longer text or a smaller ctx"));
+  }
+  const int first = ctx / 2;
+  if (ctx - first > limits.max_logit_rows || ctx > limits.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the engine takes ", limits.max_batch_tokens, " tokens and ", limits.max_logit_rows,
+        " logit rows a step; chunks of ", ctx, " need ", ctx, " and ", ctx - first));
+  }
+  int chunks = static_cast<int>(tokens.size() / ctx);
+  if (options.max_chunks > 0) chunks = std::min(chunks, options.max_chunks);
+
+  PerplexityResult result;
+  double nll = 0.0;
+  std::vector<int32_t> chunk(ctx);
+  const int vocab = limits.vocab_size;
+  for (int c = 0; c < chunks; ++c) {
+    std::copy_n(tokens.begin() + static_cast<size_t>(c) * ctx, ctx, chunk.begin());
+    if (options.bos_id >= 0) chunk[0] = options.bos_id;
+    BlockTable table = engine.NewSequence();
+    absl::Cleanup release = [&] { engine.Release(table); };
+    // The context half without logits, then the scored half with a row each.
+    const BatchItem context{&table, std::span<const int32_t>(chunk).first(first), false};
+    RETURN_IF_ERROR(engine.Step({&context, 1}).status());
+    BatchItem scored{&table, std::span<const int32_t>(chunk).subspan(first), false};
+    scored.all_logits = true;
+    ASSIGN_OR_RETURN(const std::vector<float> logits, engine.Step({&scored, 1}));
+    // Row r is the logits after token first + r; the last row has no target.
+    for (int r = 0; r + 1 < ctx - first; ++r) {
+      nll += NegativeLogLikelihood(logits.data() + static_cast<size_t>(r) * vocab, vocab,
+                                   chunk[first + r + 1]);
+    }
+    result.scored += ctx - first - 1;
+    result.chunks = c + 1;
+    if (progress) progress(c, std::exp(nll / static_cast<double>(result.scored)));
+  }
+  result.mean_nll = nll / static_cast<double>(result.scored);
+  result.perplexity = std::exp(result.mean_nll);
+  return result;
+}
+
+}  // namespace tandem
