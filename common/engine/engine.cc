@@ -27,8 +27,12 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
                const EngineOptions& options)
     : config_(config),
       options_(options),
-      layout_{config.n_layers, options.num_blocks, options.block_size, config.kv_dim(),
-              options.kv_dtype.value_or(DType::kF32), config.n_kv_heads},
+      layout_{config.n_layers,
+              options.num_blocks,
+              options.block_size,
+              config.kv_dim(),
+              options.kv_dtype.value_or(DType::kF32),
+              config.n_kv_heads},
       backend_(std::move(backend)),
       pool_(options.num_blocks) {}
 
