@@ -2,10 +2,15 @@
 #ifndef TANDEM_TESTS_UNIT_COMPUTE_COMPUTE_TESTING_H_
 #define TANDEM_TESTS_UNIT_COMPUTE_COMPUTE_TESTING_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "common/compute/backend.h"
 
 namespace tandem::testing {
 
@@ -28,6 +33,42 @@ struct WorstError {
     if (!(e <= value)) value = e;
   }
 };
+
+// Naive float64 attention of one row at `position` over keys and values
+// given as key(t, d) and value(t, d) for d in [0, n_kv_heads * head_dim).
+inline std::vector<double> NaiveAttention(const float* q,
+                                          const std::function<double(int, int)>& key,
+                                          const std::function<double(int, int)>& value,
+                                          int position, const AttentionShape& shape) {
+  const int hd = shape.head_dim, group = shape.n_heads / shape.n_kv_heads, ctx = position + 1;
+  std::vector<double> out(size_t(shape.n_heads) * hd, 0.0), scores(ctx);
+  for (int h = 0; h < shape.n_heads; ++h) {
+    const int off = (h / group) * hd;
+    for (int t = 0; t < ctx; ++t) {
+      double dot = 0.0;
+      for (int i = 0; i < hd; ++i) dot += double{q[h * hd + i]} * key(t, off + i);
+      scores[t] = dot / std::sqrt(double(hd));
+    }
+    const double max = *std::max_element(scores.begin(), scores.end());
+    double sum = 0.0;
+    for (double& x : scores) sum += (x = std::exp(x - max));
+    for (int t = 0; t < ctx; ++t) {
+      for (int i = 0; i < hd; ++i) out[h * hd + i] += scores[t] / sum * value(t, off + i);
+    }
+  }
+  return out;
+}
+
+// max |got - exact| / max |exact| over a row; NaN when got holds a NaN.
+inline double RelativeRowError(const float* got, const std::vector<double>& exact) {
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const double d = std::abs(got[i] - exact[i]);
+    if (!(d <= diff)) diff = d;  // NaN wins
+    scale = std::max(scale, std::abs(exact[i]));
+  }
+  return diff / scale;
+}
 
 }  // namespace tandem::testing
 

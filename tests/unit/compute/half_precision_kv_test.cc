@@ -211,8 +211,8 @@ class KvCase {
           Reference(qr, s, rows[r].position, [dtype](float v) { return RoundTo(dtype, v); });
       const std::vector<double> exact =
           Reference(qr, s, rows[r].position, [](float v) { return double{v}; });
-      vs_rounded.Add(RowError(e.out.data() + r * q_width, rounded));
-      vs_exact.Add(RowError(e.out.data() + r * q_width, exact));
+      vs_rounded.Add(::tandem::testing::RelativeRowError(e.out.data() + r * q_width, rounded));
+      vs_exact.Add(::tandem::testing::RelativeRowError(e.out.data() + r * q_width, exact));
     }
     e.vs_rounded = vs_rounded.value;
     e.vs_exact = vs_exact.value;
@@ -228,37 +228,10 @@ class KvCase {
   template <typename Convert>
   std::vector<double> Reference(const float* q, const KvSequence& s, int position,
                                 Convert kv) const {
-    const int hd = shape_.head_dim, group = shape_.n_heads / shape_.n_kv_heads;
-    const int kv_dim = base_.kv_dim, ctx = position + 1;
-    std::vector<double> out(size_t(shape_.n_heads) * hd, 0.0), scores(ctx);
-    for (int h = 0; h < shape_.n_heads; ++h) {
-      const size_t off = size_t(h / group) * hd;
-      for (int t = 0; t < ctx; ++t) {
-        double dot = 0.0;
-        for (int i = 0; i < hd; ++i)
-          dot += double{q[h * hd + i]} * kv(s.keys[t * kv_dim + off + i]);
-        scores[t] = dot / std::sqrt(double(hd));
-      }
-      const double max = *std::max_element(scores.begin(), scores.end());
-      double sum = 0.0;
-      for (double& x : scores) sum += (x = std::exp(x - max));
-      for (int t = 0; t < ctx; ++t) {
-        for (int i = 0; i < hd; ++i) {
-          out[h * hd + i] += scores[t] / sum * kv(s.values[t * kv_dim + off + i]);
-        }
-      }
-    }
-    return out;
-  }
-
-  static double RowError(const float* got, const std::vector<double>& exact) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = 0; i < exact.size(); ++i) {
-      const double d = std::abs(got[i] - exact[i]);
-      if (!(d <= diff)) diff = d;  // NaN wins
-      scale = std::max(scale, std::abs(exact[i]));
-    }
-    return diff / scale;
+    const int kv_dim = base_.kv_dim;
+    return ::tandem::testing::NaiveAttention(
+        q, [&](int t, int d) { return double{kv(s.keys[t * kv_dim + d])}; },
+        [&](int t, int d) { return double{kv(s.values[t * kv_dim + d])}; }, position, shape_);
   }
 
   AttentionShape shape_;

@@ -34,6 +34,7 @@ namespace {
 using ::tandem::testing::kGuard;
 using ::tandem::testing::kNaN;
 using ::tandem::testing::RandomFloats;
+using ::tandem::testing::RelativeRowError;
 
 constexpr int kLayer = 1;  // of two: offsets must include the layer
 constexpr uint8_t kSentinel = 0xa5;
@@ -163,35 +164,10 @@ struct Sequence {
 std::vector<double> Reference(const float* q, const std::vector<double>& keys,
                               const std::vector<double>& values, int position,
                               const AttentionShape& shape) {
-  const int hd = shape.head_dim, group = shape.n_heads / shape.n_kv_heads;
-  const int kv_dim = shape.n_kv_heads * hd, ctx = position + 1;
-  std::vector<double> out(size_t(shape.n_heads) * hd, 0.0), scores(ctx);
-  for (int h = 0; h < shape.n_heads; ++h) {
-    const size_t off = size_t(h / group) * hd;
-    for (int t = 0; t < ctx; ++t) {
-      double dot = 0.0;
-      for (int i = 0; i < hd; ++i) dot += double{q[h * hd + i]} * keys[t * kv_dim + off + i];
-      scores[t] = dot / std::sqrt(double(hd));
-    }
-    const double max = *std::max_element(scores.begin(), scores.end());
-    double sum = 0.0;
-    for (double& x : scores) sum += (x = std::exp(x - max));
-    for (int t = 0; t < ctx; ++t) {
-      for (int i = 0; i < hd; ++i)
-        out[h * hd + i] += scores[t] / sum * values[t * kv_dim + off + i];
-    }
-  }
-  return out;
-}
-
-double RowError(const float* got, const std::vector<double>& exact) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < exact.size(); ++i) {
-    const double d = std::abs(got[i] - exact[i]);
-    if (!(d <= diff)) diff = d;  // NaN wins
-    scale = std::max(scale, std::abs(exact[i]));
-  }
-  return diff / scale;
+  const int kv_dim = shape.n_kv_heads * shape.head_dim;
+  return ::tandem::testing::NaiveAttention(
+      q, [&](int t, int d) { return keys[size_t(t) * kv_dim + d]; },
+      [&](int t, int d) { return values[size_t(t) * kv_dim + d]; }, position, shape);
 }
 
 // Decode rows (AttendGroup) and prefill runs of >= 16 rows (AttendTile), at
@@ -283,12 +259,14 @@ TEST_P(Int8KvTest, PagedAttentionReadsEachBytesScale) {
           const Sequence& s = seqs[row_seq[r]];
           const float* qr = q.data() + r * q_width;
           const float* got = out.data() + r * q_width;
-          vs_held = std::max(vs_held, RowError(got, Reference(qr, held(s, false), held(s, true),
-                                                              rows[r].position, shape)));
+          vs_held =
+              std::max(vs_held, RelativeRowError(got, Reference(qr, held(s, false), held(s, true),
+                                                                rows[r].position, shape)));
           const std::vector<double> keys(s.keys.begin(), s.keys.end());
           const std::vector<double> values(s.values.begin(), s.values.end());
-          vs_exact = std::max(vs_exact,
-                              RowError(got, Reference(qr, keys, values, rows[r].position, shape)));
+          vs_exact =
+              std::max(vs_exact,
+                       RelativeRowError(got, Reference(qr, keys, values, rows[r].position, shape)));
         }
         EXPECT_LE(vs_held, 1e-5);
         EXPECT_LE(vs_exact, 2e-2);
