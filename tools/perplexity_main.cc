@@ -2,6 +2,7 @@
 // chunk as llama.cpp's llama-perplexity computes it (common/engine/
 // perplexity.h), with any model tandem loads and any KV cache type.
 // Running figures go to stderr, the result to stdout.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,11 @@ namespace tandem {
 namespace {
 
 constexpr size_t kMaxTextBytes = size_t{256} << 20;
+// A step's size: a chunk longer than this runs in several steps, so that the
+// activations and the logits ([rows][vocab] floats) stay bounded whatever
+// --ctx is.
+constexpr int kMaxStepTokens = 512;
+constexpr int kMaxLogitRows = 256;
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::error_code ec;
@@ -53,7 +59,15 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in.good() && !in.eof()) return absl::UnavailableError(absl::StrCat("cannot read ", path));
-  return text.str();
+  std::string bytes = text.str();
+  // llama-perplexity's -f drops one trailing newline; so does this, so that
+  // both score the same tokens.
+  if (!bytes.empty() && bytes.back() == '\n') bytes.pop_back();
+  if (bytes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--file ", path, " holds no text: give a text of at least 2 * --ctx tokens"));
+  }
+  return bytes;
 }
 
 absl::Status Run() {
@@ -71,7 +85,19 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         "a model file needs --tokenizer (the tokenizer that belongs to the model)");
   }
+  const int ctx = absl::GetFlag(FLAGS_ctx);
+  const int max_chunks = absl::GetFlag(FLAGS_chunks);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (max_chunks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunks=", max_chunks, ": give 0 (every whole chunk) or more"));
+  }
+  ASSIGN_OR_RETURN(const std::string text, ReadText(file));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModel(model_path));
+  if (ctx < 4 || ctx > weights->config.seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ctx=", ctx, ": give 4 to the model's context, ", weights->config.seq_len));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(tokenizer_path));
   if (tokenizer->vocab_size() != weights->config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -79,23 +105,24 @@ absl::Status Run() {
         "tokenizer that belongs to the model",
         tokenizer_path, tokenizer->vocab_size(), model_path, weights->config.vocab_size));
   }
-  ASSIGN_OR_RETURN(const std::string text, ReadText(file));
-  // BOS first, as llama-perplexity tokenizes; each chunk starts with BOS.
+  // As llama-perplexity: BOS first where the vocabulary adds one, and then
+  // BOS in each chunk's first position too; neither where it does not.
   ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, tokenizer->Encode(text, /*add_bos=*/true));
-  const int ctx = absl::GetFlag(FLAGS_ctx);
+  ASSIGN_OR_RETURN(const std::vector<int32_t> bos_only, tokenizer->Encode("", /*add_bos=*/true));
+  const int32_t bos = tokenizer->bos_id();
+  const bool adds_bos = bos >= 0 && !bos_only.empty() && bos_only.front() == bos;
 
-  ASSIGN_OR_RETURN(BackendChoice choice, ChooseBackend({.name = absl::GetFlag(FLAGS_backend),
-                                                        .threads = absl::GetFlag(FLAGS_threads)}));
+  ASSIGN_OR_RETURN(BackendChoice choice,
+                   ChooseBackend({.name = absl::GetFlag(FLAGS_backend), .threads = threads}));
   EngineOptions options;
-  options.max_batch_tokens = std::max(ctx, 1);
-  options.max_logit_rows = std::max(ctx - ctx / 2, 1);
+  options.max_batch_tokens = std::min(ctx, kMaxStepTokens);
+  options.max_logit_rows = std::min(ctx - ctx / 2, kMaxLogitRows);
   ASSIGN_OR_RETURN(options.kv_dtype, ParseKvDTypeFlag(absl::GetFlag(FLAGS_kv_dtype)));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Create(*weights, std::move(choice.backend), options));
   weights.reset();
 
-  const PerplexityOptions ppl{
-      .ctx = ctx, .max_chunks = absl::GetFlag(FLAGS_chunks), .bos_id = tokenizer->bos_id()};
+  const PerplexityOptions ppl{.ctx = ctx, .max_chunks = max_chunks, .bos_id = adds_bos ? bos : -1};
   std::fprintf(stderr, "%zu tokens, chunks of %d (%s; KV %s)\n", tokens.size(), ctx,
                choice.description.c_str(),
                std::string(DTypeName(engine->kv_layout().dtype)).c_str());

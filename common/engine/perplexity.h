@@ -37,10 +37,11 @@ struct PerplexityResult {
 // Each chunk as it ends: its index and the perplexity over the chunks so far.
 using PerplexityProgress = std::function<void(int chunk, double running)>;
 
-// Runs `tokens` through `engine` (which must allow steps of ctx - ctx/2
-// logit rows and ctx tokens) and frees every block it takes. INVALID_ARGUMENT
-// saying what to change for a ctx out of range or fewer than 2 * ctx tokens
-// (llama-perplexity's floor); an engine error as the engine returns it.
+// Runs `tokens` through `engine`, each chunk in as few steps as the engine's
+// step limits allow (the scored half with a logit row per token), and frees
+// every block it takes. INVALID_ARGUMENT saying what to change for a ctx
+// out of range or fewer than 2 * ctx tokens (llama-perplexity's floor); an
+// engine error as the engine returns it.
 absl::StatusOr<PerplexityResult> Perplexity(Engine& engine, std::span<const int32_t> tokens,
                                             const PerplexityOptions& options,
                                             const PerplexityProgress& progress = nullptr);

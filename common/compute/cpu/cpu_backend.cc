@@ -45,8 +45,9 @@ constexpr int kAttentionTileRows = 64;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(CpuBackendOptions options) {
-  if (options.num_threads < 0) {
-    return absl::InvalidArgumentError("CPU backend threads must be >= 0 (0 = every core)");
+  if (options.num_threads < 0 || options.num_threads > kMaxCpuThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU backend threads are ", options.num_threads,
+                                                   "; give 0 (every core) to ", kMaxCpuThreads));
   }
   ASSIGN_OR_RETURN(const cpu::BlasLibrary* blas, cpu::LoadBlasLibrary());
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_num_procs();

@@ -22,8 +22,13 @@
 
 namespace tandem {
 
+// The most threads a CPU backend takes: OpenMP and OpenBLAS start every one
+// of them, and tens of thousands exhaust the process.
+inline constexpr int kMaxCpuThreads = 1024;
+
 struct CpuBackendOptions {
-  // Threads for BLAS and kernels; 0 uses every core the process may run on.
+  // Threads for BLAS and kernels, at most kMaxCpuThreads; 0 uses every core
+  // the process may run on.
   int num_threads = 0;
   // Touch every page of a large buffer (weights, the KV pool) when it is
   // allocated, so that no step pays first-touch faults. Off for a simulated

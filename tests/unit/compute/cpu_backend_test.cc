@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/compute/compute_testing.h"
@@ -81,6 +82,16 @@ void CheckMatMul(CpuBackend& backend, int m, int n, int k, bool accumulate, int 
 // values that are not multiples of the kernel's 4-wide tiles or 16 lanes.
 // A worker creates its backend on one thread and steps it on another; the
 // thread count asked for must hold there too (OpenBLAS reads it per thread).
+TEST(CpuBackend, RefusesThreadCountsOutsideItsBound) {
+  for (int threads : {-1, kMaxCpuThreads + 1, 65536}) {
+    EXPECT_THAT(CpuBackend::Create({.num_threads = threads}),
+                ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                            ::testing::HasSubstr("give 0 (every core) to 1024")))
+        << threads;
+  }
+  EXPECT_OK(CpuBackend::Create({.num_threads = 3}).status());
+}
+
 TEST(CpuBackend, KeepsItsThreadCountOnOtherThreads) {
   ASSERT_OK_AND_ASSIGN(auto backend, CpuBackend::Create(CpuBackendOptions{.num_threads = 1}));
   int threads_after = -1;

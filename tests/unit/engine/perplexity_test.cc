@@ -47,13 +47,14 @@ class PerplexityTest : public ::testing::Test {
     ASSERT_GE(tokens_.size(), 4u * kCtx) << "bad fixture";
   }
 
-  std::unique_ptr<Engine> MakeEngine(std::optional<DType> kv = std::nullopt,
-                                     int logit_rows = kCtx) {
+  std::unique_ptr<Engine> MakeEngine(std::optional<DType> kv = std::nullopt, int logit_rows = kCtx,
+                                     int batch_tokens = kCtx) {
     auto backend = CpuBackend::Create({.num_threads = 1});
     EXPECT_OK(backend.status());
     auto engine = Engine::Create(
         *weights_, std::move(backend).value(),
-        EngineOptions{.max_batch_tokens = kCtx, .max_logit_rows = logit_rows, .kv_dtype = kv});
+        EngineOptions{
+            .max_batch_tokens = batch_tokens, .max_logit_rows = logit_rows, .kv_dtype = kv});
     EXPECT_OK(engine.status());
     return std::move(engine).value();
   }
@@ -143,9 +144,21 @@ TEST_F(PerplexityTest, RefusesWhatCannotBeScored) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context")));
   EXPECT_THAT(Perplexity(*engine, tokens_, {.ctx = kCtx, .max_chunks = -1}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_chunks")));
-  std::unique_ptr<Engine> narrow = MakeEngine(std::nullopt, kCtx / 2 - 1);
-  EXPECT_THAT(Perplexity(*narrow, tokens_, {.ctx = kCtx}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logit rows")));
+}
+
+// An engine whose steps are smaller than a chunk's halves runs each chunk in
+// several steps (uneven ones here: 7 tokens, 5 logit rows) to the same figure,
+// and still frees every block.
+TEST_F(PerplexityTest, SmallStepsGiveTheSameFigure) {
+  std::unique_ptr<Engine> whole = MakeEngine();
+  std::unique_ptr<Engine> narrow = MakeEngine(std::nullopt, /*logit_rows=*/5, /*batch_tokens=*/7);
+  const int free_before = narrow->block_pool().num_free();
+  const PerplexityOptions options{.ctx = kCtx, .max_chunks = 3, .bos_id = bos_};
+  ASSERT_OK_AND_ASSIGN(PerplexityResult one, Perplexity(*whole, tokens_, options));
+  ASSERT_OK_AND_ASSIGN(PerplexityResult many, Perplexity(*narrow, tokens_, options));
+  EXPECT_EQ(many.scored, one.scored);
+  EXPECT_NEAR(many.mean_nll, one.mean_nll, 1e-5 * one.mean_nll);
+  EXPECT_EQ(narrow->block_pool().num_free(), free_before) << "blocks left behind";
 }
 
 // An int8 KV cache costs stories260K little perplexity on its own text

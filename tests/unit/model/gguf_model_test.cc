@@ -194,6 +194,40 @@ TEST(GgufModelTest, Stories260KRoundTripsThroughF16WithinHalfPrecision) {
   EXPECT_THAT(file.GetUint32("general.file_type"), ::tandem::testing::IsOkAndHolds(1u));
 }
 
+// A vocabulary goes in as llama.cpp's SentencePiece tokenizer reads it, or
+// is refused when it does not fit the model.
+TEST(GgufModelTest, WritesAVocabularyLlamaCppReads) {
+  TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
+  ASSERT_OK_AND_ASSIGN(auto original, LoadLlama2cCheckpoint(path));
+  GgufVocab vocab{.bos_id = 1, .eos_id = 2, .unk_id = 0};
+  for (int i = 0; i < 512; ++i) {
+    vocab.tokens.push_back(i < 3 ? std::vector<std::string>{"<unk>", "<s>", "</s>"}[i]
+                                 : "\u2581piece" + std::to_string(i));
+    vocab.scores.push_back(-static_cast<float>(i));
+    vocab.types.push_back(i == 0 ? 2 : i < 3 ? 3 : 1);
+  }
+  const std::string gguf = TempPath("stories260K.vocab.gguf");
+  ASSERT_OK(WriteGgufModel(*original, gguf, GgufTensorType::kF32, &vocab));
+  ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(gguf));
+  EXPECT_THAT(file.GetString("tokenizer.ggml.model"), ::tandem::testing::IsOkAndHolds("llama"));
+  EXPECT_THAT(file.GetStringArray("tokenizer.ggml.tokens"),
+              ::tandem::testing::IsOkAndHolds(vocab.tokens));
+  EXPECT_THAT(file.GetFloatArray("tokenizer.ggml.scores"),
+              ::tandem::testing::IsOkAndHolds(vocab.scores));
+  EXPECT_THAT(file.GetInt32Array("tokenizer.ggml.token_type"),
+              ::tandem::testing::IsOkAndHolds(vocab.types));
+  EXPECT_THAT(file.GetUint32("tokenizer.ggml.bos_token_id"), ::tandem::testing::IsOkAndHolds(1u));
+  EXPECT_THAT(file.GetUint32("tokenizer.ggml.eos_token_id"), ::tandem::testing::IsOkAndHolds(2u));
+  EXPECT_THAT(file.GetBool("tokenizer.ggml.add_bos_token"), ::tandem::testing::IsOkAndHolds(true));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(gguf));
+  ExpectSameWeights(*original, *loaded);
+
+  vocab.scores.pop_back();
+  EXPECT_THAT(WriteGgufModel(*original, TempPath("bad.gguf"), GgufTensorType::kF32, &vocab),
+              ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("511 scores")));
+}
+
 struct ShapeCase {
   const char* name;
   int n_heads, n_kv_heads;
