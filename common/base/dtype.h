@@ -77,8 +77,8 @@ inline size_t DTypeBlockBytes(DType dtype) {
 }
 
 // Bytes per element of an element type: 4 for kF32, 2 for kF16 and kBF16,
-// 1 for kI8 (its scales are counted by the KV layout); 0 for a quantized type, which has no whole
-// bytes per element (use DTypeBytes).
+// 1 for kI8 (its scales are counted by the KV layout); 0 for a quantized
+// type, which has no whole bytes per element (use DTypeBytes).
 inline size_t DTypeSize(DType dtype) { return IsQuantized(dtype) ? 0 : DTypeBlockBytes(dtype); }
 
 // Bytes of `elements` consecutive elements, a whole number of blocks.

@@ -2,21 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/engine/logprobs.h"
 
 namespace tandem {
-
-double NegativeLogLikelihood(const float* logits, int n, int32_t target) {
-  double max = logits[0];
-  for (int i = 1; i < n; ++i) max = std::max<double>(max, logits[i]);
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
-  return std::log(sum) + max - logits[target];
-}
 
 absl::StatusOr<PerplexityResult> Perplexity(Engine& engine, std::span<const int32_t> tokens,
                                             const PerplexityOptions& options,
@@ -74,8 +68,8 @@ absl::StatusOr<PerplexityResult> Perplexity(Engine& engine, std::span<const int3
       ASSIGN_OR_RETURN(const std::vector<float> logits, engine.Step({&item, 1}));
       // Row r holds the logits after token at + r, scored against the next.
       for (int r = 0; r < n; ++r) {
-        nll += NegativeLogLikelihood(logits.data() + static_cast<size_t>(r) * vocab, vocab,
-                                     chunk[at + r + 1]);
+        const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+        nll -= ComputeLogprob(row, chunk[at + r + 1], /*top=*/0).logprob;
       }
     }
     result.scored += ctx - first - 1;

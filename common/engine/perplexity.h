@@ -46,9 +46,6 @@ absl::StatusOr<PerplexityResult> Perplexity(Engine& engine, std::span<const int3
                                             const PerplexityOptions& options,
                                             const PerplexityProgress& progress = nullptr);
 
-// -log softmax(logits)[target] over `n` logits, in double precision.
-double NegativeLogLikelihood(const float* logits, int n, int32_t target);
-
 }  // namespace tandem
 
 #endif  // TANDEM_COMMON_ENGINE_PERPLEXITY_H_
