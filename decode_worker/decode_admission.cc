@@ -157,7 +157,7 @@ void Admission::Resumed(Sequence& seq) {
       choice.finished = true;
       continue;
     }
-    // Validate bounded the count far below Sampler::kMaxAdvance.
+    // Validate bounded the count far below Sampler::kMaxReplay.
     CHECK(choice.sampler.Replay(r.tokens));
     choice.generated = static_cast<int>(r.tokens.size());
     choice.tokens.insert(choice.tokens.end(), r.tokens.begin(), r.tokens.end() - 1);

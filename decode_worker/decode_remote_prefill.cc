@@ -110,9 +110,9 @@ void RemotePrefill::Start(StartCommand cmd) {
     return;
   }
   for (uint64_t draws : cmd.sampler_draws) {
-    if (draws > Sampler::kMaxAdvance) {
+    if (draws > Sampler::kMaxReplay) {
       cmd.done(absl::InvalidArgumentError(absl::StrCat(
-          "a sampler draw count of ", draws, " is out of range; at most ", Sampler::kMaxAdvance)));
+          "a sampler draw count of ", draws, " is out of range; at most ", Sampler::kMaxReplay)));
       return;
     }
   }
@@ -239,7 +239,7 @@ void RemotePrefill::Commit(Sequence& seq) {
     // parameters and seed, which drew this many numbers from its random
     // stream: skip them, so that the tokens that follow are exactly those a
     // local run of the request gives.
-    CHECK(choice.sampler.Advance(seq.first_draws[i]));
+    choice.sampler.Advance(seq.first_draws[i]);
     // The first token counts, but the client already has it: not emitted.
     const int32_t token = first[i];
     bool ended = false;

@@ -205,6 +205,9 @@ absl::Status ParseCommon(const json& j, ApiRequest& out) {
   if (const json* v = Field(j, "top_p")) {
     ASSIGN_OR_RETURN(p.top_p, FloatField("top_p", *v));
   }
+  if (const json* v = Field(j, "min_p")) {
+    ASSIGN_OR_RETURN(p.min_p, FloatField("min_p", *v));
+  }
   if (const json* v = Field(j, "top_k")) {
     ASSIGN_OR_RETURN(int64_t k, IntField("top_k", *v, -1, kInt32Max));
     p.top_k = k < 0 ? 0 : static_cast<int>(k);
@@ -311,6 +314,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(absl::string_view body) {
                                    "seed",
                                    "priority",
                                    "top_k",
+                                   "min_p",
                                    "repetition_penalty",
                                    "min_tokens",
                                    "ignore_eos",
@@ -375,6 +379,7 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
                                    "seed",
                                    "priority",
                                    "top_k",
+                                   "min_p",
                                    "repetition_penalty",
                                    "min_tokens",
                                    "ignore_eos",

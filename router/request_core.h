@@ -60,6 +60,7 @@ struct GenerateParams {
   float temperature = 0.0f;
   int top_k = 0;
   std::optional<float> top_p;
+  float min_p = 0.0f;
   std::optional<uint64_t> seed;  // unset = a fresh random seed
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;

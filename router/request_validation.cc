@@ -274,6 +274,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
     return absl::InvalidArgumentError(
         absl::StrCat("top_p is ", *params.top_p, "; it must be in (0, 1] (1 or unset = no cut)"));
   }
+  RETURN_IF_ERROR(CheckRange("min_p", params.min_p, 0, 1, " (0 = off)"));
   RETURN_IF_ERROR(CheckRange("presence_penalty", params.presence_penalty, -2, 2, ""));
   RETURN_IF_ERROR(CheckRange("frequency_penalty", params.frequency_penalty, -2, 2, ""));
   if (params.repetition_penalty.has_value() &&
@@ -330,6 +331,7 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
   s.set_temperature(params.temperature);
   s.set_top_k(params.top_k);
   if (params.top_p.has_value()) s.set_top_p(*params.top_p);
+  s.set_min_p(params.min_p);
   s.set_seed(params.seed.value_or(context.fresh_seed));
   s.set_presence_penalty(params.presence_penalty);
   s.set_frequency_penalty(params.frequency_penalty);

@@ -169,6 +169,7 @@ absl::StatusOr<GenerateParams> ParamsFromProto(const v1::GenerateRequest& r, abs
   p.temperature = s.temperature();
   p.top_k = s.top_k();
   if (s.has_top_p()) p.top_p = s.top_p();
+  p.min_p = s.min_p();
   if (s.has_seed()) p.seed = s.seed();
   p.presence_penalty = s.presence_penalty();
   p.frequency_penalty = s.frequency_penalty();

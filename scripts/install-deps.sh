@@ -12,6 +12,7 @@ packages=(
   libsentencepiece-dev
   libpcre2-dev
   libxxhash-dev
+  librandom123-dev
   libucx-dev ucx-utils iproute2 curl python3 python3-jinja2
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev

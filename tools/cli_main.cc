@@ -26,6 +26,7 @@ ABSL_FLAG(int, max_tokens, 128, "Most tokens to generate (>= 1)");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy");
 ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = no limit");
 ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = no cut");
+ABSL_FLAG(float, min_p, 0.0f, "Drop tokens below min_p times the top one's probability; 0 = off");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same tokens");
 ABSL_FLAG(std::string, stop, "", "Stop generating when the text contains this; empty = none");
 ABSL_FLAG(int64_t, timeout_ms, 0, "Whole-request time limit in ms; 0 = the router's default");
@@ -74,6 +75,7 @@ int Generate() {
   request.mutable_sampling()->set_temperature(absl::GetFlag(FLAGS_temperature));
   request.mutable_sampling()->set_top_k(absl::GetFlag(FLAGS_top_k));
   request.mutable_sampling()->set_top_p(absl::GetFlag(FLAGS_top_p));
+  request.mutable_sampling()->set_min_p(absl::GetFlag(FLAGS_min_p));
   request.mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
   if (const std::string stop = absl::GetFlag(FLAGS_stop); !stop.empty()) request.add_stop(stop);
   request.set_timeout_ms(absl::GetFlag(FLAGS_timeout_ms));

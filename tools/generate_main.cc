@@ -39,6 +39,7 @@ ABSL_FLAG(std::string, system, "", "System message for --chat");
 ABSL_FLAG(int, max_tokens, 256, "Most tokens to generate");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy");
 ABSL_FLAG(float, top_p, 1.0f, "Nucleus sampling mass in (0, 1]; 1 = off");
+ABSL_FLAG(float, min_p, 0.0f, "Drop tokens below min_p times the top one's probability; 0 = off");
 ABSL_FLAG(int, top_k, 0, "Sample among the k most likely tokens; 0 = off");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same tokens");
 ABSL_FLAG(int, threads, 0, "CPU threads; 0 = every core");
@@ -111,6 +112,7 @@ absl::Status Run() {
   request.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   request.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   request.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  request.sampling.min_p = absl::GetFlag(FLAGS_min_p);
   request.sampling.top_k = absl::GetFlag(FLAGS_top_k);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
 

@@ -9,6 +9,7 @@ SamplingParams SamplingFromProto(const v1::SamplingParams& proto) {
   params.temperature = proto.temperature();
   params.top_k = proto.top_k();
   params.top_p = proto.has_top_p() ? proto.top_p() : 1.0f;
+  params.min_p = proto.min_p();
   params.seed = proto.seed();
   params.presence_penalty = proto.presence_penalty();
   params.frequency_penalty = proto.frequency_penalty();

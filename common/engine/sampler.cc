@@ -6,6 +6,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/philox.h"
 
 namespace tandem {
 namespace {
@@ -30,6 +31,10 @@ absl::Status SamplingParams::Validate() const {
   }
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p ", top_p, " must be in (0, 1]"));
+  }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_p ", min_p, " must be in [0, 1] (0 = off)"));
   }
   if (absl::Status s = CheckPenalty("presence_penalty", presence_penalty); !s.ok()) return s;
   if (absl::Status s = CheckPenalty("frequency_penalty", frequency_penalty); !s.ok()) return s;
@@ -99,7 +104,6 @@ Sampler::Sampler(const SamplingParams& params) : Sampler(params, {}, {}) {}
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt,
                  std::span<const int32_t> stop_ids)
     : params_(params),
-      rng_(params.seed),
       processors_(params.HasLogitProcessors()),
       touches_seen_or_biased_(!params.logit_bias.empty() || params.presence_penalty != 0.0f ||
                               params.frequency_penalty != 0.0f ||
@@ -122,16 +126,9 @@ void Sampler::Accept(int32_t token) {
 }
 
 bool Sampler::Replay(std::span<const int32_t> tokens) {
-  if (tokens.size() > kMaxAdvance) return false;
-  if (!greedy() && !Advance(tokens.size())) return false;
+  if (tokens.size() > kMaxReplay) return false;
+  if (!greedy()) Advance(tokens.size());
   for (const int32_t token : tokens) Accept(token);
-  return true;
-}
-
-bool Sampler::Advance(uint64_t n) {
-  if (n > kMaxAdvance) return false;
-  rng_.discard(n);
-  draws_ += n;
   return true;
 }
 
@@ -216,10 +213,9 @@ int32_t Sampler::Sample(std::span<const float> raw) {
   };
   std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), better);
   candidates_.resize(k);
-  // 53 random bits -> uniform in [0, 1): the same on every platform, unlike
-  // std::uniform_real_distribution. Drawn before any early return so that
-  // every non-greedy Sample advances the stream exactly once.
-  const double uniform = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  // Drawn before any early return so that every non-greedy Sample advances
+  // the stream exactly once.
+  const double uniform = PhiloxUniform(params_.seed, draws_);
   ++draws_;
   const double max = candidates_[0].first;
   // Every token masked (only possible when all are stop ids): the best one.
@@ -232,14 +228,20 @@ int32_t Sampler::Sample(std::span<const float> raw) {
     probs_[i] = std::exp((candidates_[i].first - max) / params_.temperature);
     sum += probs_[i];
   }
-  // Nucleus: the smallest prefix whose mass reaches top_p.
+  // Min-p: the prefix whose probability is at least min_p times the first's
+  // (probs_[0] is exp(0) = 1).
   int keep = k;
+  if (params_.min_p > 0.0f) {
+    keep = 1;
+    while (keep < k && probs_[keep] >= params_.min_p) ++keep;
+  }
+  // Nucleus: the smallest prefix whose mass reaches top_p.
   if (params_.top_p < 1.0f) {
     double mass = 0.0;
     for (int i = 0; i < k; ++i) {
       mass += probs_[i] / sum;
       if (mass >= params_.top_p) {
-        keep = i + 1;
+        keep = std::min(keep, i + 1);
         break;
       }
     }

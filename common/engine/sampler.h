@@ -1,5 +1,5 @@
-// Token sampling from logits: greedy, temperature, top-k, top-p, with a
-// per-request seed so that the same seed gives the same tokens, and the
+// Token sampling from logits: greedy, temperature, top-k, top-p, min-p,
+// with a per-request seed so that the same seed gives the same tokens, and the
 // logit processors of the OpenAI API: logit bias, min_tokens, repetition,
 // presence and frequency penalties.
 #ifndef TANDEM_COMMON_ENGINE_SAMPLER_H_
@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <span>
 #include <utility>
 #include <vector>
@@ -24,6 +23,7 @@ struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
   int top_k = 0;             // 0 = no limit
   float top_p = 1.0f;        // 1 = no nucleus cut
+  float min_p = 0.0f;        // 0 = no cut; else relative to the top token
   uint64_t seed = 0;
   // OpenAI: logit -= presence * (count > 0) + frequency * count, where count
   // is how often the token was generated (the prompt does not count).
@@ -60,7 +60,11 @@ uint64_t ChoiceSeed(uint64_t seed, int index);
 // One sequence's sampler. Sample() picks the next token from a row of raw
 // logits after applying, in order: logit bias, the min_tokens mask on the
 // stop ids (-inf), the repetition penalty, the presence and frequency
-// penalties, the grammar's mask; then temperature, top-k and top-p.
+// penalties, the grammar's mask; then top-k, the softmax at the
+// temperature, and the shorter of the top-p and min-p prefixes of the
+// tokens by probability. The draw is number draws() of the seed's Philox
+// stream (common/base/philox.h): a function of the seed and the count of
+// earlier draws alone, the same for the CUDA sampler.
 // Accept() records the token that was actually appended, which the
 // penalties and min_tokens count and the grammar advances over.
 //
@@ -95,16 +99,16 @@ class Sampler {
 
   // Numbers drawn from the random stream so far (0 while greedy).
   uint64_t draws() const { return draws_; }
-  // Advances the random stream by `n` numbers: what another sampler of the
-  // same parameters and seed drew (its draws()) for tokens this one then
-  // Accept()s. At most kMaxAdvance; false (nothing changes) beyond.
-  static constexpr uint64_t kMaxAdvance = uint64_t{1} << 24;
-  bool Advance(uint64_t n);
+  // Advances the random stream by `n` numbers (no cost: the stream is
+  // counter-based): what another sampler of the same parameters and seed
+  // drew (its draws()) for tokens this one then Accept()s.
+  void Advance(uint64_t n) { draws_ += n; }
   // Takes the state a sampler of the same parameters and seed had after
   // generating `tokens` (a stream migrated from another worker): one draw
   // of the random stream per token unless greedy (Sample draws exactly
   // one), and each token Accept()ed. False (nothing changes) beyond
-  // kMaxAdvance tokens.
+  // kMaxReplay tokens.
+  static constexpr uint64_t kMaxReplay = uint64_t{1} << 24;
   bool Replay(std::span<const int32_t> tokens);
 
   // The row Sample draws from: `logits` after the processors (the row
@@ -130,7 +134,6 @@ class Sampler {
   void ApplyGrammar();
 
   SamplingParams params_;
-  std::mt19937_64 rng_;  // fully specified by the standard: same stream everywhere
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<double> probs_;
 

@@ -326,7 +326,7 @@ TEST(DecodeChoices, StartNeedsOneFirstTokenPerChoice) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sampler draw counts")));
   StartResult huge_draws;
   h.loop().Start(r.request_id, sink->generation(), 1, {2, 3}, huge_draws.Callback(),
-                 {1, 1, Sampler::kMaxAdvance + 1});
+                 {1, 1, Sampler::kMaxReplay + 1});
   EXPECT_THAT(huge_draws.Wait(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sampler draw count of")));
   // The reservation is still there: a good Start goes through.

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "common/base/philox.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -63,6 +64,12 @@ TEST(SamplingParams, ErrorsNameTheParameter) {
     EXPECT_THAT(Params(1.0f, 0, p).Validate(),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p")))
         << p;
+  }
+  for (float m : {-0.1f, 1.01f, nan, inf}) {
+    SamplingParams q = Params(1.0f);
+    q.min_p = m;
+    EXPECT_THAT(q.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min_p")))
+        << m;
   }
 }
 
@@ -272,7 +279,7 @@ TEST(Sampler, AdvancingByTheDrawCountContinuesTheSameStream) {
     a.Accept(head.back());
   }
   EXPECT_EQ(a.draws(), 7u);
-  ASSERT_TRUE(b.Advance(a.draws()));
+  b.Advance(a.draws());
   for (int32_t t : head) b.Accept(t);
   for (size_t i = 7; i < rows.size(); ++i) {
     const int32_t x = a.Sample(rows[i]), y = b.Sample(rows[i]);
@@ -283,7 +290,61 @@ TEST(Sampler, AdvancingByTheDrawCountContinuesTheSameStream) {
   Sampler greedy(Params(0.0f, 0, 1.0f, 5), {}, {});
   (void)greedy.Sample(rows[0]);
   EXPECT_EQ(greedy.draws(), 0u);
-  EXPECT_FALSE(b.Advance(Sampler::kMaxAdvance + 1));
+  std::vector<int32_t> too_many(Sampler::kMaxReplay + 1, 0);
+  EXPECT_FALSE(greedy.Replay(too_many));
+  EXPECT_EQ(greedy.generated(), 0);
+}
+
+// Draw n is a function of the seed and n alone: Sample's uniform is
+// PhiloxUniform(seed, draws()), so a sampler advanced by a billion draws
+// (a stream far along, moved between workers) picks what that number
+// says, at no cost, and draws the same numbers the CUDA sampler does.
+TEST(Sampler, EachDrawIsTheSeedsPhiloxNumberAtTheDrawCount) {
+  // Three tokens of probability 1/4, 1/2 and 1/4 at temperature 1: the
+  // draw u picks token 1 for u < 1/2, token 0 for u < 3/4, else token 2.
+  const std::vector<float> logits = {0.0f, std::log(2.0f), 0.0f};
+  for (uint64_t seed : {uint64_t{0}, uint64_t{9}, ~uint64_t{0}}) {
+    for (uint64_t start : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 30, uint64_t{1} << 40}) {
+      Sampler sampler(Params(1.0f, 0, 1.0f, seed));
+      sampler.Advance(start);
+      for (uint64_t i = start; i < start + 64; ++i) {
+        const double u = PhiloxUniform(seed, i);
+        const int32_t want = u < 0.5 ? 1 : (u < 0.75 ? 0 : 2);
+        ASSERT_EQ(sampler.Sample(logits), want) << "seed " << seed << " draw " << i << " u " << u;
+      }
+      EXPECT_EQ(sampler.draws(), start + 64);
+    }
+  }
+}
+
+// min_p keeps the tokens whose probability is at least min_p times the
+// most likely one's, and combines with top_p as the shorter prefix.
+TEST(Sampler, MinPDropsTokensBelowItsShareOfTheTopToken) {
+  // Probabilities proportional to 8, 4, 2, 1 (logits log 8 .. 0).
+  const std::vector<float> logits = {std::log(2.0f), std::log(8.0f), 0.0f, std::log(4.0f)};
+  SamplingParams p = Params(1.0f, 0, 1.0f, 3);
+  p.min_p = 0.45f;  // 8 and 4 stay (4 >= 0.45 * 8), 2 and 1 go
+  std::vector<int> counts = Histogram(p, logits, 6000);
+  EXPECT_EQ(counts[0] + counts[2], 0);
+  EXPECT_NEAR(counts[1], 4000, 200);  // 8 / 12 of the draws
+  EXPECT_NEAR(counts[3], 2000, 200);
+  p.min_p = 0.2f;  // 2 stays (2 >= 0.2 * 8), 1 goes
+  counts = Histogram(p, logits, 6000);
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_GT(counts[0], 0);
+  p.min_p = 1.0f;  // only the top token
+  EXPECT_EQ(Histogram(p, logits, 500)[1], 500);
+  // With top_p the shorter prefix wins: top_p 0.5 keeps 8 alone.
+  p.min_p = 0.1f;
+  p.top_p = 0.5f;
+  EXPECT_EQ(Histogram(p, logits, 500)[1], 500);
+  // The temperature sharpens the probabilities before the cut: at T = 0.5
+  // they are 64, 16, 4, 1, so min_p 0.2 keeps 64 and 16 only.
+  p = Params(0.5f, 0, 1.0f, 3);
+  p.min_p = 0.2f;
+  counts = Histogram(p, logits, 4000);
+  EXPECT_EQ(counts[0] + counts[2], 0);
+  EXPECT_GT(counts[3], 0);
 }
 
 TEST(Sampler, DifferentChoiceSeedsGiveDifferentStreams) {

@@ -51,7 +51,7 @@ TEST(OpenAiApiTest, EveryCompletionOptionIsMapped) {
       "stream_options": {"include_usage": true}, "n": 3, "best_of": 3, "logprobs": 2,
       "echo": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
       "repetition_penalty": 1.1, "logit_bias": {"17": -100, "3": 2.5}, "min_tokens": 4,
-      "ignore_eos": true, "user": "u-1", "suffix": ""})");
+      "ignore_eos": true, "user": "u-1", "suffix": "", "min_p": 0.05})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -63,6 +63,7 @@ TEST(OpenAiApiTest, EveryCompletionOptionIsMapped) {
   EXPECT_FLOAT_EQ(p.temperature, 0.5f);
   EXPECT_FLOAT_EQ(*p.top_p, 0.9f);
   EXPECT_EQ(p.top_k, 40);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
   EXPECT_EQ(*p.seed, 42u);
   EXPECT_THAT(p.stop, ElementsAre("a", "b"));
   EXPECT_EQ(p.n, 3);

@@ -115,6 +115,17 @@ TEST(ValidateRequest, SamplingLimits) {
   EXPECT_THAT(ValidateRequest(r, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("temperature")));
   r = Tokens({1}, 1);
+  r.min_p = 0.1f;
+  absl::StatusOr<ValidRequest> with_min_p = ValidateRequest(r, nullptr);
+  ASSERT_OK(with_min_p.status());
+  EXPECT_FLOAT_EQ(with_min_p->sampling.min_p(), 0.1f);
+  for (float bad : {-0.01f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    r.min_p = bad;
+    EXPECT_THAT(ValidateRequest(r, nullptr),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min_p")))
+        << bad;
+  }
+  r = Tokens({1}, 1);
   r.frequency_penalty = std::numeric_limits<float>::infinity();
   EXPECT_THAT(ValidateRequest(r, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("frequency_penalty")));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "common/compute/cuda/cuda_backend.h"
+#include "common/compute/cuda/kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -40,6 +41,36 @@ TEST(CudaBackendCreate, FailsCleanlyWithoutADeviceAndSucceedsWithOne) {
   EXPECT_EQ(out, in);
   EXPECT_EQ(CudaBackend::Create({.device = 1 << 20}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The host side of the decode products' dispatch, on any machine: which
+// products the weight-streaming kernel takes (16-bit weights, 1 to
+// kMaxSkinnyRows rows, k a multiple of 8, 16-byte aligned operands), and
+// that a launch it cannot take is refused before the device is touched.
+TEST(SkinnyProductDispatch, TakesOnlyWhatTheKernelStreams) {
+  alignas(16) static unsigned char bytes[64];
+  const void* x = bytes;
+  const void* w = bytes + 16;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int m = 1; m <= cuda::kMaxSkinnyRows; ++m) {
+      EXPECT_TRUE(cuda::SkinnyProductApplies(t, x, w, m, 4096)) << m;
+    }
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, w, 0, 4096));
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, w, cuda::kMaxSkinnyRows + 1, 4096));
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, w, 1, 4092));  // k not a multiple of 8
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, w, 1, 0));
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, bytes + 8, w, 1, 4096));  // x misaligned
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, bytes + 2, 1, 4096));  // w misaligned
+  }
+  for (DType t : {DType::kF32, DType::kQ8_0, DType::kQ4_K, DType::kI8}) {
+    EXPECT_FALSE(cuda::SkinnyProductApplies(t, x, w, 1, 4096)) << DTypeName(t);
+  }
+  float out[4];
+  EXPECT_EQ(cuda::LaunchSkinnyProduct(bytes + 8, w, DType::kBF16, out, 1, 4, 4096, 0.0f),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchSkinnyProduct(x, w, DType::kF32, out, 1, 4, 4096, 0.0f),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchSkinnyProduct(x, w, DType::kBF16, out, 1, 0, 4096, 0.0f), cudaSuccess);
 }
 
 }  // namespace
