@@ -20,8 +20,9 @@ namespace {
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"), \
                  always_inline)) inline
 
-// Activation rows taken together per pass over a weight row.
-constexpr int kRowGroup = 4;
+// Activation rows taken together per pass over a weight row: each pass
+// unpacks the row's weights once for all of them.
+constexpr int kRowGroup = 8;
 
 // neg_sums index of each offset's shift: 8 = 1 << 3, 128 = 1 << 7.
 constexpr int kOffset8 = 0, kOffset128 = 1;
@@ -97,7 +98,7 @@ TANDEM_VNNI_INLINE __m512i Index(const std::array<int32_t, 16>& idx) {
 }
 
 TANDEM_VNNI_INLINE __m512i Join(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
 }
 
 TANDEM_VNNI_INLINE __m512 TwoScales(float a, float b) {
@@ -138,7 +139,7 @@ TANDEM_VNNI_INLINE void RowSmallBlocks(const Pass& p, const uint8_t* row, __m512
                   acc);
   }
   if (b < blocks) {
-    SmallChunk<R>(p, 32 * b, _mm512_castsi256_si512(UnpackSmall<kQ8>(row, b)),
+    SmallChunk<R>(p, 32 * b, _mm512_zextsi256_si512(UnpackSmall<kQ8>(row, b)),
                   _mm512_set1_ps(SmallScale<kQ8>(row, b)), offset, 0x00ff, acc);
   }
 }
@@ -158,7 +159,7 @@ TANDEM_VNNI_INLINE void EndBlock(const Pass& p, int sb, __m512* t, __m512* acc) 
 // 0-31 and 64-95 of 128) then the high ones; the minima come off with the
 // activations' sums.
 template <int R, bool kQ5>
-TANDEM_VNNI_INLINE void RowK4(const Pass& p, const uint8_t* row, __m512* acc, __m512* off_acc) {
+TANDEM_VNNI_INLINE void RowK4(const Pass& p, const uint8_t* row, __m512* acc) {
   const QuantizedRows& x = p.x;
   const int blocks = x.k / 256, k32 = x.k / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
@@ -185,9 +186,9 @@ TANDEM_VNNI_INLINE void RowK4(const Pass& p, const uint8_t* row, __m512* acc, __
     const __m512 mv =
         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn8)), _mm512_set1_ps(Half(half[1])));
     for (int r = 0; r < R; ++r) {
-      off_acc[r] = _mm512_fmadd_ps(
+      acc[r] = _mm512_fnmadd_ps(
           mv, _mm512_maskz_loadu_ps(0x00ff, x.block_sum.data() + (p.r0 + r) * k32 + 8 * sb),
-          off_acc[r]);
+          acc[r]);
     }
     __m256i qh32 = _mm256_setzero_si256();
     if constexpr (kQ5) qh32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
@@ -214,7 +215,7 @@ TANDEM_VNNI_INLINE void RowK4(const Pass& p, const uint8_t* row, __m512* acc, __
 // Q6_K: two halves of 128 per block, each two chunks of 64; the offset of
 // 32 comes off with the activations' sums of 16.
 template <int R>
-TANDEM_VNNI_INLINE void RowQ6K(const Pass& p, const uint8_t* row, __m512* acc, __m512* off_acc) {
+TANDEM_VNNI_INLINE void RowQ6K(const Pass& p, const uint8_t* row, __m512* acc) {
   const int blocks = p.x.k / 256, k16 = p.x.k / 16;
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
   __m512 t[R];
@@ -226,8 +227,8 @@ TANDEM_VNNI_INLINE void RowQ6K(const Pass& p, const uint8_t* row, __m512* acc, _
                                     _mm512_set1_ps(Half(b->d)));
     const __m512 sv32 = _mm512_mul_ps(sv, _mm512_set1_ps(32.0f));
     for (int r = 0; r < R; ++r) {
-      off_acc[r] = _mm512_fmadd_ps(
-          sv32, _mm512_loadu_ps(p.x.sum16.data() + (p.r0 + r) * k16 + 16 * sb), off_acc[r]);
+      acc[r] = _mm512_fnmadd_ps(
+          sv32, _mm512_loadu_ps(p.x.sum16.data() + (p.r0 + r) * k16 + 16 * sb), acc[r]);
     }
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
@@ -248,11 +249,8 @@ TANDEM_VNNI_INLINE void RowQ6K(const Pass& p, const uint8_t* row, __m512* acc, _
 
 template <int R>
 TANDEM_VNNI void Row(const Pass& p, const uint8_t* row, DType dtype, float* sums) {
-  __m512 acc[R], off_acc[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm512_setzero_ps();
-    off_acc[r] = _mm512_setzero_ps();
-  }
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   switch (dtype) {
     case DType::kQ8_0:
       RowSmallBlocks<R, true>(p, row, acc);
@@ -261,19 +259,19 @@ TANDEM_VNNI void Row(const Pass& p, const uint8_t* row, DType dtype, float* sums
       RowSmallBlocks<R, false>(p, row, acc);
       break;
     case DType::kQ4_K:
-      RowK4<R, false>(p, row, acc, off_acc);
+      RowK4<R, false>(p, row, acc);
       break;
     case DType::kQ5_K:
-      RowK4<R, true>(p, row, acc, off_acc);
+      RowK4<R, true>(p, row, acc);
       break;
     case DType::kQ6_K:
-      RowQ6K<R>(p, row, acc, off_acc);
+      RowQ6K<R>(p, row, acc);
       break;
     default:
       break;
   }
   for (int r = 0; r < R; ++r) {
-    sums[r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[r], off_acc[r]));
+    sums[r] = _mm512_reduce_add_ps(acc[r]);
   }
 }
 
@@ -360,9 +358,10 @@ void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, boo
   float sums[kRowGroup];
   for (int j = n_begin; j < n_end; ++j) {
     const uint8_t* row = static_cast<const uint8_t*>(w) + row_bytes * j;
-    for (int r0 = 0; r0 < x.m; r0 += kRowGroup) {
+    for (int r0 = 0, rows = 0; r0 < x.m; r0 += rows) {
       const Pass pass{x, r0};
-      const int rows = std::min(kRowGroup, x.m - r0);
+      // Passes of 8 rows, then of 4, then the 1 to 3 left.
+      rows = x.m - r0 >= 8 ? 8 : std::min(4, x.m - r0);
       switch (rows) {
         case 1:
           Row<1>(pass, row, dtype, sums);
@@ -373,8 +372,11 @@ void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, boo
         case 3:
           Row<3>(pass, row, dtype, sums);
           break;
-        default:
+        case 4:
           Row<4>(pass, row, dtype, sums);
+          break;
+        default:
+          Row<8>(pass, row, dtype, sums);
           break;
       }
       for (int r = 0; r < rows; ++r) {
