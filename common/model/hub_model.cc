@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/model/ggml_types.h"
+#include "common/model/hub_fp8.h"
 #include "common/model/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -157,12 +158,16 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // Owns what a loaded model's tensors point into.
 struct HubStorage {
   std::shared_ptr<const void> mapping;
-  std::vector<std::vector<uint64_t>> copies;  // tensors misaligned in the file
+  // Tensors misaligned in the file, and FP8 weights widened.
+  std::vector<std::vector<uint64_t>> copies;
 };
 
-}  // namespace
+struct HubConfigFile {
+  ModelConfig config;
+  HubQuantization quantization;
+};
 
-absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
+absl::StatusOr<HubConfigFile> ReadConfigFile(const std::string& dir) {
   const std::string file = (std::filesystem::path(dir) / "config.json").string();
   ASSIGN_OR_RETURN(Json j, ReadJson(file));
   std::string arch;
@@ -211,11 +216,32 @@ absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
   if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
 
   if (absl::Status s = c.Validate(); !s.ok()) return Invalid(file, std::string(s.message()));
-  return c;
+  ASSIGN_OR_RETURN(HubQuantization quantization, ReadHubQuantization(j, file));
+  return HubConfigFile{c, quantization};
+}
+
+// The type FP8 weights are widened to: that of the first matrix stored in
+// F32, F16 or BF16 (the embedding, in practice; the loop in LoadHubModel
+// checks that the others agree), BF16 when every matrix is FP8.
+DType WidenedType(const SafetensorsModel& st, const std::vector<std::string>& matrix_names) {
+  for (const std::string& name : matrix_names) {
+    const TensorInfo* t = st.Find(name);
+    if (t == nullptr) continue;
+    if (const std::optional<DType> dtype = ToDType(t->dtype); dtype.has_value()) return *dtype;
+  }
+  return DType::kBF16;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
+  ASSIGN_OR_RETURN(HubConfigFile f, ReadConfigFile(dir));
+  return f.config;
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& dir) {
-  ASSIGN_OR_RETURN(ModelConfig config, ReadHubConfig(dir));
+  ASSIGN_OR_RETURN(HubConfigFile config_file, ReadConfigFile(dir));
+  const ModelConfig& config = config_file.config;
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, OpenSafetensorsFolder(dir));
   auto weights = std::make_unique<ModelWeights>();
   weights->config = config;
@@ -224,6 +250,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
   auto storage = std::make_shared<HubStorage>();
   storage->mapping = st->keep_alive();
   const auto table = TensorTable(*weights);
+  std::vector<std::string> matrix_names;
+  for (const auto& row : table) {
+    if (row.shape.size() == 2) matrix_names.push_back(row.name);
+  }
+  const DType widened_type = WidenedType(*st, matrix_names);
 
   std::set<std::string> expected;
   std::optional<DType> matrix_type;
@@ -238,11 +269,31 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
       return Invalid(dir, absl::StrCat("tensor '", row.name, "' has shape ", ShapeText(t->shape),
                                        "; config.json implies ", ShapeText(row.shape)));
     }
+    if (t->dtype == SafetensorsDType::kF8E4M3) {
+      if (!config_file.quantization.fp8_weights) {
+        return Invalid(dir, absl::StrCat("tensor '", row.name,
+                                         "' is F8_E4M3, but config.json has no compressed-tensors "
+                                         "FP8 'quantization_config' to say how it is scaled"));
+      }
+      // The scale is required; the input scale was calibrated for FP8
+      // activations, which are computed here in 16 or 32 bits instead, so
+      // it is accepted and not used.
+      const std::string scale_name = Fp8WeightScaleName(row.name);
+      expected.insert(scale_name);
+      expected.insert(Fp8InputScaleName(row.name));
+      ASSIGN_OR_RETURN(std::vector<uint64_t> widened,
+                       WidenFp8Weight(*t, st->Find(scale_name), widened_type, dir));
+      *row.tensor = Tensor(storage->copies.emplace_back(std::move(widened)).data(), widened_type,
+                           t->num_elements);
+      if (!matrix_type.has_value()) matrix_type = widened_type;
+      continue;
+    }
     const std::optional<DType> dtype = ToDType(t->dtype);
     if (!dtype.has_value()) {
       return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ",
                                        std::string(SafetensorsDTypeName(t->dtype)),
-                                       "; only F32, F16 and BF16 are supported"));
+                                       "; supported: F32, F16 and BF16, and F8_E4M3 matrices with "
+                                       "a compressed-tensors FP8 quantization_config"));
     }
     if (row.shape.size() == 2) {
       if (matrix_type.has_value() && *matrix_type != *dtype) {

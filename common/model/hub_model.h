@@ -3,9 +3,12 @@
 // (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
 //
 // Weights are memory-mapped and used in their stored type (f32, f16 or bf16)
-// without a copy. The q/k projection rows of these checkpoints are ordered
-// for half-split RoPE (dimension i pairs with i + head_dim/2), so a loaded
-// config says RopeLayout::kHalfSplit and the rows are used as stored.
+// without a copy. FP8 checkpoints in the compressed-tensors layout (see
+// hub_fp8.h) are the exception: their F8_E4M3 matrices are widened at load
+// to code * scale in the type of the unquantized matrices, owned copies
+// that take as much memory as a 16-bit model. The q/k projection rows of these checkpoints are
+// ordered for half-split RoPE (dimension i pairs with i + head_dim/2), so a loaded config says
+// RopeLayout::kHalfSplit and the rows are used as stored.
 #ifndef TANDEM_COMMON_MODEL_HUB_MODEL_H_
 #define TANDEM_COMMON_MODEL_HUB_MODEL_H_
 
@@ -33,7 +36,9 @@ absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir);
 // Loads config.json and the safetensors weights of `dir`, checking that
 // every tensor the config implies is present with its shape, that none is
 // left over, and that the matrices share one type. Errors name the file,
-// the tensor and what differs.
+// the tensor and what differs. ReadHubConfig and LoadHubModel both refuse a
+// quantization_config other than compressed-tensors FP8 (per tensor or per
+// channel).
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& dir);
 
 struct HubWriteOptions {

@@ -36,65 +36,6 @@ using ::testing::HasSubstr;
 
 // ------------------------------------------------------------ LoadHubModel
 
-// A small GQA model: dim 64, 4 heads of 16, 2 KV heads.
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 256;
-  c.seq_len = 128;
-  c.rope_theta = 500000.0f;
-  c.norm_eps = 1e-5f;
-  c.shared_classifier = false;
-  c.rope_layout = RopeLayout::kHalfSplit;
-  return c;
-}
-
-// Writes a synthetic model of `config` as a hub folder.
-std::string WriteModelDir(const std::string& name, const ModelConfig& config, DType dtype,
-                          uint64_t max_shard_bytes = 0) {
-  const std::string dir = NewDir(name);
-  auto model = MakeSyntheticModel(config, 7, dtype);
-  EXPECT_OK(model.status());
-  if (!model.ok()) return dir;
-  HubWriteOptions options;
-  options.dtype = dtype;
-  options.max_shard_bytes = max_shard_bytes;
-  EXPECT_OK(WriteHubModel(**model, dir, options));
-  return dir;
-}
-
-// The tensors of `dir`/model.safetensors, to edit and write back.
-struct TensorData {
-  SafetensorsDType dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-std::map<std::string, TensorData> ReadTensors(const std::string& dir) {
-  std::map<std::string, TensorData> tensors;
-  auto file = SafetensorsFile::Open(dir + "/" + kSafetensorsSingleFile);
-  EXPECT_OK(file.status());
-  if (!file.ok()) return tensors;
-  for (const TensorInfo& t : file->tensors()) {
-    tensors[t.name] = {t.dtype, t.shape, std::vector<uint8_t>(t.bytes.begin(), t.bytes.end())};
-  }
-  return tensors;
-}
-void WriteTensors(const std::string& dir, const std::map<std::string, TensorData>& tensors) {
-  SafetensorsWriter writer;
-  for (const auto& [name, t] : tensors) ASSERT_OK(writer.Add(name, t.dtype, t.shape, t.bytes));
-  ASSERT_OK(writer.WriteFile(dir + "/" + kSafetensorsSingleFile));
-}
-
-void EditConfig(const std::string& dir, const std::function<void(Json&)>& edit) {
-  Json config = ReadJsonFile(dir + "/config.json");
-  edit(config);
-  WriteText(dir + "/config.json", config.dump(2));
-}
-
 TEST(LoadHubModel, WrittenFolderLoads) {
   const std::string dir = WriteModelDir("ok", SmallConfig(), DType::kBF16);
   ASSERT_OK_AND_ASSIGN(auto model, LoadHubModel(dir));
