@@ -202,59 +202,99 @@ void Sampler::ApplyGrammar() {
 int32_t Sampler::Sample(std::span<const float> raw) {
   const std::span<const float> logits = Processed(raw);
   if (greedy()) return Argmax(logits);
-
-  const int vocab = static_cast<int>(logits.size());
-  const int k = params_.top_k > 0 ? std::min(params_.top_k, vocab) : vocab;
-  candidates_.resize(vocab);
-  for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i], i};
-  // Highest logits first, ties by lower id, so the order is deterministic.
-  auto better = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), better);
-  candidates_.resize(k);
   // Drawn before any early return so that every non-greedy Sample advances
   // the stream exactly once.
   const double uniform = PhiloxUniform(params_.seed, draws_);
   ++draws_;
-  const double max = candidates_[0].first;
+  const int vocab = static_cast<int>(logits.size());
+  const bool cut_k = params_.top_k > 0 && params_.top_k < vocab;
+  const bool cut_p = params_.top_p<1.0f, cut_min_p = params_.min_p> 0.0f;
+  // The candidates in the order of the cuts: highest logit first, ties by
+  // lower id. Only as much of that order is made as the cuts read.
+  auto better = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  int n = vocab;
+  int32_t top;
+  if (cut_k) {
+    candidates_.resize(vocab);
+    for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i], i};
+    n = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), better);
+    candidates_.resize(n);
+    top = candidates_[0].second;
+  } else {
+    top = Argmax(logits);
+  }
+  const double max = logits[top];
   // Every token masked (only possible when all are stop ids): the best one.
-  if (std::isinf(max) && max < 0) return candidates_[0].second;
+  if (std::isinf(max) && max < 0) return top;
+  const double temperature = params_.temperature;
+  auto prob = [&](float x) { return std::exp((static_cast<double>(x) - max) / temperature); };
 
-  // Softmax over the survivors at the temperature, in double for stability.
-  probs_.resize(k);
-  double sum = 0.0;
-  for (int i = 0; i < k; ++i) {
-    probs_[i] = std::exp((candidates_[i].first - max) / params_.temperature);
-    sum += probs_[i];
+  if (!cut_k && !cut_p && !cut_min_p) {
+    // Every token: no order but the ids' is needed.
+    probs_.resize(vocab);
+    double sum = 0.0;
+    for (int i = 0; i < vocab; ++i) sum += probs_[i] = prob(logits[i]);
+    return Walk(uniform * sum, vocab, [&](int i) { return i; });
   }
-  // Min-p: the prefix whose probability is at least min_p times the first's
-  // (probs_[0] is exp(0) = 1).
-  int keep = k;
-  if (params_.min_p > 0.0f) {
-    keep = 1;
-    while (keep < k && probs_[keep] >= params_.min_p) ++keep;
+
+  if (!cut_k) {
+    candidates_.resize(vocab);
+    for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i], i};
   }
-  // Nucleus: the smallest prefix whose mass reaches top_p.
-  if (params_.top_p < 1.0f) {
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += prob(candidates_[i].first);
+  // Min-p keeps the tokens whose probability is at least min_p times the
+  // top token's (whose is exp(0) = 1): a prefix of the order.
+  int keep = n;
+  if (cut_min_p) {
+    const auto below =
+        std::partition(candidates_.begin(), candidates_.begin() + n,
+                       [&](const auto& c) { return prob(c.first) >= params_.min_p; });
+    keep = static_cast<int>(below - candidates_.begin());
+  }
+  // Nucleus: the shortest prefix whose mass reaches top_p of the total,
+  // ordered in growing spans until it does.
+  if (cut_p) {
+    const double target = params_.top_p * total;
     double mass = 0.0;
-    for (int i = 0; i < k; ++i) {
-      mass += probs_[i] / sum;
-      if (mass >= params_.top_p) {
-        keep = std::min(keep, i + 1);
+    int ordered = cut_k && !cut_min_p ? keep : 0;
+    for (int i = 0; i < keep; ++i) {
+      if (i == ordered) {
+        ordered = std::min(keep, std::max(64, 2 * ordered));
+        std::partial_sort(candidates_.begin() + i, candidates_.begin() + ordered,
+                          candidates_.begin() + keep, better);
+      }
+      mass += prob(candidates_[i].first);
+      if (mass >= target) {
+        keep = i + 1;
         break;
       }
     }
   }
+  // The draw walks the kept tokens in id order.
+  std::sort(candidates_.begin(), candidates_.begin() + keep,
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  probs_.resize(keep);
   double kept_sum = 0.0;
-  for (int i = 0; i < keep; ++i) kept_sum += probs_[i];
-  const double u = uniform * kept_sum;
+  for (int i = 0; i < keep; ++i) kept_sum += probs_[i] = prob(candidates_[i].first);
+  return Walk(uniform * kept_sum, keep, [&](int i) { return candidates_[i].second; });
+}
+
+template <typename IdOf>
+int32_t Sampler::Walk(double u, int n, IdOf id_of) const {
   double acc = 0.0;
-  for (int i = 0; i < keep; ++i) {
+  int last = 0;
+  for (int i = 0; i < n; ++i) {
+    if (probs_[i] == 0.0) continue;
     acc += probs_[i];
-    if (u < acc) return candidates_[i].second;
+    last = i;
+    if (u < acc) return id_of(i);
   }
-  return candidates_[keep - 1].second;
+  // u rounded up to the whole sum: the last token that has probability.
+  return id_of(last);
 }
 
 }  // namespace tandem

@@ -62,15 +62,20 @@ uint64_t ChoiceSeed(uint64_t seed, int index);
 // stop ids (-inf), the repetition penalty, the presence and frequency
 // penalties, the grammar's mask; then top-k, the softmax at the
 // temperature, and the shorter of the top-p and min-p prefixes of the
-// tokens by probability. The draw is number draws() of the seed's Philox
-// stream (common/base/philox.h): a function of the seed and the count of
-// earlier draws alone, the same for the CUDA sampler.
+// tokens by probability (highest logit first, ties by lower id). The draw
+// u, number draws() of the seed's Philox stream (common/base/philox.h, a
+// function of the seed and the count of earlier draws alone), picks the
+// first kept token in id order whose running sum of probabilities exceeds
+// u times their total: no sort is needed without a cut, and a device can
+// do the same with a prefix sum.
 // Accept() records the token that was actually appended, which the
 // penalties and min_tokens count and the grammar advances over.
 //
 // Costs: with no processor set Sample reads the row in place; otherwise it
 // copies the row once and touches only the biased, stop and seen tokens
-// (seen tokens are kept in small hash maps).
+// (seen tokens are kept in small hash maps). Without top_k, top_p or min_p
+// a draw is one pass of exp over the row; top_k sorts its k, top_p sorts
+// growing spans of the best tokens until its mass is reached.
 //
 // Not thread-safe; cheap to create.
 class Sampler {
@@ -132,6 +137,10 @@ class Sampler {
   }
   // Masks processed_ with the grammar's tokens for grammar_state_.
   void ApplyGrammar();
+  // The token whose running sum of probs_[0, n) first exceeds u; id_of(i)
+  // is the token of probs_[i].
+  template <typename IdOf>
+  int32_t Walk(double u, int n, IdOf id_of) const;
 
   SamplingParams params_;
   std::vector<std::pair<float, int32_t>> candidates_;

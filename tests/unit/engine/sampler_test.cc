@@ -300,8 +300,9 @@ TEST(Sampler, AdvancingByTheDrawCountContinuesTheSameStream) {
 // (a stream far along, moved between workers) picks what that number
 // says, at no cost, and draws the same numbers the CUDA sampler does.
 TEST(Sampler, EachDrawIsTheSeedsPhiloxNumberAtTheDrawCount) {
-  // Three tokens of probability 1/4, 1/2 and 1/4 at temperature 1: the
-  // draw u picks token 1 for u < 1/2, token 0 for u < 3/4, else token 2.
+  // Three tokens of probability 1/4, 1/2 and 1/4 at temperature 1, walked
+  // in id order: the draw u picks token 0 for u < 1/4, token 1 for
+  // u < 3/4, else token 2.
   const std::vector<float> logits = {0.0f, std::log(2.0f), 0.0f};
   for (uint64_t seed : {uint64_t{0}, uint64_t{9}, ~uint64_t{0}}) {
     for (uint64_t start : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 30, uint64_t{1} << 40}) {
@@ -309,11 +310,81 @@ TEST(Sampler, EachDrawIsTheSeedsPhiloxNumberAtTheDrawCount) {
       sampler.Advance(start);
       for (uint64_t i = start; i < start + 64; ++i) {
         const double u = PhiloxUniform(seed, i);
-        const int32_t want = u < 0.5 ? 1 : (u < 0.75 ? 0 : 2);
+        const int32_t want = u < 0.25 ? 0 : (u < 0.75 ? 1 : 2);
         ASSERT_EQ(sampler.Sample(logits), want) << "seed " << seed << " draw " << i << " u " << u;
       }
       EXPECT_EQ(sampler.draws(), start + 64);
     }
+  }
+}
+
+// The sampler's cuts and draw equal a reference that sorts the whole row:
+// the kept set is the shorter of the top_p and min_p prefixes of the top_k
+// (highest logit first, ties by lower id), and draw u picks the first kept
+// token in id order whose running sum exceeds u times the kept total.
+// Nuclei of hundreds of tokens cross the sampler's growing sorted spans.
+TEST(Sampler, CutsAndDrawEqualAFullSortReference) {
+  std::mt19937_64 rng(21);
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{1.0f, 0, 1.0f, 0.0f},  {0.7f, 0, 0.95f, 0.0f},   {2.0f, 0, 0.99f, 0.0f},
+                        {1.0f, 0, 1.0f, 0.05f}, {1.5f, 0, 0.9f, 0.01f},   {1.0f, 300, 0.97f, 0.0f},
+                        {1.0f, 50, 1.0f, 0.1f}, {3.0f, 700, 0.8f, 0.001f}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.temperature << " top_k " << c.top_k << " top_p "
+                                      << c.top_p << " min_p " << c.min_p);
+    std::vector<float> logits = RandomLogits(1000, rng);
+    for (int i = 0; i < 40; ++i) logits[i * 25] = logits[i * 25 + 1];  // ties
+    SamplingParams p = Params(c.temperature, c.top_k, c.top_p, 77);
+    p.min_p = c.min_p;
+    // The reference.
+    std::vector<std::pair<float, int32_t>> order;
+    for (int i = 0; i < 1000; ++i) order.push_back({logits[i], i});
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    if (c.top_k > 0) order.resize(c.top_k);
+    const double max = order[0].first;
+    auto prob = [&](float x) { return std::exp((static_cast<double>(x) - max) / c.temperature); };
+    double total = 0.0;
+    for (const auto& o : order) total += prob(o.first);
+    size_t keep = order.size(), by_min_p = 0;
+    while (by_min_p < order.size() && prob(order[by_min_p].first) >= c.min_p) ++by_min_p;
+    keep = std::min(keep, by_min_p);
+    double mass = 0.0;
+    for (size_t i = 0; i < order.size() && c.top_p < 1.0f; ++i) {
+      mass += prob(order[i].first);
+      if (mass >= c.top_p * total) {
+        keep = std::min(keep, i + 1);
+        break;
+      }
+    }
+    ASSERT_GT(keep, 0u);
+    std::vector<int32_t> kept;
+    for (size_t i = 0; i < keep; ++i) kept.push_back(order[i].second);
+    std::sort(kept.begin(), kept.end());
+    double kept_sum = 0.0;
+    for (int32_t id : kept) kept_sum += prob(logits[id]);
+    Sampler sampler(p);
+    std::set<int32_t> seen;
+    for (uint64_t draw = 0; draw < 300; ++draw) {
+      const double u = PhiloxUniform(77, draw) * kept_sum;
+      double acc = 0.0;
+      int32_t want = kept.back();
+      for (int32_t id : kept) {
+        acc += prob(logits[id]);
+        if (u < acc) {
+          want = id;
+          break;
+        }
+      }
+      ASSERT_EQ(sampler.Sample(logits), want) << "draw " << draw << " of " << keep << " kept";
+      seen.insert(want);
+    }
+    EXPECT_GT(seen.size(), 1u);
   }
 }
 
