@@ -197,9 +197,12 @@ struct HttpRun {
   }
 };
 
-// Greedy and seeded-sampled streams, of one and two choices.
+// Greedy and seeded-sampled streams, of one and two choices, each running
+// its 500 tokens (no end of sequence), so that every one is mid-stream at
+// the fault whatever its seed draws.
 v1::GenerateRequest MigrationRequest(int i) {
   v1::GenerateRequest r = TextRequest(absl::StrCat("long story ", i), 500);
+  r.set_ignore_eos(true);
   if (i % 2 == 1) {
     r.mutable_sampling()->set_temperature(0.8f);
     r.mutable_sampling()->set_seed(100 + i);
