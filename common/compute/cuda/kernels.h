@@ -97,6 +97,13 @@ cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* 
                                    const KvLayout& layout, const void* cache, int n_heads,
                                    int n_kv_heads, int head_dim, float* out);
 
+// Device checks of what the host and the device share (shared_functions.cu):
+// out[i] = PhiloxUniform(seed, start + i) for i < n; and, for the n float bit
+// patterns from first_bits on, ours[i] = FloatToFp8E4M3 and device[i] = the
+// device's own satfinite E4M3 conversion.
+cudaError_t LaunchPhiloxUniform(uint64_t seed, uint64_t start, int n, double* out);
+cudaError_t LaunchFp8E4M3Encode(uint32_t first_bits, int n, uint8_t* ours, uint8_t* device);
+
 }  // namespace tandem::cuda
 
 #endif  // TANDEM_COMMON_COMPUTE_CUDA_KERNELS_H_
