@@ -31,6 +31,7 @@ m=(--model "$models/stories260K.bin" --tokenizer "$models/tok512.bin")
 expect_error "tokenizer" "${m[@]}" --tokenizer "$models/tokenizer.bin"
 expect_error "top_p" "${m[@]}" --top-p 0
 expect_error "temperature" "${m[@]}" --temperature -1
+expect_error "min_p" "${m[@]}" --min-p 2
 expect_error "use cpu or cuda" "${m[@]}" --backend tpu
 long=$(printf 'word %.0s' $(seq 600))
 expect_error "context" "${m[@]}" --prompt "$long"
@@ -44,6 +45,11 @@ grep -q "TTFT" "$tmp/err" || fail "no timings on stderr"
 "$bin" "${m[@]}" --max_tokens 40 --temperature 0.9 --top_p 0.9 --seed 7 >"$tmp/b" 2>/dev/null
 cmp -s "$tmp/a" "$tmp/b" || fail "same seed gave different text"
 [ -s "$tmp/a" ] || fail "sampled run printed nothing"
+# min_p 1 keeps only the most likely token: sampling gives the greedy text.
+"$bin" "${m[@]}" --max-tokens 256 --temperature 0.9 --min-p 1 --seed 7 >"$tmp/min_p" 2>/dev/null
+cmp -s "$tmp/min_p" "$models/stories260K.greedy256.txt" || fail "min_p 1 did not give the greedy text"
+"$bin" "${m[@]}" --max-tokens 256 --temperature 0.9 --seed 7 >"$tmp/sampled" 2>/dev/null
+cmp -s "$tmp/sampled" "$models/stories260K.greedy256.txt" && fail "sampling at 0.9 gave the greedy text"
 
 # The same model as a Hugging Face folder written by tandem-convert: the
 # folder alone (its tokenizer.json) gives the reference text in f32.
