@@ -72,8 +72,9 @@ TEST_P(QuantMatMulTest, MatchesTheWidenedWeightsForAnyRowCount) {
   const std::vector<uint8_t> w = testing::RandomQuantBlocks(dtype, int64_t{n} * k, 0.05f, rng_);
   std::vector<float> wide(size_t(n) * k);
   DequantizeRow(dtype, w.data(), wide.data(), int64_t{n} * k);
-  // 1 to 4 rows share a pass over the weights; 33 and more go to widened panels.
-  for (int m : {1, 2, 3, 4, 5, 9, 32, 33, 40}) {
+  // Passes take 8 rows, then 4, then 1 to 3 (15 = 8 + 4 + 3); 33 and more
+  // go to widened panels.
+  for (int m : {1, 2, 3, 4, 5, 8, 9, 12, 15, 16, 32, 33, 40}) {
     std::vector<float> x = RandomFloats(size_t(m) * k, -2.0f, 2.0f, rng_);
     // Heavy tails, as SwiGLU's products have: every 7th value cubed and scaled.
     for (size_t i = 0; i < x.size(); i += 7) x[i] = 8 * x[i] * x[i] * x[i];
