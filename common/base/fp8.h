@@ -23,6 +23,8 @@
 #include <cstring>
 #include <version>
 
+#include "common/base/host_device.h"
+
 // The quantization half is host code with Abseil types, left out of nvcc
 // compiles so that kernels can include this header without Abseil.
 #if !defined(__CUDACC__)
@@ -34,12 +36,6 @@
 
 #if defined(__cpp_lib_bit_cast) && !defined(__CUDACC__)
 #include <bit>
-#endif
-
-#if defined(__CUDACC__)
-#define TANDEM_FP8_HOST_DEVICE __host__ __device__
-#else
-#define TANDEM_FP8_HOST_DEVICE
 #endif
 
 // constexpr only where the bit casts below are (a C++20 host compile).
@@ -56,7 +52,7 @@ inline constexpr uint8_t kFp8E4M3NaN = 0x7F;
 
 namespace fp8_internal {
 
-TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR uint32_t FloatBits(float f) {
+TANDEM_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR uint32_t FloatBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #elif defined(__cpp_lib_bit_cast) && !defined(__CUDACC__)
@@ -68,7 +64,7 @@ TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR uint32_t FloatBits(float f) {
 #endif
 }
 
-TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float BitsFloat(uint32_t bits) {
+TANDEM_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float BitsFloat(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(bits);
 #elif defined(__cpp_lib_bit_cast) && !defined(__CUDACC__)
@@ -84,7 +80,7 @@ TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float BitsFloat(uint32_t bits
 
 // The exact value of an E4M3 code. Both NaN codes give a positive quiet NaN
 // (CUDA's decoding drops the sign of a NaN too); 0x80 gives -0.0f.
-TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float Fp8E4M3ToFloat(uint8_t code) {
+TANDEM_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float Fp8E4M3ToFloat(uint8_t code) {
   const uint32_t sign = static_cast<uint32_t>(code & 0x80) << 24;
   const uint32_t exponent = (code >> 3) & 0xF;
   const uint32_t mantissa = code & 0x7;
@@ -107,7 +103,7 @@ TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR float Fp8E4M3ToFloat(uint8_t 
 //    zero, so f32 subnormals all do;
 //  - any NaN becomes 0x7F whatever its sign (CUDA's host code makes every
 //    NaN the positive 0x7FFFFFFF before converting).
-TANDEM_FP8_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR uint8_t FloatToFp8E4M3(float f) {
+TANDEM_HOST_DEVICE inline TANDEM_FP8_CONSTEXPR uint8_t FloatToFp8E4M3(float f) {
   const uint32_t bits = fp8_internal::FloatBits(f);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;

@@ -9,13 +9,9 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#ifndef R123_CUDA_DEVICE
+#include "common/base/host_device.h"
+#if defined(__CUDACC__) && !defined(R123_CUDA_DEVICE)
 #define R123_CUDA_DEVICE __host__ __device__
-#endif
-#define TANDEM_HOST_DEVICE __host__ __device__
-#else
-#define TANDEM_HOST_DEVICE
 #endif
 #include <Random123/philox.h>
 
