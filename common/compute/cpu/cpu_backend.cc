@@ -131,22 +131,7 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
   if (weights.dtype != DType::kF32) {
     const int64_t work = int64_t{m} * n * k;
     if (dot_bf16_ && weights.dtype == DType::kBF16) {
-      x_bf16_.resize(static_cast<size_t>(m) * k);
-      uint16_t* xb = x_bf16_.data();
-      // Rows rounded in parallel: a prefill's inputs are megabytes.
-#pragma omp parallel for num_threads(num_threads_) if (int64_t{m} * k > kParallelThreshold * 16)
-      for (int r = 0; r < m; ++r) {
-        cpu::Narrow(x + int64_t{r} * k, DType::kBF16, xb + int64_t{r} * k, k, 1);
-      }
-#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
-      {
-        const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
-        const int begin = std::min(n, t * per), end = std::min(n, begin + per);
-        if (begin < end) {
-          cpu::MatMulDotBf16(xb, weights.data, out, m, n, k, accumulate, begin, end);
-        }
-      }
+      MatMulBf16(RoundToBf16(x, m, k), weights.data, out, n, m, n, k, accumulate);
       return;
     }
     if (m <= cpu::kSmallMatMulMaxRows && small_matmul16_) {
@@ -199,8 +184,35 @@ void CpuBackend::MatMulColumns(const float* x, MatrixRef w, float* out, int ldo,
   Backend::MatMulColumns(x, w, out, ldo, m, n, k, accumulate);
 }
 
+const uint16_t* CpuBackend::RoundToBf16(const float* x, int m, int k) {
+  x_bf16_.resize(static_cast<size_t>(m) * k);
+  uint16_t* xb = x_bf16_.data();
+  // Rows rounded in parallel: a prefill's inputs are megabytes.
+#pragma omp parallel for num_threads(num_threads_) if (int64_t{m} * k > kParallelThreshold * 16)
+  for (int r = 0; r < m; ++r) {
+    cpu::Narrow(x + int64_t{r} * k, DType::kBF16, xb + int64_t{r} * k, k, 1);
+  }
+  return xb;
+}
+
+void CpuBackend::MatMulBf16(const uint16_t* xb, const void* w, float* out, int ldo, int m, int n,
+                            int k, bool accumulate) {
+  const int64_t work = int64_t{m} * n * k;
+#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+    const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) cpu::MatMulDotBf16(xb, w, out, ldo, m, k, accumulate, begin, end);
+  }
+}
+
 void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
                                  int k, bool accumulate) {
+  if (m > cpu::kQuantMatMulMaxRows && dot_bf16_) {
+    MatMulQuantizedBf16(x, w, out, ldo, m, n, k, accumulate);
+    return;
+  }
   if (!quant_matmul_ || m > cpu::kQuantMatMulMaxRows) {
     MatMulWidened(x, w, out, ldo, m, n, k, accumulate);
     return;
@@ -239,6 +251,30 @@ void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo,
     }
     blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, panel_.data(), k,
                  accumulate ? 1.0f : 0.0f, out + j0, ldo);
+  }
+}
+
+void CpuBackend::MatMulQuantizedBf16(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
+                                     int k, bool accumulate) {
+  const uint16_t* xb = RoundToBf16(x, m, k);
+  // Panels of about 2 MiB of bf16, widened a row at a time through f32.
+  const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
+  panel_bf16_.resize(static_cast<size_t>(std::min(rows, n)) * k);
+  panel_.resize(static_cast<size_t>(num_threads_) * k);
+  const size_t row_bytes = DTypeBytes(w.dtype, k);
+  for (int j0 = 0; j0 < n; j0 += rows) {
+    const int nb = std::min(rows, n - j0);
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(j0) * row_bytes;
+#pragma omp parallel num_threads(num_threads_) if (int64_t{nb} * k > kParallelThreshold)
+    {
+      float* wide = panel_.data() + size_t(omp_get_thread_num()) * k;
+#pragma omp for
+      for (int j = 0; j < nb; ++j) {
+        DequantizeRow(w.dtype, src + size_t(j) * row_bytes, wide, k);
+        cpu::Narrow(wide, DType::kBF16, panel_bf16_.data() + size_t(j) * k, k, 1);
+      }
+    }
+    MatMulBf16(xb, panel_bf16_.data(), out + j0, ldo, m, nb, k, accumulate);
   }
 }
 

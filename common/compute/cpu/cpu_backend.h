@@ -82,16 +82,25 @@ class CpuBackend final : public Backend {
   void AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows, int kv_head,
                   int group, int head_dim, int layer, const KvLayout& layout, const void* cache,
                   std::vector<float>& scratch, float* out, int out_stride) const;
-  // f32 product of x with 16-bit weights for many rows: panels of w are
-  // widened into scratch and multiplied by BLAS, so the f32 copy of w that
-  // exists at any time is one panel.
-  // Widens panels of w to f32 and multiplies them with BLAS; out's rows are
+  // f32 product of x with 16-bit or quantized weights for many rows:
+  // panels of w are widened to f32 into scratch and multiplied by BLAS, so
+  // the f32 copy of w that exists at any time is one panel. out's rows are
   // `ldo` apart.
   void MatMulWidened(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
                      bool accumulate);
-  // A quantized w: int8 products for few rows, widened panels otherwise.
+  // A quantized w: int8 products for few rows; for more, panels widened to
+  // bf16 for the AVX512-BF16 product where the CPU has it (twice the
+  // multiply-adds per instruction of BLAS's f32), else to f32 for BLAS.
   void MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
                        bool accumulate);
+  void MatMulQuantizedBf16(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                           bool accumulate);
+  // x[m, k] rounded to bf16 into x_bf16_.
+  const uint16_t* RoundToBf16(const float* x, int m, int k);
+  // out[m, n] (rows `ldo` apart) (+)= xb w^T with bf16 w[n, k], over the
+  // thread team. Requires dot_bf16_.
+  void MatMulBf16(const uint16_t* xb, const void* w, float* out, int ldo, int m, int n, int k,
+                  bool accumulate);
 
   const cpu::BlasLibrary* blas_;
   int num_threads_;
@@ -101,6 +110,7 @@ class CpuBackend final : public Backend {
   bool dot_bf16_;                      // ... with bf16 weights through AVX512-BF16
   bool quant_matmul_;                  // ... with quantized weights through AVX512-VNNI
   std::vector<float> panel_;           // MatMulWidened scratch
+  std::vector<uint16_t> panel_bf16_;   // MatMulQuantizedBf16 scratch
   std::vector<uint16_t> x_bf16_;       // inputs rounded to bf16 for dot_bf16_
   cpu::QuantizedRows quantized_rows_;  // inputs rounded to int8 for quant_matmul_
 };

@@ -280,17 +280,17 @@ bool DotBf16Supported() {
   return SmallMatMul16Supported() && __builtin_cpu_supports("avx512bf16");
 }
 
-TANDEM_AVX512_BF16 void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m,
-                                      int n, int k, bool accumulate, int n_begin, int n_end) {
+TANDEM_AVX512_BF16 void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int ldo,
+                                      int m, int k, bool accumulate, int n_begin, int n_end) {
   const uint16_t* w16 = static_cast<const uint16_t*>(w);
   // About 256 KiB of inputs per block, in whole 4-row tiles.
   const int block = std::max(4, (128 << 10) / std::max(k, 1) / 4 * 4);
   for (int r0 = 0; r0 < m; r0 += block) {
     const int rows = std::min(block, m - r0);
     const uint16_t* xb = x_bf16 + static_cast<long>(r0) * k;
-    float* ob = out + static_cast<long>(r0) * n;
+    float* ob = out + static_cast<long>(r0) * ldo;
     ForEachTile(rows, n_begin, n_end, [&](auto jb, auto ib, int j0, int i0) {
-      TileDot<decltype(jb)::value, decltype(ib)::value>(xb, w16, ob, n, k, accumulate, j0, i0);
+      TileDot<decltype(jb)::value, decltype(ib)::value>(xb, w16, ob, ldo, k, accumulate, j0, i0);
     });
   }
 }

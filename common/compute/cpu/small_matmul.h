@@ -36,9 +36,10 @@ void SmallMatMul16(const float* x, const void* w, DType w_type, float* out, int 
 // instruction of the f32 path. Any m: rows are taken in blocks whose inputs
 // stay in the L2 cache while the weights stream by, so prefill-sized
 // products run at the instruction's rate too, and a row's result still
-// does not depend on the other rows. Requires DotBf16Supported().
+// does not depend on the other rows. out[r, j] for output columns
+// [n_begin, n_end), its rows `ldo` apart. Requires DotBf16Supported().
 bool DotBf16Supported();
-void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int m, int n, int k,
+void MatMulDotBf16(const uint16_t* x_bf16, const void* w, float* out, int ldo, int m, int k,
                    bool accumulate, int n_begin, int n_end);
 
 }  // namespace tandem::cpu

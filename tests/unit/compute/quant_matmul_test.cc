@@ -1,8 +1,10 @@
 // Products with GGUF quantized weights against f32 products of the same
 // weights widened, on random blocks: within the error the int8 rounding of
 // the activations allows (half a step of the scale of each 32 values for
-// Q8_0 and Q4_0, of each 256 for the K types, per value), on the int8 path
-// (few rows) and on widened panels (many rows).
+// Q8_0 and Q4_0, of each 256 for the K types, per value) on the int8 path
+// (few rows); on widened panels (many rows), within bf16's rounding of
+// both operands (2^-8 of the sum of |w x|) where the CPU has AVX512-BF16,
+// else f32's.
 #include "common/compute/cpu/quant_matmul.h"
 
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "common/base/quant_blocks.h"
 #include "common/compute/cpu/cpu_backend.h"
+#include "common/compute/cpu/small_matmul.h"
 #include "gtest/gtest.h"
 #include "tests/testing/quant_testing.h"
 #include "tests/testing/status_matchers.h"
@@ -36,6 +39,7 @@ class QuantMatMulTest : public ::testing::TestWithParam<Case> {
   // plus `base` where accumulating.
   void Check(const std::vector<float>& x, const std::vector<float>& wide, const float* out,
              const std::vector<float>& base, int ldo, int m, int n, int k) {
+    const bool bf16_panels = m > cpu::kQuantMatMulMaxRows && cpu::DotBf16Supported();
     for (int r = 0; r < m; ++r) {
       // Half a step of each group's activation scale, per weight.
       const int group = DTypeBlockElements(GetParam().dtype) == 32 ? 32 : 256;
@@ -55,6 +59,7 @@ class QuantMatMulTest : public ::testing::TestWithParam<Case> {
           bound += std::fabs(w) * step[i / group];
           magnitude += std::fabs(w * x[r * k + i]);
         }
+        if (bf16_panels) bound = magnitude * (1.0 / 256);
         const double got = out[r * ldo + j];
         ASSERT_LE(std::fabs(got - want), bound * 1.001 + 1e-5 * magnitude + 1e-6)
             << DTypeName(GetParam().dtype) << " m=" << m << " row " << r << " column " << j;
@@ -100,6 +105,24 @@ TEST_P(QuantMatMulTest, WritesColumnsOfAWiderOutputAndAccumulates) {
     for (int r = 0; r < m; ++r) {
       for (int j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], base[r * ldo + j]) << "gap";
     }
+  }
+}
+
+// Many rows over weights of several panels (256 rows of k = 4096 each):
+// 261 columns end in a panel of 5, written into a wider output.
+TEST_P(QuantMatMulTest, ManyRowsCrossThePanels) {
+  const DType dtype = GetParam().dtype;
+  const int k = 4096, n = 261, ldo = 263, m = 36;
+  const std::vector<uint8_t> w = testing::RandomQuantBlocks(dtype, int64_t{n} * k, 0.05f, rng_);
+  std::vector<float> wide(size_t(n) * k);
+  DequantizeRow(dtype, w.data(), wide.data(), int64_t{n} * k);
+  const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
+  const std::vector<float> base = RandomFloats(size_t(m) * ldo, -1.0f, 1.0f, rng_);
+  std::vector<float> out = base;
+  backend_->MatMulColumns(x.data(), MatrixRef{w.data(), dtype}, out.data(), ldo, m, n, k, true);
+  Check(x, wide, out.data(), base, ldo, m, n, k);
+  for (int r = 0; r < m; ++r) {
+    for (int j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], base[r * ldo + j]) << "gap";
   }
 }
 
