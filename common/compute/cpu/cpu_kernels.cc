@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common/compute/cpu/half.h"
+#include "common/kvcache/int8_kv.h"
 
 // Vec16 values never cross a call boundary (every helper is inlined into its
 // caller's clone), so GCC's note that their ABI depends on the ISA is moot.
@@ -180,20 +181,14 @@ void QuantizeInt8(const float* src, int64_t n, int8_t* dst, int64_t stride, floa
     for (int64_t i = 0; i < n; ++i) dst[i * stride] = 0;
     return;
   }
-  *scale = amax / 127.0f;
-  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *scale = Int8KvScale(amax);
+  const float inverse = Int8KvInverse(amax);
   if (stride == 1) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float q = std::nearbyint(src[i] * inverse);
-      dst[i] = static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
-    }
+    for (int64_t i = 0; i < n; ++i) dst[i] = Int8KvRound(src[i], inverse);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const float q = std::nearbyint(src[i] * inverse);
-    dst[i * stride] = static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i * stride] = Int8KvRound(src[i], inverse);
 }
 
 TANDEM_MULTIVERSION

@@ -1,8 +1,9 @@
 // Paged attention kernels of the CUDA backend: one block per (row, KV head)
 // for decode rows, query tiles flash-attention style for prefill chunks.
-// The KV cache is f32, bf16 or f16 (kernel templates on the element type);
-// scores, softmax and sums are f32, with keys and values widened as they are
-// staged in shared memory.
+// The KV cache is f32, bf16, f16 or int8 (kernel templates on the element
+// type); scores, softmax and sums are f32, with keys and values widened (an
+// int8 cache's bytes times their token's scale) as they are staged in shared
+// memory.
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -38,20 +39,18 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-template <typename T>
-DeviceLayout<T> MakeLayout(const KvLayout& layout, int layer, const void* cache) {
-  return DeviceLayout<T>{layout.block_size, layout.kv_dim,
-                         static_cast<const T*>(cache) + layer * layout.layer_elements()};
-}
-
 // Whether keys and values can be read 16 bytes at a time: runs of kVec<T>
 // slots (keys) and dimensions (values) that start at a multiple of kVec<T>
 // are aligned and never cross a block.
 template <typename T>
 bool VectorLoads(const KvLayout& layout, int head_dim, const void* cache) {
-  constexpr int v = kVec<T>;
-  return layout.block_size % v == 0 && head_dim % v == 0 &&
-         reinterpret_cast<uintptr_t>(cache) % 16 == 0;
+  if constexpr (std::is_same_v<T, int8_t>) {
+    return false;  // staged byte by byte, each times its scale
+  } else {
+    constexpr int v = kVec<T>;
+    return layout.block_size % v == 0 && head_dim % v == 0 &&
+           reinterpret_cast<uintptr_t>(cache) % 16 == 0;
+  }
 }
 
 // Stages keys [t0, t0 + n) of one KV head in k_s[d][kSlots] (zero past n)
@@ -59,9 +58,10 @@ bool VectorLoads(const KvLayout& layout, int head_dim, const void* cache) {
 // slot_index give each slot's block and index in it. `vec` as VectorLoads
 // says; t0 is a multiple of kVec<T> then.
 template <typename T, int kSlots>
-__device__ __forceinline__ void StageKv(const DeviceLayout<T>& layout, const T* const* slot_block,
-                                        const int* slot_index, int n, int kv_off, int head_dim,
-                                        bool vec, float* k_s, float* v_s, int v_stride) {
+__device__ __forceinline__ void StageKvWide(const DeviceLayout<T>& layout,
+                                            const T* const* slot_block, const int* slot_index,
+                                            int n, int kv_off, int head_dim, bool vec, float* k_s,
+                                            float* v_s, int v_stride) {
   const int bs = layout.block_size;
   const size_t values_at = static_cast<size_t>(bs) * layout.kv_dim;
   if (vec) {
@@ -114,6 +114,48 @@ __device__ __forceinline__ void StageKv(const DeviceLayout<T>& layout, const T* 
             ? ToFloat(slot_block[j][values_at + static_cast<size_t>(slot_index[j]) * layout.kv_dim +
                                     kv_off + d])
             : 0.0f;
+  }
+}
+
+// StageKv for an int8 cache: each byte times its token's scale for this KV
+// head, as the CPU backend reads an int8 cache.
+template <int kSlots>
+__device__ __forceinline__ void StageKvInt8(const DeviceLayout<int8_t>& layout,
+                                            const int8_t* const* slot_block, const int* slot_index,
+                                            int n, int kv_off, int head_dim, float* k_s, float* v_s,
+                                            int v_stride) {
+  const int bs = layout.block_size;
+  const size_t values_at = static_cast<size_t>(bs) * layout.kv_dim;
+  const int kv_head = kv_off / head_dim;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < head_dim * kSlots; i += blockDim.x) {
+    const int d = i / kSlots, j = i % kSlots;
+    k_s[i] = j < n ? static_cast<float>(
+                         slot_block[j][static_cast<size_t>(kv_off + d) * bs + slot_index[j]]) *
+                         layout.KeyScales(slot_block[j], kv_head)[slot_index[j]]
+                   : 0.0f;
+  }
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kSlots * head_dim; i += blockDim.x) {
+    const int j = i / head_dim, d = i % head_dim;
+    v_s[j * v_stride + d] =
+        j < n ? static_cast<float>(
+                    slot_block[j][values_at + static_cast<size_t>(slot_index[j]) * layout.kv_dim +
+                                  kv_off + d]) *
+                    layout.ValueScales(slot_block[j], kv_head)[slot_index[j]]
+              : 0.0f;
+  }
+}
+
+template <typename T, int kSlots>
+__device__ __forceinline__ void StageKv(const DeviceLayout<T>& layout, const T* const* slot_block,
+                                        const int* slot_index, int n, int kv_off, int head_dim,
+                                        bool vec, float* k_s, float* v_s, int v_stride) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    StageKvInt8<kSlots>(layout, slot_block, slot_index, n, kv_off, head_dim, k_s, v_s, v_stride);
+  } else {
+    StageKvWide<T, kSlots>(layout, slot_block, slot_index, n, kv_off, head_dim, vec, k_s, v_s,
+                           v_stride);
   }
 }
 
@@ -515,7 +557,7 @@ cudaError_t LaunchPrefill(const float* q, int q_stride, const int32_t* rows_meta
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tiles));
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   kernel<<<grid, kPrefillThreads, shared>>>(
-      q, q_stride, rows_meta, tiles, MakeLayout<T>(layout, layer, cache), n_heads,
+      q, q_stride, rows_meta, tiles, MakeDeviceLayout<T>(layout, layer, cache), n_heads,
       n_heads / n_kv_heads, head_dim, hd_pad, scale, VectorLoads<T>(layout, head_dim, cache), out);
   return cudaGetLastError();
 }
@@ -558,7 +600,7 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads),
                   static_cast<unsigned>(plan.splits));
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  const cudaError_t launched = WithElement(layout.dtype, [&](auto* tag) {
+  const cudaError_t launched = WithKvElement(layout.dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     auto* kernel = DecodeAttentionKernel<T>;
     if (shared > 46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
@@ -567,8 +609,9 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
       if (e != cudaSuccess) return e;
     }
     kernel<<<grid, kAttnWarps * kWarp, shared>>>(
-        q, q_stride, rows_meta, row_ids, MakeLayout<T>(layout, layer, cache), n_heads, n_kv_heads,
-        head_dim, scale, plan.chunk, VectorLoads<T>(layout, head_dim, cache), partials, out);
+        q, q_stride, rows_meta, row_ids, MakeDeviceLayout<T>(layout, layer, cache), n_heads,
+        n_kv_heads, head_dim, scale, plan.chunk, VectorLoads<T>(layout, head_dim, cache), partials,
+        out);
     return cudaGetLastError();
   });
   if (launched != cudaSuccess || plan.splits == 1) return launched;
@@ -587,7 +630,7 @@ cudaError_t LaunchPrefillAttention(const float* q, int q_stride, const int32_t* 
     return LaunchPrefillMma(q, q_stride, rows_meta, tiles, n_tiles, layer, layout, cache, n_heads,
                             n_kv_heads, head_dim, out);
   }
-  return WithElement(layout.dtype, [&](auto* tag) {
+  return WithKvElement(layout.dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (head_dim <= 64) {
       return LaunchPrefill<T, 64, 64>(q, q_stride, rows_meta, tiles, n_tiles, layer, layout, cache,

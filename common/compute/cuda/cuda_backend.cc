@@ -367,9 +367,10 @@ void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
 
 absl::Status CudaBackend::Supports(DType weights, DType kv) const {
   auto known = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
-  if (!known(weights) || !known(kv)) {
+  if (!known(weights) || !(known(kv) || kv == DType::kI8)) {
     return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend computes with f32, bf16 or f16 weights and KV cache; got ",
+        "the CUDA backend computes with f32, bf16 or f16 weights and an f32, bf16, f16 or int8 "
+        "KV cache; got ",
         std::string(DTypeName(weights)), " weights and ", std::string(DTypeName(kv)), " KV"));
   }
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/base/dtype.h"
+#include "common/compute/cuda/device_layout.h"
 
 namespace tandem::cuda {
 
@@ -97,21 +98,6 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&src)[N]) {
   }
 }
 
-// The KV cache of one layer, as kv_layout.h lays it out.
-template <typename T>
-struct DeviceLayout {
-  int block_size;
-  int kv_dim;
-  const T* layer_base;
-
-  // A block holds the keys transposed (element d of slot s at
-  // d * block_size + s), then the values by slot (slot s's kv_dim elements
-  // at block_size * kv_dim + s * kv_dim).
-  __device__ const T* Block(int32_t block) const {
-    return layer_base + static_cast<size_t>(block) * 2 * block_size * kv_dim;
-  }
-};
-
 // Calls f with a null pointer of `dtype`'s storage type: the launchers'
 // dispatch to a kernel template.
 template <typename F>
@@ -127,6 +113,14 @@ cudaError_t WithElement(DType dtype, F&& f) {
       break;
   }
   return cudaErrorInvalidValue;
+}
+
+// The same for a KV cache's type, which may also be int8 (bytes with a
+// scale per token and KV head: DeviceLayout).
+template <typename F>
+cudaError_t WithKvElement(DType dtype, F&& f) {
+  if (dtype == DType::kI8) return f(static_cast<int8_t*>(nullptr));
+  return WithElement(dtype, static_cast<F&&>(f));
 }
 
 }  // namespace tandem::cuda

@@ -8,6 +8,7 @@
 
 #include "common/compute/cuda/elements.cuh"
 #include "common/compute/cuda/kernels.h"
+#include "common/kvcache/int8_kv.h"
 
 namespace tandem::cuda {
 namespace {
@@ -137,20 +138,62 @@ __global__ void SwiGluKernel(const float* gate_up, float* out, int rows, int hid
 
 template <typename T>
 __global__ void WriteKvKernel(const float* k, int k_stride, const float* v, int v_stride,
-                              const int32_t* meta, int block_size, int kv_dim, T* cache_layer) {
+                              const int32_t* meta, DeviceLayout<T> layout) {
   const int r = blockIdx.x;
   const int pos = meta[2 * r];
-  const int32_t block = meta[meta[2 * r + 1] + pos / block_size];
-  const int slot = pos % block_size;
-  // The block's layout: DeviceLayout::Block.
-  T* base = cache_layer + static_cast<size_t>(block) * 2 * block_size * kv_dim;
-  T* values = base + static_cast<size_t>(block_size) * kv_dim + static_cast<size_t>(slot) * kv_dim;
+  const int bs = layout.block_size, kv_dim = layout.kv_dim;
+  const int32_t block = meta[meta[2 * r + 1] + pos / bs];
+  const int slot = pos % bs;
+  T* base = const_cast<T*>(layout.Block(block));
+  T* values = base + static_cast<size_t>(bs) * kv_dim + static_cast<size_t>(slot) * kv_dim;
   const float* key = k + static_cast<size_t>(r) * k_stride;
   const float* value = v + static_cast<size_t>(r) * v_stride;
   for (int d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-    base[static_cast<size_t>(d) * block_size + slot] = FromFloat<T>(key[d]);
+    base[static_cast<size_t>(d) * bs + slot] = FromFloat<T>(key[d]);
     values[d] = FromFloat<T>(value[d]);
   }
+}
+
+// The scale of one token's KV head (head_dim values at x) into *scale, and
+// the values rounded with it to bytes `stride` apart at dst, by one warp:
+// int8_kv.h's rounding, as the CPU backend's QuantizeInt8 rounds.
+__device__ void QuantizeHead(const float* x, int head_dim, int8_t* dst, size_t stride,
+                             float* scale) {
+  const int lane = threadIdx.x;
+  float amax = 0.0f;
+  bool finite = true;
+  for (int d = lane; d < head_dim; d += kWarp) {
+    finite = finite && isfinite(x[d]);
+    amax = fmaxf(amax, fabsf(x[d]));
+  }
+  for (int o = kWarp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  finite = __all_sync(0xffffffffu, finite);
+  if (!finite) {
+    for (int d = lane; d < head_dim; d += kWarp) dst[d * stride] = 0;
+    if (lane == 0) *scale = __int_as_float(0x7fc00000);  // a quiet NaN
+    return;
+  }
+  const float inverse = Int8KvInverse(amax);
+  for (int d = lane; d < head_dim; d += kWarp) dst[d * stride] = Int8KvRound(x[d], inverse);
+  if (lane == 0) *scale = Int8KvScale(amax);
+}
+
+// WriteKv for an int8 cache: one warp per (row, KV head).
+__global__ void WriteKvInt8Kernel(const float* k, int k_stride, const float* v, int v_stride,
+                                  const int32_t* meta, DeviceLayout<int8_t> layout) {
+  const int r = blockIdx.x, head = blockIdx.y;
+  const int pos = meta[2 * r];
+  const int bs = layout.block_size, kv_dim = layout.kv_dim;
+  const int head_dim = kv_dim / layout.kv_heads;
+  const int32_t block = meta[meta[2 * r + 1] + pos / bs];
+  const int slot = pos % bs;
+  int8_t* base = const_cast<int8_t*>(layout.Block(block));
+  const size_t off = static_cast<size_t>(head) * head_dim;
+  QuantizeHead(k + static_cast<size_t>(r) * k_stride + off, head_dim, base + off * bs + slot, bs,
+               const_cast<float*>(layout.KeyScales(base, head)) + slot);
+  QuantizeHead(v + static_cast<size_t>(r) * v_stride + off, head_dim,
+               base + static_cast<size_t>(bs) * kv_dim + static_cast<size_t>(slot) * kv_dim + off,
+               1, const_cast<float*>(layout.ValueScales(base, head)) + slot);
 }
 
 // Whether (v, i) goes before (best, at) in Backend::Argmax's order: larger
@@ -271,11 +314,17 @@ cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_st
                           const int32_t* rows_meta, int rows, int layer, const KvLayout& layout,
                           void* cache) {
   if (rows <= 0) return cudaSuccess;
+  if (layout.dtype == DType::kI8) {
+    if (layout.kv_heads <= 0 || layout.kv_dim % layout.kv_heads != 0) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(layout.kv_heads));
+    WriteKvInt8Kernel<<<grid, kWarp>>>(k, k_stride, v, v_stride, rows_meta,
+                                       MakeDeviceLayout<int8_t>(layout, layer, cache));
+    return cudaGetLastError();
+  }
   return WithElement(layout.dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    T* layer_base = static_cast<T*>(cache) + layer * layout.layer_elements();
     WriteKvKernel<T><<<rows, ThreadsFor(layout.kv_dim)>>>(
-        k, k_stride, v, v_stride, rows_meta, layout.block_size, layout.kv_dim, layer_base);
+        k, k_stride, v, v_stride, rows_meta, MakeDeviceLayout<T>(layout, layer, cache));
     return cudaGetLastError();
   });
 }

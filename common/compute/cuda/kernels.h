@@ -61,7 +61,10 @@ cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int
 // block per row.
 cudaError_t LaunchArgmax(const float* x, int rows, int n, int32_t* out);
 cudaError_t LaunchSwiGlu(const float* gate_up, float* out, int rows, int hidden);
-// Rounds to layout.dtype as the CPU backend does (nearest even).
+// Rounds to layout.dtype as the CPU backend does (nearest even); an int8
+// cache gets each token's KV head scaled and rounded as int8_kv.h says (one
+// warp per row and head). cudaErrorInvalidValue, before any launch, for an
+// int8 cache whose kv_dim is not a whole number of its kv_heads.
 cudaError_t LaunchWriteKv(const float* k, int k_stride, const float* v, int v_stride,
                           const int32_t* rows_meta, int rows, int layer, const KvLayout& layout,
                           void* cache);
@@ -78,8 +81,8 @@ struct AttentionPlan {
 AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
                                  int n_heads, int sm_count);
 // Attention of the `rows` rows whose indices are row_ids[0, rows), one
-// block per (row, KV head, split). `partials` holds plan.partial_floats
-// floats (may be null for one split).
+// block per (row, KV head, split), over an f32, bf16, f16 or int8 cache. `partials` holds
+// plan.partial_floats floats (may be null for one split).
 cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* rows_meta,
                                  const int32_t* row_ids, int rows, int layer,
                                  const KvLayout& layout, const void* cache, int n_heads,

@@ -267,9 +267,7 @@ template <typename T, int kHd>
 cudaError_t Launch(const float* q, int q_stride, const int32_t* rows_meta, const int32_t* tiles,
                    int n_tiles, int layer, const KvLayout& layout, const void* cache, int n_heads,
                    int n_kv_heads, float* out) {
-  const DeviceLayout<T> device_layout{
-      layout.block_size, layout.kv_dim,
-      static_cast<const T*>(cache) + layer * layout.layer_elements()};
+  const DeviceLayout<T> device_layout = MakeDeviceLayout<T>(layout, layer, cache);
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tiles));
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(kHd));
   PrefillMmaKernel<T, kHd><<<grid, kWarpsPerBlock * 32>>>(
@@ -280,9 +278,9 @@ cudaError_t Launch(const float* q, int q_stride, const int32_t* rows_meta, const
 }  // namespace
 
 bool PrefillMmaApplies(const KvLayout& layout, int head_dim, const void* cache, const float* out) {
-  return layout.dtype != DType::kF32 && (head_dim == 64 || head_dim == 128) &&
-         layout.block_size % 8 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  return (layout.dtype == DType::kBF16 || layout.dtype == DType::kF16) &&
+         (head_dim == 64 || head_dim == 128) && layout.block_size % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(cache) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
 }
 
 cudaError_t LaunchPrefillMma(const float* q, int q_stride, const int32_t* rows_meta,

@@ -1,4 +1,4 @@
-// CUDA paged attention against the CPU backend, over f32, bf16 and f16 KV
+// CUDA paged attention against the CPU backend, over f32, bf16, f16 and int8 KV
 // caches holding the same values on both: decode rows (the per-row kernel,
 // context split over blocks) and prefill chunks (runs of 16 or more rows of
 // one sequence at consecutive positions: the query-tiled kernel), alone and
@@ -8,7 +8,8 @@
 // the tensor cores (a 16-bit cache, head_dim 64 or 128, blocks of a
 // multiple of 8 slots): it rounds queries and probabilities to the cache's
 // type, within 1e-2 for bf16 (8 significant bits) and 2e-3 for f16 (11).
-// Skips without a device.
+// An int8 cache (random bytes and scales) is read in f32 by both, within
+// 1e-5. Skips without a device.
 #include <algorithm>
 #include <cstdint>
 #include <ostream>
@@ -73,6 +74,7 @@ class CudaAttention : public CudaVsCpu, public ::testing::WithParamInterface<Att
     const AttentionShape shape = GetParam().shape;
     const int kv_dim = shape.n_kv_heads * shape.head_dim;
     Sequences seqs = MakeSequences(lengths, kv_dim, rng_, GetParam().kv, GetParam().block_size);
+    seqs.layout.kv_heads = shape.n_kv_heads;  // an int8 cache's scales are per KV head
     std::vector<AttentionRow> rows;
     for (const Query& q : queries) rows.push_back({q.position, seqs.blocks[q.seq]});
     const int q_stride = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim + 3;
@@ -81,7 +83,7 @@ class CudaAttention : public CudaVsCpu, public ::testing::WithParamInterface<Att
     Pair out = Poisoned(rows.size() * shape.n_heads * shape.head_dim);
     cpu_->PagedAttention(q.cpu, q_stride, rows, 1, seqs.layout, kv.cpu, shape, out.cpu);
     cuda_->PagedAttention(q.cuda, q_stride, rows, 1, seqs.layout, kv.cuda, shape, out.cuda);
-    const bool tensor_cores = GetParam().kv != DType::kF32 &&
+    const bool tensor_cores = (GetParam().kv == DType::kBF16 || GetParam().kv == DType::kF16) &&
                               (shape.head_dim == 64 || shape.head_dim == 128) &&
                               GetParam().block_size % 8 == 0 && HasPrefillRun(queries);
     const double tolerance = !tensor_cores ? 1e-5 : GetParam().kv == DType::kBF16 ? 1e-2 : 2e-3;
@@ -159,6 +161,13 @@ std::vector<AttentionCase> Cases() {
   for (DType kv : {DType::kF32, DType::kBF16}) {
     cases.push_back({AttentionShape{8, 2, 64}, kv, 12});
     cases.push_back({AttentionShape{32, 8, 128}, kv, 12});
+  }
+  // An int8 cache: bytes times their token's scale, in f32 on both backends
+  // (never the tensor cores), also in blocks of 7 slots.
+  for (const AttentionShape& shape : {AttentionShape{8, 2, 64}, AttentionShape{32, 8, 128},
+                                      AttentionShape{4, 4, 8}, AttentionShape{6, 2, 40}}) {
+    cases.push_back({shape, DType::kI8, 16});
+    cases.push_back({shape, DType::kI8, 7});
   }
   return cases;
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -153,9 +154,46 @@ TEST_F(CudaVsCpu, WriteKv) {
   EXPECT_EQ(Cuda(cache), Cpu(cache));
 }
 
+// An int8 cache: the same bytes and scales as the CPU backend's (int8_kv.h's
+// rounding on both), including a head of zeros (scale 0), a head holding an
+// infinity and one holding a NaN (NaN scale, zero bytes).
+TEST_F(CudaVsCpu, WriteKvInt8) {
+  const int kv_heads = 3, head_dim = 40, kv_dim = kv_heads * head_dim;
+  for (int block_size : {16, 7}) {
+    Sequences seqs = MakeSequences({21, 38, 6}, kv_dim, rng_, DType::kI8, block_size);
+    seqs.layout.kv_heads = kv_heads;
+    std::vector<AttentionRow> rows;
+    for (int p = 0; p < 21; ++p) rows.push_back({p, seqs.blocks[0]});
+    rows.push_back({37, seqs.blocks[1]});
+    rows.push_back({5, seqs.blocks[2]});
+    const int stride = 3 * kv_dim + 5;
+    std::vector<float> kv = RandomFloats(rows.size() * stride, -3, 3, rng_);
+    // Row 4, key head 0: largest 127, so the scale is 1 and 2.5 and -3.5
+    // are ties, to even (2 and -4).
+    kv[4 * stride] = 127.0f;
+    kv[4 * stride + 1] = 2.5f;
+    kv[4 * stride + 2] = -3.5f;
+    for (int d = 0; d < head_dim; ++d) kv[stride + head_dim + d] = 0.0f;  // row 1, key head 1
+    kv[2 * stride + 5] = std::numeric_limits<float>::infinity();          // row 2, key head 0
+    kv[3 * stride + kv_dim + 2 + 2 * head_dim + 1] = kNaN;                // row 3, value head 2
+    Pair pkv = Upload(kv);
+    std::vector<uint8_t> bytes(seqs.layout.total_bytes());
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng_());
+    Bytes cache = UploadBytes(bytes);
+    for (int layer : {0, 1}) {
+      cpu_->WriteKv(pkv.cpu, stride, pkv.cpu + kv_dim + 2, stride, rows, layer, seqs.layout,
+                    cache.cpu);
+      cuda_->WriteKv(pkv.cuda, stride, pkv.cuda + kv_dim + 2, stride, rows, layer, seqs.layout,
+                     cache.cuda);
+    }
+    ASSERT_OK(cuda_->status());
+    EXPECT_EQ(CudaBytes(cache), CpuBytes(cache)) << "blocks of " << block_size;
+  }
+}
+
 TEST_F(CudaVsCpu, SupportsEveryPairingOfWeightAndKvTypes) {
   for (DType weights : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (DType kv : {DType::kF32, DType::kBF16, DType::kF16, DType::kI8}) {
       EXPECT_OK(cuda_->Supports(weights, kv)) << DTypeName(weights) << "/" << DTypeName(kv);
     }
   }

@@ -189,10 +189,47 @@ inline Sequences MakeSequences(const std::vector<int>& lengths, int kv_dim, std:
   return s;
 }
 
+// RandomCache for an int8 layout: random bytes in [-127, 127] and scales in
+// [0.002, 0.02], but NaN scales for the slots past each sequence's end.
+inline std::vector<uint8_t> RandomInt8Cache(const Sequences& seqs, std::mt19937_64& rng) {
+  const KvLayout& layout = seqs.layout;
+  std::vector<uint8_t> cache(layout.total_bytes());
+  std::uniform_int_distribution<int> byte(-127, 127);
+  for (uint8_t& b : cache) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+  auto put = [&](size_t offset, float value) {
+    std::memcpy(cache.data() + offset, &value, sizeof value);
+  };
+  for (int layer = 0; layer < layout.n_layers; ++layer) {
+    for (int32_t block = 0; block < layout.num_blocks; ++block) {
+      for (int head = 0; head < layout.kv_heads; ++head) {
+        for (int slot = 0; slot < layout.block_size; ++slot) {
+          put(layout.KeyScaleOffset(layer, block, head) + slot * sizeof(float), scale(rng));
+          put(layout.ValueScaleOffset(layer, block, head) + slot * sizeof(float), scale(rng));
+        }
+      }
+    }
+  }
+  for (size_t s = 0; s < seqs.lengths.size(); ++s) {
+    for (int layer = 0; layer < layout.n_layers; ++layer) {
+      for (int p = seqs.lengths[s]; p % layout.block_size != 0; ++p) {
+        const int32_t block = seqs.blocks[s][p / layout.block_size];
+        const int slot = p % layout.block_size;
+        for (int head = 0; head < layout.kv_heads; ++head) {
+          put(layout.KeyScaleOffset(layer, block, head) + slot * sizeof(float), kNaN);
+          put(layout.ValueScaleOffset(layer, block, head) + slot * sizeof(float), kNaN);
+        }
+      }
+    }
+  }
+  return cache;
+}
+
 // A random cache for `seqs` (values in [-1, 1], in the layout's type) whose
 // slots past each sequence's end hold NaN, so that reading them shows.
 inline std::vector<uint8_t> RandomCache(const Sequences& seqs, std::mt19937_64& rng) {
   const KvLayout& layout = seqs.layout;
+  if (layout.dtype == DType::kI8) return RandomInt8Cache(seqs, rng);
   std::vector<float> cache = RandomFloats(layout.total_elements(), -1, 1, rng);
   for (size_t s = 0; s < seqs.lengths.size(); ++s) {
     for (int layer = 0; layer < layout.n_layers; ++layer) {
