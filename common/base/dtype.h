@@ -20,7 +20,9 @@ namespace tandem {
 // matrices only, never for a KV cache or an activation. kI8 is the 8-bit
 // KV cache's type: one signed byte per value, with an f32 scale per token
 // and KV head kept in the same block (common/kvcache/kv_layout.h); never a
-// weight type.
+// weight type. kQ8_0R16 is Q8_0 as the CPU backend repacks it in memory for
+// its products (common/compute/cpu/quant_repack.h): the same bytes per row,
+// 16 rows interleaved; never in a file.
 enum class DType : uint8_t {
   kF32 = 0,
   kF16 = 1,
@@ -31,16 +33,19 @@ enum class DType : uint8_t {
   kQ5_K = 6,
   kQ6_K = 7,
   kI8 = 8,
+  kQ8_0R16 = 9,
 };
 
 inline bool IsQuantized(DType dtype) {
-  return static_cast<uint8_t>(dtype) >= 3 && static_cast<uint8_t>(dtype) <= 7;
+  const auto v = static_cast<uint8_t>(dtype);
+  return (v >= 3 && v <= 7) || dtype == DType::kQ8_0R16;
 }
 
 // Elements per block: 1 for element types, 32 or 256 for quantized ones.
 inline int DTypeBlockElements(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
+    case DType::kQ8_0R16:
     case DType::kQ4_0:
       return 32;
     case DType::kQ4_K:
@@ -61,6 +66,7 @@ inline size_t DTypeBlockBytes(DType dtype) {
     case DType::kBF16:
       return 2;
     case DType::kQ8_0:
+    case DType::kQ8_0R16:
       return 34;
     case DType::kQ4_0:
       return 18;
@@ -86,9 +92,8 @@ inline size_t DTypeBytes(DType dtype, int64_t elements) {
   return static_cast<size_t>(elements / DTypeBlockElements(dtype)) * DTypeBlockBytes(dtype);
 }
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k" or "int8";
-// "unknown"
-// for a value outside the enum.
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "int8" or
+// "q8_0_r16"; "unknown" for a value outside the enum.
 inline std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -109,6 +114,8 @@ inline std::string_view DTypeName(DType dtype) {
       return "q6_k";
     case DType::kI8:
       return "int8";
+    case DType::kQ8_0R16:
+      return "q8_0_r16";
   }
   return "unknown";
 }

@@ -109,7 +109,8 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kQ6_K:
       for (int64_t i = 0; i < blocks; ++i) Q6_K(Blocks<BlockQ6_K>(src)[i], dst + 256 * i);
       return;
-    case DType::kI8:  // no weight is int8, and its bytes alone have no scale
+    case DType::kI8:       // no weight is int8, and its bytes alone have no scale
+    case DType::kQ8_0R16:  // rows are interleaved: DequantizeRepackedRow (cpu/quant_repack.h)
       std::fill(dst, dst + n, std::numeric_limits<float>::quiet_NaN());
       return;
   }

@@ -147,6 +147,17 @@ class Backend {
     }
   }
 
+  // Called once for each weight matrix (`rows` rows of k values) after it
+  // is copied into backend memory, before any product with it: a backend
+  // may rearrange it in place into a layout of its own and returns the
+  // reference to use from then on (the same bytes, perhaps another type).
+  // This default keeps it as it is.
+  virtual MatrixRef PrepareWeights(MatrixRef w, int64_t rows, int64_t k) {
+    (void)rows;
+    (void)k;
+    return w;
+  }
+
   // out[r, :] = table[ids[r], :] for r < rows, widened to f32.
   virtual void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) = 0;
   void Embed(const float* table, std::span<const int32_t> ids, int dim, float* out) {

@@ -164,7 +164,8 @@ absl::Status Engine::Init(const ModelWeights& w) {
         }
         at += bytes;
       }
-      stacked.push_back({MatrixRef{dst, type}, static_cast<int>(elements / k)});
+      stacked.push_back({backend_->PrepareWeights(MatrixRef{dst, type}, elements / k, k),
+                         static_cast<int>(elements / k)});
       run = end;
     }
     return stacked;

@@ -16,6 +16,7 @@
 #include "common/compute/cpu/blas_library.h"
 #include "common/compute/cpu/cpu_kernels.h"
 #include "common/compute/cpu/quant_matmul.h"
+#include "common/compute/cpu/quant_repack.h"
 #include "common/compute/cpu/small_matmul.h"
 
 namespace tandem {
@@ -41,6 +42,15 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 // in tiles of at most kAttentionTileRows query rows.
 constexpr size_t kAttentionGemmRows = 16;
 constexpr int kAttentionTileRows = 64;
+
+// Row j of the quantized matrix w (rows of k values), widened to f32.
+void DequantizeMatrixRow(MatrixRef w, int64_t k, int64_t j, float* out) {
+  if (w.dtype == DType::kQ8_0R16) {
+    cpu::DequantizeRepackedRow(w.data, k, j, out);
+    return;
+  }
+  DequantizeRow(w.dtype, static_cast<const uint8_t*>(w.data) + DTypeBytes(w.dtype, k) * j, out, k);
+}
 
 }  // namespace
 
@@ -219,10 +229,12 @@ void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ld
   }
   cpu::QuantizeRows(x, m, k, w.dtype, &quantized_rows_);
   const int64_t work = int64_t{m} * n * k;
+  // Threads take whole groups of a repacked matrix's rows.
+  const int unit = w.dtype == DType::kQ8_0R16 ? cpu::kRepackRows : 4;
 #pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
   {
     const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
+    const int per = ((n + unit - 1) / unit + threads - 1) / threads * unit;
     const int begin = std::min(n, t * per), end = std::min(n, begin + per);
     if (begin < end) {
       cpu::QuantMatMul(quantized_rows_, w.data, out, ldo, accumulate, begin, end);
@@ -244,7 +256,7 @@ void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo,
 #pragma omp parallel for num_threads(num_threads_) if (int64_t{nb} * k > kParallelThreshold)
     for (int j = 0; j < nb; ++j) {
       if (IsQuantized(w.dtype)) {
-        DequantizeRow(w.dtype, src + size_t(j) * row_bytes, panel_.data() + size_t(j) * k, k);
+        DequantizeMatrixRow(w, k, j0 + j, panel_.data() + size_t(j) * k);
       } else {
         cpu::Widen(src + size_t(j) * row_bytes, w.dtype, panel_.data() + size_t(j) * k, k);
       }
@@ -261,16 +273,14 @@ void CpuBackend::MatMulQuantizedBf16(const float* x, MatrixRef w, float* out, in
   const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
   panel_bf16_.resize(static_cast<size_t>(std::min(rows, n)) * k);
   panel_.resize(static_cast<size_t>(num_threads_) * k);
-  const size_t row_bytes = DTypeBytes(w.dtype, k);
   for (int j0 = 0; j0 < n; j0 += rows) {
     const int nb = std::min(rows, n - j0);
-    const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(j0) * row_bytes;
 #pragma omp parallel num_threads(num_threads_) if (int64_t{nb} * k > kParallelThreshold)
     {
       float* wide = panel_.data() + size_t(omp_get_thread_num()) * k;
 #pragma omp for
       for (int j = 0; j < nb; ++j) {
-        DequantizeRow(w.dtype, src + size_t(j) * row_bytes, wide, k);
+        DequantizeMatrixRow(w, k, j0 + j, wide);
         cpu::Narrow(wide, DType::kBF16, panel_bf16_.data() + size_t(j) * k, k, 1);
       }
     }
@@ -278,12 +288,18 @@ void CpuBackend::MatMulQuantizedBf16(const float* x, MatrixRef w, float* out, in
   }
 }
 
+MatrixRef CpuBackend::PrepareWeights(MatrixRef w, int64_t rows, int64_t k) {
+  if (w.dtype != DType::kQ8_0 || !quant_matmul_ || !cpu::CanRepackQ8_0(rows, k)) return w;
+  cpu::RepackQ8_0(const_cast<void*>(w.data), rows, k, num_threads_);
+  return MatrixRef{w.data, DType::kQ8_0R16};
+}
+
 void CpuBackend::Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) {
   const size_t row_bytes = DTypeBytes(table.dtype, dim);
   for (size_t r = 0; r < ids.size(); ++r) {
     const uint8_t* row = static_cast<const uint8_t*>(table.data) + size_t(ids[r]) * row_bytes;
     if (IsQuantized(table.dtype)) {
-      DequantizeRow(table.dtype, row, out + r * dim, dim);
+      DequantizeMatrixRow(table, dim, ids[r], out + r * dim);
     } else {
       cpu::Widen(row, table.dtype, out + r * dim, dim);
     }

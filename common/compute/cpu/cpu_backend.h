@@ -60,6 +60,9 @@ class CpuBackend final : public Backend {
               bool accumulate) override;
   void MatMulColumns(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
                      bool accumulate) override;
+  // Q8_0 matrices of whole groups of 16 rows become kQ8_0R16
+  // (cpu/quant_repack.h) where the int8 products run.
+  MatrixRef PrepareWeights(MatrixRef w, int64_t rows, int64_t k) override;
   void Embed(MatrixRef table, std::span<const int32_t> ids, int dim, float* out) override;
   void AddBias(float* x, int stride, const float* bias, int rows, int n) override;
   void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,

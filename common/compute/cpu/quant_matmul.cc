@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/base/quant_blocks.h"
+#include "common/compute/cpu/quant_repack.h"
 
 namespace tandem::cpu {
 namespace {
@@ -275,6 +276,90 @@ TANDEM_VNNI void Row(const Pass& p, const uint8_t* row, DType dtype, float* sums
   }
 }
 
+// kQ8_0R16: one group of 16 weight rows against R activation rows, the 16
+// rows' sums in the lanes of one register per activation row. Each block
+// starts each row's integer sums at -128 times its activations' sum (the
+// weights' bytes are q + 128), adds eight dot products of 64 weight bytes
+// with four activations broadcast, and is scaled once: by the 16 rows'
+// block scales times the row's activation scale. With few rows, two chains
+// of dot products per row, so that each waits on half as many. (The
+// conversions are the masked forms with every lane set: GCC 12 warns of an
+// uninitialised register in the plain ones.)
+template <int R>
+TANDEM_VNNI void GroupR16(const Pass& p, const uint8_t* group, float* out, int ldo,
+                          bool accumulate) {
+  const QuantizedRows& x = p.x;
+  const int k = x.k, blocks = k / 32, k4 = k / 4;
+  constexpr int kChains = R <= 4 ? 2 : 1;
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(group);
+  const uint8_t* quants = group + k;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    __m512i s[kChains][R];
+    for (int r = 0; r < R; ++r) {
+      s[0][r] = _mm512_set1_epi32(x.block_neg_sums[(p.r0 + r) * blocks + b]);
+      if constexpr (kChains == 2) s[1][r] = _mm512_setzero_si512();
+    }
+    const uint8_t* qb = quants + 512 * b;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c += kChains) {
+#pragma GCC unroll 2
+      for (int h = 0; h < kChains; ++h) {
+        const __m512i w = _mm512_loadu_si512(qb + 64 * (c + h));
+        for (int r = 0; r < R; ++r) {
+          int32_t a;
+          std::memcpy(&a, x.q.data() + (p.r0 + r) * k + 32 * b + 4 * (c + h), 4);
+          s[h][r] = _mm512_dpbusd_epi32(s[h][r], w, _mm512_set1_epi32(a));
+        }
+      }
+    }
+    const __m512 ws = _mm512_maskz_cvtph_ps(
+        0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + kRepackRows * b)));
+    for (int r = 0; r < R; ++r) {
+      __m512i sum = s[0][r];
+      if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, s[1][r]);
+      const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(x.lane_scale[(p.r0 + r) * k4 + 8 * b]));
+      acc[r] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, sum), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* o = out + static_cast<int64_t>(p.r0 + r) * ldo;
+    _mm512_storeu_ps(o, accumulate ? _mm512_add_ps(_mm512_loadu_ps(o), acc[r]) : acc[r]);
+  }
+}
+
+// kQ8_0R16 over the groups of columns [n_begin, n_end), in passes of 8,
+// then 4, then 1 to 3 activation rows.
+TANDEM_VNNI void MatMulR16(const QuantizedRows& x, const void* w, float* out, int ldo,
+                           bool accumulate, int n_begin, int n_end) {
+  const size_t group_bytes = static_cast<size_t>(17) * x.k;
+  for (int j = n_begin; j < n_end; j += kRepackRows) {
+    const uint8_t* group = static_cast<const uint8_t*>(w) + group_bytes * (j / kRepackRows);
+    for (int r0 = 0, rows = 0; r0 < x.m; r0 += rows) {
+      const Pass pass{x, r0};
+      rows = x.m - r0 >= 8 ? 8 : std::min(4, x.m - r0);
+      switch (rows) {
+        case 1:
+          GroupR16<1>(pass, group, out + j, ldo, accumulate);
+          break;
+        case 2:
+          GroupR16<2>(pass, group, out + j, ldo, accumulate);
+          break;
+        case 3:
+          GroupR16<3>(pass, group, out + j, ldo, accumulate);
+          break;
+        case 4:
+          GroupR16<4>(pass, group, out + j, ldo, accumulate);
+          break;
+        default:
+          GroupR16<8>(pass, group, out + j, ldo, accumulate);
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool QuantMatMulSupported() {
@@ -289,13 +374,15 @@ void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows
   rows->dtype = dtype;
   const size_t n = static_cast<size_t>(m) * k;
   rows->q.resize(n);
-  const bool small = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  const bool repacked = dtype == DType::kQ8_0R16;
+  const bool small = dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || repacked;
   // Values per activation scale: as llama.cpp rounds activations for each
   // type (its Q8_0 and Q8_K).
   const int group = small ? 32 : 256;
   if (small) {
     rows->lane_scale.resize(n / 4);
     for (auto& sums : rows->neg_sums) sums.resize(n / 4);
+    if (repacked) rows->block_neg_sums.resize(n / 32);
   } else {
     rows->block_scale.resize(n / 256);
     rows->block_sum.resize(n / 32);
@@ -314,6 +401,11 @@ void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows
     int8_t* q = rows->q.data() + group * g;
     if (small) {
       std::memcpy(q, rounded, 32);
+      if (repacked) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; ++i) sum += rounded[i];
+        rows->block_neg_sums[g] = -sum * 128;
+      }
       for (int lane = 0; lane < 8; ++lane) {
         const int32_t sum = rounded[4 * lane] + rounded[4 * lane + 1] + rounded[4 * lane + 2] +
                             rounded[4 * lane + 3];
@@ -354,6 +446,10 @@ void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows
 void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, bool accumulate,
                  int n_begin, int n_end) {
   const DType dtype = x.dtype;
+  if (dtype == DType::kQ8_0R16) {
+    MatMulR16(x, w, out, ldo, accumulate, n_begin, n_end);
+    return;
+  }
   const size_t row_bytes = DTypeBytes(dtype, x.k);
   float sums[kRowGroup];
   for (int j = n_begin; j < n_end; ++j) {

@@ -35,6 +35,8 @@ struct QuantizedRows {
   // Q8_0, Q4_0:
   std::vector<float> lane_scale;     // [m, k / 4]: the scale of each 4 values
   std::vector<int32_t> neg_sums[2];  // [m, k / 4]: -(sum of 4 q) * 8 and * 128
+  // Q8_0 repacked (kQ8_0R16), also the above:
+  std::vector<int32_t> block_neg_sums;  // [m, k / 32]: -(sum of 32 q) * 128
   // K types:
   std::vector<float> block_scale;  // [m, k / 256]
   std::vector<float> block_sum;    // [m, k / 32]: scale * the sum of 32 q
@@ -45,7 +47,8 @@ struct QuantizedRows {
 void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows);
 
 // out[r, j] (+)= sum_i x[r, i] * w[j, i] for output columns [n_begin,
-// n_end), out's rows `ldo` apart; w's rows are k values of x.dtype.
+// n_end), out's rows `ldo` apart; w's rows are k values of x.dtype. For
+// kQ8_0R16 (quant_repack.h) n_begin and n_end are multiples of 16.
 // Requires QuantMatMulSupported().
 void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, bool accumulate,
                  int n_begin, int n_end);
