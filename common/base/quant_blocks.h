@@ -72,7 +72,8 @@ inline void K4ScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
 // quantized type `n` is a whole number of blocks and the values are those
 // of GGUF's reference: each product rounded to f32 in the order the formula
 // above reads (d * sc first), never fused. kI8 (a KV type, whose scales
-// live apart from its bytes) gives NaN.
+// live apart from its bytes) and kQ8_0R16 (whose rows are interleaved:
+// cpu/quant_repack.h reads them) give NaN.
 void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n);
 
 }  // namespace tandem

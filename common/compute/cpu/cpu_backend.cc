@@ -43,6 +43,12 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 constexpr size_t kAttentionGemmRows = 16;
 constexpr int kAttentionTileRows = 64;
 
+// Rows of the weight panels that products of many rows take at a time:
+// about 1M values (4 MiB of f32, 2 MiB of bf16), large enough for the
+// products to run at full speed, small enough to stay in the last-level
+// cache.
+int PanelRows(int n, int k) { return std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16)); }
+
 // Row j of the quantized matrix w (rows of k values), widened to f32.
 void DequantizeMatrixRow(MatrixRef w, int64_t k, int64_t j, float* out) {
   if (w.dtype == DType::kQ8_0R16) {
@@ -141,7 +147,16 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
   if (weights.dtype != DType::kF32) {
     const int64_t work = int64_t{m} * n * k;
     if (dot_bf16_ && weights.dtype == DType::kBF16) {
-      MatMulBf16(RoundToBf16(x, m, k), weights.data, out, n, m, n, k, accumulate);
+      const uint16_t* xb = RoundToBf16(x, m, k);
+      // Many rows (prefill) go over w a panel at a time, each panel staying
+      // in the cache while every row block passes over it, instead of
+      // streaming all of w from memory once per row block.
+      const int rows = m > cpu::kQuantMatMulMaxRows ? PanelRows(n, k) : n;
+      const auto* w16 = static_cast<const uint16_t*>(weights.data);
+      for (int j0 = 0; j0 < n; j0 += rows) {
+        MatMulBf16(xb, w16 + int64_t{j0} * k, out + j0, n, m, std::min(rows, n - j0), k,
+                   accumulate);
+      }
       return;
     }
     if (m <= cpu::kSmallMatMulMaxRows && small_matmul16_) {
@@ -245,9 +260,7 @@ void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ld
 void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
                                int k, bool accumulate) {
   if (omp_get_max_threads() != num_threads_) omp_set_num_threads(num_threads_);
-  // Panels of about 4 MiB of f32: large enough for BLAS to run at full
-  // speed, small enough to stay in the last-level cache.
-  const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
+  const int rows = PanelRows(n, k);
   panel_.resize(static_cast<size_t>(std::min(rows, n)) * k);
   const size_t row_bytes = DTypeBytes(w.dtype, k);
   for (int j0 = 0; j0 < n; j0 += rows) {
@@ -269,8 +282,8 @@ void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo,
 void CpuBackend::MatMulQuantizedBf16(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
                                      int k, bool accumulate) {
   const uint16_t* xb = RoundToBf16(x, m, k);
-  // Panels of about 2 MiB of bf16, widened a row at a time through f32.
-  const int rows = std::clamp((1 << 20) / std::max(k, 1), 16, std::max(n, 16));
+  // Panels widened a row at a time through f32.
+  const int rows = PanelRows(n, k);
   panel_bf16_.resize(static_cast<size_t>(std::min(rows, n)) * k);
   panel_.resize(static_cast<size_t>(num_threads_) * k);
   for (int j0 = 0; j0 < n; j0 += rows) {

@@ -115,7 +115,8 @@ MatMulErrors CheckMatMul16(CpuBackend& backend, DType dtype, int m, int n, int k
 }
 
 // m covers the three paths: bf16 on AVX512-BF16 CPUs the dot-product
-// kernel for every m (k = 2100 makes m = 100 span two of its row blocks);
+// kernel for every m (k = 2100 makes m = 100 span two of its row blocks;
+// m > 32 goes over panels of w);
 // otherwise m <= 32 weights widened in registers, m > 32 panels widened to
 // f32 for sgemm. n and k have tails of the 4-wide tiles and the 16 /
 // 32-element masked loads.
@@ -142,6 +143,18 @@ TEST_P(HalfPrecisionTest, MatMulMatchesWidenedReference) {
         }
       }
     }
+  }
+}
+
+// Many rows against a matrix of several weight panels (about 1M values
+// each: 256 rows at k = 4096), the last one partial (300 = 256 + 44).
+TEST_P(HalfPrecisionTest, ManyRowsCrossTheWeightPanels) {
+  const bool dot_bf16 = cpu::DotBf16Supported();
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "accumulate=" << accumulate);
+    const MatMulErrors e =
+        CheckMatMul16(*backend_, DType::kBF16, 40, 300, 4096, accumulate, 1, rng_);
+    EXPECT_LE(dot_bf16 ? e.rounded_input : e.exact, 1e-5);
   }
 }
 
