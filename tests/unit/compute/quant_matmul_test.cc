@@ -67,6 +67,23 @@ class QuantMatMulTest : public ::testing::TestWithParam<Case> {
     }
   }
 
+  // m rows of products with n random weight rows of k into columns [0, n)
+  // of an output `ldo` wide, accumulating: the columns past n untouched.
+  void CheckWiderOutput(DType dtype, int m, int n, int k, int ldo) {
+    SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n << " k=" << k);
+    const std::vector<uint8_t> w = testing::RandomQuantBlocks(dtype, int64_t{n} * k, 0.05f, rng_);
+    std::vector<float> wide(size_t(n) * k);
+    DequantizeRow(dtype, w.data(), wide.data(), int64_t{n} * k);
+    const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
+    const std::vector<float> base = RandomFloats(size_t(m) * ldo, -1.0f, 1.0f, rng_);
+    std::vector<float> out = base;
+    backend_->MatMulColumns(x.data(), MatrixRef{w.data(), dtype}, out.data(), ldo, m, n, k, true);
+    Check(x, wide, out.data(), base, ldo, m, n, k);
+    for (int r = 0; r < m; ++r) {
+      for (int j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], base[r * ldo + j]) << "gap";
+    }
+  }
+
   std::unique_ptr<CpuBackend> backend_;
   std::mt19937_64 rng_{11};
 };
@@ -91,39 +108,13 @@ TEST_P(QuantMatMulTest, MatchesTheWidenedWeightsForAnyRowCount) {
 }
 
 TEST_P(QuantMatMulTest, WritesColumnsOfAWiderOutputAndAccumulates) {
-  const auto [dtype, k] = GetParam();
-  const int n = 20, ldo = 29;
-  const std::vector<uint8_t> w = testing::RandomQuantBlocks(dtype, int64_t{n} * k, 0.05f, rng_);
-  std::vector<float> wide(size_t(n) * k);
-  DequantizeRow(dtype, w.data(), wide.data(), int64_t{n} * k);
-  for (int m : {1, 6, 40}) {
-    const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
-    const std::vector<float> base = RandomFloats(size_t(m) * ldo, -1.0f, 1.0f, rng_);
-    std::vector<float> out = base;
-    backend_->MatMulColumns(x.data(), MatrixRef{w.data(), dtype}, out.data(), ldo, m, n, k, true);
-    Check(x, wide, out.data(), base, ldo, m, n, k);
-    for (int r = 0; r < m; ++r) {
-      for (int j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], base[r * ldo + j]) << "gap";
-    }
-  }
+  for (int m : {1, 6, 40}) CheckWiderOutput(GetParam().dtype, m, 20, GetParam().k, 29);
 }
 
 // Many rows over weights of several panels (256 rows of k = 4096 each):
 // 261 columns end in a panel of 5, written into a wider output.
 TEST_P(QuantMatMulTest, ManyRowsCrossThePanels) {
-  const DType dtype = GetParam().dtype;
-  const int k = 4096, n = 261, ldo = 263, m = 36;
-  const std::vector<uint8_t> w = testing::RandomQuantBlocks(dtype, int64_t{n} * k, 0.05f, rng_);
-  std::vector<float> wide(size_t(n) * k);
-  DequantizeRow(dtype, w.data(), wide.data(), int64_t{n} * k);
-  const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
-  const std::vector<float> base = RandomFloats(size_t(m) * ldo, -1.0f, 1.0f, rng_);
-  std::vector<float> out = base;
-  backend_->MatMulColumns(x.data(), MatrixRef{w.data(), dtype}, out.data(), ldo, m, n, k, true);
-  Check(x, wide, out.data(), base, ldo, m, n, k);
-  for (int r = 0; r < m; ++r) {
-    for (int j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], base[r * ldo + j]) << "gap";
-  }
+  CheckWiderOutput(GetParam().dtype, 36, 261, 4096, 263);
 }
 
 TEST_P(QuantMatMulTest, EmbedsWidenedRows) {
