@@ -24,9 +24,13 @@ TANDEM_HOST_DEVICE inline float Int8KvInverse(float amax) {
 }
 
 // x * inverse rounded to the nearest integer (ties to even; rintf under
-// the default rounding mode), kept within [-127, 127].
+// the default rounding mode), kept within [-127, 127]. A head whose largest
+// magnitude is below 127 / FLT_MAX (about 3.7e-37) has an infinite inverse:
+// its non-zero values round to +-127 and its zeros (0 times infinity, NaN)
+// to 0.
 TANDEM_HOST_DEVICE inline int8_t Int8KvRound(float x, float inverse) {
   const float q = rintf(x * inverse);
+  if (q != q) return 0;
   return static_cast<int8_t>(q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q));
 }
 

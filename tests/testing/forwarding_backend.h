@@ -33,6 +33,13 @@ class ForwardingBackend : public Backend {
   void MatMul(const float* x, MatrixRef w, float* out, int m, int n, int k, bool acc) override {
     inner_->MatMul(x, w, out, m, n, k, acc);
   }
+  void MatMulColumns(const float* x, MatrixRef w, float* out, int ldo, int m, int n, int k,
+                     bool acc) override {
+    inner_->MatMulColumns(x, w, out, ldo, m, n, k, acc);
+  }
+  MatrixRef PrepareWeights(MatrixRef w, int64_t rows, int64_t k) override {
+    return inner_->PrepareWeights(w, rows, k);
+  }
   void Embed(MatrixRef t, std::span<const int32_t> ids, int dim, float* out) override {
     inner_->Embed(t, ids, dim, out);
   }

@@ -234,6 +234,12 @@ void CpuBackend::MatMulBf16(const uint16_t* xb, const void* w, float* out, int l
 
 void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
                                  int k, bool accumulate) {
+  // The repacked kernel writes whole groups of 16 columns: a product over
+  // some other count of rows than the matrix was repacked with widens rows.
+  if (w.dtype == DType::kQ8_0R16 && n % cpu::kRepackRows != 0) {
+    MatMulWidened(x, w, out, ldo, m, n, k, accumulate);
+    return;
+  }
   if (m > cpu::kQuantMatMulMaxRows && dot_bf16_) {
     MatMulQuantizedBf16(x, w, out, ldo, m, n, k, accumulate);
     return;

@@ -74,6 +74,15 @@ TEST(QuantizeInt8, ZerosKeepAZeroScaleAndNonFiniteValuesReadNaN) {
   const float infinite[2] = {1.0f, -INFINITY};
   cpu::QuantizeInt8(infinite, 2, dst, 1, &scale);
   EXPECT_TRUE(std::isnan(scale));
+  // Largest magnitude below 127 / FLT_MAX: an infinite inverse, zeros stay
+  // 0 (not 0 times infinity) and the rest saturate.
+  const float tiny[4] = {1e-38f, 0.0f, -1e-38f, 5e-39f};
+  cpu::QuantizeInt8(tiny, 4, dst, 1, &scale);
+  EXPECT_EQ(scale, 1e-38f / 127.0f);
+  EXPECT_EQ(dst[0], 127);
+  EXPECT_EQ(dst[1], 0);
+  EXPECT_EQ(dst[2], -127);
+  EXPECT_EQ(dst[3], 127);
 }
 
 TEST(Int8KvLayout, BlocksCarryAByteAValueAndAScalePerTokenAndHead) {

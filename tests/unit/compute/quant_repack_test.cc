@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/base/quant_blocks.h"
@@ -72,8 +73,9 @@ TEST_F(QuantRepackTest, RepacksOnlyWholeGroupsOfQ8_0Rows) {
 
 TEST_F(QuantRepackTest, ProductsMatchTheWidenedWeights) {
   if (!cpu::QuantMatMulSupported()) GTEST_SKIP() << "no AVX512-VNNI: Q8_0 is not repacked";
-  for (const int k : {96, 2048}) {
-    const int n = 64, ldo = 70;
+  // 48 rows: three groups, which two threads can split only at group 2.
+  for (const auto [k, n] : {std::pair{96, 48}, std::pair{2048, 64}}) {
+    const int ldo = n + 6;
     std::vector<uint8_t> w = testing::RandomQuantBlocks(DType::kQ8_0, int64_t{n} * k, 0.05f, rng_);
     std::vector<float> wide(size_t(n) * k);
     DequantizeRow(DType::kQ8_0, w.data(), wide.data(), int64_t{n} * k);
@@ -112,6 +114,30 @@ TEST_F(QuantRepackTest, ProductsMatchTheWidenedWeights) {
               << "k " << k << " m " << m << " row " << r << " column " << j;
         }
       }
+    }
+  }
+}
+
+// A product over the first rows of a repacked matrix, not a whole number
+// of its groups, reads those rows only (the repacked kernel writes whole
+// groups of 16 columns).
+TEST_F(QuantRepackTest, FirstRowsOfARepackedMatrix) {
+  if (!cpu::QuantMatMulSupported()) GTEST_SKIP() << "no AVX512-VNNI: Q8_0 is not repacked";
+  const int n = 32, k = 64, m = 3, used = 20;
+  std::vector<uint8_t> w = testing::RandomQuantBlocks(DType::kQ8_0, int64_t{n} * k, 0.05f, rng_);
+  std::vector<float> wide(size_t(n) * k);
+  DequantizeRow(DType::kQ8_0, w.data(), wide.data(), int64_t{n} * k);
+  const MatrixRef packed = backend_->PrepareWeights({w.data(), DType::kQ8_0}, n, k);
+  ASSERT_EQ(packed.dtype, DType::kQ8_0R16);
+  const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
+  std::vector<float> out(size_t(m) * used + 1, testing::kGuard);
+  backend_->MatMul(x.data(), packed, out.data(), m, used, k, false);
+  EXPECT_EQ(out.back(), testing::kGuard);
+  for (int r = 0; r < m; ++r) {
+    for (int j = 0; j < used; ++j) {
+      double want = 0;
+      for (int i = 0; i < k; ++i) want += double(wide[size_t(j) * k + i]) * x[r * k + i];
+      EXPECT_NEAR(out[r * used + j], want, 1e-4) << "row " << r << " column " << j;
     }
   }
 }
