@@ -88,23 +88,18 @@ absl::Status UcxTransport::Impl::Init() {
   nonce_ = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
            (uint64_t(getpid()) << 16);
 
-  // UCX 1.13 keeps its shared-memory transports away from endpoints with
-  // peer-failure handling. Of them, cma is let in (UCX_CMA_MEMORY_INVALIDATE):
-  // it carries the rendezvous payloads, a copy between the two processes'
-  // memory that fails cleanly when the other process is gone, so one host
-  // keeps its zero-copy path for KV. The active messages themselves (small
-  // payloads, and the rendezvous handshakes) stay on TCP: posix and sysv
-  // (UCX_{POSIX,SYSV}_ERROR_HANDLING) queue every sender's messages in one
-  // ring per receiver, read in order, and a sender killed between claiming
-  // its slot and marking it written stops the receiver from reading anything
-  // behind that slot, from any sender, for good (a killed prefill worker
-  // then cut every live one off from the decode workers it was sending to).
-  // UCX's transport layer reads these settings from the environment only
-  // (ucp_config_modify does not reach it), while the context and worker are
-  // created below; a value already in the environment wins.
+  // UCX 1.13 keeps its shared-memory transports (sysv, posix; cma for
+  // rendezvous) away from endpoints with peer-failure handling unless these
+  // are on; with them such endpoints get the full shared-memory bandwidth,
+  // and a dead peer is found by keepalive. UCX's transport layer reads them
+  // from the environment only (ucp_config_modify does not reach it), while
+  // the context and worker are created below.
   ScopedEnvDefaults env;
   if (options_.detect_peer_failure && MayUseSharedMemory()) {
-    env.Set("UCX_CMA_MEMORY_INVALIDATE", "y");
+    for (const char* name :
+         {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE"}) {
+      env.Set(name, "y");
+    }
   }
   ucp_config_t* config = nullptr;
   RETURN_IF_ERROR(UcxError(ucp_config_read(nullptr, nullptr, &config), "reading UCX_* settings"));

@@ -64,12 +64,9 @@ struct UcxTransportOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   // Endpoints with UCX's peer-failure handling (UCP_ERR_HANDLING_MODE_PEER):
   // a dead peer becomes kPeerFailed and its sends and receives fail. Create()
-  // lets UCX 1.13's cma transport in with it, so that processes on one host
-  // keep a zero-copy rendezvous for large payloads, while messages go over
-  // TCP: UCX's shared-memory message rings (posix, sysv) are kept out, as a
-  // sender killed mid-message wedges a ring for every other sender to that
-  // receiver. Over TCP alone it costs UCX's zero-copy rendezvous (no RMA
-  // lanes with it), about a third of loopback bandwidth. Off, a send to
+  // turns on UCX 1.13's error handling for shared memory so that one host
+  // keeps its fast path; over TCP it costs UCX's zero-copy rendezvous (no
+  // RMA lanes with it), about a third of loopback bandwidth. Off, a send to
   // a dead peer is never released by UCX (nor can it be cancelled or the
   // endpoint force-closed), so its source memory stays pinned for good:
   // keep it on wherever a peer may die.

@@ -591,55 +591,6 @@ TEST_P(UcxPeerDeathTest, SenderSeesReceiverKilledWithSendsInFlight) {
   EXPECT_THAT(sender->PostSend(peer, "later", {}), StatusIs(absl::StatusCode::kUnavailable));
 }
 
-// A sender killed while it writes a message must not take the receiver's
-// other connections with it. UCX's shared-memory transports (posix, sysv)
-// queue every sender's messages in one ring per receiver, read in order; a
-// sender killed between claiming its slot and marking it written leaves a
-// slot that is never marked, and the receiver reads nothing behind it from
-// anyone again. Each round kills a sender that keeps small messages (written
-// into that ring, when it is used) in flight, then another sender's message
-// must still arrive; rounds make a kill inside the write near certain there.
-TEST_P(UcxPeerDeathTest, ReceiverKeepsHearingOthersAfterASenderIsKilledMidMessage) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> receiver, UcxTransport::Create());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> other, UcxTransport::Create());
-  ASSERT_OK_AND_ASSIGN(PeerId other_peer, other->Connect(receiver->LocalAddress()));
-  std::vector<TransportEvent> events;
-  std::vector<TransportEvent> other_events;
-  // Polls both transports, dropping every message; true once one whose
-  // header is `header` arrived.
-  auto poll_for = [&](const std::string& header, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      events.clear();
-      receiver->Poll(events);
-      bool found = false;
-      for (const TransportEvent& event : events) {
-        if (event.kind != Kind::kIncoming) continue;
-        receiver->Discard(event.id);
-        found = found || event.header == header;
-      }
-      other_events.clear();
-      other->Poll(other_events);
-      if (found) return true;
-    }
-    return false;
-  };
-  constexpr int kRounds = 12;
-  for (int round = 0; round < kRounds; ++round) {
-    PeerProcess sender({"spray", absl::BytesToHexString(receiver->LocalAddress())});
-    ASSERT_EQ(sender.ReadLine(), "connected") << "round " << round;
-    // Its messages flow, so the kill lands in the middle of its sending.
-    ASSERT_TRUE(poll_for("spray", kStepTimeout)) << "round " << round;
-    ASSERT_TRUE(poll_for("spray", kStepTimeout)) << "round " << round;
-    sender.Kill();
-    const std::string probe = absl::StrCat("probe ", round);
-    ASSERT_OK(other->PostSend(other_peer, probe, {}));
-    ASSERT_TRUE(poll_for(probe, kStepTimeout))
-        << "round " << round << ": a message from a live sender never arrived after another "
-        << "sender was killed";
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Transports, UcxPeerDeathTest, ::testing::Values("", "tcp"),
                          [](const auto& info) {
                            return std::string(info.param[0] == '\0' ? "Default" : info.param);

@@ -5,10 +5,6 @@
 //                                        then receives and never accepts
 //   ucx_transport_test_peer send ADDRHEX  connects, prints "connected", then
 //                                        keeps 4 sends of 8 MiB in flight
-//   ucx_transport_test_peer spray ADDRHEX connects, prints "connected", then
-//                                        keeps 8 sends of 4 KiB in flight (small
-//                                        messages: UCX copies them into the
-//                                        receiver's queue as it sends them)
 //
 // It exits by itself after a minute so that a crashed test leaves nothing.
 #include <cstdio>
@@ -24,7 +20,6 @@ namespace tandem::kvtransfer {
 namespace {
 
 constexpr size_t kMessageBytes = size_t{8} << 20;
-constexpr size_t kSprayBytes = size_t{4} << 10;
 
 int Run(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -46,21 +41,19 @@ int Run(int argc, char** argv) {
     }
     return 0;
   }
-  if ((mode != "send" && mode != "spray") || argc < 3) return 2;
-  const size_t message_bytes = mode == "send" ? kMessageBytes : kSprayBytes;
-  const int window = mode == "send" ? 4 : 8;
+  if (mode != "send" || argc < 3) return 2;
   absl::StatusOr<PeerId> peer = (*transport)->Connect(absl::HexStringToBytes(argv[2]));
-  std::vector<char> buffer(message_bytes, 'x');
+  std::vector<char> buffer(kMessageBytes, 'x');
   absl::StatusOr<RegionId> region =
       (*transport)->RegisterMemory(buffer.data(), buffer.size(), MemoryKind::kHost);
   if (!peer.ok() || !region.ok()) return 1;
   std::printf("connected\n");
   std::fflush(stdout);
-  const Slice slice{*region, 0, message_bytes};
+  const Slice slice{*region, 0, kMessageBytes};
   int in_flight = 0;
   while (absl::Now() < give_up) {
-    while (in_flight < window) {
-      if (!(*transport)->PostSend(*peer, mode, {&slice, 1}).ok()) return 1;
+    while (in_flight < 4) {
+      if (!(*transport)->PostSend(*peer, "stream", {&slice, 1}).ok()) return 1;
       ++in_flight;
     }
     events.clear();
