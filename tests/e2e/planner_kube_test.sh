@@ -5,7 +5,10 @@
 # planner must add the routers (9 req/s, which the plan maps to 2 prefill
 # and 3 decode workers; neither router alone reaches it), read the
 # Deployments' sizes at start, and PATCH each to the plan's size through
-# the scale subresource, with no other request.
+# the scale subresource, with no other request. Pools shrink at once
+# (--scale_down_delay 0s): on a loaded machine a first reading taken over a
+# skewed interval can overshoot, and the next ones must bring the pools back
+# to the plan's size within the run.
 # Usage: planner_kube_test.sh BIN_DIR
 set -uo pipefail
 bin="$1"
@@ -37,7 +40,8 @@ JSON
 timeout 60 "$bin/tandem-planner" --router_metrics "127.0.0.1:$router_a,localhost:$router_b" \
   --plan "$tmp/plan.json" --mode apply --kube_api "http://127.0.0.1:$api" \
   --kube_namespace serving --kube_deployments prefill=tandem-prefill,decode=tandem-decode \
-  --interval 1s --cooldown 0s --forecast constant --horizon 0s --run_for 6s \
+  --interval 1s --cooldown 0s --scale_down_delay 0s --forecast constant --horizon 0s \
+  --run_for 6s \
   --decisions_log "$tmp/decisions.jsonl" >"$tmp/planner.log" 2>&1 ||
   fail "tandem-planner exited with $?"
 grep -q "the pools start at 1 prefill and 1 decode" "$tmp/planner.log" ||
