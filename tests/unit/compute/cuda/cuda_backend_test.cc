@@ -39,6 +39,7 @@ using ::tandem::testing::RoundTrip;
 using ::tandem::testing::ScaledError;
 using ::tandem::testing::Sequences;
 using ::tandem::testing::WorstError;
+using ::tandem::testing::WriteKvRows;
 using ::testing::HasSubstr;
 
 constexpr double kTolerance = 1e-4;
@@ -138,11 +139,7 @@ TEST_F(CudaVsCpu, SwiGlu) {
 TEST_F(CudaVsCpu, WriteKv) {
   const int kv_dim = 128;
   Sequences seqs = MakeSequences({21, 38, 6}, kv_dim, rng_);
-  // A prefill chunk of sequence 0, decode rows of 1 and 2.
-  std::vector<AttentionRow> rows;
-  for (int p = 0; p < 21; ++p) rows.push_back({p, seqs.blocks[0]});
-  rows.push_back({37, seqs.blocks[1]});
-  rows.push_back({5, seqs.blocks[2]});
+  const std::vector<AttentionRow> rows = WriteKvRows(seqs);
   const int stride = 3 * kv_dim + 5;
   Pair kv = Upload(RandomFloats(rows.size() * stride, -1, 1, rng_));
   Pair cache = Upload(RandomFloats(seqs.layout.total_elements(), -1, 1, rng_));
@@ -162,10 +159,7 @@ TEST_F(CudaVsCpu, WriteKvInt8) {
   for (int block_size : {16, 7}) {
     Sequences seqs = MakeSequences({21, 38, 6}, kv_dim, rng_, DType::kI8, block_size);
     seqs.layout.kv_heads = kv_heads;
-    std::vector<AttentionRow> rows;
-    for (int p = 0; p < 21; ++p) rows.push_back({p, seqs.blocks[0]});
-    rows.push_back({37, seqs.blocks[1]});
-    rows.push_back({5, seqs.blocks[2]});
+    const std::vector<AttentionRow> rows = WriteKvRows(seqs);
     const int stride = 3 * kv_dim + 5;
     std::vector<float> kv = RandomFloats(rows.size() * stride, -3, 3, rng_);
     // Row 4, key head 0: largest 127, so the scale is 1 and 2.5 and -3.5
@@ -284,10 +278,7 @@ TEST_P(CudaHalfOps, Embed) {
 TEST_P(CudaHalfOps, WriteKv) {
   const int kv_dim = 96;
   Sequences seqs = MakeSequences({21, 38, 6}, kv_dim, rng_, GetParam());
-  std::vector<AttentionRow> rows;
-  for (int p = 0; p < 21; ++p) rows.push_back({p, seqs.blocks[0]});
-  rows.push_back({37, seqs.blocks[1]});
-  rows.push_back({5, seqs.blocks[2]});
+  const std::vector<AttentionRow> rows = WriteKvRows(seqs);
   const int stride = 3 * kv_dim + 5;
   std::vector<float> kv = RandomFloats(rows.size() * stride, -3, 3, rng_);
   kv[7] = 1.0f + 1.0f / 256;  // halfway between two bf16 values: rounds to even

@@ -189,6 +189,17 @@ inline Sequences MakeSequences(const std::vector<int>& lengths, int kv_dim, std:
   return s;
 }
 
+// The rows WriteKv tests write for MakeSequences({21, 38, 6}, ...): a
+// prefill chunk of sequence 0 (positions 0-20), then decode rows of
+// sequence 1 at 37 and sequence 2 at 5.
+inline std::vector<AttentionRow> WriteKvRows(const Sequences& seqs) {
+  std::vector<AttentionRow> rows;
+  for (int p = 0; p < 21; ++p) rows.push_back({p, seqs.blocks[0]});
+  rows.push_back({37, seqs.blocks[1]});
+  rows.push_back({5, seqs.blocks[2]});
+  return rows;
+}
+
 // RandomCache for an int8 layout: random bytes in [-127, 127] and scales in
 // [0.002, 0.02], but NaN scales for the slots past each sequence's end.
 inline std::vector<uint8_t> RandomInt8Cache(const Sequences& seqs, std::mt19937_64& rng) {
