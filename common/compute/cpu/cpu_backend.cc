@@ -43,6 +43,21 @@ constexpr int64_t kParallelThreshold = 1 << 14;
 constexpr size_t kAttentionGemmRows = 16;
 constexpr int kAttentionTileRows = 64;
 
+// Runs f(begin, end) on each of up to `threads` threads over its share of
+// the output columns [0, n), in multiples of `unit` columns (a kernel's
+// tile or a repacked group), on the calling thread alone below the
+// threshold of work.
+template <typename F>
+void SplitColumns(int threads, int n, int unit, int64_t work, F&& f) {
+#pragma omp parallel num_threads(threads) if (work > kParallelThreshold * 16)
+  {
+    const int team = omp_get_num_threads(), t = omp_get_thread_num();
+    const int per = ((n + unit - 1) / unit + team - 1) / team * unit;
+    const int begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) f(begin, end);
+  }
+}
+
 // Rows of the weight panels that products of many rows take at a time:
 // about 1M values (4 MiB of f32, 2 MiB of bf16), large enough for the
 // products to run at full speed, small enough to stay in the last-level
@@ -160,15 +175,9 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
       return;
     }
     if (m <= cpu::kSmallMatMulMaxRows && small_matmul16_) {
-#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
-      {
-        const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
-        const int begin = std::min(n, t * per), end = std::min(n, begin + per);
-        if (begin < end) {
-          cpu::SmallMatMul16(x, weights.data, weights.dtype, out, m, n, k, accumulate, begin, end);
-        }
-      }
+      SplitColumns(num_threads_, n, 4, work, [&](int begin, int end) {
+        cpu::SmallMatMul16(x, weights.data, weights.dtype, out, m, n, k, accumulate, begin, end);
+      });
       return;
     }
     MatMulWidened(x, weights, out, n, m, n, k, accumulate);
@@ -177,14 +186,9 @@ void CpuBackend::MatMul(const float* x, MatrixRef weights, float* out, int m, in
   const float* w = static_cast<const float*>(weights.data);
   if (small_matmul_ && m > 1 && m <= cpu::kSmallMatMulMaxRows) {
     // Split the outputs among threads in multiples of the 4-row tile.
-    const int64_t work = int64_t{m} * n * k;
-#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
-    {
-      const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-      const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
-      const int begin = std::min(n, t * per), end = std::min(n, begin + per);
-      if (begin < end) cpu::SmallMatMul(x, w, out, m, n, k, accumulate, begin, end);
-    }
+    SplitColumns(num_threads_, n, 4, int64_t{m} * n * k, [&](int begin, int end) {
+      cpu::SmallMatMul(x, w, out, m, n, k, accumulate, begin, end);
+    });
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -222,14 +226,9 @@ const uint16_t* CpuBackend::RoundToBf16(const float* x, int m, int k) {
 
 void CpuBackend::MatMulBf16(const uint16_t* xb, const void* w, float* out, int ldo, int m, int n,
                             int k, bool accumulate) {
-  const int64_t work = int64_t{m} * n * k;
-#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
-  {
-    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int per = ((n + 3) / 4 + threads - 1) / threads * 4;
-    const int begin = std::min(n, t * per), end = std::min(n, begin + per);
-    if (begin < end) cpu::MatMulDotBf16(xb, w, out, ldo, m, k, accumulate, begin, end);
-  }
+  SplitColumns(num_threads_, n, 4, int64_t{m} * n * k, [&](int begin, int end) {
+    cpu::MatMulDotBf16(xb, w, out, ldo, m, k, accumulate, begin, end);
+  });
 }
 
 void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
@@ -249,18 +248,11 @@ void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ld
     return;
   }
   cpu::QuantizeRows(x, m, k, w.dtype, &quantized_rows_);
-  const int64_t work = int64_t{m} * n * k;
   // Threads take whole groups of a repacked matrix's rows.
   const int unit = w.dtype == DType::kQ8_0R16 ? cpu::kRepackRows : 4;
-#pragma omp parallel num_threads(num_threads_) if (work > kParallelThreshold * 16)
-  {
-    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int per = ((n + unit - 1) / unit + threads - 1) / threads * unit;
-    const int begin = std::min(n, t * per), end = std::min(n, begin + per);
-    if (begin < end) {
-      cpu::QuantMatMul(quantized_rows_, w.data, out, ldo, accumulate, begin, end);
-    }
-  }
+  SplitColumns(num_threads_, n, unit, int64_t{m} * n * k, [&](int begin, int end) {
+    cpu::QuantMatMul(quantized_rows_, w.data, out, ldo, accumulate, begin, end);
+  });
 }
 
 void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo, int m, int n,
