@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "common/base/quant_blocks.h"
 #include "common/compute/cpu/quant_repack.h"
@@ -33,6 +34,34 @@ struct Pass {
   const QuantizedRows& x;
   int r0;
 };
+
+// Runs f(pass, rows) over x's activation rows in passes of 8, then of 4,
+// then the 1 to 3 left; rows is a std::integral_constant, for the kernels'
+// template argument.
+template <typename F>
+void ForEachPass(const QuantizedRows& x, F&& f) {
+  for (int r0 = 0, rows = 0; r0 < x.m; r0 += rows) {
+    const Pass pass{x, r0};
+    rows = x.m - r0 >= 8 ? 8 : std::min(4, x.m - r0);
+    switch (rows) {
+      case 1:
+        f(pass, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        f(pass, std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        f(pass, std::integral_constant<int, 3>{});
+        break;
+      case 4:
+        f(pass, std::integral_constant<int, 4>{});
+        break;
+      default:
+        f(pass, std::integral_constant<int, 8>{});
+        break;
+    }
+  }
+}
 
 // Q8_0 and Q4_0: 64 weights starting at element e (16 lanes of 4; `lanes`
 // 0x00ff for a row's last 32), unsigned bytes `wq` with per-lane scales
@@ -336,27 +365,9 @@ TANDEM_VNNI void MatMulR16(const QuantizedRows& x, const void* w, float* out, in
   const size_t group_bytes = static_cast<size_t>(17) * x.k;
   for (int j = n_begin; j < n_end; j += kRepackRows) {
     const uint8_t* group = static_cast<const uint8_t*>(w) + group_bytes * (j / kRepackRows);
-    for (int r0 = 0, rows = 0; r0 < x.m; r0 += rows) {
-      const Pass pass{x, r0};
-      rows = x.m - r0 >= 8 ? 8 : std::min(4, x.m - r0);
-      switch (rows) {
-        case 1:
-          GroupR16<1>(pass, group, out + j, ldo, accumulate);
-          break;
-        case 2:
-          GroupR16<2>(pass, group, out + j, ldo, accumulate);
-          break;
-        case 3:
-          GroupR16<3>(pass, group, out + j, ldo, accumulate);
-          break;
-        case 4:
-          GroupR16<4>(pass, group, out + j, ldo, accumulate);
-          break;
-        default:
-          GroupR16<8>(pass, group, out + j, ldo, accumulate);
-          break;
-      }
-    }
+    ForEachPass(x, [&](const Pass& pass, auto rows) {
+      GroupR16<decltype(rows)::value>(pass, group, out + j, ldo, accumulate);
+    });
   }
 }
 
@@ -454,32 +465,13 @@ void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, boo
   float sums[kRowGroup];
   for (int j = n_begin; j < n_end; ++j) {
     const uint8_t* row = static_cast<const uint8_t*>(w) + row_bytes * j;
-    for (int r0 = 0, rows = 0; r0 < x.m; r0 += rows) {
-      const Pass pass{x, r0};
-      // Passes of 8 rows, then of 4, then the 1 to 3 left.
-      rows = x.m - r0 >= 8 ? 8 : std::min(4, x.m - r0);
-      switch (rows) {
-        case 1:
-          Row<1>(pass, row, dtype, sums);
-          break;
-        case 2:
-          Row<2>(pass, row, dtype, sums);
-          break;
-        case 3:
-          Row<3>(pass, row, dtype, sums);
-          break;
-        case 4:
-          Row<4>(pass, row, dtype, sums);
-          break;
-        default:
-          Row<8>(pass, row, dtype, sums);
-          break;
-      }
+    ForEachPass(x, [&](const Pass& pass, auto rows) {
+      Row<decltype(rows)::value>(pass, row, dtype, sums);
       for (int r = 0; r < rows; ++r) {
-        float& o = out[static_cast<int64_t>(r0 + r) * ldo + j];
+        float& o = out[static_cast<int64_t>(pass.r0 + r) * ldo + j];
         o = accumulate ? o + sums[r] : sums[r];
       }
-    }
+    });
   }
 }
 
