@@ -33,7 +33,7 @@ struct HandoffCommand {
   // The tokens the caller has of the stream (the new worker's resume).
   std::vector<int32_t> tokens;
   HandoffDoneFn done;
-  absl::Time received;
+  absl::Time received = absl::UnixEpoch();
 };
 
 class Handoffs {

@@ -33,7 +33,7 @@ struct StartCommand {
   std::vector<int32_t> first_tokens;
   std::vector<uint64_t> sampler_draws = {};
   StartDoneFn done;
-  absl::Time received;
+  absl::Time received = absl::UnixEpoch();
 };
 
 class RemotePrefill {

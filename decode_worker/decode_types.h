@@ -53,7 +53,7 @@ struct Request {
   // A migrated request (worker.proto DecodeRequest.resume): empty, or one
   // entry per choice with the tokens it generated elsewhere.
   struct Resumed {
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens = {};
     bool finished = false;
   };
   std::vector<Resumed> resume = {};

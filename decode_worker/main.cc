@@ -64,8 +64,10 @@ ABSL_FLAG(uint64_t, kv_chunk_bytes, 0,
 ABSL_FLAG(bool, kv_handoff, true,
           "When draining, ship the K/V of streams the router moves to their new worker instead "
           "of having it recompute them (CPU KV only)");
-ABSL_FLAG(bool, kv_checksums, false,
-          "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt");
+ABSL_FLAG(bool, kv_checksums, true,
+          "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt "
+          "(a mismatch fails the transfer and the prompt is computed again); "
+          "--nokv_checksums turns them off");
 namespace tandem {
 namespace {
 

@@ -48,8 +48,9 @@ struct ReceiverOptions {
   // Bytes per data message (the lease's chunk_bytes); 0: one message per
   // layer. Smaller chunks stripe a layer over several lanes.
   uint64_t chunk_bytes = 0;
-  // Ask senders for a per-chunk XXH3-64 checksum and verify it on receipt.
-  bool checksums = false;
+  // Ask senders for a per-chunk XXH3-64 checksum and verify it on receipt
+  // (on by default: KV that arrives wrong is refused, never served).
+  bool checksums = true;
   // How many ended leases are remembered to tell late messages from foreign
   // ones (for the statistics only; both are dropped).
   size_t remembered_leases = 4096;

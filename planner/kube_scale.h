@@ -27,13 +27,13 @@ absl::StatusOr<ServerUrl> ParseServerUrl(absl::string_view url);
 
 struct KubeApi {
   // https://HOST:PORT of the API server (http:// only for tests).
-  std::string server;
-  std::string kube_namespace;
+  std::string server = "";
+  std::string kube_namespace = "";
   // The ServiceAccount token, read again for every call: projected tokens
   // are rotated while the pod runs. Empty: no Authorization header.
-  std::string token_file;
+  std::string token_file = "";
   // The CA that signed the API server's certificate; empty: the system's.
-  std::string ca_file;
+  std::string ca_file = "";
   absl::Duration timeout = absl::Seconds(10);
 };
 

@@ -81,13 +81,13 @@ struct ResponseMeta {
   bool include_usage = false;
   // The text of a token id (the prompt's first token has no logprob entry
   // of its own in an echo, so its text comes from here); null = "".
-  std::function<std::string(int32_t)> token_text;
+  std::function<std::string(int32_t)> token_text = nullptr;
   // Chat with tools (tool_choice not "none"): outputs in this format are
   // answered as tool_calls (finish_reason "tool_calls"); a stream holds
   // text back while it may still be a call. kNone: text only.
   ToolFormat tool_format = ToolFormat::kNone;
   // A new call's id (null: "call_" and a counter).
-  std::function<std::string()> tool_call_id;
+  std::function<std::string()> tool_call_id = nullptr;
   // parallel_tool_calls: false keeps only an output's first call.
   bool parallel_tool_calls = true;
 };

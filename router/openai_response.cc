@@ -301,7 +301,7 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
         }
         std::string out = ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
         // Only Hermes calls may follow text; the others are the whole output.
-        h = Held{.holding = meta_.tool_format == ToolFormat::kHermes};
+        h = Held{.holding = meta_.tool_format == ToolFormat::kHermes, .text = {}, .logprobs = {}};
         return out;
       }
       if (e.text.empty() && e.logprobs.empty()) return std::string();

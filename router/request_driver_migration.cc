@@ -127,6 +127,7 @@ void RequestDriver::OnDecodeWorkerDraining(bool ships_kv) {
   handoff_ = PendingHandoff{.from = decode_worker_,
                             .stream = std::move(decode_call_),
                             .request_id = StreamRequestId(),
+                            .call = nullptr,
                             .began = env_.clock->Now()};
   decode_watch_.reset();
   decode_load_.reset();

@@ -145,7 +145,7 @@ kvbench() {
   shift
   echo "$name $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/load.txt"
   UCX_TLS=tcp in_s env UCX_NET_DEVICES="$dev_s" "$bin/tandem-kvbench" --perftest=false \
-    --in_flight 1 --receiver_prefix "ip netns exec $ns_r env UCX_NET_DEVICES=$dev_r" "$@" \
+    --checksums=off --in_flight 1 --receiver_prefix "ip netns exec $ns_r env UCX_NET_DEVICES=$dev_r" "$@" \
     >"$out/$name.txt" 2>&1 || die "kvbench $name failed: $(tail -5 "$out/$name.txt")"
   grep '^{"bench":"kvbench"' "$out/$name.txt" >"$out/$name.json"
 }

@@ -11,8 +11,9 @@
 # deploy/local/cluster.sh down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only what the demo runs; ./scripts/test.sh builds the rest.
-TANDEM_BUILD_TARGETS="tandem-router tandem-prefill tandem-decode tandem-synth tandem-convert \
+# Only what the demo runs (no CUDA backend without a GPU to run it);
+# ./scripts/test.sh builds the rest.
+TANDEM_CUDA_IF_GPU=1 TANDEM_BUILD_TARGETS="tandem-router tandem-prefill tandem-decode tandem-synth tandem-convert \
 tandem-cli" ./scripts/build.sh
 port="${TANDEM_PORT:-8100}"
 export TANDEM_CLUSTER_DIR="${TANDEM_CLUSTER_DIR:-/tmp/tandem-cluster}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a libFuzzer target of tests/fuzz for a while:
 #   scripts/fuzz.sh TARGET SECONDS   one target (gguf, chat_template, ...)
-#   scripts/fuzz.sh all SECONDS      every target, one after the other
+#   scripts/fuzz.sh all SECONDS      every target, two at a time ($FUZZ_JOBS)
 #   scripts/fuzz.sh list             the target names
 # Builds the `fuzz` preset (clang 14, ASan + UBSan + libFuzzer, build-fuzz/)
 # first, holding the build lock ($TANDEM_BUILD_LOCK, default
@@ -61,11 +61,15 @@ max_len() {
 lock=${TANDEM_BUILD_LOCK:-/tmp/tandem-build.lock}
 build_targets=()
 for t in "${run[@]}"; do build_targets+=("fuzz_$t"); done
+werror=OFF
+if [[ ${TANDEM_WERROR:-0} == 1 ]]; then werror=ON; fi
 flock "$lock" bash -c '
   set -e
-  if [[ ! -f build-fuzz/build.ninja ]]; then cmake --preset fuzz >/dev/null; fi
+  werror=$1
+  shift
+  cmake --preset fuzz -DTANDEM_WERROR="$werror" >/dev/null
   ninja -C build-fuzz -j2 "$@"
-' fuzz-build "${build_targets[@]}"
+' fuzz-build "$werror" "${build_targets[@]}"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
@@ -73,27 +77,30 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 scratch=$(mktemp -d /tmp/tandem-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 
-failed=()
-summary=()
-for t in "${run[@]}"; do
-  corpus=$scratch/$t
+# One target's run: its summary line goes to $scratch/$t.line, ending in
+# " ok" or in what crashed.
+fuzz_one() {
+  local t=$1
+  shift
+  local corpus=$scratch/$t
   mkdir -p "$corpus"
   cp tests/fuzz/corpus/"$t"/* "$corpus"/
-  artifacts=$root/build-fuzz/fuzz-artifacts/$t
+  local artifacts=$root/build-fuzz/fuzz-artifacts/$t
   mkdir -p "$artifacts"
   # -entropic=0: with the thousands of features a template or tokenizer
   # input touches, the entropic schedule's bookkeeping took half the time;
   # without it chat_template runs 3.6 times as many inputs and reaches more
   # coverage in the same time.
-  flags=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
-         -max_len="$(max_len "$t")" -entropic=0 -print_final_stats=1
-         -artifact_prefix="$artifacts/")
+  local flags=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
+               -max_len="$(max_len "$t")" -entropic=0 -print_final_stats=1
+               -artifact_prefix="$artifacts/")
   if [[ -f tests/fuzz/dict/$t.dict ]]; then flags+=(-dict="tests/fuzz/dict/$t.dict"); fi
-  log=$scratch/$t.log
+  local log=$scratch/$t.log
   echo "=== fuzz_$t for ${seconds}s (log: build-fuzz/fuzz-artifacts/$t/last.log)"
-  status=0
+  local status=0
   build-fuzz/bin/fuzz_"$t" "${flags[@]}" "$@" "$corpus" >"$log" 2>&1 || status=$?
   cp "$log" "$artifacts/last.log"
+  local runs rate cov ft line crash
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
@@ -104,12 +111,34 @@ for t in "${run[@]}"; do
     crash=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/Test unit written to //')
     line+=" CRASH (exit $status) ${crash:-see the log}"
     grep -E 'ERROR: |FUZZ_CHECK|runtime error|SUMMARY' "$log" | head -5 >&2 || true
-    failed+=("$t")
   else
     line+=" ok"
   fi
   echo "$line"
+  echo "$line" >"$scratch/$t.line"
+}
+
+# Targets run FUZZ_JOBS at a time (default 2, one a core: each libFuzzer
+# run is single-threaded), so that `all` takes SECONDS for every two
+# targets, not for every one.
+jobs=${FUZZ_JOBS:-2}
+running=0
+for t in "${run[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" "$@" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=()
+summary=()
+for t in "${run[@]}"; do
+  line=$(cat "$scratch/$t.line" 2>/dev/null || echo "$t: no result")
   summary+=("$line")
+  [[ $line == *" ok" ]] || failed+=("$t")
 done
 
 echo "=== fuzz.sh summary (${seconds}s per target)"

@@ -18,7 +18,9 @@ decode_worker_test prefill_worker_test router_test router_limits_test router_htt
 http_server_test}"
 args=("$@")
 
-cmake --preset tsan >/dev/null
+werror=OFF
+if [[ ${TANDEM_WERROR:-0} == 1 ]]; then werror=ON; fi
+cmake --preset tsan -DTANDEM_WERROR="$werror" >/dev/null
 cmake --build --preset tsan --target "${tests[@]}"
 
 # halt_on_error: the first report fails the test binary (exitcode 66);

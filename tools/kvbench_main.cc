@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,12 +74,16 @@ ABSL_FLAG(int, perftest_port, 13377, "TCP port for ucx_perftest's rendezvous");
 ABSL_FLAG(std::string, receiver_prefix, "",
           "Words the receiver process is started under, split on spaces, e.g. 'ip netns exec NS "
           "env UCX_NET_DEVICES=DEV' to put it behind another network namespace's interface");
-ABSL_FLAG(bool, checksums, false,
-          "Checksum each layer as the transfer protocol does with --kv_checksums: the sender "
-          "hashes it (XXH3-64) before posting, the receiver hashes what landed and compares");
+ABSL_FLAG(std::vector<std::string>, checksums, std::vector<std::string>({"off", "on"}),
+          "Configurations without (off) and with (on) a checksum per layer, interleaved in every "
+          "repeat. With: as the transfer protocol does (decode workers' --kv_checksums), the "
+          "sender hashes each layer (XXH3-64) once, where it is written (prefill workers hash on "
+          "their compute thread as each layer is computed; here once per run, timed apart), "
+          "and the receiver hashes what landed and compares before it counts the layer");
 ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
 ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
 ABSL_FLAG(std::string, size, "", "Internal: the receiver's message size");
+ABSL_FLAG(bool, verify, false, "Internal: the receiver verifies each layer's checksum");
 
 namespace tandem::kvtransfer {
 namespace {
@@ -161,7 +166,7 @@ int RunReceiver() {
     uint64_t checksum = 0;
   };
   absl::flat_hash_map<IncomingId, Placing> placing;
-  const bool checksums = absl::GetFlag(FLAGS_checksums);
+  const bool checksums = absl::GetFlag(FLAGS_verify);
   const absl::Time give_up = absl::Now() + kConfigTimeout;
   for (uint64_t round = 0; absl::Now() < give_up; ++round) {
     if (round % 4096 == 0 && getppid() == 1) return 1;
@@ -204,6 +209,7 @@ int RunReceiver() {
 struct Result {
   uint64_t size;
   int lanes;
+  bool checksums;
   double gbps;
   double p50_us;
   double p99_us;
@@ -222,7 +228,7 @@ std::string SelfPath() {
 // Starts a receiver for `size` (under --receiver_prefix); returns its pid and
 // address. The prefix must exec the receiver, not fork it, so that the
 // receiver's parent stays this process and the pipe's end stays open.
-std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
+std::pair<pid_t, std::string> SpawnReceiver(uint64_t size, bool checksums) {
   std::vector<std::string> args =
       absl::StrSplit(absl::GetFlag(FLAGS_receiver_prefix), ' ', absl::SkipEmpty());
   const std::string self = SelfPath();
@@ -237,7 +243,7 @@ std::pair<pid_t, std::string> SpawnReceiver(uint64_t size) {
         {self, "--role=receiver", absl::StrCat("--ready_fd=", fds[1]),
          absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
          absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
-         absl::StrCat("--checksums=", absl::GetFlag(FLAGS_checksums)),
+         absl::StrCat("--verify=", checksums),
          absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
          absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))});
     std::vector<char*> argv;
@@ -266,10 +272,24 @@ double Percentile(std::vector<double> values, double p) {
   return values[std::min(values.size() - 1, static_cast<size_t>(p * values.size()))];
 }
 
-Result RunSender(uint64_t size, int lanes) {
+// The XXH3-64 of each of the `layers` layers of `size` bytes at `kv`, and
+// the hashing rate in GB/s (what a prefill worker's compute thread spends on
+// them as it writes them).
+std::pair<std::vector<uint64_t>, double> HashLayers(const char* kv, uint64_t size, int layers) {
+  std::vector<uint64_t> sums(layers);
+  const absl::Time start = absl::Now();
+  for (int layer = 0; layer < layers; ++layer) sums[layer] = XXH3_64bits(kv + layer * size, size);
+  const double seconds = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - start));
+  return {sums, double(size) * layers / seconds / 1e9};
+}
+
+// Sender-side hashing rates, per size, of the runs with checksums.
+absl::flat_hash_map<uint64_t, std::vector<double>> hash_gbps;
+
+Result RunSender(uint64_t size, int lanes, bool checksums) {
   const int layers = absl::GetFlag(FLAGS_layers);
   const int parts = absl::GetFlag(FLAGS_slices);
-  const auto [pid, address] = SpawnReceiver(size);
+  const auto [pid, address] = SpawnReceiver(size, checksums);
   absl::StatusOr<std::unique_ptr<UcxTransport>> transport =
       UcxTransport::Create(TransportOptions());
   CHECK_OK(transport.status());
@@ -280,7 +300,13 @@ Result RunSender(uint64_t size, int lanes) {
     peers.push_back(*peer);
   }
   std::shared_ptr<char> kv = AllocateBuffer(size * layers);
-  memset(kv.get(), 'k', size * layers);
+  for (uint64_t i = 0; i < size * layers; ++i) kv.get()[i] = static_cast<char>(i * 131 + i / 4099);
+  std::vector<uint64_t> sums;
+  if (checksums) {
+    double gbps = 0;
+    std::tie(sums, gbps) = HashLayers(kv.get(), size, layers);
+    hash_gbps[size].push_back(gbps);
+  }
   absl::StatusOr<RegionId> region =
       (*transport)->RegisterMemory(kv.get(), size * layers, MemoryKind::kHost);
   CHECK_OK(region.status());
@@ -315,12 +341,11 @@ Result RunSender(uint64_t size, int lanes) {
       }
     }
   };
-  const bool checksums = absl::GetFlag(FLAGS_checksums);
   auto post = [&](uint64_t transfer) {
     started[transfer] = absl::Now();
     for (int layer = 0; layer < layers; ++layer) {
       std::string header = absl::StrCat(transfer, " ", layer);
-      if (checksums) absl::StrAppend(&header, " ", XXH3_64bits(kv.get() + layer * size, size));
+      if (checksums) absl::StrAppend(&header, " ", sums[layer]);
       CHECK_OK(
           (*transport)
               ->PostSend(peers[layer % lanes], header, Slices(*region, layer * size, size, parts))
@@ -361,7 +386,11 @@ Result RunSender(uint64_t size, int lanes) {
   waitpid(pid, nullptr, WNOHANG);
 
   const double bytes = double(size) * layers * absl::GetFlag(FLAGS_transfers);
-  return {size, lanes, bytes / absl::ToDoubleSeconds(timed) / 1e9, Percentile(latencies_us, 0.5),
+  return {size,
+          lanes,
+          checksums,
+          bytes / absl::ToDoubleSeconds(timed) / 1e9,
+          Percentile(latencies_us, 0.5),
           Percentile(latencies_us, 0.99)};
 }
 
@@ -444,6 +473,18 @@ int RunBench() {
     CHECK(absl::SimpleAtoi(text, &lanes) && lanes > 0) << "bad --lanes value '" << text << "'";
     lane_counts.push_back(lanes);
   }
+  std::vector<bool> checksum_settings;
+  for (const std::string& text : absl::GetFlag(FLAGS_checksums)) {
+    CHECK(text == "on" || text == "off") << "bad --checksums value '" << text << "' (on, off)";
+    checksum_settings.push_back(text == "on");
+  }
+  CHECK(!checksum_settings.empty()) << "--checksums needs on, off or both";
+  // The configurations of one size: every lane count, without and with
+  // checksums.
+  std::vector<std::pair<int, bool>> configs;
+  for (int lanes : lane_counts) {
+    for (bool checksums : checksum_settings) configs.emplace_back(lanes, checksums);
+  }
   // Each repeat runs ucx_perftest and then every lane count at one size
   // back to back, so that both see the same machine load.
   std::vector<Result> results;
@@ -453,7 +494,7 @@ int RunBench() {
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   for (uint64_t size : sizes) {
     std::array<std::vector<double>, 2> anchor_runs;
-    std::vector<std::vector<Result>> runs(lane_counts.size());
+    std::vector<std::vector<Result>> runs(configs.size());
     for (int repeat = 0; repeat < repeats; ++repeat) {
       for (int error_handling = 0; error_handling < 2 && absl::GetFlag(FLAGS_perftest);
            ++error_handling) {
@@ -461,8 +502,8 @@ int RunBench() {
           anchor_runs[error_handling].push_back(*gbps);
         }
       }
-      for (size_t i = 0; i < lane_counts.size(); ++i) {
-        runs[i].push_back(RunSender(size, lane_counts[i]));
+      for (size_t i = 0; i < configs.size(); ++i) {
+        runs[i].push_back(RunSender(size, configs[i].first, configs[i].second));
       }
     }
     for (int i = 0; i < 2; ++i) {
@@ -477,16 +518,23 @@ int RunBench() {
   }
 
   std::cout << absl::StrFormat(
-      "tandem-kvbench: UCX_TLS=%s, peer-failure detection %s, checksums %s, %d layers x %d "
-      "transfers, %d slice(s) per message, median of %d\n",
-      tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "on" : "off",
-      absl::GetFlag(FLAGS_checksums) ? "on" : "off", absl::GetFlag(FLAGS_layers),
+      "tandem-kvbench: UCX_TLS=%s, peer-failure detection %s, %d layers x %d transfers, %d "
+      "slice(s) per message, median of %d\n",
+      tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "on" : "off", absl::GetFlag(FLAGS_layers),
       absl::GetFlag(FLAGS_transfers), absl::GetFlag(FLAGS_slices), repeats);
-  std::cout << absl::StrFormat("%-8s %5s %7s %9s %9s | %-19s | %-19s | %-19s\n", "", "", "", "", "",
-                               "ucx_perftest", "ucx_perftest -e", "memcpy, same layers");
-  std::cout << absl::StrFormat("%-8s %5s %7s %9s %9s | %9s %9s | %9s %9s | %9s %9s\n", "size",
-                               "lanes", "GB/s", "p50 (us)", "p99 (us)", "GB/s", "ratio", "GB/s",
-                               "ratio", "GB/s", "ratio");
+  std::cout << absl::StrFormat("%-8s %5s %4s %7s %8s %9s %9s | %-19s | %-19s | %-19s\n", "", "", "",
+                               "", "", "", "", "ucx_perftest", "ucx_perftest -e",
+                               "memcpy, same layers");
+  std::cout << absl::StrFormat("%-8s %5s %4s %7s %8s %9s %9s | %9s %9s | %9s %9s | %9s %9s\n",
+                               "size", "lanes", "xxh3", "GB/s", "vs off", "p50 (us)", "p99 (us)",
+                               "GB/s", "ratio", "GB/s", "ratio", "GB/s", "ratio");
+  // The same size and lane count without checksums, for the "vs off" ratio.
+  auto unchecked = [&](const Result& r) -> std::optional<double> {
+    for (const Result& o : results) {
+      if (o.size == r.size && o.lanes == r.lanes && !o.checksums) return o.gbps;
+    }
+    return std::nullopt;
+  };
   auto format = [](std::optional<double> value) {
     return value ? absl::StrFormat("%.2f", *value) : std::string("-");
   };
@@ -503,24 +551,32 @@ int RunBench() {
     const std::string size_text = r.size % (1 << 20) == 0 ? absl::StrCat(r.size >> 20, "MiB")
                                                           : absl::StrCat(r.size >> 10, "KiB");
     const double copy = memcpy_gbps[r.size];
-    std::cout << absl::StrFormat("%-8s %5d %7.2f %9.0f %9.0f | %9s %9s | %9s %9s | %9.2f %9.2f\n",
-                                 size_text, r.lanes, r.gbps, r.p50_us, r.p99_us, format(anchor[0]),
-                                 format(ratio[0]), format(anchor[1]), format(ratio[1]), copy,
-                                 r.gbps / copy);
-    json_rows.push_back(
-        absl::StrFormat(R"({"size":%d,"lanes":%d,"gbps":%.5f,"p50_us":%.1f,"p99_us":%.1f,)"
-                        R"("perftest_gbps":%s,"ratio":%s,"perftest_e_gbps":%s,"ratio_e":%s,)"
-                        R"("memcpy_gbps":%.3f})",
-                        r.size, r.lanes, r.gbps, r.p50_us, r.p99_us, json(anchor[0]),
-                        json(ratio[0]), json(anchor[1]), json(ratio[1]), memcpy_gbps[r.size]));
+    std::optional<double> vs_off;
+    if (std::optional<double> off = unchecked(r); off && r.checksums) vs_off = r.gbps / *off;
+    std::cout << absl::StrFormat(
+        "%-8s %5d %4s %7.2f %8s %9.0f %9.0f | %9s %9s | %9s %9s | %9.2f %9.2f\n", size_text,
+        r.lanes, r.checksums ? "on" : "off", r.gbps, format(vs_off), r.p50_us, r.p99_us,
+        format(anchor[0]), format(ratio[0]), format(anchor[1]), format(ratio[1]), copy,
+        r.gbps / copy);
+    json_rows.push_back(absl::StrFormat(
+        R"({"size":%d,"lanes":%d,"checksums":%s,"gbps":%.5f,"vs_unchecked":%s,"p50_us":%.1f,)"
+        R"("p99_us":%.1f,"perftest_gbps":%s,"ratio":%s,"perftest_e_gbps":%s,"ratio_e":%s,)"
+        R"("memcpy_gbps":%.3f})",
+        r.size, r.lanes, r.checksums ? "true" : "false", r.gbps, json(vs_off), r.p50_us, r.p99_us,
+        json(anchor[0]), json(ratio[0]), json(anchor[1]), json(ratio[1]), memcpy_gbps[r.size]));
   }
-  std::cout << absl::StrFormat(
-                   R"({"bench":"kvbench","ucx_tls":"%s","detect_peer_failure":%s,"checksums":%s,)"
-                   R"("layers":%d,"transfers":%d,"slices":%d,"results":[%s]})",
-                   tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "true" : "false",
-                   absl::GetFlag(FLAGS_checksums) ? "true" : "false", absl::GetFlag(FLAGS_layers),
-                   absl::GetFlag(FLAGS_transfers), absl::GetFlag(FLAGS_slices),
-                   absl::StrJoin(json_rows, ","))
+  for (uint64_t size : sizes) {
+    if (hash_gbps[size].empty()) continue;
+    std::cout << absl::StrFormat(
+        "sender's hashing (XXH3-64, once per layer as written, outside the timed transfers): "
+        "%.1f GB/s at %d bytes a layer, median\n",
+        Percentile(hash_gbps[size], 0.5), size);
+  }
+  std::cout << absl::StrFormat(R"({"bench":"kvbench","ucx_tls":"%s","detect_peer_failure":%s,)"
+                               R"("layers":%d,"transfers":%d,"slices":%d,"results":[%s]})",
+                               tls, absl::GetFlag(FLAGS_detect_peer_failure) ? "true" : "false",
+                               absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_transfers),
+                               absl::GetFlag(FLAGS_slices), absl::StrJoin(json_rows, ","))
             << "\n";
   return 0;
 }

@@ -140,7 +140,8 @@ class Queue {
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
         if (n < 0) return absl::ErrnoToStatus(errno, "netlink recv (packets lost)");
         const int64_t due = NowNs() + delay_ns;
-        int length = static_cast<int>(n);
+        // Unsigned, as nlmsg_len is: NLMSG_OK compares the two.
+        uint32_t length = static_cast<uint32_t>(n);
         for (auto* header = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(header, length);
              header = NLMSG_NEXT(header, length)) {
           if (header->nlmsg_type == NLMSG_ERROR) {

@@ -29,9 +29,9 @@ enum class GgufTensorType { kF32, kF16, kBF16 };
 // llama.cpp's token types (1 normal, 2 unknown, 3 control, 4 user-defined,
 // 5 unused, 6 byte).
 struct GgufVocab {
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
+  std::vector<std::string> tokens = {};
+  std::vector<float> scores = {};
+  std::vector<int32_t> types = {};
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t unk_id = -1;

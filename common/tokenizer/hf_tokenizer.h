@@ -40,12 +40,12 @@ class HfTokenizer final : public Tokenizer {
  public:
   // File contents; an empty path means the file is absent.
   struct Files {
-    std::string tokenizer_path;  // tokenizer.json
-    std::string tokenizer_json;
-    std::string config_path;  // tokenizer_config.json
-    std::string config_json;
-    std::string generation_config_path;  // generation_config.json
-    std::string generation_config_json;
+    std::string tokenizer_path = "";  // tokenizer.json
+    std::string tokenizer_json = "";
+    std::string config_path = "";  // tokenizer_config.json
+    std::string config_json = "";
+    std::string generation_config_path = "";  // generation_config.json
+    std::string generation_config_json = "";
   };
 
   // Parses the files. INVALID_ARGUMENT naming the file and the field for

@@ -35,7 +35,7 @@ struct WorkerEngineOptions {
   int kv_staging_blocks = 0;
   // For the log line: the transport's name and whether it could register
   // device memory itself.
-  std::string_view transport_name;
+  std::string_view transport_name = "";
   bool transport_device_memory = false;
   // A prompt of this many tokens (capped by the step and the context) and
   // one decode step run through the engine before it is handed over, then

@@ -8,19 +8,29 @@ kvbench="$1"
 engine_bench="$2"
 fail() { echo "FAIL: $*"; exit 1; }
 
-# Two lane counts, 4 layers of 64 KiB, without ucx_perftest.
+# Two lane counts, each without and with checksums (the default), 4 layers
+# of 64 KiB, without ucx_perftest.
 out=$(timeout 120 "$kvbench" --sizes 64KiB --layers 4 --transfers 5 --warmup 1 --repeats 1 \
   --lanes 1,2 --max_sends_in_flight 2 --perftest=false 2>&1) || fail "kvbench failed: $out"
 json=$(grep '^{"bench":"kvbench"' <<<"$out") || fail "no JSON line in: $out"
 python3 - "$json" <<'PY' || fail "kvbench figures: $json"
 import json, sys
 r = json.loads(sys.argv[1])
-assert r["layers"] == 4 and len(r["results"]) == 2, r
+assert r["layers"] == 4 and len(r["results"]) == 4, r
+assert sorted((row["lanes"], row["checksums"]) for row in r["results"]) == [
+    (1, False), (1, True), (2, False), (2, True)], r
 for row in r["results"]:
     assert row["size"] == 65536 and row["gbps"] > 0 and row["memcpy_gbps"] > 0, row
     assert 0 < row["p50_us"] <= row["p99_us"], row
+    if row["checksums"]:
+        assert row["vs_unchecked"] > 0, row
+    else:
+        assert row["vs_unchecked"] is None, row
 PY
 grep -q "memcpy, same layers" <<<"$out" || fail "no memcpy column: $out"
+grep -q "sender's hashing (XXH3-64" <<<"$out" || fail "no sender hashing rate: $out"
+err=$(timeout 30 "$kvbench" --checksums maybe --perftest=false 2>&1) && fail "--checksums maybe accepted"
+grep -q "bad --checksums value 'maybe'" <<<"$err" || fail "--checksums maybe error says: $err"
 
 # Bad input is a clear error.
 err=$(timeout 30 "$kvbench" --max_sends_in_flight 0 --perftest=false 2>&1) && fail "window 0 accepted"

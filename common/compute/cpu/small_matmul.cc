@@ -3,8 +3,10 @@
 #include <immintrin.h>
 
 // GCC 12 reports its own AVX-512 intrinsics (the undefined-vector idiom in
-// the masked loads and conversions) as maybe-uninitialized.
+// the masked loads, shuffles and conversions) as used or maybe used
+// uninitialized (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <cstdint>

@@ -243,7 +243,7 @@ TEST_P(Int8KvTest, PagedAttentionReadsEachBytesScale) {
                                             : layout.KeyScaleOffset(kLayer, block, head)) +
                                     slot * sizeof(float);
             out[size_t(t) * layout.kv_dim + d] =
-                double{static_cast<int8_t>(cache[at])} * ScaleAt(cache, scale_at);
+                static_cast<double>(static_cast<int8_t>(cache[at])) * ScaleAt(cache, scale_at);
           }
         }
         return out;

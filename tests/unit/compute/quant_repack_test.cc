@@ -74,7 +74,7 @@ TEST_F(QuantRepackTest, RepacksOnlyWholeGroupsOfQ8_0Rows) {
 TEST_F(QuantRepackTest, ProductsMatchTheWidenedWeights) {
   if (!cpu::QuantMatMulSupported()) GTEST_SKIP() << "no AVX512-VNNI: Q8_0 is not repacked";
   // 48 rows: three groups, which two threads can split only at group 2.
-  for (const auto [k, n] : {std::pair{96, 48}, std::pair{2048, 64}}) {
+  for (const auto& [k, n] : {std::pair{96, 48}, std::pair{2048, 64}}) {
     const int ldo = n + 6;
     std::vector<uint8_t> w = testing::RandomQuantBlocks(DType::kQ8_0, int64_t{n} * k, 0.05f, rng_);
     std::vector<float> wide(size_t(n) * k);

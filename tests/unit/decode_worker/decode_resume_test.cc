@@ -108,7 +108,9 @@ TEST_P(DecodeResume, ARemoteResumeReceivesTheKvOfItsTokensAndContinuesAsAnUnmove
     ASSERT_OK(h.loop().Submit(r, sink).status());
     ASSERT_TRUE(sink->WaitReserved()) << sink->status();
     // The earlier runs left these tokens' first blocks cached: not shipped.
-    if (std::get<0>(GetParam()) && k > 1) EXPECT_GT(sink->cached_tokens(), 0) << "after " << k;
+    if (std::get<0>(GetParam()) && k > 1) {
+      EXPECT_GT(sink->cached_tokens(), 0) << "after " << k;
+    }
     std::vector<int32_t> kv = r.prompt;
     kv.insert(kv.end(), want.begin(), want.begin() + k - 1);
     ASSERT_OK(h.prefill().Prefill(kv, sink->descriptor()).status());

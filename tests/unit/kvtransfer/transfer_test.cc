@@ -232,9 +232,10 @@ TEST(TransferTest, SendsStillHeldAtTheDeadlineCloseTheirConnection) {
   EXPECT_TRUE(sender.idle());
 }
 
+// Checksums are on by default: a byte flipped on the way is refused.
 TEST(TransferTest, ChecksumCatchesCorruption) {
   HarnessOptions o;
-  o.receiver.checksums = true;
+  ASSERT_TRUE(o.receiver.checksums);
   o.faults.at_message[2] = Fault{.kind = Fault::Kind::kCorrupt, .bytes = 1};
   Harness h(o);
   const std::vector<int32_t> blocks = {0, 1, 2};
@@ -252,6 +253,7 @@ TEST(TransferTest, ChecksumCatchesCorruption) {
 // What the checksum is for: without it, the same corruption is committed.
 TEST(TransferTest, WithoutChecksumsCorruptionGoesUnnoticed) {
   HarnessOptions o;
+  o.receiver.checksums = false;
   o.faults.at_message[2] = Fault{.kind = Fault::Kind::kCorrupt, .bytes = 1};
   Harness h(o);
   const std::vector<int32_t> blocks = {0, 1, 2};
