@@ -46,18 +46,38 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1
 # line gave them.
 export LD_PRELOAD="$PWD/build-tsan/libtandem_tsan_absl.so${LD_PRELOAD:+:$LD_PRELOAD}"
 
+# Two binaries at a time (TSAN_JOBS): each is mostly one busy thread, so
+# two keep both cores busy. Each one's output is printed whole when it ends.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run_one() {
+  local t=$1 bin=build-tsan/bin/$1 start=$SECONDS status=0
+  shift
+  if [[ ! -x "$bin" ]]; then
+    echo "tsan.sh: no binary $bin" >"$logs/$t.log"
+    echo 1 >"$logs/$t.status"
+    return
+  fi
+  "$bin" "$@" >"$logs/$t.log" 2>&1 || status=$?
+  echo "=== $t: $((SECONDS - start)) s" >>"$logs/$t.log"
+  echo "$status" >"$logs/$t.status"
+}
+jobs=${TSAN_JOBS:-2}
+running=0
+for t in "${tests[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_one "$t" ${args[@]+"${args[@]}"} &
+  running=$((running + 1))
+done
+wait || true
 failed=()
 for t in "${tests[@]}"; do
-  bin=build-tsan/bin/$t
-  if [[ ! -x "$bin" ]]; then
-    echo "tsan.sh: no binary $bin" >&2
-    failed+=("$t")
-    continue
-  fi
-  echo "=== $bin"
-  start=$SECONDS
-  if ! "$bin" "${args[@]}"; then failed+=("$t"); fi
-  echo "=== $t: $((SECONDS - start)) s"
+  echo "=== build-tsan/bin/$t"
+  cat "$logs/$t.log"
+  [[ $(cat "$logs/$t.status" 2>/dev/null) == 0 ]] || failed+=("$t")
 done
 if ((${#failed[@]} > 0)); then
   echo "tsan.sh: failed: ${failed[*]}" >&2
