@@ -4,6 +4,8 @@
 # 1 decode worker; KV over UCX's shared memory) with the decode worker's
 # --kv_checksums (the default) and with --nokv_checksums, the two clusters
 # taking turns round by round so that both see the same machine load.
+# Prefix caching is off in both pools, so that every run computes and ships
+# the whole prompt.
 # Prints each round's TTFTs, the medians and their ratio. Not a test.
 #   scripts/bench-checksums.sh [ROUNDS] [RUNS_PER_ROUND]
 # The model is synthetic (tandem-synth, the stories15M shape with a 4,096
@@ -48,7 +50,8 @@ for round in $(seq "$rounds"); do
     flag=--kv_checksums
     [[ $mode == off ]] && flag=--nokv_checksums
     "$root/deploy/local/cluster.sh" up --port "$port" --prefill 1 --decode 1 \
-      --model "$work/model.bin" --tokenizer "$work/tok.bin" --decode_args "$flag" >/dev/null 2>&1
+      --model "$work/model.bin" --tokenizer "$work/tok.bin" --prefill_args "--noprefix_cache" \
+      --decode_args "--noprefix_cache $flag" >/dev/null 2>&1
     line=""
     for _ in $(seq "$runs"); do
       out=$("$bin/tandem-cli" generate --router "127.0.0.1:$port" --prompt "$prompt" \
