@@ -7,6 +7,12 @@
 # function called without the locks it ABSL_EXCLUSIVE_LOCKS_REQUIRED, fails
 # the run. The analysis is a front-end pass, so nothing is code-generated or
 # linked. THREAD_SAFETY_JOBS overrides the two parallel compiles.
+#
+# TANDEM_TSA_REUSE_FUZZ=1 (CI, after scripts/fuzz.sh) leaves out the sources
+# that the fuzz build compiles: the `fuzz` preset is clang 14 with the same
+# -Wthread-safety -Werror=thread-safety, so they were analysed there. The
+# fuzz build is brought up to date first (a no-op right after fuzz.sh), so a
+# source changed since cannot slip through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,11 +36,27 @@ ninja -C "$build" "${proto_headers[@]}" >/dev/null
 # kernels' _Float16 only for targets with AVX512-FP16; since nothing is
 # code-generated, -mavx512fp16 costs nothing (no source has ISA #ifdefs).
 # GCC-only warning names in pragmas are not worth a warning here.
-python3 - "$build/compile_commands.json" >"$build/tsa-commands" <<'EOF'
-import json, shlex, sys
+: >"$build/tsa-covered"
+if [[ ${TANDEM_TSA_REUSE_FUZZ:-0} == 1 ]]; then
+  lock=${TANDEM_BUILD_LOCK:-/tmp/tandem-build.lock}
+  mapfile -t fuzz_targets < <(for dir in tests/fuzz/corpus/*/; do echo "fuzz_$(basename "$dir")"; done)
+  flock "$lock" ninja -C build-fuzz -j2 "${fuzz_targets[@]}" >/dev/null
+  # Every source a fuzz target's compile commands name, where the command
+  # carries the analysis.
+  ninja -C build-fuzz -t commands "${fuzz_targets[@]}" |
+    grep -e '-Werror=thread-safety' | grep -o ' -c [^ ]*' | sed 's/^ -c //' |
+    sort -u >"$build/tsa-covered"
+fi
+python3 - "$build/compile_commands.json" "$build/tsa-covered" >"$build/tsa-commands" <<'EOF'
+import json, os, shlex, sys
 
+covered = {os.path.realpath(line.strip()) for line in open(sys.argv[2]) if line.strip()}
+skipped = 0
 for entry in json.load(open(sys.argv[1])):
     if "/build-clang-tsa/" in entry["file"]:
+        continue
+    if os.path.realpath(os.path.join(entry["directory"], entry["file"])) in covered:
+        skipped += 1
         continue
     args = shlex.split(entry["command"])
     out = []
@@ -49,6 +71,9 @@ for entry in json.load(open(sys.argv[1])):
     cmd = "cd %s && %s -mavx512fp16 -Wno-unknown-warning-option -fsyntax-only" % (
         shlex.quote(entry["directory"]), shlex.join(out))
     sys.stdout.write(cmd + "\0")
+if skipped:
+    print("thread-safety.sh: %d sources already analysed by the fuzz build" % skipped,
+          file=sys.stderr)
 EOF
 
 count=$(tr -cd '\0' <"$build/tsa-commands" | wc -c)
