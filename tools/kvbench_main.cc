@@ -464,7 +464,7 @@ int RunBench() {
     return 2;
   }
   const char* tls_env = std::getenv("UCX_TLS");
-  const std::string tls = tls_env != nullptr ? tls_env : "^posix,sysv (tandem's default)";
+  const std::string tls = tls_env != nullptr ? tls_env : "default";
   std::vector<uint64_t> sizes;
   for (const std::string& text : absl::GetFlag(FLAGS_sizes)) sizes.push_back(ParseSize(text));
   std::vector<int> lane_counts;

@@ -35,10 +35,6 @@ TransportEvent UcxTransport::Impl::Event(TransportEvent::Kind kind, uint64_t id,
 
 namespace {
 
-// Every transport UCX has but its shared-memory message rings (Init() says
-// why).
-constexpr char kDefaultTransports[] = "^posix,sysv";
-
 // Whether UCX_TLS leaves UCX's shared-memory transports allowed (UCX warns
 // about settings for transports it does not load).
 bool MayUseSharedMemory() {
@@ -92,15 +88,6 @@ absl::Status UcxTransport::Impl::Init() {
   nonce_ = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
            (uint64_t(getpid()) << 16);
 
-  // UCX's shared-memory message transports (posix, sysv) carry every
-  // sender's messages to a worker through one ring, read in order: a sender
-  // killed after claiming a slot and before filling it leaves a hole that
-  // stops the worker hearing every sender behind it, until it restarts
-  // (tests/e2e/kv_sender_kill_test.cc). Unless UCX_TLS chooses, they are
-  // left out: same-host messages go over loopback TCP, and the KV itself
-  // still moves in one copy through CMA (process_vm_readv by the receiver),
-  // where a dead sender fails the read instead of wedging anything.
-  const bool default_transports = std::getenv("UCX_TLS") == nullptr;
   // UCX 1.13 keeps its shared-memory transports (sysv, posix; cma for
   // rendezvous) away from endpoints with peer-failure handling unless these
   // are on; with them such endpoints get the full shared-memory bandwidth,
@@ -109,20 +96,15 @@ absl::Status UcxTransport::Impl::Init() {
   // the context and worker are created below.
   ScopedEnvDefaults env;
   if (options_.detect_peer_failure && MayUseSharedMemory()) {
-    env.Set("UCX_CMA_MEMORY_INVALIDATE", "y");
-    if (!default_transports) {
-      env.Set("UCX_POSIX_ERROR_HANDLING", "y");
-      env.Set("UCX_SYSV_ERROR_HANDLING", "y");
+    for (const char* name :
+         {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE"}) {
+      env.Set(name, "y");
     }
   }
   ucp_config_t* config = nullptr;
   RETURN_IF_ERROR(UcxError(ucp_config_read(nullptr, nullptr, &config), "reading UCX_* settings"));
   absl::Status status;
-  if (default_transports) {
-    status = UcxError(ucp_config_modify(config, "TLS", kDefaultTransports),
-                      absl::StrCat("setting the UCX transports to '", kDefaultTransports, "'"));
-  }
-  if (status.ok() && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
     const std::string interval =
         absl::StrCat(absl::ToInt64Milliseconds(options_.keepalive_interval), "ms");
     status = UcxError(ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()),
@@ -625,8 +607,7 @@ std::string UcxTransport::MemoryTypes() const { return MemoryTypeNames(impl_->me
 
 std::string UcxTransport::Description() const {
   const char* tls = std::getenv("UCX_TLS");
-  return absl::StrCat("UCX ", ucp_get_version_string(),
-                      " UCX_TLS=", tls != nullptr ? tls : kDefaultTransports);
+  return absl::StrCat("UCX ", ucp_get_version_string(), " UCX_TLS=", tls != nullptr ? tls : "all");
 }
 
 }  // namespace tandem::kvtransfer

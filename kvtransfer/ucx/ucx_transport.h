@@ -27,15 +27,6 @@
 // the message, or the connection closed), so the slices are safe to reuse
 // as soon as it is reported.
 //
-// Transports: unless UCX_TLS chooses, every transport UCX has except its
-// shared-memory message rings (posix, sysv), which a sender killed mid-write
-// leaves unreadable for every other sender to the same worker. On one host
-// messages then go over loopback TCP and the KV in one copy through CMA:
-// 1 MiB layers at 0.92-0.93 of the rings' rate, 64 KiB layers at about a
-// third (a TCP round trip per message; README "KV transfer"). UCX_TLS=all
-// brings the rings back, with that hazard, for a host whose workers are
-// never killed.
-//
 // Memory: only host memory is registered. Create() asks UCX which memory
 // types it can move (ucp_context_query), and SupportsMemory() says so;
 // Debian's UCX has no CUDA transports, so workers on a GPU stage their KV
@@ -73,10 +64,9 @@ struct UcxTransportOptions {
   absl::Duration keepalive_interval = absl::Seconds(1);
   // Endpoints with UCX's peer-failure handling (UCP_ERR_HANDLING_MODE_PEER):
   // a dead peer becomes kPeerFailed and its sends and receives fail. Create()
-  // turns on UCX 1.13's error handling for CMA (and for the shared-memory
-  // rings where UCX_TLS asks for them) so that one host keeps its one-copy
-  // path; over TCP it costs UCX's zero-copy rendezvous (no RMA lanes with
-  // it), about a third of loopback bandwidth. Off, a send to
+  // turns on UCX 1.13's error handling for shared memory so that one host
+  // keeps its fast path; over TCP it costs UCX's zero-copy rendezvous (no
+  // RMA lanes with it), about a third of loopback bandwidth. Off, a send to
   // a dead peer is never released by UCX (nor can it be cancelled or the
   // endpoint force-closed), so its source memory stays pinned for good:
   // keep it on wherever a peer may die.

@@ -15,6 +15,9 @@
 // TANDEM_SENDER_KILLS sets the number of kills (40 by default; the long
 // suite's kv_sender_kill_long runs 400) and TANDEM_SENDER_KILL_SEED the seed
 // (1 by default; a failure names both).
+//
+// UCX 1.13 fails it today, with its shared-memory rings or without them
+// (README "KV transfer"), so only the long suite runs it.
 #include <unistd.h>
 
 #include <algorithm>
