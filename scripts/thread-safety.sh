@@ -39,7 +39,7 @@ ninja -C "$build" "${proto_headers[@]}" >/dev/null
 : >"$build/tsa-covered"
 if [[ ${TANDEM_TSA_REUSE_FUZZ:-0} == 1 ]]; then
   lock=${TANDEM_BUILD_LOCK:-/tmp/tandem-build.lock}
-  mapfile -t fuzz_targets < <(for dir in tests/fuzz/corpus/*/; do echo "fuzz_$(basename "$dir")"; done)
+  mapfile -t fuzz_targets < <(./scripts/fuzz.sh list | sed 's/^/fuzz_/')
   flock "$lock" ninja -C build-fuzz -j2 "${fuzz_targets[@]}" >/dev/null
   # Every source a fuzz target's compile commands name, where the command
   # carries the analysis.

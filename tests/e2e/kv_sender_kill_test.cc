@@ -79,7 +79,6 @@ int OpenFds() {
 }
 
 struct LeaseState {
-  bool open = false;
   bool done = false;
   absl::Status status;
 };
@@ -110,7 +109,7 @@ class KillHarness {
       request.layers.push_back({Slice{region_, base + l * kLayerBytes, kLayerBytes}});
     }
     request.deadline = absl::Now() + deadline;
-    *state = LeaseState{.open = true, .done = false, .status = absl::OkStatus()};
+    *state = LeaseState{};
     request.done = [state](uint64_t, uint64_t, const absl::Status& status) {
       state->done = true;
       state->status = status;
