@@ -14,6 +14,8 @@ packages=(
   libxxhash-dev
   librandom123-dev
   libucx-dev ucx-utils iproute2 curl python3 python3-jinja2
+  # The numpy reference of tests/unit/engine/hf_reference.py.
+  python3-numpy
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   libboost1.81-dev libssl-dev openssl

@@ -28,7 +28,7 @@ ABSL_FLAG(std::string, model, "",
           "Source model: a llama2.c checkpoint, a GGUF file or a hub folder (or use --synthetic)");
 ABSL_FLAG(std::string, synthetic, "",
           "Instead of --model, random weights of a named shape: stories15M, stories110M, "
-          "llama3.2-1b, llama3-8b (16 GB in bf16)");
+          "llama3.2-1b, llama3-8b (16 GB in bf16), llama3-70b, qwen3-small, qwen3-0.6b");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
 ABSL_FLAG(int, seq_len, 0,
           "Context length written to config.json (1 to 131072), of --synthetic weights or of "
@@ -72,19 +72,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Source() {
     if (seq_len != 0) weights->config.seq_len = seq_len;
     return weights;
   }
-  ModelConfig config;
-  if (synthetic == "stories15M") {
-    config = Stories15MShape();
-  } else if (synthetic == "stories110M") {
-    config = Stories110MShape();
-  } else if (synthetic == "llama3.2-1b") {
-    config = Llama32_1BShape();
-  } else if (synthetic == "llama3-8b") {
-    config = Llama3_8BShape();
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--synthetic is '", synthetic, "'; use stories15M, stories110M, llama3.2-1b or llama3-8b"));
-  }
+  ASSIGN_OR_RETURN(ModelConfig config, NamedShape(synthetic));
   if (seq_len != 0) config.seq_len = seq_len;
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab != 0) {
     if (vocab < 1 || vocab > (1 << 20)) {

@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, format, "llama2c", "File format: llama2c (checkpoint v0, 
 ABSL_FLAG(std::string, gguf_type, "f32",
           "Tensor type of --format gguf: f32, f16 or bf16 (norm vectors stay f32).");
 ABSL_FLAG(std::string, shape, "stories15M",
-          "Base shape: stories15M, stories110M, or custom (which needs --dim, --hidden_dim, "
+          "Base shape: stories15M, stories110M, llama3.2-1b, llama3-8b, llama3-70b, "
+          "qwen3-small, qwen3-0.6b (GGUF qwen3), or custom (which needs --dim, --hidden_dim, "
           "--n_layers, --n_heads, --vocab_size and --seq_len). The size flags below override it.");
 ABSL_FLAG(int32_t, dim, 0, "Residual width; 0 keeps the shape's.");
 ABSL_FLAG(int32_t, hidden_dim, 0, "SwiGLU inner width; 0 keeps the shape's.");
@@ -42,7 +43,8 @@ ABSL_FLAG(int32_t, n_kv_heads, 0,
 ABSL_FLAG(int32_t, vocab_size, 0, "Vocabulary size; 0 keeps the shape's.");
 ABSL_FLAG(int32_t, seq_len, 0, "Context length; 0 keeps the shape's.");
 ABSL_FLAG(bool, untied, false,
-          "Store a classifier of its own instead of sharing the token embedding.");
+          "Store a classifier of its own instead of sharing the token embedding (the shape's "
+          "own choice otherwise).");
 ABSL_FLAG(std::string, tokenizer_output, "",
           "Also write a synthetic llama2.c tokenizer.bin for the vocabulary here (made-up word "
           "pieces; needs --vocab_size above 259), so that the model can serve text.");
@@ -67,7 +69,7 @@ struct SizeFlag {
 int Run(int argc, char** argv) {
   ParseToolFlags(argc, argv,
                  "Writes a synthetic Llama checkpoint: tandem-synth --output FILE [--format gguf] "
-                 "[--shape stories15M|stories110M|custom] [--dim N ...]");
+                 "[--shape NAME|custom] [--dim N ...]");
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return BadFlags("--output is required: the file to write");
   const std::string format = absl::GetFlag(FLAGS_format);
@@ -84,19 +86,23 @@ int Run(int argc, char** argv) {
 
   const std::string shape = absl::GetFlag(FLAGS_shape);
   ModelConfig config;
-  if (shape == "stories15M") {
-    config = Stories15MShape();
-  } else if (shape == "stories110M") {
-    config = Stories110MShape();
-  } else if (shape == "llama3.2-1b") {
-    // GGUF's llama architecture rotates interleaved pairs and this writer
-    // stores no RoPE scaling: the same sizes and bytes, for benchmarks.
-    config = Llama32_1BShape();
+  if (shape != "custom") {
+    absl::StatusOr<ModelConfig> named = NamedShape(shape);
+    if (!named.ok()) return BadFlags(absl::StrCat(named.status().message(), ", or custom"));
+    config = *named;
+  }
+  if (config.rope_layout == RopeLayout::kHalfSplit && config.qk_norm == QkNorm::kNone) {
+    // GGUF's llama architecture (and llama2.c) rotate interleaved pairs,
+    // and neither file stores RoPE scaling: the same sizes and bytes, for
+    // benchmarks.
     config.rope_layout = RopeLayout::kInterleaved;
     config.rope_scaling = RopeScaling{};
-  } else if (shape != "custom") {
-    return BadFlags(absl::StrCat("--shape is '", shape,
-                                 "'; use stories15M, stories110M, llama3.2-1b or custom"));
+  }
+  if (format == "llama2c" && config.qk_norm != QkNorm::kNone) {
+    return BadFlags(absl::StrCat("a ", shape,
+                                 " model has q/k norms, which llama2.c checkpoints "
+                                 "cannot hold; use --format gguf (or tandem-convert for a hub "
+                                 "folder)"));
   }
   const SizeFlag sizes[] = {
       {"dim", absl::GetFlag(FLAGS_dim), &config.dim},
@@ -124,7 +130,7 @@ int Run(int argc, char** argv) {
     }
     if (config.n_kv_heads == 0) config.n_kv_heads = config.n_heads;
   }
-  config.shared_classifier = !absl::GetFlag(FLAGS_untied);
+  if (absl::GetFlag(FLAGS_untied)) config.shared_classifier = false;
   if (absl::Status s = config.Validate(); !s.ok()) {
     return BadFlags(absl::StrCat("impossible shape (", config.ToString(), "): ", s.message(),
                                  "; change the size flags"));

@@ -171,6 +171,13 @@ class Backend {
   virtual void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                        float eps) = 0;
 
+  // In place: each of the `heads` groups of `head_dim` values at the start
+  // of every row of x (rows `stride` apart) becomes group / rms(group) *
+  // weight, weight [head_dim] shared by the groups: the q/k norms (per head,
+  // or heads = 1 over a whole projection).
+  virtual void RmsNormHeads(float* x, int stride, const float* weight, int rows, int heads,
+                            int head_dim, float eps) = 0;
+
   // Rotates pairs of every head of q ([rows, n_heads * head_dim], row stride
   // q_stride) and k ([rows, n_kv_heads * head_dim], stride k_stride), pair i
   // by position * freq_i, using the precomputed `cos_sin` table

@@ -10,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/kvcache/kv_layout.h"
+#include "common/model/tensor_list.h"
 
 namespace tandem {
 namespace {
@@ -64,11 +65,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
                                                    " are supported (give fewer --kv_blocks)"));
   }
   const DType wtype = weights.dtype();
-  if (weights.config.attention_bias) {
-    for (const LayerWeights& l : weights.layers) {
-      if (l.bq.empty() || l.bk.empty() || l.bv.empty()) {
-        return absl::InvalidArgumentError("the config has attention biases but the weights do not");
-      }
+  if (weights.layers.size() != static_cast<size_t>(weights.config.n_layers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights from '", weights.source, "' have ", weights.layers.size(),
+                     " layers; the config says ", weights.config.n_layers));
+  }
+  for (const TensorSpec& spec : ModelTensors(weights.config)) {
+    if (TensorOf(weights, spec).numel != spec.numel()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights from '", weights.source, "' hold ", TensorOf(weights, spec).numel,
+                       " values for ", spec.ToString(), ", which the config (",
+                       weights.config.ToString(), ") gives ", spec.numel()));
     }
   }
   // Matrices may mix types (GGUF's Q4_K_M mixes Q4_K and Q6_K). A quantized
@@ -200,6 +207,11 @@ absl::Status Engine::Init(const ModelWeights& w) {
     layer.bqkv = nullptr;
     if (c.attention_bias) {
       ASSIGN_OR_RETURN(layer.bqkv, upload_f32({lw.bq, lw.bk, lw.bv}));
+    }
+    layer.q_norm = layer.k_norm = nullptr;
+    if (c.qk_norm != QkNorm::kNone) {
+      ASSIGN_OR_RETURN(layer.q_norm, upload_f32({lw.q_norm, lw.k_norm}));
+      layer.k_norm = layer.q_norm + lw.q_norm.numel;
     }
     ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}, q));
     ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
@@ -424,6 +436,14 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     float* q = qkv_;
     float* k = qkv_ + qd;
     float* v = qkv_ + qd + kv;
+    if (layer.q_norm != nullptr) {
+      const bool per_head = c.qk_norm == QkNorm::kPerHead;
+      const int hd = c.head_dim();
+      b.RmsNormHeads(q, qkv_stride, layer.q_norm, rows, per_head ? c.n_heads : 1,
+                     per_head ? hd : qd, c.norm_eps);
+      b.RmsNormHeads(k, qkv_stride, layer.k_norm, rows, per_head ? c.n_kv_heads : 1,
+                     per_head ? hd : kv, c.norm_eps);
+    }
     b.Rope(q, qkv_stride, k, qkv_stride, positions_, shape, rope_);
     b.WriteKv(k, qkv_stride, v, qkv_stride, rows_, l, layout_, cache_);
     // What follows a failure is garbage: no layer is handed on, and Step

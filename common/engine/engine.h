@@ -1,4 +1,4 @@
-// The inference engine: one forward pass of a Llama model over a mixed batch
+// The inference engine: one forward pass of a Llama-family model over a mixed batch
 // (decode tokens of some sequences and prefill chunks of others) against a
 // paged KV cache.
 //
@@ -177,9 +177,11 @@ class Engine final : public StepExecutor {
 
   struct Layer {
     const float* rms_att;
-    StackedMatrix wqkv;  // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
-    const float* bqkv;   // [q_dim + 2 kv_dim] biases, or null
-    StackedMatrix wo;    // [dim, q_dim]
+    StackedMatrix wqkv;   // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
+    const float* bqkv;    // [q_dim + 2 kv_dim] biases, or null
+    const float* q_norm;  // per-head [head_dim] or whole [q_dim] norm, or null
+    const float* k_norm;
+    StackedMatrix wo;  // [dim, q_dim]
     const float* rms_ffn;
     StackedMatrix w13;  // [2 hidden, dim]: gate rows, then up rows
     StackedMatrix w2;

@@ -15,15 +15,35 @@
 #include "common/base/status_macros.h"
 #include "common/model/gguf.h"
 #include "common/model/gguf_writer.h"
+#include "common/model/tensor_list.h"
 
 // Q and K are neither read nor written with a row permutation: llama.cpp's
-// converters already permute Hugging Face checkpoints so that GGUF's LLAMA
-// architecture rotates consecutive pairs, the RoPE of llama2.c checkpoints
-// and of this project.
+// converters permute Hugging Face checkpoints of the `llama` architecture so
+// that it rotates consecutive pairs (the RoPE of llama2.c checkpoints), and
+// keep the rows of `qwen2` and `qwen3` as the hub stores them, which those
+// architectures rotate in half-split pairs.
 namespace tandem {
 namespace {
 
-constexpr char kArchitecture[] = "llama";
+// The architectures read and written here, by their general.architecture.
+struct Architecture {
+  const char* name;
+  RopeLayout rope;
+  bool attention_bias;  // q/k/v biases
+  QkNorm qk_norm;
+};
+constexpr Architecture kArchitectures[] = {
+    {"llama", RopeLayout::kInterleaved, false, QkNorm::kNone},
+    {"qwen2", RopeLayout::kHalfSplit, true, QkNorm::kNone},
+    {"qwen3", RopeLayout::kHalfSplit, false, QkNorm::kPerHead},
+};
+
+const Architecture* FindArchitecture(std::string_view name) {
+  for (const Architecture& a : kArchitectures) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
 
 // Owns what the tensors of a loaded model point into.
 struct GgufModelStorage {
@@ -57,36 +77,62 @@ absl::StatusOr<float> GetFloat(const GgufFile& file, std::string_view key) {
   return *v;
 }
 
-absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
+absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file, const Architecture& arch) {
+  const std::string a = arch.name;
+  auto key = [&a](const char* field) { return absl::StrCat(a, ".", field); };
   ModelConfig c;
-  ASSIGN_OR_RETURN(c.seq_len, GetSize(file, "llama.context_length"));
-  ASSIGN_OR_RETURN(c.dim, GetSize(file, "llama.embedding_length"));
-  ASSIGN_OR_RETURN(c.n_layers, GetSize(file, "llama.block_count"));
-  ASSIGN_OR_RETURN(c.hidden_dim, GetSize(file, "llama.feed_forward_length"));
-  ASSIGN_OR_RETURN(c.n_heads, GetSize(file, "llama.attention.head_count"));
+  c.rope_layout = arch.rope;
+  c.attention_bias = arch.attention_bias;
+  c.qk_norm = arch.qk_norm;
+  ASSIGN_OR_RETURN(c.seq_len, GetSize(file, key("context_length")));
+  ASSIGN_OR_RETURN(c.dim, GetSize(file, key("embedding_length")));
+  ASSIGN_OR_RETURN(c.n_layers, GetSize(file, key("block_count")));
+  ASSIGN_OR_RETURN(c.hidden_dim, GetSize(file, key("feed_forward_length")));
+  ASSIGN_OR_RETURN(c.n_heads, GetSize(file, key("attention.head_count")));
   c.n_kv_heads = c.n_heads;  // llama.cpp's default when the key is absent
-  if (file.HasKey("llama.attention.head_count_kv")) {
-    ASSIGN_OR_RETURN(c.n_kv_heads, GetSize(file, "llama.attention.head_count_kv"));
+  if (file.HasKey(key("attention.head_count_kv"))) {
+    ASSIGN_OR_RETURN(c.n_kv_heads, GetSize(file, key("attention.head_count_kv")));
   }
-  if (file.HasKey("llama.rope.freq_base")) {
-    ASSIGN_OR_RETURN(c.rope_theta, GetFloat(file, "llama.rope.freq_base"));
+  if (file.HasKey(key("attention.key_length"))) {
+    ASSIGN_OR_RETURN(c.head_size, GetSize(file, key("attention.key_length")));
+    int value_length = c.head_size;
+    if (file.HasKey(key("attention.value_length"))) {
+      ASSIGN_OR_RETURN(value_length, GetSize(file, key("attention.value_length")));
+    }
+    if (value_length != c.head_size) {
+      return Invalid(file.path(), absl::StrCat("has ", key("attention.key_length"), " ",
+                                               c.head_size, " but value_length ", value_length,
+                                               "; keys and values of one width are supported"));
+    }
+    if (c.n_heads > 0 && int64_t{c.head_size} * c.n_heads == c.dim) c.head_size = 0;
   }
-  ASSIGN_OR_RETURN(c.norm_eps, GetFloat(file, "llama.attention.layer_norm_rms_epsilon"));
-  if (file.HasKey("llama.vocab_size")) {
-    ASSIGN_OR_RETURN(c.vocab_size, GetSize(file, "llama.vocab_size"));
+  if (file.HasKey(key("rope.freq_base"))) {
+    ASSIGN_OR_RETURN(c.rope_theta, GetFloat(file, key("rope.freq_base")));
+  }
+  ASSIGN_OR_RETURN(c.norm_eps, GetFloat(file, key("attention.layer_norm_rms_epsilon")));
+  if (file.HasKey(key("vocab_size"))) {
+    ASSIGN_OR_RETURN(c.vocab_size, GetSize(file, key("vocab_size")));
   } else if (const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
              embd != nullptr && embd->dims.size() == 2 &&
              embd->dims[1] <= std::numeric_limits<int>::max()) {
     c.vocab_size = static_cast<int>(embd->dims[1]);
   } else {
-    return Invalid(file.path(), "has neither llama.vocab_size nor a 2-D token_embd.weight");
+    return Invalid(file.path(),
+                   absl::StrCat("has neither ", key("vocab_size"), " nor a 2-D token_embd.weight"));
   }
   c.shared_classifier = file.FindTensor("output.weight") == nullptr;
   if (absl::Status s = c.Validate(); !s.ok()) {
-    return Invalid(file.path(), absl::StrCat("has impossible llama metadata: ", s.message()));
+    return Invalid(file.path(), absl::StrCat("has impossible ", a, " metadata: ", s.message()));
   }
-  if (file.HasKey("llama.rope.dimension_count")) {
-    ASSIGN_OR_RETURN(int rope_dims, GetSize(file, "llama.rope.dimension_count"));
+  for (const char* scaling : {"rope.scaling.type", "rope.scaling.factor"}) {
+    if (file.HasKey(key(scaling))) {
+      return Invalid(file.path(), absl::StrCat("has metadata '", key(scaling),
+                                               "'; RoPE scaling from GGUF is not supported (load "
+                                               "the Hugging Face folder instead)"));
+    }
+  }
+  if (file.HasKey(key("rope.dimension_count"))) {
+    ASSIGN_OR_RETURN(int rope_dims, GetSize(file, key("rope.dimension_count")));
     if (rope_dims != c.head_dim()) {
       return Invalid(file.path(),
                      absl::StrCat("rotates ", rope_dims, " of ", c.head_dim(),
@@ -96,7 +142,50 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file) {
   return c;
 }
 
-// The tensors of a llama model with their GGUF shapes (ne0 = input width) and
+// The GGUF name of a tensor (llama.cpp's names).
+std::string GgufName(const TensorSpec& spec) {
+  using R = TensorRole;
+  const std::string p = absl::StrCat("blk.", spec.layer, ".");
+  switch (spec.role) {
+    case R::kEmbedding:
+      return "token_embd.weight";
+    case R::kFinalNorm:
+      return "output_norm.weight";
+    case R::kClassifier:
+      return "output.weight";
+    case R::kAttnNorm:
+      return p + "attn_norm.weight";
+    case R::kWq:
+      return p + "attn_q.weight";
+    case R::kWk:
+      return p + "attn_k.weight";
+    case R::kWv:
+      return p + "attn_v.weight";
+    case R::kWo:
+      return p + "attn_output.weight";
+    case R::kBq:
+      return p + "attn_q.bias";
+    case R::kBk:
+      return p + "attn_k.bias";
+    case R::kBv:
+      return p + "attn_v.bias";
+    case R::kQNorm:
+      return p + "attn_q_norm.weight";
+    case R::kKNorm:
+      return p + "attn_k_norm.weight";
+    case R::kFfnNorm:
+      return p + "ffn_norm.weight";
+    case R::kGate:
+      return p + "ffn_gate.weight";
+    case R::kDown:
+      return p + "ffn_down.weight";
+    case R::kUp:
+      return p + "ffn_up.weight";
+  }
+  return "";
+}
+
+// The tensors of a model with their GGUF shapes (ne0 = input width) and
 // where their weights live in a ModelWeights (const or not).
 template <typename Weights>
 auto TensorTable(Weights& w) {
@@ -106,25 +195,11 @@ auto TensorTable(Weights& w) {
     std::vector<int64_t> dims;
     Span* span;
   };
-  const ModelConfig& c = w.config;
-  const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), v = c.vocab_size;
   std::vector<Row> rows;
-  rows.push_back({"token_embd.weight", {d, v}, &w.token_embedding});
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& layer = w.layers[l];
-    const std::string p = absl::StrCat("blk.", l, ".");
-    rows.push_back({p + "attn_norm.weight", {d}, &layer.rms_att});
-    rows.push_back({p + "attn_q.weight", {d, d}, &layer.wq});
-    rows.push_back({p + "attn_k.weight", {d, kv}, &layer.wk});
-    rows.push_back({p + "attn_v.weight", {d, kv}, &layer.wv});
-    rows.push_back({p + "attn_output.weight", {d, d}, &layer.wo});
-    rows.push_back({p + "ffn_norm.weight", {d}, &layer.rms_ffn});
-    rows.push_back({p + "ffn_gate.weight", {d, h}, &layer.w1});
-    rows.push_back({p + "ffn_down.weight", {h, d}, &layer.w2});
-    rows.push_back({p + "ffn_up.weight", {d, h}, &layer.w3});
+  for (const TensorSpec& spec : ModelTensors(w.config)) {
+    rows.push_back({GgufName(spec), std::vector<int64_t>(spec.shape.rbegin(), spec.shape.rend()),
+                    &TensorOf(w, spec)});
   }
-  rows.push_back({"output_norm.weight", {d}, &w.rms_final});
-  if (!c.shared_classifier) rows.push_back({"output.weight", {d, v}, &w.classifier});
   return rows;
 }
 
@@ -187,12 +262,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   }
   absl::StatusOr<std::string> architecture = file.GetString("general.architecture");
   if (!architecture.ok()) return AsInvalid(architecture.status());
-  if (*architecture != kArchitecture) {
-    return Invalid(path, absl::StrCat("has architecture '", *architecture, "'; only '",
-                                      kArchitecture, "' is supported"));
+  const Architecture* arch = FindArchitecture(*architecture);
+  if (arch == nullptr) {
+    return Invalid(path, absl::StrCat("has architecture '", *architecture,
+                                      "'; supported: llama, qwen2, qwen3"));
   }
   auto weights = std::make_unique<ModelWeights>();
-  ASSIGN_OR_RETURN(weights->config, ReadConfig(file));
+  ASSIGN_OR_RETURN(weights->config, ReadConfig(file, *arch));
   weights->source = path;
   weights->layers.resize(weights->config.n_layers);
   const auto table = TensorTable(*weights);
@@ -228,8 +304,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   // output if ignored, so they are refused rather than skipped.
   for (const GgufTensorInfo& t : file.tensors()) {
     if (expected.count(t.name) == 0) {
-      return Invalid(path, absl::StrCat("has tensor '", t.name,
-                                        "', which a llama model without extensions does not use"));
+      return Invalid(path, absl::StrCat("has tensor '", t.name, "', which a ", arch->name,
+                                        " model without extensions does not use"));
     }
   }
 
@@ -264,13 +340,20 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
                                                    w.layers.size(), " layers; the config says ",
                                                    c.n_layers));
   }
-  // What this writer's metadata cannot say would silently change the model.
-  if (c.rope_layout != RopeLayout::kInterleaved || c.attention_bias || c.head_size != 0 ||
-      c.rope_scaling.type != RopeScaling::Type::kNone) {
+  // The architecture that says this model; what its metadata cannot say
+  // would silently change the model.
+  const Architecture* arch = nullptr;
+  for (const Architecture& a : kArchitectures) {
+    if (a.rope == c.rope_layout && a.attention_bias == c.attention_bias && a.qk_norm == c.qk_norm) {
+      arch = &a;
+    }
+  }
+  if (arch == nullptr || c.rope_scaling.type != RopeScaling::Type::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights from '", w.source, "' (", c.ToString(),
-        ") need half-split RoPE, attention biases, an explicit head_dim or RoPE scaling, which "
-        "this GGUF writer does not write; keep them as a Hugging Face folder"));
+        ") match no GGUF architecture this writer writes (llama: interleaved RoPE; qwen2: "
+        "half-split RoPE with q/k/v biases; qwen3: half-split RoPE with per-head q/k norms; "
+        "none with RoPE scaling); keep them as a Hugging Face folder"));
   }
   const auto table = TensorTable(w);
   for (const auto& row : table) {
@@ -284,19 +367,25 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   const bool half = type != GgufTensorType::kF32;
   const bool bf16 = type == GgufTensorType::kBF16;
   GgufWriter writer;
-  writer.AddString("general.architecture", kArchitecture);
+  const std::string a = arch->name;
+  auto key = [&a](const char* field) { return absl::StrCat(a, ".", field); };
+  writer.AddString("general.architecture", a);
   // ALL_F32, MOSTLY_F16 or MOSTLY_BF16, as llama.cpp numbers them.
   writer.AddUint32("general.file_type", bf16 ? 32 : half ? 1 : 0);
-  writer.AddUint32("llama.context_length", c.seq_len);
-  writer.AddUint32("llama.embedding_length", c.dim);
-  writer.AddUint32("llama.block_count", c.n_layers);
-  writer.AddUint32("llama.feed_forward_length", c.hidden_dim);
-  writer.AddUint32("llama.attention.head_count", c.n_heads);
-  writer.AddUint32("llama.attention.head_count_kv", c.n_kv_heads);
-  writer.AddUint32("llama.rope.dimension_count", c.head_dim());
-  writer.AddFloat32("llama.rope.freq_base", c.rope_theta);
-  writer.AddFloat32("llama.attention.layer_norm_rms_epsilon", c.norm_eps);
-  writer.AddUint32("llama.vocab_size", c.vocab_size);
+  writer.AddUint32(key("context_length"), c.seq_len);
+  writer.AddUint32(key("embedding_length"), c.dim);
+  writer.AddUint32(key("block_count"), c.n_layers);
+  writer.AddUint32(key("feed_forward_length"), c.hidden_dim);
+  writer.AddUint32(key("attention.head_count"), c.n_heads);
+  writer.AddUint32(key("attention.head_count_kv"), c.n_kv_heads);
+  writer.AddUint32(key("rope.dimension_count"), c.head_dim());
+  if (c.head_size != 0) {
+    writer.AddUint32(key("attention.key_length"), c.head_dim());
+    writer.AddUint32(key("attention.value_length"), c.head_dim());
+  }
+  writer.AddFloat32(key("rope.freq_base"), c.rope_theta);
+  writer.AddFloat32(key("attention.layer_norm_rms_epsilon"), c.norm_eps);
+  writer.AddUint32(key("vocab_size"), c.vocab_size);
   if (vocab == nullptr) {
     // Weights only: llama.cpp requires the key and accepts "no_vocab".
     writer.AddString("tokenizer.ggml.model", "no_vocab");

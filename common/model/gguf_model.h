@@ -1,4 +1,5 @@
-// Llama-architecture models stored as GGUF v3 (tensors F32 or F16).
+// Models of the Llama family stored as GGUF v3: llama.cpp's `llama`,
+// `qwen2` and `qwen3` architectures.
 #ifndef TANDEM_COMMON_MODEL_GGUF_MODEL_H_
 #define TANDEM_COMMON_MODEL_GGUF_MODEL_H_
 
@@ -13,10 +14,12 @@
 
 namespace tandem {
 
-// Reads a GGUF v3 file with general.architecture = "llama" and its tensors
-// (token_embd, blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,
-// ffn_gate,ffn_down,ffn_up}, output_norm, optional output). F32 tensors are
-// used in place from the mapping; F16 tensors are widened to fp32.
+// Reads a GGUF v3 file with general.architecture "llama", "qwen2" or
+// "qwen3" and its tensors (token_embd, blk.N.{attn_norm,attn_q,attn_k,
+// attn_v,attn_output,ffn_norm,ffn_gate,ffn_down,ffn_up}, output_norm,
+// optional output; qwen2's attn_{q,k,v}.bias, qwen3's attn_{q,k}_norm).
+// Tensors keep their stored type, used in place from the mapping where
+// aligned.
 // INVALID_ARGUMENT naming the file and the problem for anything malformed.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
 // The same for a file already parsed; the weights keep its storage alive.
@@ -37,8 +40,11 @@ struct GgufVocab {
   int32_t unk_id = -1;
 };
 
-// Writes `weights` as a GGUF v3 llama model with the metadata llama.cpp
-// expects (context length, sizes, head counts, rope base, rms eps), and
+// Writes `weights` as a GGUF v3 model of the architecture that says it
+// (llama: interleaved RoPE; qwen2: half-split with q/k/v biases; qwen3:
+// half-split with per-head q/k norms; INVALID_ARGUMENT for any other, or
+// RoPE scaling) with the metadata llama.cpp expects (context length, sizes,
+// head counts, head width, rope base, rms eps), and
 // `vocab` when given (as many tokens as the model's vocabulary), else
 // "no_vocab".
 absl::Status WriteGgufModel(const ModelWeights& weights, const std::string& path,

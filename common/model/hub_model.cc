@@ -1,5 +1,6 @@
 #include "common/model/hub_model.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "common/model/ggml_types.h"
 #include "common/model/hub_fp8.h"
 #include "common/model/safetensors.h"
+#include "common/model/tensor_list.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -107,8 +109,51 @@ absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& fi
   return s;
 }
 
-// The tensors of a Llama-family hub checkpoint with their shapes, and where
-// each goes in a ModelWeights (const or not).
+// The name of a tensor in a hub checkpoint of the Llama family.
+std::string HubName(const TensorSpec& spec) {
+  using R = TensorRole;
+  const std::string p = absl::StrCat("model.layers.", spec.layer, ".");
+  switch (spec.role) {
+    case R::kEmbedding:
+      return "model.embed_tokens.weight";
+    case R::kFinalNorm:
+      return "model.norm.weight";
+    case R::kClassifier:
+      return "lm_head.weight";
+    case R::kAttnNorm:
+      return p + "input_layernorm.weight";
+    case R::kWq:
+      return p + "self_attn.q_proj.weight";
+    case R::kWk:
+      return p + "self_attn.k_proj.weight";
+    case R::kWv:
+      return p + "self_attn.v_proj.weight";
+    case R::kWo:
+      return p + "self_attn.o_proj.weight";
+    case R::kBq:
+      return p + "self_attn.q_proj.bias";
+    case R::kBk:
+      return p + "self_attn.k_proj.bias";
+    case R::kBv:
+      return p + "self_attn.v_proj.bias";
+    case R::kQNorm:
+      return p + "self_attn.q_norm.weight";
+    case R::kKNorm:
+      return p + "self_attn.k_norm.weight";
+    case R::kFfnNorm:
+      return p + "post_attention_layernorm.weight";
+    case R::kGate:
+      return p + "mlp.gate_proj.weight";
+    case R::kDown:
+      return p + "mlp.down_proj.weight";
+    case R::kUp:
+      return p + "mlp.up_proj.weight";
+  }
+  return "";
+}
+
+// The tensors of a hub checkpoint with their shapes, and where each goes in
+// a ModelWeights (const or not).
 template <typename Weights>
 auto TensorTable(Weights& w) {
   using T = std::conditional_t<std::is_const_v<Weights>, const Tensor, Tensor>;
@@ -116,33 +161,14 @@ auto TensorTable(Weights& w) {
     std::string name;
     std::vector<int64_t> shape;
     T* tensor;
-    bool rope_rows;  // q or k rows (permuted for half-split RoPE)
+    bool rope_rows;  // permuted for half-split RoPE
     int heads;       // for rope_rows: how many heads the rows hold
   };
-  const ModelConfig& c = w.config;
-  const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), q = c.q_dim(), v = c.vocab_size;
   std::vector<Row> rows;
-  rows.push_back({"model.embed_tokens.weight", {v, d}, &w.token_embedding, false, 0});
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& x = w.layers[l];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    rows.push_back({p + "input_layernorm.weight", {d}, &x.rms_att, false, 0});
-    rows.push_back({p + "self_attn.q_proj.weight", {q, d}, &x.wq, true, c.n_heads});
-    rows.push_back({p + "self_attn.k_proj.weight", {kv, d}, &x.wk, true, c.n_kv_heads});
-    rows.push_back({p + "self_attn.v_proj.weight", {kv, d}, &x.wv, false, 0});
-    if (c.attention_bias) {
-      rows.push_back({p + "self_attn.q_proj.bias", {q}, &x.bq, true, c.n_heads});
-      rows.push_back({p + "self_attn.k_proj.bias", {kv}, &x.bk, true, c.n_kv_heads});
-      rows.push_back({p + "self_attn.v_proj.bias", {kv}, &x.bv, false, 0});
-    }
-    rows.push_back({p + "self_attn.o_proj.weight", {d, q}, &x.wo, false, 0});
-    rows.push_back({p + "post_attention_layernorm.weight", {d}, &x.rms_ffn, false, 0});
-    rows.push_back({p + "mlp.gate_proj.weight", {h, d}, &x.w1, false, 0});
-    rows.push_back({p + "mlp.down_proj.weight", {d, h}, &x.w2, false, 0});
-    rows.push_back({p + "mlp.up_proj.weight", {h, d}, &x.w3, false, 0});
+  for (const TensorSpec& spec : ModelTensors(w.config)) {
+    rows.push_back({HubName(spec), spec.shape, &TensorOf(w, spec), spec.rope_rows(),
+                    spec.rope_heads(w.config)});
   }
-  rows.push_back({"model.norm.weight", {d}, &w.rms_final, false, 0});
-  if (!c.shared_classifier) rows.push_back({"lm_head.weight", {v, d}, &w.classifier, false, 0});
   return rows;
 }
 
@@ -167,6 +193,26 @@ struct HubConfigFile {
   HubQuantization quantization;
 };
 
+// The config.json fields of the architectures read here: what the loader
+// acts on, and what describes training or the Python runtime and changes
+// no output. Any other field is refused, naming it, rather than ignored.
+bool IsKnownField(const std::string& key) {
+  static const std::set<std::string, std::less<>> kKnown = {
+      // Acted on.
+      "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+      "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
+      "attention_bias", "mlp_bias", "hidden_act", "use_sliding_window", "sliding_window",
+      "max_window_layers", "layer_types", "quantization_config", "compression_config",
+      // Inert: token ids (generation_config.json and the tokenizer say them),
+      // the stored type (the tensors say it), training-only settings, and
+      // tensor-parallel slicing of the same products (pretraining_tp).
+      "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+      "transformers_version", "use_cache", "initializer_range", "attention_dropout",
+      "pretraining_tp", "_name_or_path"};
+  return kKnown.contains(key);
+}
+
 absl::StatusOr<HubConfigFile> ReadConfigFile(const std::string& dir) {
   const std::string file = (std::filesystem::path(dir) / "config.json").string();
   ASSIGN_OR_RETURN(Json j, ReadJson(file));
@@ -176,12 +222,29 @@ absl::StatusOr<HubConfigFile> ReadConfigFile(const std::string& dir) {
     arch = j["architectures"][0].get<std::string>();
   }
   const bool qwen2 = arch == "Qwen2ForCausalLM";
-  if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && !qwen2) {
+  const bool qwen3 = arch == "Qwen3ForCausalLM";
+  if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && !qwen2 && !qwen3) {
     return Invalid(file,
                    absl::StrCat("field 'architectures' is ",
                                 j.contains("architectures") ? j["architectures"].dump() : "missing",
                                 "; supported: [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"], "
-                                "[\"Qwen2ForCausalLM\"]"));
+                                "[\"Qwen2ForCausalLM\"], [\"Qwen3ForCausalLM\"]"));
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (!IsKnownField(key)) {
+      return Invalid(file, absl::StrCat("field '", key, "' (", value.dump().substr(0, 60),
+                                        ") is not one a ", arch,
+                                        " model is read with; remove it if it does not change "
+                                        "the model's outputs"));
+    }
+  }
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const Json& types = j["layer_types"];
+    if (!types.is_array() || !std::all_of(types.begin(), types.end(),
+                                          [](const Json& t) { return t == "full_attention"; })) {
+      return Invalid(file, absl::StrCat("field 'layer_types' is ", types.dump().substr(0, 80),
+                                        "; only full_attention layers are supported"));
+    }
   }
   if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
     return Invalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
@@ -204,13 +267,14 @@ absl::StatusOr<HubConfigFile> ReadConfigFile(const std::string& dir) {
   ASSIGN_OR_RETURN(c.norm_eps, FloatField(j, file, "rms_norm_eps", 1e-6f));
   ASSIGN_OR_RETURN(c.rope_theta, FloatField(j, file, "rope_theta", 10000.0f));
   ASSIGN_OR_RETURN(c.shared_classifier, BoolField(j, file, "tie_word_embeddings", false));
-  // Qwen 2 always has q/k/v biases; Llama says so with attention_bias.
+  // Qwen 2 always has q/k/v biases; Llama and Qwen3 say so with attention_bias.
   ASSIGN_OR_RETURN(c.attention_bias, BoolField(j, file, "attention_bias", qwen2));
+  if (qwen3) c.qk_norm = QkNorm::kPerHead;
   ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(j, file));
   c.rope_layout = RopeLayout::kHalfSplit;
 
   // Full attention equals sliding-window attention up to the window.
-  ASSIGN_OR_RETURN(bool sliding, BoolField(j, file, "use_sliding_window", !qwen2));
+  ASSIGN_OR_RETURN(bool sliding, BoolField(j, file, "use_sliding_window", !qwen2 && !qwen3));
   ASSIGN_OR_RETURN(int window,
                    IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
   if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
@@ -416,9 +480,22 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   }
   RETURN_IF_ERROR(writer.WriteFolder(dir, options.max_shard_bytes));
 
+  if (c.qk_norm == QkNorm::kWhole) {
+    return absl::InvalidArgumentError(
+        "a whole-projection q/k norm belongs to no architecture this writer writes");
+  }
+  // Qwen 2 is Llama with q/k/v biases; Qwen3 has per-head q/k norms (and
+  // biases only when attention_bias says so).
+  const bool qwen3 = c.qk_norm == QkNorm::kPerHead;
+  const bool qwen2 = !qwen3 && c.attention_bias;
   Json config = {
-      {"architectures", {c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", c.attention_bias ? "qwen2" : "llama"},
+      {"architectures",
+       {qwen3   ? "Qwen3ForCausalLM"
+        : qwen2 ? "Qwen2ForCausalLM"
+                : "LlamaForCausalLM"}},
+      {"model_type", qwen3   ? "qwen3"
+                     : qwen2 ? "qwen2"
+                             : "llama"},
       {"hidden_size", c.dim},
       {"intermediate_size", c.hidden_dim},
       {"num_hidden_layers", c.n_layers},
@@ -435,7 +512,7 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
                       : options.dtype == DType::kBF16 ? "bfloat16"
                                                       : "float16"},
   };
-  if (!c.attention_bias) config["attention_bias"] = false;
+  if (!qwen2) config["attention_bias"] = c.attention_bias;
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScaling::Type::kLinear) {
     config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", ShortestDecimal(s.factor)}};

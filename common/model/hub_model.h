@@ -1,6 +1,6 @@
 // Hugging Face model folders: config.json, generation_config.json and the
 // weights in safetensors (one file or shards), for the Llama family
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
 //
 // Weights are memory-mapped and used in their stored type (f32, f16 or bf16)
 // without a copy. FP8 checkpoints in the compressed-tensors layout (see

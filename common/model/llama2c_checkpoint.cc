@@ -120,6 +120,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ParseLlama2cCheckpoint(
 
 absl::Status WriteLlama2cCheckpoint(const ModelWeights& w, const std::string& path) {
   RETURN_IF_ERROR(w.config.Validate());
+  const ModelConfig& cfg = w.config;
+  if (cfg.attention_bias || cfg.qk_norm != QkNorm::kNone || cfg.head_size != 0 ||
+      cfg.rope_layout != RopeLayout::kInterleaved ||
+      cfg.rope_scaling.type != RopeScaling::Type::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights from '", w.source, "' (", cfg.ToString(),
+        ") need what a llama2.c checkpoint cannot say (biases, q/k norms, an explicit head_dim, "
+        "half-split RoPE or RoPE scaling); write GGUF or a Hugging Face folder"));
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write '", path, "'"));
   const ModelConfig& c = w.config;

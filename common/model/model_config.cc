@@ -39,8 +39,11 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
 
 int64_t ModelConfig::NumParameters() const {
   const int64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), v = vocab_size;
+  const int64_t qk_norms = qk_norm == QkNorm::kPerHead ? 2 * int64_t{head_dim()}
+                           : qk_norm == QkNorm::kWhole ? q + kv
+                                                       : 0;
   const int64_t per_layer =
-      2 * d + 2 * q * d + 2 * kv * d + 3 * d * h + (attention_bias ? q + 2 * kv : 0);
+      2 * d + 2 * q * d + 2 * kv * d + 3 * d * h + (attention_bias ? q + 2 * kv : 0) + qk_norms;
   return v * d * (shared_classifier ? 1 : 2) + n_layers * per_layer + d;
 }
 
@@ -98,9 +101,12 @@ absl::Status ModelConfig::Validate() const {
 std::string ModelConfig::ToString() const {
   return absl::StrFormat(
       "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d vocab=%d seq_len=%d "
-      "theta=%g eps=%g %s%s%s%s",
+      "theta=%g eps=%g %s%s%s%s%s",
       dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim(), vocab_size, seq_len, rope_theta,
       norm_eps, shared_classifier ? "tied" : "untied", attention_bias ? " qkv-bias" : "",
+      qk_norm == QkNorm::kPerHead ? " qk-norm"
+      : qk_norm == QkNorm::kWhole ? " qk-norm-whole"
+                                  : "",
       rope_layout == RopeLayout::kHalfSplit ? " rope-half-split" : "",
       rope_scaling.type == RopeScaling::Type::kLlama3   ? " rope-llama3"
       : rope_scaling.type == RopeScaling::Type::kLinear ? " rope-linear"

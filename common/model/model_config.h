@@ -1,4 +1,5 @@
-// The shape of a Llama-family model.
+// The shape of a decoder-only transformer of the Llama family (Llama,
+// Mistral, Qwen 2 and 3).
 #ifndef TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
 #define TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
 
@@ -14,6 +15,11 @@ namespace tandem {
 // consecutive pairs (2i, 2i+1); Hugging Face checkpoints store the q/k
 // projection rows so that dimension i pairs with i + head_dim/2.
 enum class RopeLayout : uint8_t { kInterleaved, kHalfSplit };
+
+// RMSNorm of the queries and keys after their projections, before RoPE:
+// per head with one weight vector of head_dim shared by the heads (Qwen3),
+// or over the whole projection (OLMoE).
+enum class QkNorm : uint8_t { kNone, kPerHead, kWhole };
 
 // Frequency scaling of RoPE (config.json "rope_scaling").
 struct RopeScaling {
@@ -44,6 +50,7 @@ struct ModelConfig {
   // dim 5120 and 32 heads); 0 means dim / n_heads.
   int head_size = 0;
   bool attention_bias = false;  // q, k and v projections have biases (Qwen 2)
+  QkNorm qk_norm = QkNorm::kNone;
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   RopeScaling rope_scaling = RopeScaling{};
 

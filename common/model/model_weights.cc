@@ -13,6 +13,7 @@
 #include "common/model/gguf_model.h"
 #include "common/model/hub_model.h"
 #include "common/model/llama2c_checkpoint.h"
+#include "common/model/tensor_list.h"
 
 namespace tandem {
 
@@ -50,6 +51,7 @@ std::string ModelWeights::Fingerprint() const {
                           c.head_dim(),
                           c.shared_classifier,
                           c.attention_bias,
+                          static_cast<int32_t>(c.qk_norm),
                           static_cast<int32_t>(c.rope_layout),
                           static_cast<int32_t>(r.type),
                           r.original_max_position};
@@ -62,15 +64,7 @@ std::string ModelWeights::Fingerprint() const {
     XXH3_64bits_update(state, &type, 1);
     if (t.numel > 0) XXH3_64bits_update(state, t.data, t.size_bytes());
   };
-  add(token_embedding);
-  for (const LayerWeights& l : layers) {
-    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2, &l.w3,
-                            &l.bq, &l.bk, &l.bv}) {
-      add(*t);
-    }
-  }
-  add(rms_final);
-  if (!config.shared_classifier) add(classifier);
+  for (const TensorSpec& spec : ModelTensors(config)) add(TensorOf(*this, spec));
   const uint64_t h = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return absl::StrFormat("%016x", h);

@@ -1,4 +1,4 @@
-// Weights of a Llama-family model, as views into storage the object keeps
+// Weights of a model of the Llama family, as views into storage the object keeps
 // alive (a file mapping, or memory it owns), each tensor in the type it was
 // stored in (f32, f16, bf16 or a GGUF quantized type): a bf16 checkpoint is
 // never widened, a Q4_K tensor stays Q4_K. A matrix's rows are whole blocks.
@@ -58,6 +58,10 @@ struct LayerWeights {
   Tensor bq;  // [q_dim]
   Tensor bk;  // [kv_dim]
   Tensor bv;  // [kv_dim]
+  // Present only with config.qk_norm: [head_dim] per head, or [q_dim] and
+  // [kv_dim] over the whole projections.
+  Tensor q_norm;
+  Tensor k_norm;
 };
 
 struct ModelWeights {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "common/model/ggml_types.h"
+#include "common/model/tensor_list.h"
 
 namespace tandem {
 namespace {
@@ -38,11 +39,9 @@ class SplitMix64 {
 absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConfig& config,
                                                                  uint64_t seed, DType dtype) {
   RETURN_IF_ERROR(config.Validate());
-  const int64_t d = config.dim, h = config.hidden_dim, kv = config.kv_dim(), q = config.q_dim();
-  const int64_t v = config.vocab_size, L = config.n_layers;
-  const int64_t matrices =
-      v * d * (config.shared_classifier ? 1 : 2) + L * (2 * q * d + 2 * kv * d + 3 * d * h);
-  const int64_t vectors = L * (2 * d + (config.attention_bias ? q + 2 * kv : 0)) + d;
+  const std::vector<TensorSpec> specs = ModelTensors(config);
+  int64_t matrices = 0, vectors = 0;
+  for (const TensorSpec& spec : specs) (spec.is_matrix() ? matrices : vectors) += spec.numel();
   const size_t element = DTypeSize(dtype);
   // Matrices first (in `dtype`), then the fp32 vectors, 8-byte aligned.
   const size_t vector_start = (static_cast<size_t>(matrices) * element + 7) / 8 * 8;
@@ -80,26 +79,26 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
   auto weights = std::make_unique<ModelWeights>();
   weights->config = config;
   weights->source = "synthetic";
-  weights->token_embedding = matrix(v, d);
-  weights->layers.resize(L);
-  for (LayerWeights& layer : weights->layers) {
-    layer.rms_att = vector(d, 1.0f, 0.1f);
-    layer.wq = matrix(q, d);
-    layer.wk = matrix(kv, d);
-    layer.wv = matrix(kv, d);
-    layer.wo = matrix(d, q);
-    layer.rms_ffn = vector(d, 1.0f, 0.1f);
-    layer.w1 = matrix(h, d);
-    layer.w2 = matrix(d, h);
-    layer.w3 = matrix(h, d);
-    if (config.attention_bias) {
-      layer.bq = vector(q, 0.0f, 0.5f);
-      layer.bk = vector(kv, 0.0f, 0.5f);
-      layer.bv = vector(kv, 0.0f, 0.5f);
+  weights->layers.resize(config.n_layers);
+  for (const TensorSpec& spec : specs) {
+    Tensor& t = TensorOf(*weights, spec);
+    switch (spec.role) {
+      case TensorRole::kBq:
+      case TensorRole::kBk:
+      case TensorRole::kBv:
+        t = vector(spec.numel(), 0.0f, 0.5f);
+        break;
+      case TensorRole::kQNorm:
+      case TensorRole::kKNorm:
+        // Far from 1, so that a norm applied to the wrong dimensions shows.
+        t = vector(spec.numel(), 1.0f, 0.5f);
+        break;
+      default:
+        t = spec.is_matrix() ? matrix(spec.shape[0], spec.shape[1])
+                             : vector(spec.numel(), 1.0f, 0.1f);
     }
   }
-  weights->rms_final = vector(d, 1.0f, 0.1f);
-  weights->classifier = config.shared_classifier ? weights->token_embedding : matrix(v, d);
+  if (config.shared_classifier) weights->classifier = weights->token_embedding;
   weights->storage = std::move(storage);
   return weights;
 }
@@ -161,6 +160,67 @@ ModelConfig Llama3_70BShape() {
   c.n_heads = 64;
   c.n_kv_heads = 8;
   return c;
+}
+
+ModelConfig Qwen3_0_6BShape() {
+  return ModelConfig{.dim = 1024,
+                     .hidden_dim = 3072,
+                     .n_layers = 28,
+                     .n_heads = 16,
+                     .n_kv_heads = 8,
+                     .vocab_size = 151936,
+                     .seq_len = 40960,
+                     .rope_theta = 1000000.0f,
+                     .norm_eps = 1e-6f,
+                     .head_size = 128,
+                     .qk_norm = QkNorm::kPerHead,
+                     .rope_layout = RopeLayout::kHalfSplit};
+}
+
+ModelConfig Qwen3SmallShape() {
+  return ModelConfig{.dim = 64,
+                     .hidden_dim = 96,
+                     .n_layers = 2,
+                     .n_heads = 4,
+                     .n_kv_heads = 2,
+                     .vocab_size = 512,
+                     .seq_len = 256,
+                     .rope_theta = 1000000.0f,
+                     .norm_eps = 1e-6f,
+                     .shared_classifier = false,
+                     .head_size = 32,
+                     .qk_norm = QkNorm::kPerHead,
+                     .rope_layout = RopeLayout::kHalfSplit};
+}
+
+namespace {
+
+struct NamedShapeEntry {
+  const char* name;
+  ModelConfig (*make)();
+};
+constexpr NamedShapeEntry kNamedShapes[] = {
+    {"stories15M", Stories15MShape},  {"stories110M", Stories110MShape},
+    {"llama3.2-1b", Llama32_1BShape}, {"llama3-8b", Llama3_8BShape},
+    {"llama3-70b", Llama3_70BShape},  {"qwen3-small", Qwen3SmallShape},
+    {"qwen3-0.6b", Qwen3_0_6BShape},
+};
+
+}  // namespace
+
+std::string NamedShapeList() {
+  std::string out;
+  for (const NamedShapeEntry& e : kNamedShapes)
+    absl::StrAppend(&out, out.empty() ? "" : ", ", e.name);
+  return out;
+}
+
+absl::StatusOr<ModelConfig> NamedShape(std::string_view name) {
+  for (const NamedShapeEntry& e : kNamedShapes) {
+    if (name == e.name) return e.make();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("no model shape is called '", std::string(name),
+                                                 "'; use one of ", NamedShapeList()));
 }
 
 absl::StatusOr<std::string> SyntheticTokenizerBytes(int vocab_size) {

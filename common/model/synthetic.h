@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
@@ -38,6 +39,18 @@ ModelConfig Llama32_1BShape();
 ModelConfig Llama3_8BShape();
 // Llama-3-70B's shape, for the simulator's planning (80 layers, GQA 64/8).
 ModelConfig Llama3_70BShape();
+// Qwen3-0.6B's shape: per-head q/k norms, head_dim 128 beside a width of
+// 1024, tied classifier, 151936-token vocabulary; context 40960.
+ModelConfig Qwen3_0_6BShape();
+// A tiny Qwen3 for tests: q_dim (128) above the width (64), GQA 4/2,
+// untied, 512 tokens.
+ModelConfig Qwen3SmallShape();
+
+// The shapes above by name ("stories15M", "llama3-8b", "qwen3-0.6b", ...);
+// INVALID_ARGUMENT listing the names for another.
+absl::StatusOr<ModelConfig> NamedShape(std::string_view name);
+// The names NamedShape knows, comma-separated, for help texts.
+std::string NamedShapeList();
 
 }  // namespace tandem
 

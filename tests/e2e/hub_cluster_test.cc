@@ -1,14 +1,15 @@
 // A cluster serving a Hugging Face folder: stories260K converted to bf16
-// safetensors and tokenizer.json, loaded by every worker and by the router
-// (its tokenizer) from the folder alone. Tokens through the cluster equal
-// the single-process engine's on the same folder, the KV cache travels as
-// bf16 (half the bytes of f32), and the workers report one identity.
+// safetensors and tokenizer.json (and a synthetic Qwen3 folder), loaded by every worker and by the
+// router (its tokenizer) from the folder alone. Tokens through the cluster equal the single-process
+// engine's on the same folder, the KV cache travels as bf16 (half the bytes of f32), and the
+// workers report one identity.
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/base/logging.h"
+#include "common/model/synthetic.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +109,42 @@ TEST(HubClusterTest, Int8KvServesTheInProcessTokensAndShipsBytesWithScales) {
   ASSERT_OK_AND_ASSIGN(v1::WorkerStats decode, (*cluster)->Stats((*cluster)->decode(0)));
   EXPECT_EQ(decode.kv_dtype(), "int8");
   EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+}
+
+// A Qwen3 folder (per-head q/k norms, head_dim 32 beside a width of 64)
+// on both pools: a disaggregated run and a colocated one give the
+// single-process engine's tokens, the KV that crosses is 2 layers x blocks
+// x (K and V of 16 slots x 2 KV heads x 32 dims x 2 bytes), and the
+// workers agree on one identity.
+TEST(HubClusterTest, Qwen3FolderGivesTheSameTokensDisaggregatedAndColocated) {
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  const std::string dir =
+      WriteSyntheticHubFolder("qwen3-small-bf16", Qwen3SmallShape(), DType::kBF16);
+  for (int prefill : {1, 0}) {
+    SCOPED_TRACE(prefill == 1 ? "disaggregated" : "colocated");
+    auto cluster =
+        Cluster::Start({.prefill = prefill, .decode = 1, .model = dir, .tokenizer = dir});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    for (const char* prompt : {kLongPrompt, kOtherLongPrompt}) {
+      const std::vector<int32_t> want = LocalGreedy(dir, prompt, 40);
+      std::optional<v1::WorkerStats> before;
+      if (prefill > 0) {
+        ASSERT_OK_AND_ASSIGN(before, (*cluster)->Stats((*cluster)->prefill(0)));
+      }
+      const Completion got = RunGenerate((*cluster)->router(), TextRequest(prompt, 40));
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << (*cluster)->Logs();
+      EXPECT_EQ(got.tokens, want) << prompt;
+      EXPECT_EQ(got.finished.disaggregated(), prefill > 0) << (*cluster)->Logs();
+      if (prefill == 0) continue;
+      ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, (*cluster)->Stats((*cluster)->prefill(0)));
+      ASSERT_OK_AND_ASSIGN(v1::WorkerStats decode, (*cluster)->Stats((*cluster)->decode(0)));
+      EXPECT_EQ(after.weights_fingerprint(), decode.weights_fingerprint());
+      const int64_t blocks = (got.finished.usage().prompt_tokens() + 15) / 16;
+      EXPECT_EQ(static_cast<int64_t>(after.kv_transfer_bytes() - before->kv_transfer_bytes()),
+                2 * blocks * (2 * 16 * 64 * 2));
+    }
+    EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+  }
 }
 
 }  // namespace

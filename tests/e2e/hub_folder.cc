@@ -8,27 +8,44 @@
 #include "common/engine/engine.h"
 #include "common/engine/generate.h"
 #include "common/model/model_weights.h"
+#include "common/model/synthetic.h"
 #include "common/tokenizer/hf_tokenizer_writer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/testing/model_files.h"
 
 namespace tandem::testing {
 
-std::string WriteStoriesHubFolder(const std::string& name, DType dtype) {
+namespace {
+
+std::string WriteHubFolder(const std::string& name, const ModelWeights& weights, DType dtype) {
   const std::string dir = TempDir() + "/" + name;
-  auto weights = LoadModel(ModelFile("stories260K.bin"));
-  CHECK_OK(weights.status());
   auto tokenizer = LoadTokenizer(ModelFile("tok512.bin"));
   CHECK_OK(tokenizer.status());
   HubWriteOptions options;
   options.dtype = dtype;
   options.bos_id = (*tokenizer)->bos_id();
   options.eos_ids = (*tokenizer)->eos_ids();
-  CHECK_OK(WriteHubModel(**weights, dir, options));
+  CHECK_OK(WriteHubModel(weights, dir, options));
   auto vocab = SpmVocabularyOf(**tokenizer);
   CHECK_OK(vocab.status());
   CHECK_OK(WriteHfTokenizer(*vocab, dir));
   return dir;
+}
+
+}  // namespace
+
+std::string WriteStoriesHubFolder(const std::string& name, DType dtype) {
+  auto weights = LoadModel(ModelFile("stories260K.bin"));
+  CHECK_OK(weights.status());
+  return WriteHubFolder(name, **weights, dtype);
+}
+
+std::string WriteSyntheticHubFolder(const std::string& name, const ModelConfig& config,
+                                    DType dtype) {
+  CHECK(config.vocab_size == 512) << "tok512.bin has 512 tokens";
+  auto weights = MakeSyntheticModel(config, 3);
+  CHECK_OK(weights.status());
+  return WriteHubFolder(name, **weights, dtype);
 }
 
 std::vector<int32_t> LocalGreedyTokens(const std::string& dir, const std::vector<int32_t>& prompt,

@@ -19,6 +19,13 @@ namespace tandem::testing {
 // missing (check with TANDEM_MODEL_FILE_OR_SKIP first).
 std::string WriteStoriesHubFolder(const std::string& name, DType dtype);
 
+// Synthetic weights of `config` (seed 3; its vocabulary must be 512) with
+// tok512.bin's tokenizer as a hub folder of `dtype` named `name` under
+// TempDir(), for architectures no real fixture has. Dies when the
+// tokenizer fixture is missing.
+std::string WriteSyntheticHubFolder(const std::string& name, const ModelConfig& config,
+                                    DType dtype);
+
 // The single-process engine's greedy continuation of `prompt` (token ids,
 // used as given) on the folder `dir`, ending at its EOS ids, with a KV
 // cache of `kv_dtype` (unset: the weights' type).

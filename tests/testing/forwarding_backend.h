@@ -49,6 +49,10 @@ class ForwardingBackend : public Backend {
   void RmsNorm(const float* x, const float* w, float* out, int rows, int dim, float eps) override {
     inner_->RmsNorm(x, w, out, rows, dim, eps);
   }
+  void RmsNormHeads(float* x, int stride, const float* w, int rows, int heads, int head_dim,
+                    float eps) override {
+    inner_->RmsNormHeads(x, stride, w, rows, heads, head_dim, eps);
+  }
   void Rope(float* q, int qs, float* k, int ks, std::span<const int32_t> positions,
             const AttentionShape& shape, const float* cos_sin) override {
     inner_->Rope(q, qs, k, ks, positions, shape, cos_sin);

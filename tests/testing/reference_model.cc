@@ -30,6 +30,18 @@ Vec RmsNorm(const Vec& x, const Tensor& weight, double eps) {
   return y;
 }
 
+// RMSNorm of each group of weight.size() values of x (per head, or one
+// group over the whole projection).
+Vec NormGroups(const Vec& x, const Tensor& weight, double eps) {
+  const size_t n = weight.size();
+  Vec y;
+  for (size_t at = 0; at < x.size(); at += n) {
+    const Vec part = RmsNorm(Vec(x.begin() + at, x.begin() + at + n), weight, eps);
+    y.insert(y.end(), part.begin(), part.end());
+  }
+  return y;
+}
+
 // Frequency of pair i: theta^(-2i/head_dim), then Meta's llama3 scaling
 // (long wavelengths slowed by `factor`, short ones kept, the band between
 // interpolated) or linear scaling (all slowed by `factor`).
@@ -85,6 +97,10 @@ std::vector<std::vector<double>> ReferenceLogits(const ModelWeights& weights,
       Vec q = MatVec(w.wq, xb, q_dim, w.bq);
       Vec k = MatVec(w.wk, xb, kv_dim, w.bk);
       const Vec v = MatVec(w.wv, xb, kv_dim, w.bv);
+      if (c.qk_norm != QkNorm::kNone) {
+        q = NormGroups(q, w.q_norm, c.norm_eps);
+        k = NormGroups(k, w.k_norm, c.norm_eps);
+      }
       Rope(q, c, static_cast<int>(pos));
       Rope(k, c, static_cast<int>(pos));
       keys[l].push_back(k);

@@ -12,6 +12,7 @@
 #include "common/base/logging.h"
 #include "common/compute/backend_choice.h"
 #include "common/engine/sampler.h"
+#include "common/model/tensor_list.h"
 
 namespace tandem::engine_bench {
 
@@ -21,13 +22,13 @@ WeightCount DecodeWeights(const ModelWeights& w) {
     count.bytes += t.size_bytes();
     count.params += t.numel;
   };
-  for (const LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.rms_att, &l.wq, &l.wk, &l.wv, &l.wo, &l.rms_ffn, &l.w1, &l.w2, &l.w3,
-                            &l.bq, &l.bk, &l.bv}) {
-      add(*t);
+  // A decode step reads every tensor but the embedding (a few rows of it),
+  // and the classifier whether tied to the embedding or not.
+  for (const TensorSpec& spec : ModelTensors(w.config)) {
+    if (spec.role != TensorRole::kEmbedding && spec.role != TensorRole::kClassifier) {
+      add(TensorOf(w, spec));
     }
   }
-  add(w.rms_final);
   add(w.classifier);
   return count;
 }

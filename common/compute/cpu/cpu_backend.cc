@@ -333,6 +333,16 @@ void CpuBackend::RmsNorm(const float* x, const float* weight, float* out, int ro
   }
 }
 
+void CpuBackend::RmsNormHeads(float* x, int stride, const float* weight, int rows, int heads,
+                              int head_dim, float eps) {
+  const int64_t groups = int64_t{rows} * heads;
+#pragma omp parallel for num_threads(num_threads_) if (groups * head_dim > kParallelThreshold)
+  for (int64_t g = 0; g < groups; ++g) {
+    float* group = x + g / heads * stride + g % heads * head_dim;
+    cpu::RmsNormRow(group, weight, group, head_dim, eps);  // reads all before it writes
+  }
+}
+
 void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                       std::span<const int32_t> positions, const AttentionShape& shape,
                       const float* cos_sin) {

@@ -443,6 +443,12 @@ void CudaBackend::RmsNorm(const float* x, const float* weight, float* out, int r
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchRmsNorm(x, weight, out, rows, dim, eps)));
 }
 
+void CudaBackend::RmsNormHeads(float* x, int stride, const float* weight, int rows, int heads,
+                               int head_dim, float eps) {
+  if (!Begin("RmsNormHeads")) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchRmsNormHeads(x, stride, weight, rows, heads, head_dim, eps)));
+}
+
 void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                        std::span<const int32_t> positions, const AttentionShape& shape,
                        const float* cos_sin) {

@@ -111,6 +111,8 @@ class CudaBackend final : public Backend {
   void AddBias(float* x, int stride, const float* bias, int rows, int n) override;
   void RmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                float eps) override;
+  void RmsNormHeads(float* x, int stride, const float* weight, int rows, int heads, int head_dim,
+                    float eps) override;
   void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
             const AttentionShape& shape, const float* cos_sin) override;
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;

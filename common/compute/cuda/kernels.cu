@@ -76,11 +76,16 @@ __global__ void EmbedKernel(const T* table, const int32_t* ids, int dim, float* 
 
 constexpr int kNormThreads = 256;
 
-__global__ void RmsNormKernel(const float* x, const float* weight, float* out, int dim, float eps) {
+// One block per group of `dim` values: block b normalises group b % heads
+// of row b / heads (rows x_stride / out_stride apart). In place is safe:
+// each thread writes only what it read after the block's sum.
+__global__ void RmsNormKernel(const float* x, int x_stride, const float* weight, float* out,
+                              int out_stride, int heads, int dim, float eps) {
   __shared__ float partial[kNormThreads / kWarp];
   __shared__ float scale;
-  const int r = blockIdx.x;
-  const float* row = x + static_cast<size_t>(r) * dim;
+  const int r = blockIdx.x / heads;
+  const int g = blockIdx.x % heads;
+  const float* row = x + static_cast<size_t>(r) * x_stride + static_cast<size_t>(g) * dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
   ss = WarpSum(ss);
@@ -93,7 +98,7 @@ __global__ void RmsNormKernel(const float* x, const float* weight, float* out, i
   }
   __syncthreads();
   const float s = scale;
-  float* dst = out + static_cast<size_t>(r) * dim;
+  float* dst = out + static_cast<size_t>(r) * out_stride + static_cast<size_t>(g) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = weight[i] * (s * row[i]);
 }
 
@@ -275,7 +280,19 @@ cudaError_t LaunchEmbed(const void* table, DType dtype, const int32_t* ids, int 
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                           float eps) {
   if (rows <= 0) return cudaSuccess;
-  RmsNormKernel<<<rows, kNormThreads>>>(x, weight, out, dim, eps);
+  RmsNormKernel<<<rows, kNormThreads>>>(x, dim, weight, out, dim, 1, dim, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNormHeads(float* x, int stride, const float* weight, int rows, int heads,
+                               int head_dim, float eps) {
+  if (rows <= 0 || heads <= 0) return cudaSuccess;
+  const int64_t blocks = int64_t{rows} * heads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  // A head of 64 or 128 values leaves most of 256 threads idle.
+  const int threads = head_dim <= 128 ? 128 : kNormThreads;
+  RmsNormKernel<<<static_cast<unsigned>(blocks), threads>>>(x, stride, weight, x, stride, heads,
+                                                            head_dim, eps);
   return cudaGetLastError();
 }
 

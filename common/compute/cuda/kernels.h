@@ -53,6 +53,10 @@ cudaError_t LaunchEmbed(const void* table, DType dtype, const int32_t* ids, int 
                         float* out);
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* out, int rows, int dim,
                           float eps);
+// In place over `heads` groups of head_dim values per row, rows `stride`
+// apart (Backend::RmsNormHeads).
+cudaError_t LaunchRmsNormHeads(float* x, int stride, const float* weight, int rows, int heads,
+                               int head_dim, float eps);
 cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
                        int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
                        bool half_split);

@@ -152,6 +152,38 @@ TEST_P(CpuBackendTest, RmsNormMatchesNaive) {
   }
 }
 
+// The q/k norms: groups of head_dim values inside rows of a wider stride,
+// normalised in place; what lies between the rows' groups is untouched.
+TEST_P(CpuBackendTest, RmsNormHeadsNormalisesEachGroupInPlace) {
+  const struct {
+    int rows, heads, head_dim, stride;
+  } cases[] = {{1, 1, 8, 8}, {3, 4, 16, 80}, {7, 2, 128, 300}, {2, 1, 96, 96}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " heads=" << c.heads
+                                      << " head_dim=" << c.head_dim << " stride=" << c.stride);
+    const std::vector<float> x = RandomFloats(size_t(c.rows) * c.stride, -2, 2, rng_);
+    const std::vector<float> weight = RandomFloats(c.head_dim, 0.5f, 1.5f, rng_);
+    std::vector<float> y = x;
+    backend_->RmsNormHeads(y.data(), c.stride, weight.data(), c.rows, c.heads, c.head_dim, 1e-6f);
+    WorstError worst;
+    for (int r = 0; r < c.rows; ++r) {
+      for (int at = 0; at < c.stride; ++at) {
+        const size_t i = size_t(r) * c.stride + at;
+        if (at >= c.heads * c.head_dim) {
+          EXPECT_EQ(y[i], x[i]) << "outside the groups, at " << at;
+          continue;
+        }
+        const float* g = x.data() + size_t(r) * c.stride + at / c.head_dim * c.head_dim;
+        double ss = 0.0;
+        for (int j = 0; j < c.head_dim; ++j) ss += double{g[j]} * g[j];
+        const double exact = x[i] / std::sqrt(ss / c.head_dim + 1e-6) * weight[at % c.head_dim];
+        worst.Add(std::abs(y[i] - exact) / std::abs(exact));
+      }
+    }
+    EXPECT_LE(worst.value, 1e-5);
+  }
+}
+
 TEST_P(CpuBackendTest, SwiGluMatchesNaive) {
   const struct { int rows, hidden; } cases[] = {{1, 1}, {3, 7}, {2, 64}, {33, 1000}};
   for (const auto& c : cases) {

@@ -1,19 +1,26 @@
 // The engine against the float64 reference on models written as Hugging
 // Face folders and read back: llama3 and linear RoPE scaling, half-split
-// RoPE, grouped KV heads, q/k/v biases and a head width other than
-// dim / n_heads; and bf16 weights and KV within stated tolerances of f32.
+// RoPE, grouped KV heads, q/k/v biases, per-head q/k norms and a head
+// width other than dim / n_heads; Qwen3 against an independent numpy
+// reference; and bf16 weights and KV within stated tolerances of f32.
+#include <fstream>
 #include <memory>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
 #include "common/model/hub_model.h"
 #include "common/model/synthetic.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/child_process.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/reference_model.h"
@@ -79,6 +86,29 @@ std::vector<int32_t> Tokens(int vocab) {
   return t;
 }
 
+// Logits of hf_reference.py (numpy, run by Debian's python3) for `tokens`
+// on the folder `dir`: [position][vocab].
+absl::StatusOr<std::vector<std::vector<double>>> NumpyReferenceLogits(
+    const std::string& dir, const std::vector<int32_t>& tokens) {
+  const std::string out = dir + "/numpy_logits.json";
+  ::tandem::testing::Child child(
+      {"/usr/bin/python3", TANDEM_HF_REFERENCE_SCRIPT, dir, out, absl::StrJoin(tokens, ",")},
+      dir + "/python.log");
+  const int rc = child.Wait(absl::Minutes(2));
+  if (rc != 0) {
+    std::ifstream log(dir + "/python.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    return absl::InternalError(absl::StrCat(
+        "hf_reference.py exited with ", rc,
+        " (Debian's python3-numpy is installed by scripts/install-deps.sh): ", text.str()));
+  }
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return absl::InternalError("hf_reference.py wrote no logits");
+  return j.get<std::vector<std::vector<double>>>();
+}
+
 struct NumericsCase {
   std::string name;
   ModelConfig config;
@@ -121,6 +151,16 @@ ModelConfig Qwen2Like() {
                      .rope_scaling = {.type = RopeScaling::Type::kLinear, .factor = 2.0f}};
 }
 
+ModelConfig Qwen3Like() {
+  // Per-head q/k norms, no biases, a head width (16) beside a residual of
+  // 48 with 4 heads; linear scaling so that the test below has RoPE
+  // scaling to drop.
+  ModelConfig c = Qwen2Like();
+  c.attention_bias = false;
+  c.qk_norm = QkNorm::kPerHead;
+  return c;
+}
+
 class HubNumerics : public ::testing::TestWithParam<NumericsCase> {};
 
 TEST_P(HubNumerics, FolderModelMatchesFloat64Reference) {
@@ -133,6 +173,7 @@ TEST_P(HubNumerics, FolderModelMatchesFloat64Reference) {
   ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
   ASSERT_EQ(loaded->config.rope_layout, RopeLayout::kHalfSplit);
   EXPECT_EQ(loaded->config.attention_bias, config.attention_bias);
+  EXPECT_EQ(loaded->config.qk_norm, config.qk_norm);
   EXPECT_EQ(loaded->config.head_dim(), config.head_dim());
 
   const std::vector<int32_t> tokens = Tokens(config.vocab_size);
@@ -154,7 +195,8 @@ TEST_P(HubNumerics, FolderModelMatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HubNumerics,
                          ::testing::Values(NumericsCase{"llama3_scaled_gqa", Llama3Scaled()},
-                                           NumericsCase{"qwen2_like_bias_headdim", Qwen2Like()}),
+                                           NumericsCase{"qwen2_like_bias_headdim", Qwen2Like()},
+                                           NumericsCase{"qwen3_like_qk_norm", Qwen3Like()}),
                          [](const auto& info) { return info.param.name; });
 
 // bf16 weights hold the same draws as the f32 model, rounded to 8
@@ -237,6 +279,29 @@ TEST(HubNumericsBf16, F32OnlyBackendGetsWidenedWeights) {
   ASSERT_OK_AND_ASSIGN(auto cpu2, CpuBackend::Create());
   EXPECT_THAT(Engine::Create(*bf16, std::make_unique<F32OnlyBackend>(std::move(cpu2)), bf16_kv),
               ::tandem::testing::StatusIs(absl::StatusCode::kUnimplemented));
+}
+
+// The engine against hf_reference.py: numpy in float64, written from the
+// Hugging Face modeling code rather than from this engine (its own RoPE
+// tables, norms and attention), reading the folder's safetensors itself.
+// On Qwen3's shape: q/k norms per head, head_dim 32 beside a width of 64.
+TEST(HubNumericsNumpy, Qwen3MatchesAnIndependentNumpyReference) {
+  const ModelConfig config = Qwen3SmallShape();
+  ASSERT_OK_AND_ASSIGN(auto original, MakeSyntheticModel(config, 9));
+  const std::string dir = ::tandem::testing::TempDir() + "/qwen3_numpy";
+  HubWriteOptions options;
+  options.dtype = DType::kF32;
+  ASSERT_OK(WriteHubModel(*original, dir, options));
+  ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
+  const std::vector<int32_t> tokens = Tokens(config.vocab_size);
+  ASSERT_OK_AND_ASSIGN(const auto numpy, NumpyReferenceLogits(dir, tokens));
+  ASSERT_EQ(numpy.size(), tokens.size());
+  EXPECT_LT(WorstError(EngineLogits(*loaded, tokens), numpy), 1e-4);
+  // Without its q/k norms the model computes something else: the check
+  // sees them.
+  ModelWeights unnormed = *loaded;
+  unnormed.config.qk_norm = QkNorm::kNone;
+  EXPECT_GT(WorstError(EngineLogits(unnormed, tokens), numpy), 1e-2);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ float RoundThroughFp16(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
 
 // What an F16 file gives back: matrices rounded to half, norms as written.
 float F16Expected(const std::string& name, float v) {
-  return name.find("rms") != std::string::npos ? v : RoundThroughFp16(v);
+  return name.ends_with("norm") ? v : RoundThroughFp16(v);
 }
 
 ModelConfig TinyShape(int n_heads, int n_kv_heads, bool tied) {
@@ -137,7 +137,7 @@ std::string WriteSpec(const LlamaGgufSpec& s, const std::string& name) {
 
 void ExpectPatternWeights(const ModelWeights& w, GgmlType matrix_type) {
   for (const auto& [name, span] : ::tandem::testing::NamedTensors(w)) {
-    const bool norm = name.find("rms") != std::string::npos;
+    const bool norm = name.ends_with("norm");
     const GgmlType type = norm ? GgmlType::kF32 : matrix_type;
     for (size_t i = 0; i < span.size(); ++i) {
       float want = Pattern(static_cast<int64_t>(i));
@@ -250,6 +250,60 @@ TEST_P(GgufSyntheticTest, RoundTrips) {
   ASSERT_OK(WriteGgufModel(*model, f16, GgufTensorType::kF16));
   ASSERT_OK_AND_ASSIGN(auto half, LoadGgufModel(f16));
   ExpectWeightsMap(*model, *half, F16Expected);
+}
+
+// Qwen 2 (q/k/v biases) and Qwen3 (per-head q/k norms, head_dim 32 beside
+// a width of 64) go out as llama.cpp's qwen2 and qwen3 architectures, with
+// half-split RoPE and the head width in attention.key_length, and come back
+// the same model; so does a llama model with its own head width.
+TEST(GgufModelTest, QwenArchitecturesAndHeadWidthsRoundTrip) {
+  ModelConfig qwen2 = TinyShape(4, 2, false);
+  qwen2.attention_bias = true;
+  qwen2.rope_layout = RopeLayout::kHalfSplit;
+  ModelConfig llama_head = TinyShape(4, 2, true);
+  llama_head.head_size = 32;
+  for (const auto& [arch, config] : {std::pair{"qwen3", Qwen3SmallShape()},
+                                     std::pair{"qwen2", qwen2}, std::pair{"llama", llama_head}}) {
+    SCOPED_TRACE(arch);
+    ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 4));
+    const std::string path = TempPath(absl::StrCat(arch, "-arch.gguf"));
+    ASSERT_OK(WriteGgufModel(*model, path, GgufTensorType::kBF16));
+    ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(path));
+    EXPECT_THAT(file.GetString("general.architecture"), ::tandem::testing::IsOkAndHolds(arch));
+    if (config.head_size != 0) {
+      EXPECT_THAT(file.GetUint32(absl::StrCat(arch, ".attention.key_length")),
+                  ::tandem::testing::IsOkAndHolds(32u));
+    }
+    ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(file));
+    EXPECT_EQ(loaded->config.rope_layout, config.rope_layout);
+    ::tandem::testing::ExpectSameConfig(model->config, loaded->config);
+    ASSERT_OK_AND_ASSIGN(auto bf16, MakeSyntheticModel(config, 4, DType::kBF16));
+    EXPECT_EQ(loaded->Fingerprint(), bf16->Fingerprint());
+  }
+}
+
+// A qwen3 file without its q/k norms, or a llama file with them, is refused
+// naming the tensor.
+TEST(GgufModelTest, QkNormTensorsMustMatchTheArchitecture) {
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(Qwen3SmallShape(), 4));
+  const std::string path = TempPath("qwen3-renamed.gguf");
+  ASSERT_OK(WriteGgufModel(*model, path));
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  // In the metadata only (it precedes the tensor infos), and of the same
+  // length, so the rest of the file stays valid: "qwen3" -> "llama".
+  const size_t infos = bytes.find("token_embd.weight");
+  ASSERT_NE(infos, std::string::npos);
+  int renamed_keys = 0;
+  for (size_t i = bytes.find("qwen3"); i < infos; i = bytes.find("qwen3", i)) {
+    bytes.replace(i, 5, "llama");
+    ++renamed_keys;
+  }
+  EXPECT_GT(renamed_keys, 5);
+  const std::string renamed = TempPath("llama-with-qk-norms.gguf");
+  std::ofstream(renamed, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_THAT(LoadGgufModel(renamed),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attn_q_norm.weight")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GgufSyntheticTest,
@@ -463,13 +517,14 @@ TEST(GgufModelTest, WriterRejectsInconsistentWeights) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 layers")));
 }
 
-// GGUF's llama metadata has no field for these: writing such a model would
-// silently give llama.cpp (and our loader) a different one.
+// No GGUF architecture this writer writes says these: writing such a model
+// would silently give llama.cpp (and our loader) a different one.
 TEST(GgufModelTest, WriterRefusesWhatItsMetadataCannotSay) {
   for (auto change : std::vector<std::function<void(ModelConfig&)>>{
            [](ModelConfig& c) { c.rope_layout = RopeLayout::kHalfSplit; },
            [](ModelConfig& c) { c.rope_scaling.type = RopeScaling::Type::kLinear; },
-           [](ModelConfig& c) { c.head_size = 16; }}) {
+           [](ModelConfig& c) { c.attention_bias = true; },  // qwen2 rotates half-split pairs
+           [](ModelConfig& c) { c.qk_norm = QkNorm::kWhole; }}) {
     ModelConfig config = TinyShape(4, 2, true);
     change(config);
     ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 7));

@@ -13,24 +13,18 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
+#include "common/model/tensor_list.h"
 #include "gtest/gtest.h"
 
 namespace tandem::testing {
 
+// Every tensor of ModelTensors(w.config) by TensorSpec::ToString() (norm
+// vectors' names end in "norm"), then the classifier, tied or not.
 inline std::vector<std::pair<std::string, Tensor>> NamedTensors(const ModelWeights& w) {
   std::vector<std::pair<std::string, Tensor>> out;
-  out.emplace_back("token_embedding", w.token_embedding);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& x = w.layers[l];
-    const std::string p = absl::StrCat("layer ", l, " ");
-    for (auto [name, span] :
-         {std::pair{"rms_att", x.rms_att}, std::pair{"wq", x.wq}, std::pair{"wk", x.wk},
-          std::pair{"wv", x.wv}, std::pair{"wo", x.wo}, std::pair{"rms_ffn", x.rms_ffn},
-          std::pair{"w1", x.w1}, std::pair{"w2", x.w2}, std::pair{"w3", x.w3}}) {
-      out.emplace_back(p + name, span);
-    }
+  for (const TensorSpec& spec : ModelTensors(w.config)) {
+    if (spec.role != TensorRole::kClassifier) out.emplace_back(spec.ToString(), TensorOf(w, spec));
   }
-  out.emplace_back("rms_final", w.rms_final);
   out.emplace_back("classifier", w.classifier);
   return out;
 }
@@ -46,6 +40,9 @@ inline void ExpectSameConfig(const ModelConfig& want, const ModelConfig& got) {
   EXPECT_EQ(want.rope_theta, got.rope_theta);
   EXPECT_EQ(want.norm_eps, got.norm_eps);
   EXPECT_EQ(want.shared_classifier, got.shared_classifier);
+  EXPECT_EQ(want.head_dim(), got.head_dim());
+  EXPECT_EQ(want.attention_bias, got.attention_bias);
+  EXPECT_EQ(want.qk_norm, got.qk_norm);
 }
 
 // Expects every tensor of `got` to equal `expected(name, value of want)`,

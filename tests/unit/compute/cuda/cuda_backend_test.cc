@@ -103,6 +103,23 @@ TEST_F(CudaVsCpu, RmsNorm) {
   }
 }
 
+// The q/k norms over heads of a qkv row, in place: per head (Qwen3) and over
+// a whole projection (heads = 1).
+TEST_F(CudaVsCpu, RmsNormHeads) {
+  const struct {
+    int heads, head_dim, stride;
+  } cases[] = {{16, 128, 4096}, {8, 64, 1024}, {1, 2048, 4096}, {4, 32, 200}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "heads=" << c.heads << " head_dim=" << c.head_dim);
+    constexpr int kRows = 7;
+    Pair x = Upload(RandomFloats(size_t(kRows) * c.stride, -3, 3, rng_));
+    Pair w = Upload(RandomFloats(c.head_dim, 0.5, 1.5, rng_));
+    cpu_->RmsNormHeads(x.cpu, c.stride, w.cpu, kRows, c.heads, c.head_dim, 1e-6f);
+    cuda_->RmsNormHeads(x.cuda, c.stride, w.cuda, kRows, c.heads, c.head_dim, 1e-6f);
+    EXPECT_LE(ScaledError(Cuda(x), Cpu(x)), kTolerance);
+  }
+}
+
 TEST_F(CudaVsCpu, Rope) {
   const AttentionShape shape{8, 2, 64};
   constexpr int kRows = 9, kMaxPosition = 100;

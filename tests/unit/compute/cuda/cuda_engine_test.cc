@@ -123,10 +123,12 @@ TEST_P(CudaEngine, MatchesCpuEngine) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaEngine,
                          ::testing::Values(GqaShape(64, 96, 3, 8, 2, 101),
                                            GqaShape(256, 512, 2, 4, 2, 300),
-                                           GqaShape(512, 1024, 2, 8, 2, 512)),
+                                           GqaShape(512, 1024, 2, 8, 2, 512), Qwen3SmallShape()),
                          [](const auto& info) {
-                           return absl::StrCat("dim", info.param.dim, "_h", info.param.n_heads,
-                                               "_kv", info.param.n_kv_heads);
+                           return absl::StrCat(
+                               "dim", info.param.dim, "_h", info.param.n_heads, "_kv",
+                               info.param.n_kv_heads,
+                               info.param.qk_norm == QkNorm::kNone ? "" : "_qk_norm");
                          });
 
 // The real checkpoint in fp32: a 60-token prompt, then 300 greedy tokens,

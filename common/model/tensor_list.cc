@@ -1,0 +1,156 @@
+#include "common/model/tensor_list.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+const char* TensorRoleName(TensorRole role) {
+  using R = TensorRole;
+  switch (role) {
+    case R::kEmbedding:
+      return "embedding";
+    case R::kAttnNorm:
+      return "attn_norm";
+    case R::kWq:
+      return "wq";
+    case R::kWk:
+      return "wk";
+    case R::kWv:
+      return "wv";
+    case R::kWo:
+      return "wo";
+    case R::kFfnNorm:
+      return "ffn_norm";
+    case R::kGate:
+      return "ffn_gate";
+    case R::kDown:
+      return "ffn_down";
+    case R::kUp:
+      return "ffn_up";
+    case R::kBq:
+      return "bq";
+    case R::kBk:
+      return "bk";
+    case R::kBv:
+      return "bv";
+    case R::kQNorm:
+      return "q_norm";
+    case R::kKNorm:
+      return "k_norm";
+    case R::kFinalNorm:
+      return "final_norm";
+    case R::kClassifier:
+      return "classifier";
+  }
+  return "?";
+}
+
+std::string TensorSpec::ToString() const {
+  if (layer < 0) return TensorRoleName(role);
+  return absl::StrCat("layer ", layer, " ", TensorRoleName(role));
+}
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+bool TensorSpec::rope_rows() const {
+  using R = TensorRole;
+  return role == R::kWq || role == R::kWk || role == R::kBq || role == R::kBk ||
+         role == R::kQNorm || role == R::kKNorm;
+}
+
+int TensorSpec::rope_heads(const ModelConfig& c) const {
+  using R = TensorRole;
+  // A per-head norm holds one head's weights, shared by all.
+  if ((role == R::kQNorm || role == R::kKNorm) && c.qk_norm == QkNorm::kPerHead) return 1;
+  return role == R::kWq || role == R::kBq || role == R::kQNorm ? c.n_heads : c.n_kv_heads;
+}
+
+std::vector<TensorSpec> ModelTensors(const ModelConfig& c) {
+  const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), q = c.q_dim(), v = c.vocab_size;
+  using R = TensorRole;
+  std::vector<TensorSpec> out;
+  out.push_back({R::kEmbedding, -1, {v, d}});
+  for (int l = 0; l < c.n_layers; ++l) {
+    out.push_back({R::kAttnNorm, l, {d}});
+    out.push_back({R::kWq, l, {q, d}});
+    out.push_back({R::kWk, l, {kv, d}});
+    out.push_back({R::kWv, l, {kv, d}});
+    out.push_back({R::kWo, l, {d, q}});
+    out.push_back({R::kFfnNorm, l, {d}});
+    out.push_back({R::kGate, l, {h, d}});
+    out.push_back({R::kDown, l, {d, h}});
+    out.push_back({R::kUp, l, {h, d}});
+    if (c.attention_bias) {
+      out.push_back({R::kBq, l, {q}});
+      out.push_back({R::kBk, l, {kv}});
+      out.push_back({R::kBv, l, {kv}});
+    }
+    if (c.qk_norm == QkNorm::kPerHead) {
+      out.push_back({R::kQNorm, l, {c.head_dim()}});
+      out.push_back({R::kKNorm, l, {c.head_dim()}});
+    } else if (c.qk_norm == QkNorm::kWhole) {
+      out.push_back({R::kQNorm, l, {q}});
+      out.push_back({R::kKNorm, l, {kv}});
+    }
+  }
+  out.push_back({R::kFinalNorm, -1, {d}});
+  if (!c.shared_classifier) out.push_back({R::kClassifier, -1, {v, d}});
+  return out;
+}
+
+namespace {
+
+template <typename W>
+auto& TensorIn(W& w, const TensorSpec& spec) {
+  using R = TensorRole;
+  switch (spec.role) {
+    case R::kEmbedding:
+      return w.token_embedding;
+    case R::kFinalNorm:
+      return w.rms_final;
+    case R::kClassifier:
+      return w.classifier;
+    case R::kAttnNorm:
+      return w.layers[spec.layer].rms_att;
+    case R::kWq:
+      return w.layers[spec.layer].wq;
+    case R::kWk:
+      return w.layers[spec.layer].wk;
+    case R::kWv:
+      return w.layers[spec.layer].wv;
+    case R::kWo:
+      return w.layers[spec.layer].wo;
+    case R::kFfnNorm:
+      return w.layers[spec.layer].rms_ffn;
+    case R::kGate:
+      return w.layers[spec.layer].w1;
+    case R::kDown:
+      return w.layers[spec.layer].w2;
+    case R::kUp:
+      return w.layers[spec.layer].w3;
+    case R::kBq:
+      return w.layers[spec.layer].bq;
+    case R::kBk:
+      return w.layers[spec.layer].bk;
+    case R::kBv:
+      return w.layers[spec.layer].bv;
+    case R::kQNorm:
+      return w.layers[spec.layer].q_norm;
+    case R::kKNorm:
+      return w.layers[spec.layer].k_norm;
+  }
+  std::abort();  // not a role: a corrupt spec
+}
+
+}  // namespace
+
+Tensor& TensorOf(ModelWeights& w, const TensorSpec& spec) { return TensorIn(w, spec); }
+const Tensor& TensorOf(const ModelWeights& w, const TensorSpec& spec) { return TensorIn(w, spec); }
+
+}  // namespace tandem
