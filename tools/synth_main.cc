@@ -91,7 +91,8 @@ int Run(int argc, char** argv) {
     if (!named.ok()) return BadFlags(absl::StrCat(named.status().message(), ", or custom"));
     config = *named;
   }
-  if (config.rope_layout == RopeLayout::kHalfSplit && config.qk_norm == QkNorm::kNone) {
+  if (config.rope_layout == RopeLayout::kHalfSplit && config.qk_norm == QkNorm::kNone &&
+      !config.attention_bias) {
     // GGUF's llama architecture (and llama2.c) rotate interleaved pairs,
     // and neither file stores RoPE scaling: the same sizes and bytes, for
     // benchmarks.

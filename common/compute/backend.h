@@ -187,6 +187,14 @@ class Backend {
                     std::span<const int32_t> positions, const AttentionShape& shape,
                     const float* cos_sin) = 0;
 
+  // dst[i, :] = src[rows[i], :] for i < rows.size(), rows of n floats: the
+  // tokens routed to one expert, gathered.
+  virtual void GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) = 0;
+  // dst[rows[i], :] += weights[i] * src[i, :] for i < rows.size(), rows of n
+  // floats (distinct rows): an expert's outputs added back, weighted.
+  virtual void ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                              std::span<const float> weights, int n, float* dst) = 0;
+
   // out[r, i] = silu(gate_up[r, i]) * gate_up[r, hidden + i].
   virtual void SwiGlu(const float* gate_up, float* out, int rows, int hidden) = 0;
 

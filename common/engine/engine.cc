@@ -214,9 +214,28 @@ absl::Status Engine::Init(const ModelWeights& w) {
       layer.k_norm = layer.q_norm + lw.q_norm.numel;
     }
     ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}, q));
-    ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
-    ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}, h));
-    layers_.push_back(layer);
+    const int l = static_cast<int>(layers_.size());
+    if (c.IsMoeLayer(l)) {
+      const MoeConfig& m = c.moe;
+      layer.moe = true;
+      ASSIGN_OR_RETURN(layer.router, upload({lw.router}, d));
+      for (int e = 0; e < m.n_experts; ++e) {
+        Expert expert{.hidden = m.expert_hidden};
+        ASSIGN_OR_RETURN(expert.w13, upload({lw.expert_gate[e], lw.expert_up[e]}, d));
+        ASSIGN_OR_RETURN(expert.w2, upload({lw.expert_down[e]}, m.expert_hidden));
+        layer.experts.push_back(std::move(expert));
+      }
+      if (m.shared_hidden > 0) {
+        layer.shared.hidden = m.shared_hidden;
+        ASSIGN_OR_RETURN(layer.shared.w13, upload({lw.shared_gate, lw.shared_up}, d));
+        ASSIGN_OR_RETURN(layer.shared.w2, upload({lw.shared_down}, m.shared_hidden));
+        ASSIGN_OR_RETURN(layer.shared_expert_gate, upload({lw.shared_expert_gate}, d));
+      }
+    } else {
+      ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
+      ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}, h));
+    }
+    layers_.push_back(std::move(layer));
   }
 
   // RoPE table in float arithmetic, as the reference implementations do, so
@@ -238,8 +257,21 @@ absl::Status Engine::Init(const ModelWeights& w) {
   ASSIGN_OR_RETURN(xb_, alloc(t * d));
   ASSIGN_OR_RETURN(qkv_, alloc(t * (q + 2 * kv)));
   ASSIGN_OR_RETURN(att_, alloc(t * q));
-  ASSIGN_OR_RETURN(hb_, alloc(t * 2 * h));
-  ASSIGN_OR_RETURN(hb2_, alloc(t * h));
+  // The widest SwiGLU: the dense layers', an expert's or the shared one's.
+  const size_t wide = std::max({h, size_t(c.moe.expert_hidden), size_t(c.moe.shared_hidden)});
+  ASSIGN_OR_RETURN(hb_, alloc(t * 2 * wide));
+  ASSIGN_OR_RETURN(hb2_, alloc(t * wide));
+  if (c.moe.n_experts > 0) {
+    ASSIGN_OR_RETURN(router_logits_, alloc(t * c.moe.n_experts));
+    ASSIGN_OR_RETURN(expert_in_, alloc(t * d));
+    ASSIGN_OR_RETURN(expert_out_, alloc(t * d));
+    expert_rows_.resize(c.moe.n_experts);
+    expert_weights_.resize(c.moe.n_experts);
+    expert_load_.resize(c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (c.IsMoeLayer(l)) expert_load_[l].assign(c.moe.n_experts, 0);
+    }
+  }
   ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
   ASSIGN_OR_RETURN(void* picks, alloc_bytes(sizeof(int32_t) * options_.max_logit_rows));
   picks_ = static_cast<int32_t*>(picks);
@@ -453,6 +485,10 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
     MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
     b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
+    if (layer.moe) {
+      MoeFfn(layer, l, rows);
+      continue;
+    }
     MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
     b.SwiGlu(hb_, hb2_, rows, h);
     MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);

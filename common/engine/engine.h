@@ -162,6 +162,10 @@ class Engine final : public StepExecutor {
   // keeps the blocks it reserved and holds no tokens.
   absl::Status CopySequence(const BlockTable& src, int tokens, BlockTable& dst);
 
+  // Tokens routed to each expert of each layer since the engine was made,
+  // [layer][expert] (empty for a dense layer): a skewed router shows here.
+  const std::vector<std::vector<uint64_t>>& expert_load() const { return expert_load_; }
+
   // Frees a sequence's blocks.
   void Release(BlockTable& table) { table.Release(pool_); }
 
@@ -175,6 +179,13 @@ class Engine final : public StepExecutor {
   };
   using StackedMatrix = std::vector<MatrixPart>;
 
+  // One SwiGLU expert: gate and up rows stacked, then down.
+  struct Expert {
+    StackedMatrix w13 = {};  // [2 hidden, dim]
+    StackedMatrix w2 = {};   // [dim, hidden]
+    int hidden = 0;
+  };
+
   struct Layer {
     const float* rms_att;
     StackedMatrix wqkv;   // [q_dim + 2 kv_dim, dim]: q, k, v projections stacked
@@ -185,6 +196,14 @@ class Engine final : public StepExecutor {
     const float* rms_ffn;
     StackedMatrix w13;  // [2 hidden, dim]: gate rows, then up rows
     StackedMatrix w2;
+    // A mixture-of-experts layer instead of w13 and w2: the router
+    // [n_experts, dim], the experts, and the shared expert (hidden 0 when
+    // there is none) with its sigmoid gate [1, dim].
+    bool moe = false;
+    StackedMatrix router;
+    std::vector<Expert> experts;
+    Expert shared;
+    StackedMatrix shared_expert_gate;
   };
 
   // out[m, n] (+)= x[m, k] * w^T over the parts of `w`.
@@ -203,6 +222,12 @@ class Engine final : public StepExecutor {
   // engine's failure (listener told); returns status().
   absl::Status CheckBackend();
   void Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written);
+  // x_ += the layer's mixture of experts of xb_ (engine_moe.cc): routes on
+  // the host, then runs each touched expert once over the rows routed to it.
+  void MoeFfn(const Layer& layer, int l, int rows);
+  // x_[rows[i]] += weights[i] * expert(xb_[rows[i]]).
+  void RunExpert(const Expert& expert, std::span<const int32_t> rows,
+                 std::span<const float> weights);
 
   ModelConfig config_;
   EngineOptions options_;
@@ -221,12 +246,20 @@ class Engine final : public StepExecutor {
   void* cache_ = nullptr;
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
+  // Mixture of experts: router logits [tokens, n_experts], the rows routed
+  // to one expert gathered [tokens, dim], and its outputs [tokens, dim].
+  float *router_logits_ = nullptr, *expert_in_ = nullptr, *expert_out_ = nullptr;
   int32_t* picks_ = nullptr;  // [max_logit_rows] greedy picks
 
   // Per-step host scratch.
   std::vector<int32_t> ids_, positions_, logit_rows_, picked_rows_;
   std::vector<AttentionRow> rows_;
   std::vector<uint8_t> copy_staging_;
+  std::vector<float> host_router_, probs_;
+  std::vector<int32_t> order_, all_rows_;
+  std::vector<std::vector<int32_t>> expert_rows_;
+  std::vector<std::vector<float>> expert_weights_;
+  std::vector<std::vector<uint64_t>> expert_load_;
 
   size_t device_memory_bytes_ = 0;
   mutable absl::Mutex failure_mu_;

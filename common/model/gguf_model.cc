@@ -1,5 +1,6 @@
 #include "common/model/gguf_model.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -26,16 +27,24 @@ namespace tandem {
 namespace {
 
 // The architectures read and written here, by their general.architecture.
+// llama.cpp's mixture-of-experts architectures renormalise the top-k
+// weights or not by architecture, and make every layer sparse.
+enum class Experts : uint8_t { kNone, kOptional, kRequired };
 struct Architecture {
   const char* name;
   RopeLayout rope;
   bool attention_bias;  // q/k/v biases
   QkNorm qk_norm;
+  Experts experts;
+  bool norm_topk_prob;  // with experts
 };
 constexpr Architecture kArchitectures[] = {
-    {"llama", RopeLayout::kInterleaved, false, QkNorm::kNone},
-    {"qwen2", RopeLayout::kHalfSplit, true, QkNorm::kNone},
-    {"qwen3", RopeLayout::kHalfSplit, false, QkNorm::kPerHead},
+    {"llama", RopeLayout::kInterleaved, false, QkNorm::kNone, Experts::kOptional, true},
+    {"qwen2", RopeLayout::kHalfSplit, true, QkNorm::kNone, Experts::kNone, false},
+    {"qwen3", RopeLayout::kHalfSplit, false, QkNorm::kPerHead, Experts::kNone, false},
+    {"qwen2moe", RopeLayout::kHalfSplit, true, QkNorm::kNone, Experts::kRequired, false},
+    {"qwen3moe", RopeLayout::kHalfSplit, false, QkNorm::kPerHead, Experts::kRequired, true},
+    {"olmoe", RopeLayout::kHalfSplit, false, QkNorm::kWhole, Experts::kRequired, false},
 };
 
 const Architecture* FindArchitecture(std::string_view name) {
@@ -121,6 +130,25 @@ absl::StatusOr<ModelConfig> ReadConfig(const GgufFile& file, const Architecture&
                    absl::StrCat("has neither ", key("vocab_size"), " nor a 2-D token_embd.weight"));
   }
   c.shared_classifier = file.FindTensor("output.weight") == nullptr;
+  if (file.HasKey(key("expert_count")) && arch.experts != Experts::kNone) {
+    MoeConfig& m = c.moe;
+    ASSIGN_OR_RETURN(m.n_experts, GetSize(file, key("expert_count")));
+    ASSIGN_OR_RETURN(m.top_k, GetSize(file, key("expert_used_count")));
+    m.expert_hidden = c.hidden_dim;
+    if (file.HasKey(key("expert_feed_forward_length"))) {
+      ASSIGN_OR_RETURN(m.expert_hidden, GetSize(file, key("expert_feed_forward_length")));
+    }
+    if (file.HasKey(key("expert_shared_feed_forward_length"))) {
+      ASSIGN_OR_RETURN(m.shared_hidden, GetSize(file, key("expert_shared_feed_forward_length")));
+    }
+    m.norm_topk_prob = arch.norm_topk_prob;
+    if (m.n_experts == 0) m = MoeConfig{};  // llama.cpp writes 0 for a dense llama
+  } else if (arch.experts == Experts::kRequired) {
+    return Invalid(file.path(), absl::StrCat("has no metadata '", key("expert_count"), "'"));
+  } else if (file.HasKey(key("expert_count"))) {
+    return Invalid(file.path(), absl::StrCat("has metadata '", key("expert_count"), "', but ", a,
+                                             " models have no experts"));
+  }
   if (absl::Status s = c.Validate(); !s.ok()) {
     return Invalid(file.path(), absl::StrCat("has impossible ", a, " metadata: ", s.message()));
   }
@@ -181,24 +209,50 @@ std::string GgufName(const TensorSpec& spec) {
       return p + "ffn_down.weight";
     case R::kUp:
       return p + "ffn_up.weight";
+    case R::kRouter:
+      return p + "ffn_gate_inp.weight";
+    // Every expert's matrices in one tensor, ne2 = the expert.
+    case R::kExpertGate:
+      return p + "ffn_gate_exps.weight";
+    case R::kExpertDown:
+      return p + "ffn_down_exps.weight";
+    case R::kExpertUp:
+      return p + "ffn_up_exps.weight";
+    case R::kSharedGate:
+      return p + "ffn_gate_shexp.weight";
+    case R::kSharedDown:
+      return p + "ffn_down_shexp.weight";
+    case R::kSharedUp:
+      return p + "ffn_up_shexp.weight";
+    case R::kSharedExpertGate:
+      return p + "ffn_gate_inp_shexp.weight";
   }
   return "";
 }
 
 // The tensors of a model with their GGUF shapes (ne0 = input width) and
-// where their weights live in a ModelWeights (const or not).
+// where their weights live in a ModelWeights (const or not): one span, or
+// for the experts' merged matrices one per expert, in order.
 template <typename Weights>
 auto TensorTable(Weights& w) {
   using Span = std::conditional_t<std::is_const_v<Weights>, const Tensor, Tensor>;
   struct Row {
     std::string name;
     std::vector<int64_t> dims;
-    Span* span;
+    std::vector<Span*> spans;
   };
   std::vector<Row> rows;
   for (const TensorSpec& spec : ModelTensors(w.config)) {
-    rows.push_back({GgufName(spec), std::vector<int64_t>(spec.shape.rbegin(), spec.shape.rend()),
-                    &TensorOf(w, spec)});
+    std::vector<int64_t> dims(spec.shape.rbegin(), spec.shape.rend());
+    if (spec.expert > 0) {  // expert 0 made the row, a few rows back
+      const std::string name = GgufName(spec);
+      auto row = std::find_if(rows.rbegin(), rows.rend(),
+                              [&name](const Row& r) { return r.name == name; });
+      row->spans.push_back(&TensorOf(w, spec));
+      continue;
+    }
+    if (spec.expert == 0) dims.push_back(w.config.moe.n_experts);
+    rows.push_back({GgufName(spec), dims, {&TensorOf(w, spec)}});
   }
   return rows;
 }
@@ -265,12 +319,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   const Architecture* arch = FindArchitecture(*architecture);
   if (arch == nullptr) {
     return Invalid(path, absl::StrCat("has architecture '", *architecture,
-                                      "'; supported: llama, qwen2, qwen3"));
+                                      "'; supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, "
+                                      "olmoe"));
   }
   auto weights = std::make_unique<ModelWeights>();
   ASSIGN_OR_RETURN(weights->config, ReadConfig(file, *arch));
   weights->source = path;
-  weights->layers.resize(weights->config.n_layers);
+  SizeLayers(*weights);
   const auto table = TensorTable(*weights);
 
   std::set<std::string_view> expected;
@@ -324,7 +379,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
       data = next;
       next += (t.data.size() + 7) / 8;
     }
-    *row.span = Tensor(data, *DTypeOf(t.type), t.num_elements);
+    // The experts' matrices follow one another in a merged tensor.
+    const int64_t each = t.num_elements / static_cast<int64_t>(row.spans.size());
+    const DType type = *DTypeOf(t.type);
+    for (size_t i = 0; i < row.spans.size(); ++i) {
+      *row.spans[i] =
+          Tensor(static_cast<const uint8_t*>(data) + DTypeBytes(type, each * i), type, each);
+    }
   }
   if (weights->config.shared_classifier) weights->classifier = weights->token_embedding;
   weights->storage = std::move(storage);
@@ -343,23 +404,35 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   // The architecture that says this model; what its metadata cannot say
   // would silently change the model.
   const Architecture* arch = nullptr;
+  const bool moe = c.moe.n_experts > 0;
   for (const Architecture& a : kArchitectures) {
-    if (a.rope == c.rope_layout && a.attention_bias == c.attention_bias && a.qk_norm == c.qk_norm) {
+    const bool experts_fit =
+        moe ? a.experts != Experts::kNone && a.norm_topk_prob == c.moe.norm_topk_prob
+            : a.experts != Experts::kRequired;
+    if (a.rope == c.rope_layout && a.attention_bias == c.attention_bias && a.qk_norm == c.qk_norm &&
+        experts_fit) {
       arch = &a;
     }
   }
-  if (arch == nullptr || c.rope_scaling.type != RopeScaling::Type::kNone) {
+  const bool all_sparse = c.moe.sparse_step == 1 && c.moe.dense_layers.empty();
+  const bool shared_fits = c.moe.shared_hidden == 0 || (arch != nullptr && arch->attention_bias);
+  if (arch == nullptr || c.rope_scaling.type != RopeScaling::Type::kNone || !all_sparse ||
+      !shared_fits) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights from '", w.source, "' (", c.ToString(),
         ") match no GGUF architecture this writer writes (llama: interleaved RoPE; qwen2: "
         "half-split RoPE with q/k/v biases; qwen3: half-split RoPE with per-head q/k norms; "
-        "none with RoPE scaling); keep them as a Hugging Face folder"));
+        "with experts: llama (renormalised top-k), qwen2moe (a shared expert, top-k as is), "
+        "qwen3moe (renormalised), olmoe (whole-projection q/k norms, top-k as is), every layer "
+        "sparse; none with RoPE scaling); keep them as a Hugging Face folder"));
   }
   const auto table = TensorTable(w);
   for (const auto& row : table) {
-    if (static_cast<int64_t>(row.span->size()) != NumElements(row.dims)) {
+    int64_t given = 0;
+    for (const Tensor* span : row.spans) given += span->numel;
+    if (given != NumElements(row.dims)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("weights from '", w.source, "' give ", row.name, " ", row.span->size(),
+          absl::StrCat("weights from '", w.source, "' give ", row.name, " ", given,
                        " values; the config needs ", NumElements(row.dims)));
     }
   }
@@ -386,6 +459,20 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   writer.AddFloat32(key("rope.freq_base"), c.rope_theta);
   writer.AddFloat32(key("attention.layer_norm_rms_epsilon"), c.norm_eps);
   writer.AddUint32(key("vocab_size"), c.vocab_size);
+  if (moe) {
+    writer.AddUint32(key("expert_count"), c.moe.n_experts);
+    writer.AddUint32(key("expert_used_count"), c.moe.top_k);
+    if (arch->experts == Experts::kRequired && arch->qk_norm != QkNorm::kWhole) {
+      writer.AddUint32(key("expert_feed_forward_length"), c.moe.expert_hidden);
+    } else if (c.moe.expert_hidden != c.hidden_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          arch->name, " GGUF files say the experts' width in feed_forward_length; this model's (",
+          c.moe.expert_hidden, ") differs from its dense width (", c.hidden_dim, ")"));
+    }
+    if (c.moe.shared_hidden > 0) {
+      writer.AddUint32(key("expert_shared_feed_forward_length"), c.moe.shared_hidden);
+    }
+  }
   if (vocab == nullptr) {
     // Weights only: llama.cpp requires the key and accepts "no_vocab".
     writer.AddString("tokenizer.ggml.model", "no_vocab");
@@ -408,7 +495,11 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
     writer.AddBool("tokenizer.ggml.add_eos_token", false);
   }
   for (const auto& row : table) {
-    const std::vector<float> values = row.span->ToFloats();
+    std::vector<float> values;
+    for (const Tensor* span : row.spans) {
+      const std::vector<float> part = span->ToFloats();
+      values.insert(values.end(), part.begin(), part.end());
+    }
     // Norm vectors stay F32 in 16-bit files, as llama.cpp's converters keep them.
     if (!half || row.dims.size() == 1) {
       writer.AddTensor(row.name, row.dims, GgmlType::kF32,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/model/ggml_types.h"
+#include "common/model/hub_config.h"
 #include "common/model/hub_fp8.h"
 #include "common/model/safetensors.h"
 #include "common/model/tensor_list.h"
@@ -28,91 +29,33 @@ absl::Status Invalid(const std::string& file, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat("'", file, "': ", problem));
 }
 
-absl::StatusOr<Json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Invalid(path, "is not valid JSON");
-  if (!j.is_object()) return Invalid(path, "is not a JSON object");
-  return j;
+// Mixtral names its experts' FFN block_sparse_moe and their matrices w1
+// (gate), w2 (down) and w3 (up); Qwen's and OLMoE's say mlp and gate_proj,
+// down_proj, up_proj. A mixture of experts without q/k norms, biases or a
+// shared expert is Mixtral.
+bool IsMixtral(const ModelConfig& c) {
+  return c.moe.n_experts > 0 && c.qk_norm == QkNorm::kNone && !c.attention_bias &&
+         c.moe.shared_hidden == 0;
 }
 
-// An integer field in [lo, hi]; `fallback` when absent or null (nullopt:
-// the field is required).
-absl::StatusOr<int> IntField(const Json& j, const std::string& file, const char* key,
-                             std::optional<int> fallback, int64_t lo, int64_t hi) {
-  if (!j.contains(key) || j[key].is_null()) {
-    if (fallback.has_value()) return *fallback;
-    return Invalid(file, absl::StrCat("field '", key, "' is missing"));
+// The hub architecture that says `c`.
+const char* HubArchitecture(const ModelConfig& c) {
+  if (c.moe.n_experts > 0) {
+    if (c.qk_norm == QkNorm::kPerHead) return "Qwen3MoeForCausalLM";
+    if (c.qk_norm == QkNorm::kWhole) return "OlmoeForCausalLM";
+    return IsMixtral(c) ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM";
   }
-  const Json& v = j[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(),
-                                      "; it must be an integer in [", lo, ", ", hi, "]"));
-  }
-  return static_cast<int>(v.get<int64_t>());
-}
-
-absl::StatusOr<float> FloatField(const Json& j, const std::string& file, const char* key,
-                                 float fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  const Json& v = j[key];
-  if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
-    return Invalid(
-        file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be a positive number"));
-  }
-  return static_cast<float>(v.get<double>());
-}
-
-absl::StatusOr<bool> BoolField(const Json& j, const std::string& file, const char* key,
-                               bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) {
-    return Invalid(
-        file, absl::StrCat("field '", key, "' is ", j[key].dump(), "; it must be true or false"));
-  }
-  return j[key].get<bool>();
-}
-
-absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& file) {
-  RopeScaling s;
-  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
-  const Json& r = j["rope_scaling"];
-  if (!r.is_object()) return Invalid(file, "field 'rope_scaling' must be an object or null");
-  // Newer configs say "rope_type", older ones "type".
-  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
-  if (!r.contains(type_key) || !r[type_key].is_string()) {
-    return Invalid(file, "field 'rope_scaling' has no string 'rope_type' (or 'type')");
-  }
-  const std::string type = r[type_key].get<std::string>();
-  if (type == "default") return s;
-  if (type != "linear" && type != "llama3") {
-    return Invalid(file, absl::StrCat("field 'rope_scaling.", type_key, "' is '", type,
-                                      "'; supported: linear, llama3 (or no scaling)"));
-  }
-  ASSIGN_OR_RETURN(s.factor, FloatField(r, file, "factor", 0.0f));
-  if (s.factor == 0.0f) return Invalid(file, "field 'rope_scaling.factor' is missing");
-  if (type == "linear") {
-    s.type = RopeScaling::Type::kLinear;
-    return s;
-  }
-  s.type = RopeScaling::Type::kLlama3;
-  ASSIGN_OR_RETURN(s.low_freq_factor, FloatField(r, file, "low_freq_factor", 0.0f));
-  ASSIGN_OR_RETURN(s.high_freq_factor, FloatField(r, file, "high_freq_factor", 0.0f));
-  ASSIGN_OR_RETURN(s.original_max_position,
-                   IntField(r, file, "original_max_position_embeddings", std::nullopt, 1, 1 << 24));
-  if (s.low_freq_factor == 0.0f || s.high_freq_factor == 0.0f) {
-    return Invalid(file, "llama3 'rope_scaling' needs low_freq_factor and high_freq_factor");
-  }
-  return s;
+  if (c.qk_norm == QkNorm::kPerHead) return "Qwen3ForCausalLM";
+  return c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
 
 // The name of a tensor in a hub checkpoint of the Llama family.
-std::string HubName(const TensorSpec& spec) {
+std::string HubName(const TensorSpec& spec, const ModelConfig& c) {
   using R = TensorRole;
   const std::string p = absl::StrCat("model.layers.", spec.layer, ".");
+  const bool mixtral = IsMixtral(c);
+  const std::string experts =
+      absl::StrCat(p, mixtral ? "block_sparse_moe" : "mlp", ".experts.", spec.expert, ".");
   switch (spec.role) {
     case R::kEmbedding:
       return "model.embed_tokens.weight";
@@ -148,6 +91,22 @@ std::string HubName(const TensorSpec& spec) {
       return p + "mlp.down_proj.weight";
     case R::kUp:
       return p + "mlp.up_proj.weight";
+    case R::kRouter:
+      return p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+    case R::kExpertGate:
+      return experts + (mixtral ? "w1.weight" : "gate_proj.weight");
+    case R::kExpertDown:
+      return experts + (mixtral ? "w2.weight" : "down_proj.weight");
+    case R::kExpertUp:
+      return experts + (mixtral ? "w3.weight" : "up_proj.weight");
+    case R::kSharedGate:
+      return p + "mlp.shared_expert.gate_proj.weight";
+    case R::kSharedDown:
+      return p + "mlp.shared_expert.down_proj.weight";
+    case R::kSharedUp:
+      return p + "mlp.shared_expert.up_proj.weight";
+    case R::kSharedExpertGate:
+      return p + "mlp.shared_expert_gate.weight";
   }
   return "";
 }
@@ -166,7 +125,7 @@ auto TensorTable(Weights& w) {
   };
   std::vector<Row> rows;
   for (const TensorSpec& spec : ModelTensors(w.config)) {
-    rows.push_back({HubName(spec), spec.shape, &TensorOf(w, spec), spec.rope_rows(),
+    rows.push_back({HubName(spec, w.config), spec.shape, &TensorOf(w, spec), spec.rope_rows(),
                     spec.rope_heads(w.config)});
   }
   return rows;
@@ -188,102 +147,6 @@ struct HubStorage {
   std::vector<std::vector<uint64_t>> copies;
 };
 
-struct HubConfigFile {
-  ModelConfig config;
-  HubQuantization quantization;
-};
-
-// The config.json fields of the architectures read here: what the loader
-// acts on, and what describes training or the Python runtime and changes
-// no output. Any other field is refused, naming it, rather than ignored.
-bool IsKnownField(const std::string& key) {
-  static const std::set<std::string, std::less<>> kKnown = {
-      // Acted on.
-      "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
-      "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
-      "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
-      "attention_bias", "mlp_bias", "hidden_act", "use_sliding_window", "sliding_window",
-      "max_window_layers", "layer_types", "quantization_config", "compression_config",
-      // Inert: token ids (generation_config.json and the tokenizer say them),
-      // the stored type (the tensors say it), training-only settings, and
-      // tensor-parallel slicing of the same products (pretraining_tp).
-      "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
-      "transformers_version", "use_cache", "initializer_range", "attention_dropout",
-      "pretraining_tp", "_name_or_path"};
-  return kKnown.contains(key);
-}
-
-absl::StatusOr<HubConfigFile> ReadConfigFile(const std::string& dir) {
-  const std::string file = (std::filesystem::path(dir) / "config.json").string();
-  ASSIGN_OR_RETURN(Json j, ReadJson(file));
-  std::string arch;
-  if (j.contains("architectures") && j["architectures"].is_array() &&
-      j["architectures"].size() == 1 && j["architectures"][0].is_string()) {
-    arch = j["architectures"][0].get<std::string>();
-  }
-  const bool qwen2 = arch == "Qwen2ForCausalLM";
-  const bool qwen3 = arch == "Qwen3ForCausalLM";
-  if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && !qwen2 && !qwen3) {
-    return Invalid(file,
-                   absl::StrCat("field 'architectures' is ",
-                                j.contains("architectures") ? j["architectures"].dump() : "missing",
-                                "; supported: [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"], "
-                                "[\"Qwen2ForCausalLM\"], [\"Qwen3ForCausalLM\"]"));
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (!IsKnownField(key)) {
-      return Invalid(file, absl::StrCat("field '", key, "' (", value.dump().substr(0, 60),
-                                        ") is not one a ", arch,
-                                        " model is read with; remove it if it does not change "
-                                        "the model's outputs"));
-    }
-  }
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    const Json& types = j["layer_types"];
-    if (!types.is_array() || !std::all_of(types.begin(), types.end(),
-                                          [](const Json& t) { return t == "full_attention"; })) {
-      return Invalid(file, absl::StrCat("field 'layer_types' is ", types.dump().substr(0, 80),
-                                        "; only full_attention layers are supported"));
-    }
-  }
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
-    return Invalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
-                                      "; only \"silu\" is supported"));
-  }
-  ASSIGN_OR_RETURN(bool mlp_bias, BoolField(j, file, "mlp_bias", false));
-  if (mlp_bias) return Invalid(file, "field 'mlp_bias' is true; MLP biases are not supported");
-
-  constexpr int kMax = 1 << 20;
-  ModelConfig c;
-  ASSIGN_OR_RETURN(c.dim, IntField(j, file, "hidden_size", std::nullopt, 1, kMax));
-  ASSIGN_OR_RETURN(c.hidden_dim, IntField(j, file, "intermediate_size", std::nullopt, 1, kMax));
-  ASSIGN_OR_RETURN(c.n_layers, IntField(j, file, "num_hidden_layers", std::nullopt, 1, 4096));
-  ASSIGN_OR_RETURN(c.n_heads, IntField(j, file, "num_attention_heads", std::nullopt, 1, 4096));
-  ASSIGN_OR_RETURN(c.n_kv_heads, IntField(j, file, "num_key_value_heads", c.n_heads, 1, 4096));
-  ASSIGN_OR_RETURN(c.vocab_size, IntField(j, file, "vocab_size", std::nullopt, 1, 1 << 22));
-  ASSIGN_OR_RETURN(c.seq_len, IntField(j, file, "max_position_embeddings", std::nullopt, 1, kMax));
-  ASSIGN_OR_RETURN(c.head_size, IntField(j, file, "head_dim", 0, 0, 4096));
-  if (c.head_size * c.n_heads == c.dim) c.head_size = 0;  // the default, said explicitly
-  ASSIGN_OR_RETURN(c.norm_eps, FloatField(j, file, "rms_norm_eps", 1e-6f));
-  ASSIGN_OR_RETURN(c.rope_theta, FloatField(j, file, "rope_theta", 10000.0f));
-  ASSIGN_OR_RETURN(c.shared_classifier, BoolField(j, file, "tie_word_embeddings", false));
-  // Qwen 2 always has q/k/v biases; Llama and Qwen3 say so with attention_bias.
-  ASSIGN_OR_RETURN(c.attention_bias, BoolField(j, file, "attention_bias", qwen2));
-  if (qwen3) c.qk_norm = QkNorm::kPerHead;
-  ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(j, file));
-  c.rope_layout = RopeLayout::kHalfSplit;
-
-  // Full attention equals sliding-window attention up to the window.
-  ASSIGN_OR_RETURN(bool sliding, BoolField(j, file, "use_sliding_window", !qwen2 && !qwen3));
-  ASSIGN_OR_RETURN(int window,
-                   IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
-  if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
-
-  if (absl::Status s = c.Validate(); !s.ok()) return Invalid(file, std::string(s.message()));
-  ASSIGN_OR_RETURN(HubQuantization quantization, ReadHubQuantization(j, file));
-  return HubConfigFile{c, quantization};
-}
-
 // The type FP8 weights are widened to: that of the first matrix stored in
 // F32, F16 or BF16 (the embedding, in practice; the loop in LoadHubModel
 // checks that the others agree), BF16 when every matrix is FP8.
@@ -298,19 +161,14 @@ DType WidenedType(const SafetensorsModel& st, const std::vector<std::string>& ma
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {
-  ASSIGN_OR_RETURN(HubConfigFile f, ReadConfigFile(dir));
-  return f.config;
-}
-
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& dir) {
-  ASSIGN_OR_RETURN(HubConfigFile config_file, ReadConfigFile(dir));
+  ASSIGN_OR_RETURN(HubConfigFile config_file, ReadHubConfigFile(dir));
   const ModelConfig& config = config_file.config;
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, OpenSafetensorsFolder(dir));
   auto weights = std::make_unique<ModelWeights>();
   weights->config = config;
   weights->source = dir;
-  weights->layers.resize(config.n_layers);
+  SizeLayers(*weights);
   auto storage = std::make_shared<HubStorage>();
   storage->mapping = st->keep_alive();
   const auto table = TensorTable(*weights);
@@ -463,6 +321,35 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   if (ec)
     return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
 
+  const std::string arch = HubArchitecture(c);
+  if (c.qk_norm == QkNorm::kWhole && c.moe.n_experts == 0) {
+    return absl::InvalidArgumentError(
+        "a whole-projection q/k norm without experts belongs to no architecture this writer "
+        "writes");
+  }
+  // Qwen 2 is Llama with q/k/v biases (and so is Qwen2-MoE); the others say
+  // theirs with attention_bias.
+  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
+  const bool mixtral = arch == "MixtralForCausalLM", olmoe = arch == "OlmoeForCausalLM";
+  if (arch == "Qwen2MoeForCausalLM" && !c.attention_bias) {
+    return absl::InvalidArgumentError(
+        "a mixture of experts with a shared expert but no q/k/v biases is no architecture this "
+        "writer writes (Qwen2-MoE has both)");
+  }
+  if ((mixtral || olmoe) && (c.moe.expert_hidden != c.hidden_dim || c.moe.sparse_step != 1 ||
+                             !c.moe.dense_layers.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        arch, " says its experts' width in intermediate_size and has no dense layers; this model (",
+        c.ToString(), ") cannot be written as one"));
+  }
+  const char* model_type = arch == "Qwen3ForCausalLM"      ? "qwen3"
+                           : arch == "Qwen2ForCausalLM"    ? "qwen2"
+                           : arch == "Qwen3MoeForCausalLM" ? "qwen3_moe"
+                           : arch == "Qwen2MoeForCausalLM" ? "qwen2_moe"
+                           : mixtral                       ? "mixtral"
+                           : olmoe                         ? "olmoe"
+                                                           : "llama";
+
   const bool permute = c.rope_layout == RopeLayout::kInterleaved && options.permute_qk;
   SafetensorsWriter writer;
   for (const auto& row : TensorTable(w)) {
@@ -480,22 +367,9 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   }
   RETURN_IF_ERROR(writer.WriteFolder(dir, options.max_shard_bytes));
 
-  if (c.qk_norm == QkNorm::kWhole) {
-    return absl::InvalidArgumentError(
-        "a whole-projection q/k norm belongs to no architecture this writer writes");
-  }
-  // Qwen 2 is Llama with q/k/v biases; Qwen3 has per-head q/k norms (and
-  // biases only when attention_bias says so).
-  const bool qwen3 = c.qk_norm == QkNorm::kPerHead;
-  const bool qwen2 = !qwen3 && c.attention_bias;
   Json config = {
-      {"architectures",
-       {qwen3   ? "Qwen3ForCausalLM"
-        : qwen2 ? "Qwen2ForCausalLM"
-                : "LlamaForCausalLM"}},
-      {"model_type", qwen3   ? "qwen3"
-                     : qwen2 ? "qwen2"
-                             : "llama"},
+      {"architectures", {arch}},
+      {"model_type", model_type},
       {"hidden_size", c.dim},
       {"intermediate_size", c.hidden_dim},
       {"num_hidden_layers", c.n_layers},
@@ -513,6 +387,17 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
                                                       : "float16"},
   };
   if (!qwen2) config["attention_bias"] = c.attention_bias;
+  if (const MoeConfig& m = c.moe; m.n_experts > 0) {
+    config[mixtral ? "num_local_experts" : "num_experts"] = m.n_experts;
+    config["num_experts_per_tok"] = m.top_k;
+    config["norm_topk_prob"] = m.norm_topk_prob;
+    if (!mixtral && !olmoe) {
+      config["moe_intermediate_size"] = m.expert_hidden;
+      config["decoder_sparse_step"] = m.sparse_step;
+      config["mlp_only_layers"] = m.dense_layers;
+      if (m.shared_hidden > 0) config["shared_expert_intermediate_size"] = m.shared_hidden;
+    }
+  }
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScaling::Type::kLinear) {
     config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", ShortestDecimal(s.factor)}};

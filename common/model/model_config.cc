@@ -1,5 +1,6 @@
 #include "common/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -37,6 +38,11 @@ std::vector<float> ModelConfig::RopeFrequencies() const {
   return freqs;
 }
 
+bool ModelConfig::IsMoeLayer(int l) const {
+  if (moe.n_experts == 0 || (l + 1) % std::max(moe.sparse_step, 1) != 0) return false;
+  return std::find(moe.dense_layers.begin(), moe.dense_layers.end(), l) == moe.dense_layers.end();
+}
+
 int64_t ModelConfig::NumParameters() const {
   const int64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), v = vocab_size;
   const int64_t qk_norms = qk_norm == QkNorm::kPerHead ? 2 * int64_t{head_dim()}
@@ -44,7 +50,14 @@ int64_t ModelConfig::NumParameters() const {
                                                        : 0;
   const int64_t per_layer =
       2 * d + 2 * q * d + 2 * kv * d + 3 * d * h + (attention_bias ? q + 2 * kv : 0) + qk_norms;
-  return v * d * (shared_classifier ? 1 : 2) + n_layers * per_layer + d;
+  int64_t total = v * d * (shared_classifier ? 1 : 2) + n_layers * per_layer + d;
+  const int64_t e = moe.n_experts, eh = moe.expert_hidden, sh = moe.shared_hidden;
+  for (int l = 0; l < n_layers; ++l) {
+    if (!IsMoeLayer(l)) continue;
+    // The dense FFN counted above is not there; router, experts, shared.
+    total += -3 * d * h + e * d + e * 3 * d * eh + (sh > 0 ? 3 * d * sh + d : 0);
+  }
+  return total;
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -82,6 +95,32 @@ absl::Status ModelConfig::Validate() const {
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f)) {
     return absl::InvalidArgumentError("model rope_theta and norm_eps must be positive");
   }
+  if (moe.n_experts != 0) {
+    if (moe.n_experts < 0 || moe.n_experts > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model has ", moe.n_experts, " experts; at most 4096 are supported"));
+    }
+    if (moe.top_k < 1 || moe.top_k > moe.n_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("model routes each token to ", moe.top_k,
+                                                     " experts of ", moe.n_experts,
+                                                     "; it must be in [1, ", moe.n_experts, "]"));
+    }
+    if (moe.expert_hidden < 1 || moe.expert_hidden > kMaxSize || moe.shared_hidden < 0 ||
+        moe.shared_hidden > kMaxSize || moe.sparse_step < 1 || moe.sparse_step > n_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model experts' widths (", moe.expert_hidden, ", shared ", moe.shared_hidden,
+                       ") must be in [1, ", kMaxSize, "] and the sparse step (", moe.sparse_step,
+                       ") in [1, n_layers]"));
+    }
+    for (int l : moe.dense_layers) {
+      if (l < 0 || l >= n_layers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model dense layer ", l, " is not in [0, ", n_layers, ")"));
+      }
+    }
+  } else if (moe.top_k != 0 || moe.shared_hidden != 0) {
+    return absl::InvalidArgumentError("model has expert settings but no experts");
+  }
   const RopeScaling& s = rope_scaling;
   if (s.type != RopeScaling::Type::kNone && !(s.factor >= 1.0f && s.factor <= 1024.0f)) {
     return absl::InvalidArgumentError(
@@ -101,12 +140,18 @@ absl::Status ModelConfig::Validate() const {
 std::string ModelConfig::ToString() const {
   return absl::StrFormat(
       "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d vocab=%d seq_len=%d "
-      "theta=%g eps=%g %s%s%s%s%s",
+      "theta=%g eps=%g %s%s%s%s%s%s",
       dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim(), vocab_size, seq_len, rope_theta,
       norm_eps, shared_classifier ? "tied" : "untied", attention_bias ? " qkv-bias" : "",
       qk_norm == QkNorm::kPerHead ? " qk-norm"
       : qk_norm == QkNorm::kWhole ? " qk-norm-whole"
                                   : "",
+      moe.n_experts == 0
+          ? ""
+          : absl::StrFormat(
+                " moe=%d/%d x %d%s%s", moe.top_k, moe.n_experts, moe.expert_hidden,
+                moe.norm_topk_prob ? " norm" : "",
+                moe.shared_hidden > 0 ? absl::StrCat(" shared ", moe.shared_hidden) : ""),
       rope_layout == RopeLayout::kHalfSplit ? " rope-half-split" : "",
       rope_scaling.type == RopeScaling::Type::kLlama3   ? " rope-llama3"
       : rope_scaling.type == RopeScaling::Type::kLinear ? " rope-linear"

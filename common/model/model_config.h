@@ -35,6 +35,25 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// A mixture-of-experts FFN (n_experts > 0) in place of the dense SwiGLU in
+// the layers IsMoeLayer says. Each token's router logits over the experts
+// go through a softmax; its top_k experts (the lowest index among equals)
+// each compute a SwiGLU of expert_hidden on it, summed with their
+// probabilities as weights, renormalised to sum to 1 with norm_topk_prob
+// (Mixtral's softmax over the top-k logits is the same). A shared expert of
+// shared_hidden (Qwen2-MoE) adds a SwiGLU scaled by sigmoid(x . gate).
+struct MoeConfig {
+  int n_experts = 0;
+  int top_k = 0;
+  int expert_hidden = 0;
+  bool norm_topk_prob = false;
+  int shared_hidden = 0;
+  // Layer l is dense when (l + 1) % sparse_step != 0 or l is in
+  // dense_layers (Qwen's decoder_sparse_step and mlp_only_layers).
+  int sparse_step = 1;
+  std::vector<int> dense_layers = {};
+};
+
 struct ModelConfig {
   int dim = 0;         // residual width
   int hidden_dim = 0;  // SwiGLU inner width
@@ -53,6 +72,10 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::kNone;
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   RopeScaling rope_scaling = RopeScaling{};
+  MoeConfig moe = MoeConfig{};
+
+  // Whether layer l's FFN is a mixture of experts.
+  bool IsMoeLayer(int l) const;
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   int q_dim() const { return head_dim() * n_heads; }

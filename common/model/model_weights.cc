@@ -52,6 +52,12 @@ std::string ModelWeights::Fingerprint() const {
                           c.shared_classifier,
                           c.attention_bias,
                           static_cast<int32_t>(c.qk_norm),
+                          c.moe.n_experts,
+                          c.moe.top_k,
+                          c.moe.expert_hidden,
+                          c.moe.norm_topk_prob,
+                          c.moe.shared_hidden,
+                          c.moe.sparse_step,
                           static_cast<int32_t>(c.rope_layout),
                           static_cast<int32_t>(r.type),
                           r.original_max_position};
@@ -59,6 +65,11 @@ std::string ModelWeights::Fingerprint() const {
                           r.high_freq_factor};
   XXH3_64bits_update(state, ints, sizeof(ints));
   XXH3_64bits_update(state, floats, sizeof(floats));
+  // Which layers are dense follows from the rest and this list.
+  for (int l = 0; l < c.n_layers; ++l) {
+    const uint8_t moe = c.IsMoeLayer(l);
+    XXH3_64bits_update(state, &moe, 1);
+  }
   auto add = [&](const Tensor& t) {
     const uint8_t type = static_cast<uint8_t>(t.dtype);
     XXH3_64bits_update(state, &type, 1);

@@ -62,6 +62,18 @@ struct LayerWeights {
   // [kv_dim] over the whole projections.
   Tensor q_norm;
   Tensor k_norm;
+  // A mixture-of-experts layer (config.IsMoeLayer) has these instead of
+  // w1, w2 and w3: the router [n_experts, dim], each expert's gate and up
+  // [expert_hidden, dim] and down [dim, expert_hidden]; with a shared
+  // expert its gate, up and down and its sigmoid gate [1, dim].
+  Tensor router;
+  std::vector<Tensor> expert_gate;
+  std::vector<Tensor> expert_down;
+  std::vector<Tensor> expert_up;
+  Tensor shared_gate;
+  Tensor shared_down;
+  Tensor shared_up;
+  Tensor shared_expert_gate;
 };
 
 struct ModelWeights {

@@ -79,7 +79,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
   auto weights = std::make_unique<ModelWeights>();
   weights->config = config;
   weights->source = "synthetic";
-  weights->layers.resize(config.n_layers);
+  SizeLayers(*weights);
   for (const TensorSpec& spec : specs) {
     Tensor& t = TensorOf(*weights, spec);
     switch (spec.role) {
@@ -193,6 +193,79 @@ ModelConfig Qwen3SmallShape() {
                      .rope_layout = RopeLayout::kHalfSplit};
 }
 
+ModelConfig Qwen3_30B_A3BShape() {
+  ModelConfig c = Qwen3_0_6BShape();
+  c.dim = 2048;
+  c.hidden_dim = 6144;
+  c.n_layers = 48;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.shared_classifier = false;
+  c.moe = {.n_experts = 128, .top_k = 8, .expert_hidden = 768, .norm_topk_prob = true};
+  return c;
+}
+
+ModelConfig Mixtral8x7BShape() {
+  return ModelConfig{
+      .dim = 4096,
+      .hidden_dim = 14336,
+      .n_layers = 32,
+      .n_heads = 32,
+      .n_kv_heads = 8,
+      .vocab_size = 32000,
+      .seq_len = 32768,
+      .rope_theta = 1000000.0f,
+      .shared_classifier = false,
+      .rope_layout = RopeLayout::kHalfSplit,
+      .moe = {.n_experts = 8, .top_k = 2, .expert_hidden = 14336, .norm_topk_prob = true}};
+}
+
+ModelConfig Olmoe1B7BShape() {
+  return ModelConfig{.dim = 2048,
+                     .hidden_dim = 1024,
+                     .n_layers = 16,
+                     .n_heads = 16,
+                     .n_kv_heads = 16,
+                     .vocab_size = 50304,
+                     .seq_len = 4096,
+                     .shared_classifier = false,
+                     .qk_norm = QkNorm::kWhole,
+                     .rope_layout = RopeLayout::kHalfSplit,
+                     .moe = {.n_experts = 64, .top_k = 8, .expert_hidden = 1024}};
+}
+
+std::vector<std::pair<std::string, ModelConfig>> SmallMoeShapes() {
+  ModelConfig base{.dim = 64,
+                   .hidden_dim = 96,
+                   .n_layers = 3,
+                   .n_heads = 4,
+                   .n_kv_heads = 2,
+                   .vocab_size = 512,
+                   .seq_len = 256,
+                   .shared_classifier = false,
+                   .rope_layout = RopeLayout::kHalfSplit};
+  ModelConfig mixtral = base;
+  mixtral.hidden_dim = 48;
+  mixtral.moe = {.n_experts = 4, .top_k = 2, .expert_hidden = 48, .norm_topk_prob = true};
+  ModelConfig qwen2 = base;  // layer 1 sparse (step 2), shared expert, biases
+  qwen2.attention_bias = true;
+  qwen2.moe = {
+      .n_experts = 8, .top_k = 2, .expert_hidden = 32, .shared_hidden = 48, .sparse_step = 2};
+  ModelConfig qwen3 = Qwen3SmallShape();  // layer 1 dense (mlp_only_layers)
+  qwen3.n_layers = 3;
+  qwen3.moe = {
+      .n_experts = 8, .top_k = 3, .expert_hidden = 32, .norm_topk_prob = true, .dense_layers = {1}};
+  ModelConfig olmoe = base;
+  olmoe.n_kv_heads = 4;
+  olmoe.hidden_dim = 32;
+  olmoe.qk_norm = QkNorm::kWhole;
+  olmoe.moe = {.n_experts = 8, .top_k = 3, .expert_hidden = 32};
+  return {{"mixtral-small", mixtral},
+          {"qwen2-moe-small", qwen2},
+          {"qwen3-moe-small", qwen3},
+          {"olmoe-small", olmoe}};
+}
+
 namespace {
 
 struct NamedShapeEntry {
@@ -200,10 +273,11 @@ struct NamedShapeEntry {
   ModelConfig (*make)();
 };
 constexpr NamedShapeEntry kNamedShapes[] = {
-    {"stories15M", Stories15MShape},  {"stories110M", Stories110MShape},
-    {"llama3.2-1b", Llama32_1BShape}, {"llama3-8b", Llama3_8BShape},
-    {"llama3-70b", Llama3_70BShape},  {"qwen3-small", Qwen3SmallShape},
-    {"qwen3-0.6b", Qwen3_0_6BShape},
+    {"stories15M", Stories15MShape},    {"stories110M", Stories110MShape},
+    {"llama3.2-1b", Llama32_1BShape},   {"llama3-8b", Llama3_8BShape},
+    {"llama3-70b", Llama3_70BShape},    {"qwen3-small", Qwen3SmallShape},
+    {"qwen3-0.6b", Qwen3_0_6BShape},    {"qwen3-30b-a3b", Qwen3_30B_A3BShape},
+    {"mixtral-8x7b", Mixtral8x7BShape}, {"olmoe-1b-7b", Olmoe1B7BShape},
 };
 
 }  // namespace
@@ -218,6 +292,9 @@ std::string NamedShapeList() {
 absl::StatusOr<ModelConfig> NamedShape(std::string_view name) {
   for (const NamedShapeEntry& e : kNamedShapes) {
     if (name == e.name) return e.make();
+  }
+  for (const auto& [small, config] : SmallMoeShapes()) {
+    if (name == small) return config;
   }
   return absl::InvalidArgumentError(absl::StrCat("no model shape is called '", std::string(name),
                                                  "'; use one of ", NamedShapeList()));

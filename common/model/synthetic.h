@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
@@ -45,6 +47,17 @@ ModelConfig Qwen3_0_6BShape();
 // A tiny Qwen3 for tests: q_dim (128) above the width (64), GQA 4/2,
 // untied, 512 tokens.
 ModelConfig Qwen3SmallShape();
+
+// Mixture-of-experts shapes: Qwen3-30B-A3B (128 experts, top 8, experts
+// 768 wide, q/k norms), Mixtral-8x7B (8 experts, top 2) and OLMoE-1B-7B (64
+// experts, top 8, q/k norms over the whole projections), untied.
+ModelConfig Qwen3_30B_A3BShape();
+ModelConfig Mixtral8x7BShape();
+ModelConfig Olmoe1B7BShape();
+// Tiny ones of each mixture-of-experts architecture for tests, by name
+// (mixtral-small, qwen2-moe-small with a shared expert and sparse step 2,
+// qwen3-moe-small with a dense layer, olmoe-small), vocabulary 512.
+std::vector<std::pair<std::string, ModelConfig>> SmallMoeShapes();
 
 // The shapes above by name ("stories15M", "llama3-8b", "qwen3-0.6b", ...);
 // INVALID_ARGUMENT listing the names for another.

@@ -43,12 +43,30 @@ const char* TensorRoleName(TensorRole role) {
       return "final_norm";
     case R::kClassifier:
       return "classifier";
+    case R::kRouter:
+      return "router";
+    case R::kExpertGate:
+      return "gate";
+    case R::kExpertDown:
+      return "down";
+    case R::kExpertUp:
+      return "up";
+    case R::kSharedGate:
+      return "shared_gate";
+    case R::kSharedDown:
+      return "shared_down";
+    case R::kSharedUp:
+      return "shared_up";
+    case R::kSharedExpertGate:
+      return "shared_expert_gate";
   }
   return "?";
 }
 
 std::string TensorSpec::ToString() const {
   if (layer < 0) return TensorRoleName(role);
+  if (expert >= 0)
+    return absl::StrCat("layer ", layer, " expert ", expert, " ", TensorRoleName(role));
   return absl::StrCat("layer ", layer, " ", TensorRoleName(role));
 }
 
@@ -83,9 +101,26 @@ std::vector<TensorSpec> ModelTensors(const ModelConfig& c) {
     out.push_back({R::kWv, l, {kv, d}});
     out.push_back({R::kWo, l, {d, q}});
     out.push_back({R::kFfnNorm, l, {d}});
-    out.push_back({R::kGate, l, {h, d}});
-    out.push_back({R::kDown, l, {d, h}});
-    out.push_back({R::kUp, l, {h, d}});
+    if (c.IsMoeLayer(l)) {
+      const MoeConfig& m = c.moe;
+      const int64_t eh = m.expert_hidden, sh = m.shared_hidden;
+      out.push_back({R::kRouter, l, {m.n_experts, d}});
+      for (int e = 0; e < m.n_experts; ++e) {
+        out.push_back({R::kExpertGate, l, {eh, d}, e});
+        out.push_back({R::kExpertDown, l, {d, eh}, e});
+        out.push_back({R::kExpertUp, l, {eh, d}, e});
+      }
+      if (sh > 0) {
+        out.push_back({R::kSharedGate, l, {sh, d}});
+        out.push_back({R::kSharedDown, l, {d, sh}});
+        out.push_back({R::kSharedUp, l, {sh, d}});
+        out.push_back({R::kSharedExpertGate, l, {1, d}});
+      }
+    } else {
+      out.push_back({R::kGate, l, {h, d}});
+      out.push_back({R::kDown, l, {d, h}});
+      out.push_back({R::kUp, l, {h, d}});
+    }
     if (c.attention_bias) {
       out.push_back({R::kBq, l, {q}});
       out.push_back({R::kBk, l, {kv}});
@@ -144,11 +179,37 @@ auto& TensorIn(W& w, const TensorSpec& spec) {
       return w.layers[spec.layer].q_norm;
     case R::kKNorm:
       return w.layers[spec.layer].k_norm;
+    case R::kRouter:
+      return w.layers[spec.layer].router;
+    case R::kExpertGate:
+      return w.layers[spec.layer].expert_gate[spec.expert];
+    case R::kExpertDown:
+      return w.layers[spec.layer].expert_down[spec.expert];
+    case R::kExpertUp:
+      return w.layers[spec.layer].expert_up[spec.expert];
+    case R::kSharedGate:
+      return w.layers[spec.layer].shared_gate;
+    case R::kSharedDown:
+      return w.layers[spec.layer].shared_down;
+    case R::kSharedUp:
+      return w.layers[spec.layer].shared_up;
+    case R::kSharedExpertGate:
+      return w.layers[spec.layer].shared_expert_gate;
   }
   std::abort();  // not a role: a corrupt spec
 }
 
 }  // namespace
+
+void SizeLayers(ModelWeights& w) {
+  w.layers.resize(w.config.n_layers);
+  for (int l = 0; l < w.config.n_layers; ++l) {
+    const size_t experts = w.config.IsMoeLayer(l) ? w.config.moe.n_experts : 0;
+    w.layers[l].expert_gate.resize(experts);
+    w.layers[l].expert_down.resize(experts);
+    w.layers[l].expert_up.resize(experts);
+  }
+}
 
 Tensor& TensorOf(ModelWeights& w, const TensorSpec& spec) { return TensorIn(w, spec); }
 const Tensor& TensorOf(const ModelWeights& w, const TensorSpec& spec) { return TensorIn(w, spec); }

@@ -33,6 +33,14 @@ enum class TensorRole : uint8_t {
   kKNorm,
   kFinalNorm,
   kClassifier,
+  kRouter,
+  kExpertGate,
+  kExpertDown,
+  kExpertUp,
+  kSharedGate,
+  kSharedDown,
+  kSharedUp,
+  kSharedExpertGate,
 };
 
 // A short name of the role, for messages ("wq", "ffn_norm", ...).
@@ -44,6 +52,7 @@ struct TensorSpec {
   // Row-major [out, in] for a matrix (hub order; GGUF lists it reversed),
   // [n] for a vector.
   std::vector<int64_t> shape;
+  int expert = -1;  // for the kExpert roles
 
   bool is_matrix() const { return shape.size() == 2; }
   int64_t numel() const;
@@ -58,12 +67,18 @@ struct TensorSpec {
 
 // The tensors of `c`, in a fixed order: the embedding; per layer the
 // attention norm, q, k, v and output projections, the FFN norm, gate, down
-// and up, then what the config adds (q/k/v biases, q/k norms); the final
-// norm; the classifier when untied. Synthetic weights are drawn in this
+// and up (in a mixture-of-experts layer: the router, each expert's gate,
+// down and up, and the shared expert's gate, down, up and sigmoid gate),
+// then what the config adds (q/k/v biases, q/k norms); the final norm; the
+// classifier when untied. Synthetic weights are drawn in this
 // order, so it only ever grows at the end of a group.
 std::vector<TensorSpec> ModelTensors(const ModelConfig& c);
 
-// Where `spec`'s weights live in `w` (whose layers must be sized).
+// Sizes w.layers (and each mixture-of-experts layer's expert lists) for
+// w.config, so that TensorOf finds every tensor of ModelTensors.
+void SizeLayers(ModelWeights& w);
+
+// Where `spec`'s weights live in `w` (sized by SizeLayers).
 Tensor& TensorOf(ModelWeights& w, const TensorSpec& spec);
 const Tensor& TensorOf(const ModelWeights& w, const TensorSpec& spec);
 

@@ -147,5 +147,30 @@ TEST(HubClusterTest, Qwen3FolderGivesTheSameTokensDisaggregatedAndColocated) {
   }
 }
 
+// Every mixture-of-experts architecture on a prefill + decode pair: the
+// disaggregated tokens are the single-process engine's, and the KV that
+// crosses is exactly layers x blocks x (K and V of 16 slots x kv_dim x 2
+// bytes of bf16): experts change nothing of what the pools ship.
+TEST(HubClusterTest, MixtureOfExpertsFoldersGiveTheSameTokensDisaggregated) {
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  for (const auto& [name, config] : SmallMoeShapes()) {
+    SCOPED_TRACE(name);
+    const std::string dir = WriteSyntheticHubFolder(name + "-bf16", config, DType::kBF16);
+    auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .tokenizer = dir});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    const std::vector<int32_t> want = LocalGreedy(dir, kLongPrompt, 32);
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats before, (*cluster)->Stats((*cluster)->prefill(0)));
+    const Completion got = RunGenerate((*cluster)->router(), TextRequest(kLongPrompt, 32));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << (*cluster)->Logs();
+    EXPECT_TRUE(got.finished.disaggregated()) << (*cluster)->Logs();
+    EXPECT_EQ(got.tokens, want);
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, (*cluster)->Stats((*cluster)->prefill(0)));
+    const int64_t blocks = (got.finished.usage().prompt_tokens() + 15) / 16;
+    EXPECT_EQ(static_cast<int64_t>(after.kv_transfer_bytes() - before.kv_transfer_bytes()),
+              int64_t{config.n_layers} * blocks * (2 * 16 * config.kv_dim() * 2));
+    EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+  }
+}
+
 }  // namespace
 }  // namespace tandem::testing

@@ -57,6 +57,13 @@ class ForwardingBackend : public Backend {
             const AttentionShape& shape, const float* cos_sin) override {
     inner_->Rope(q, qs, k, ks, positions, shape, cos_sin);
   }
+  void GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) override {
+    inner_->GatherRows(src, rows, n, dst);
+  }
+  void ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                      std::span<const float> weights, int n, float* dst) override {
+    inner_->ScatterAddRows(src, rows, weights, n, dst);
+  }
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override {
     inner_->SwiGlu(gate_up, out, rows, hidden);
   }

@@ -35,7 +35,8 @@
 
 ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15M", "stories110M"}),
           "Model shapes to measure: stories15M, stories110M, llama3.2-1b, llama3-8b (32 GB of "
-          "fp32 weights; for GPUs)");
+          "fp32 weights; for GPUs), qwen3-0.6b, olmoe-1b-7b, the small test shapes (e.g. "
+          "qwen3-moe-small), ...: any name tandem-synth --shape takes");
 ABSL_FLAG(std::vector<std::string>, dtype, std::vector<std::string>({"f32"}),
           "Weight types to measure, each shape in each: f32, bf16, f16 (e.g. --dtype=f32,bf16)");
 ABSL_FLAG(std::string, kv_dtype, "", "KV cache type; empty = the weights' type");
@@ -166,20 +167,12 @@ int Run() {
         return 2;
       }
     } else {
-      ModelConfig config;
-      if (shape == "stories15M") {
-        config = Stories15MShape();
-      } else if (shape == "stories110M") {
-        config = Stories110MShape();
-      } else if (shape == "llama3.2-1b") {
-        config = Llama32_1BShape();
-      } else if (shape == "llama3-8b") {
-        config = Llama3_8BShape();
-      } else {
-        std::cerr << "unknown --shapes entry '" << shape
-                  << "'; use stories15M, stories110M, llama3.2-1b or llama3-8b\n";
+      absl::StatusOr<ModelConfig> named = NamedShape(shape);
+      if (!named.ok()) {
+        std::cerr << "--shapes: " << named.status().message() << "\n";
         return 2;
       }
+      ModelConfig config = *named;
       // The benchmark's prompts may be longer than the checkpoint's
       // training context; positions past it are still well defined for RoPE.
       config.seq_len = std::max(config.seq_len, longest);
@@ -195,6 +188,10 @@ int Run() {
     const WeightCount read = DecodeWeights(w);
     result.weight_bytes = read.bytes;
     result.weight_params = read.params;
+    result.expert_bytes = read.expert_bytes;
+    result.expert_params = read.expert_params;
+    result.experts = read.experts;
+    result.top_k = read.top_k;
     result.classifier_params = double(config.vocab_size) * config.dim;
     const int max_batch = *std::max_element(batches.begin(), batches.end());
     EngineOptions options;

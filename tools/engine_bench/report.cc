@@ -2,6 +2,7 @@
 // figure is set against.
 #include "tools/engine_bench/report.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -22,13 +23,29 @@ std::pair<double, std::string> PrefillLimit(const MeasuredLimits& limits, DType 
   return {limits.gemm_flops, "GEMM rate"};
 }
 
-// Prefill: 2 flops per weight per token, classifier excluded (only the
-// last token's logits are computed), attention excluded.
-double PrefillFlops(const Result& r) { return 2.0 * (r.weight_params - r.classifier_params); }
+// Prefill: 2 flops per weight per token (of a mixture of experts, the
+// token's top-k experts), classifier excluded (only the last token's logits
+// are computed), attention excluded.
+double PrefillFlops(const Result& r) {
+  const double experts = r.experts > 0 ? r.expert_params * r.top_k / r.experts : 0;
+  return 2.0 * (r.weight_params - r.classifier_params + experts);
+}
 
-// Decode reads every weight once per step, plus each sequence's KV.
+// The bytes a decode step of `batch` rows reads: every weight once, the
+// routed experts its rows touch (in expectation E (1 - (1 - k/E)^batch) of
+// each sparse layer's E, for rows routed independently), and each
+// sequence's KV.
+double DecodeBytes(const Result& r, int batch) {
+  double experts = 0;
+  if (r.experts > 0) {
+    // The share of each layer's experts touched.
+    experts = r.expert_bytes * (1 - std::pow(1 - static_cast<double>(r.top_k) / r.experts, batch));
+  }
+  return r.weight_bytes + experts + batch * r.kv_bytes_per_sequence;
+}
+
 double DecodeLimit(const MeasuredLimits& limits, const Result& r, int batch) {
-  return batch * limits.bandwidth / (r.weight_bytes + batch * r.kv_bytes_per_sequence);
+  return batch * limits.bandwidth / DecodeBytes(r, batch);
 }
 
 }  // namespace
@@ -89,7 +106,7 @@ void PrintTable(const std::vector<Result>& results, const MeasuredLimits& limits
       std::printf("\n");
     }
     for (auto [b, tps] : r.decode) {
-      const double bytes = r.weight_bytes + b * r.kv_bytes_per_sequence;
+      const double bytes = DecodeBytes(r, b);
       const double limit = DecodeLimit(limits, r, b);
       std::printf(
           "%-18s decode batch %d: bandwidth limit %.1f tok/s (%.0f MB/step at %.1f GB/s); "

@@ -32,6 +32,12 @@ struct Result {
   std::vector<std::pair<int, double>> decode;   // batch -> tokens/s summed
   double weight_bytes = 0;                      // read by every decode step
   double weight_params = 0;                     // ... and their number
+  // The routed experts (of a mixture of experts), apart: a step reads those
+  // its tokens touch.
+  double expert_bytes = 0;
+  double expert_params = 0;
+  int experts = 0;
+  int top_k = 0;
   double classifier_params = 0;
   double kv_bytes_per_sequence = 0;  // read per sequence by a decode step, on average
 };

@@ -25,11 +25,17 @@ WeightCount DecodeWeights(const ModelWeights& w) {
   // A decode step reads every tensor but the embedding (a few rows of it),
   // and the classifier whether tied to the embedding or not.
   for (const TensorSpec& spec : ModelTensors(w.config)) {
-    if (spec.role != TensorRole::kEmbedding && spec.role != TensorRole::kClassifier) {
+    if (spec.expert >= 0) {
+      const Tensor& t = TensorOf(w, spec);
+      count.expert_bytes += t.size_bytes();
+      count.expert_params += t.numel;
+    } else if (spec.role != TensorRole::kEmbedding && spec.role != TensorRole::kClassifier) {
       add(TensorOf(w, spec));
     }
   }
   add(w.classifier);
+  count.experts = w.config.moe.n_experts;
+  count.top_k = w.config.moe.top_k;
   return count;
 }
 

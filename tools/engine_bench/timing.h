@@ -21,11 +21,17 @@ inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(
 struct WeightCount {
   double bytes = 0;
   double params = 0;
+  // Of a mixture of experts, besides: every routed expert's matrices, the
+  // experts per sparse layer and those a token uses.
+  double expert_bytes = 0;
+  double expert_params = 0;
+  int experts = 0;
+  int top_k = 0;
 };
 
-// What a batch-1 decode step reads, tensor by tensor (a quantized file
-// mixes types): every weight but the embedding rows not looked up (a tied
-// classifier reads the whole table).
+// What a decode step reads, tensor by tensor (a quantized file mixes
+// types): every weight but the embedding rows not looked up (a tied
+// classifier reads the whole table) and the routed experts, counted apart.
 WeightCount DecodeWeights(const ModelWeights& w);
 
 // Loads a hub folder `repeats` + 1 times (the first fills the page cache)

@@ -34,10 +34,49 @@ absl::StatusOr<DeviceSpec> FindDevice(std::string_view name) {
       "--device is '", absl::string_view(name.data(), name.size()), "'; use h100, h200 or a100"));
 }
 
+// Parameters of a model's layers: attention and dense FFNs; the sparse
+// layers' router and shared expert; and one routed expert of each sparse
+// layer, `sparse_layers` of them.
+struct LayerParams {
+  double dense = 0;
+  double expert = 0;
+  int sparse_layers = 0;
+};
+
+LayerParams CountLayerParams(const ModelConfig& c) {
+  const double d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  const MoeConfig& m = c.moe;
+  LayerParams p;
+  for (int l = 0; l < c.n_layers; ++l) {
+    p.dense += 2 * q * d + 2 * kv * d;
+    if (!c.IsMoeLayer(l)) {
+      p.dense += 3 * d * h;
+      continue;
+    }
+    ++p.sparse_layers;
+    p.dense += static_cast<double>(m.n_experts) * d +
+               (m.shared_hidden > 0 ? 3 * d * m.shared_hidden + d : 0);
+  }
+  p.expert = 3 * d * m.expert_hidden;
+  return p;
+}
+
 double RooflineCost::LayerWeightBytes() const {
-  const double d = config.dim, q = config.q_dim(), kv = config.kv_dim(), h = config.hidden_dim;
-  const double per_layer = 2 * q * d + 2 * kv * d + 3 * d * h;
-  return per_layer * config.n_layers * weight_bytes;
+  const LayerParams p = CountLayerParams(config);
+  return (p.dense + p.expert * config.moe.n_experts * p.sparse_layers) * weight_bytes;
+}
+
+double RooflineCost::StepWeightBytes(int tokens) const {
+  const LayerParams p = CountLayerParams(config);
+  const double e = config.moe.n_experts;
+  const double touched =
+      e == 0 ? 0 : e * (1 - std::pow(1 - config.moe.top_k / e, std::max(tokens, 0)));
+  return (p.dense + p.expert * touched * p.sparse_layers) * weight_bytes;
+}
+
+double RooflineCost::ActiveLayerParams() const {
+  const LayerParams p = CountLayerParams(config);
+  return p.dense + p.expert * config.moe.top_k * p.sparse_layers;
 }
 
 double RooflineCost::ClassifierBytes() const {
@@ -50,8 +89,8 @@ double RooflineCost::KvBytesPerToken() const {
 
 absl::Duration RooflineCost::operator()(const StepShape& shape) const {
   if (shape.tokens == 0) return efficiency.per_step;
-  const double layer_params = LayerWeightBytes() / weight_bytes;
-  const double products = Roof(*this, 2.0 * shape.tokens * layer_params, LayerWeightBytes());
+  const double products =
+      Roof(*this, 2.0 * shape.tokens * ActiveLayerParams(), StepWeightBytes(shape.tokens));
   const double attention_flops = 4.0 * static_cast<double>(shape.attended) * config.head_dim() *
                                  config.n_heads * config.n_layers;
   // Decode rows read their whole context; a prompt chunk's tokens share

@@ -4,6 +4,9 @@
 // arithmetic and its memory traffic, at the shares of those peaks tandem
 // reaches:
 //   weight products   2 flops per parameter and token    | the weights once
+//                     (a mixture of experts: the token's | (a mixture of
+//                     top-k experts)                     | experts: those the
+//                                                        | step's tokens touch)
 //   attention         4 flops per key, query head, layer | decode rows' keys
 //   classifier        2 flops per parameter and row      | its weights
 //   logits            a host cost per logit of each row (copied back and
@@ -56,8 +59,16 @@ struct RooflineCost {
   RooflineEfficiency efficiency = {};
 
   absl::Duration operator()(const StepShape& shape) const;
-  // Bytes of the layers' weights, and of the classifier.
+  // Bytes of the layers' weights (every expert: what the device holds), and
+  // of the classifier.
   double LayerWeightBytes() const;
+  // Bytes of the layers' weights a step of `tokens` tokens reads: all but
+  // the experts, and per sparse layer the experts its tokens touch, in
+  // expectation E (1 - (1 - k/E)^tokens) of E routed top-k (tokens routed
+  // independently and uniformly: a skewed router touches fewer).
+  double StepWeightBytes(int tokens) const;
+  // Parameters of the layers one token multiplies with (k experts of E).
+  double ActiveLayerParams() const;
   double ClassifierBytes() const;
   // Bytes of the KV cache per token (keys and values, every layer).
   double KvBytesPerToken() const;

@@ -27,7 +27,8 @@ ABSL_FLAG(std::string, kv_dtype, "",
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "With --device and --kv_blocks 0: the share of its memory the weights and KV take");
 ABSL_FLAG(std::string, shape, "stories15M",
-          "Model shape simulated: stories15M, stories110M, llama3.2-1b, llama3-8b or llama3-70b "
+          "Model shape simulated: stories15M, stories110M, llama3.2-1b, llama3-8b, llama3-70b, "
+          "qwen3-0.6b, qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b "
           "(the workers hold a stand-in of it: the cost model gives the time, the shape the KV "
           "blocks and bytes)");
 ABSL_FLAG(int, seq_len, 2048, "The shape's context length in tokens (1 to 131072)");
@@ -138,22 +139,11 @@ absl::StatusOr<CostChoice> ChooseCost(const ModelConfig& shape, DType kv_dtype) 
 
 absl::StatusOr<ModelConfig> ShapeFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_shape);
-  ModelConfig shape;
-  if (name == "stories15M") {
-    shape = Stories15MShape();
-  } else if (name == "stories110M") {
-    shape = Stories110MShape();
-  } else if (name == "llama3.2-1b") {
-    shape = Llama32_1BShape();
-  } else if (name == "llama3-8b") {
-    shape = Llama3_8BShape();
-  } else if (name == "llama3-70b") {
-    shape = Llama3_70BShape();
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shape is '", name,
-                     "'; use stories15M, stories110M, llama3.2-1b, llama3-8b or llama3-70b"));
+  absl::StatusOr<ModelConfig> named = NamedShape(name);
+  if (!named.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--shape: ", named.status().message()));
   }
+  ModelConfig shape = *named;
   const int seq_len = absl::GetFlag(FLAGS_seq_len);
   if (seq_len < 1 || seq_len > 131072) {
     return absl::InvalidArgumentError(

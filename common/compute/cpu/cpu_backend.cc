@@ -343,6 +343,23 @@ void CpuBackend::RmsNormHeads(float* x, int stride, const float* weight, int row
   }
 }
 
+void CpuBackend::GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(dst + i * n, src + int64_t{rows[i]} * n, sizeof(float) * n);
+  }
+}
+
+void CpuBackend::ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                                std::span<const float> weights, int n, float* dst) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* out = dst + int64_t{rows[i]} * n;
+    const float* in = src + i * n;
+    const float w = weights[i];
+#pragma omp simd
+    for (int j = 0; j < n; ++j) out[j] += w * in[j];
+  }
+}
+
 void CpuBackend::Rope(float* q, int q_stride, float* k, int k_stride,
                       std::span<const int32_t> positions, const AttentionShape& shape,
                       const float* cos_sin) {

@@ -71,6 +71,9 @@ class CpuBackend final : public Backend {
                     float eps) override;
   void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
             const AttentionShape& shape, const float* cos_sin) override;
+  void GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) override;
+  void ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                      std::span<const float> weights, int n, float* dst) override;
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;
   void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                std::span<const AttentionRow> rows, int layer, const KvLayout& layout,

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -463,6 +464,27 @@ void CudaBackend::Rope(float* q, int q_stride, float* k, int k_stride,
 void CudaBackend::AddBias(float* x, int stride, const float* bias, int rows, int n) {
   if (!Begin("AddBias")) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchAddBias(x, stride, bias, rows, n)));
+}
+
+void CudaBackend::GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) {
+  if (!Begin("GatherRows") || rows.empty()) return;
+  const int32_t* d_rows = UploadInts(expert_rows_upload_, rows);
+  if (d_rows == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(
+      cuda::LaunchGatherRows(src, d_rows, static_cast<int>(rows.size()), n, dst)));
+}
+
+void CudaBackend::ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                                 std::span<const float> weights, int n, float* dst) {
+  if (!Begin("ScatterAddRows") || rows.empty()) return;
+  const int32_t* d_rows = UploadInts(expert_rows_upload_, rows);
+  weight_bits_.resize(weights.size());
+  std::memcpy(weight_bits_.data(), weights.data(), weights.size_bytes());
+  const int32_t* d_weights = UploadInts(weights_upload_, weight_bits_);
+  if (d_rows == nullptr || d_weights == nullptr) return;
+  Keep(TANDEM_CUDA_STATUS(cuda::LaunchScatterAddRows(src, d_rows,
+                                                     reinterpret_cast<const float*>(d_weights),
+                                                     static_cast<int>(rows.size()), n, dst)));
 }
 
 void CudaBackend::SwiGlu(const float* gate_up, float* out, int rows, int hidden) {

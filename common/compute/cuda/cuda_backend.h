@@ -115,6 +115,9 @@ class CudaBackend final : public Backend {
                     float eps) override;
   void Rope(float* q, int q_stride, float* k, int k_stride, std::span<const int32_t> positions,
             const AttentionShape& shape, const float* cos_sin) override;
+  void GatherRows(const float* src, std::span<const int32_t> rows, int n, float* dst) override;
+  void ScatterAddRows(const float* src, std::span<const int32_t> rows,
+                      std::span<const float> weights, int n, float* dst) override;
   void SwiGlu(const float* gate_up, float* out, int rows, int hidden) override;
   void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
@@ -185,6 +188,9 @@ class CudaBackend final : public Backend {
   Upload ids_upload_;          // token ids
   Upload positions_upload_;    // RoPE positions
   Upload rows_upload_;         // packed attention rows
+  Upload expert_rows_upload_;  // the rows of a GatherRows or ScatterAddRows
+  Upload weights_upload_;      // a ScatterAddRows's weights, as their bits
+  std::vector<int32_t> weight_bits_;
   Scratch attention_scratch_;  // partial results of split attention
   Scratch narrow_scratch_;     // activations rounded to 16 bits for a product
   std::vector<int32_t> host_ints_;

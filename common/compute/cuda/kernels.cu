@@ -130,6 +130,26 @@ __global__ void AddBiasKernel(float* x, int stride, const float* bias, int rows,
   }
 }
 
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int count, int n,
+                                 float* dst) {
+  const size_t total = static_cast<size_t>(count) * n;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[static_cast<size_t>(rows[i / n]) * n + i % n];
+  }
+}
+
+// Rows are distinct, so no two threads add to one element.
+__global__ void ScatterAddRowsKernel(const float* src, const int32_t* rows, const float* weights,
+                                     int count, int n, float* dst) {
+  const size_t total = static_cast<size_t>(count) * n;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / n;
+    dst[static_cast<size_t>(rows[r]) * n + i % n] += weights[r] * src[i];
+  }
+}
+
 __global__ void SwiGluKernel(const float* gate_up, float* out, int rows, int hidden) {
   const size_t total = static_cast<size_t>(rows) * hidden;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
@@ -310,6 +330,23 @@ cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int
   if (total == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   AddBiasKernel<<<GridFor(total, kThreads), kThreads>>>(x, stride, bias, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int count, int n, float* dst) {
+  const size_t total = static_cast<size_t>(count) * n;
+  if (total == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  GatherRowsKernel<<<GridFor(total, kThreads), kThreads>>>(src, rows, count, n, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScatterAddRows(const float* src, const int32_t* rows, const float* weights,
+                                 int count, int n, float* dst) {
+  const size_t total = static_cast<size_t>(count) * n;
+  if (total == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  ScatterAddRowsKernel<<<GridFor(total, kThreads), kThreads>>>(src, rows, weights, count, n, dst);
   return cudaGetLastError();
 }
 

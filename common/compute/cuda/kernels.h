@@ -60,6 +60,11 @@ cudaError_t LaunchRmsNormHeads(float* x, int stride, const float* weight, int ro
 cudaError_t LaunchRope(float* q, int q_stride, float* k, int k_stride, const int32_t* positions,
                        int rows, int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
                        bool half_split);
+// Backend::GatherRows and ScatterAddRows; `rows` and `weights` in device
+// memory.
+cudaError_t LaunchGatherRows(const float* src, const int32_t* rows, int count, int n, float* dst);
+cudaError_t LaunchScatterAddRows(const float* src, const int32_t* rows, const float* weights,
+                                 int count, int n, float* dst);
 cudaError_t LaunchAddBias(float* x, int stride, const float* bias, int rows, int n);
 // out[r] = the index of the largest of x[r, 0..n) (Backend::Argmax), one
 // block per row.

@@ -19,12 +19,11 @@
 #include "common/model/hub_model.h"
 #include "common/model/synthetic.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "tests/testing/child_process.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/engine/numpy_reference.h"
 
 namespace tandem {
 namespace {
@@ -84,29 +83,6 @@ std::vector<int32_t> Tokens(int vocab) {
   std::vector<int32_t> t(kTokens);
   for (int32_t& id : t) id = static_cast<int32_t>(rng() % vocab);
   return t;
-}
-
-// Logits of hf_reference.py (numpy, run by Debian's python3) for `tokens`
-// on the folder `dir`: [position][vocab].
-absl::StatusOr<std::vector<std::vector<double>>> NumpyReferenceLogits(
-    const std::string& dir, const std::vector<int32_t>& tokens) {
-  const std::string out = dir + "/numpy_logits.json";
-  ::tandem::testing::Child child(
-      {"/usr/bin/python3", TANDEM_HF_REFERENCE_SCRIPT, dir, out, absl::StrJoin(tokens, ",")},
-      dir + "/python.log");
-  const int rc = child.Wait(absl::Minutes(2));
-  if (rc != 0) {
-    std::ifstream log(dir + "/python.log");
-    std::stringstream text;
-    text << log.rdbuf();
-    return absl::InternalError(absl::StrCat(
-        "hf_reference.py exited with ", rc,
-        " (Debian's python3-numpy is installed by scripts/install-deps.sh): ", text.str()));
-  }
-  std::ifstream in(out);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return absl::InternalError("hf_reference.py wrote no logits");
-  return j.get<std::vector<std::vector<double>>>();
 }
 
 struct NumericsCase {
@@ -294,7 +270,7 @@ TEST(HubNumericsNumpy, Qwen3MatchesAnIndependentNumpyReference) {
   ASSERT_OK(WriteHubModel(*original, dir, options));
   ASSERT_OK_AND_ASSIGN(auto loaded, LoadHubModel(dir));
   const std::vector<int32_t> tokens = Tokens(config.vocab_size);
-  ASSERT_OK_AND_ASSIGN(const auto numpy, NumpyReferenceLogits(dir, tokens));
+  ASSERT_OK_AND_ASSIGN(const auto numpy, ::tandem::testing::NumpyReferenceLogits(dir, tokens));
   ASSERT_EQ(numpy.size(), tokens.size());
   EXPECT_LT(WorstError(EngineLogits(*loaded, tokens), numpy), 1e-4);
   // Without its q/k norms the model computes something else: the check

@@ -306,6 +306,54 @@ TEST(GgufModelTest, QkNormTensorsMustMatchTheArchitecture) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attn_q_norm.weight")));
 }
 
+// Each mixture-of-experts architecture as llama.cpp names it (Mixtral as
+// llama with experts, qwen2moe with its shared expert, qwen3moe, olmoe):
+// every expert's matrices merged into one tensor per role, read back as
+// the same model. llama.cpp's sparse models are sparse in every layer.
+TEST(GgufModelTest, MixtureOfExpertsArchitecturesRoundTrip) {
+  for (auto [name, config] : SmallMoeShapes()) {
+    SCOPED_TRACE(name);
+    config.moe.sparse_step = 1;
+    config.moe.dense_layers.clear();
+    if (name == "mixtral-small") config.rope_layout = RopeLayout::kInterleaved;
+    ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 6));
+    const std::string path = TempPath(name + ".gguf");
+    ASSERT_OK(WriteGgufModel(*model, path));
+    ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(path));
+    const GgufTensorInfo* gate = file.FindTensor("blk.1.ffn_gate_exps.weight");
+    ASSERT_NE(gate, nullptr);
+    EXPECT_EQ(gate->dims,
+              (std::vector<int64_t>{config.dim, config.moe.expert_hidden, config.moe.n_experts}));
+    ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(file));
+    EXPECT_EQ(loaded->config.moe.n_experts, config.moe.n_experts);
+    EXPECT_EQ(loaded->config.moe.norm_topk_prob, config.moe.norm_topk_prob);
+    EXPECT_EQ(loaded->Fingerprint(), model->Fingerprint());
+  }
+}
+
+// An expert count that the metadata and the tensors disagree on is refused
+// naming the first tensor that shows it.
+TEST(GgufModelTest, ExpertCountDisagreeingWithTheTensorsIsRefused) {
+  ModelConfig config = SmallMoeShapes()[2].second;  // qwen3-moe-small
+  config.moe.dense_layers.clear();
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 6));
+  const std::string path = TempPath("experts.gguf");
+  ASSERT_OK(WriteGgufModel(*model, path));
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  // The value follows the key and its 4-byte type.
+  const std::string key = "qwen3moe.expert_count";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bytes[at + key.size() + 4], 8);
+  bytes[at + key.size() + 4] = 7;
+  const std::string bad = TempPath("experts-7.gguf");
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_THAT(LoadGgufModel(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("blk.0.ffn_gate_inp.weight"), HasSubstr("moe=3/7"))));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GgufSyntheticTest,
                          ::testing::Values(ShapeCase{"mha", 4, 4, true},
                                            ShapeCase{"gqa", 8, 2, true},

@@ -70,6 +70,34 @@ TEST(Roofline, AHandComputedStep) {
   EXPECT_EQ(cost(StepShape{}), absl::ZeroDuration());
 }
 
+// Qwen3-30B-A3B on an H200: the device holds every expert, a token
+// multiplies with 8 of 128, and a step reads the experts its tokens touch:
+// 8 of each layer at one token, E (1 - (1 - k/E)^t) in expectation at t,
+// nearly all 128 at a 512-token prefill chunk.
+TEST(Roofline, MixtureOfExpertsStepsReadTheExpertsTheirTokensTouch) {
+  const RooflineCost cost{.config = Qwen3_30B_A3BShape(),
+                          .weight_bytes = 2,
+                          .kv_bytes = 2,
+                          .device = FindDevice("h200").value()};
+  const double d = 2048, layers = 48, expert = 3 * d * 768 * 2;
+  // q (32 x 128), k and v (4 x 128) and o; the router of 128 experts.
+  const double dense = layers * (2 * 4096 * d + 2 * 512 * d + 128 * d) * 2;
+  EXPECT_DOUBLE_EQ(cost.LayerWeightBytes(), dense + layers * 128 * expert);
+  EXPECT_DOUBLE_EQ(cost.StepWeightBytes(1), dense + layers * 8 * expert);
+  for (int tokens : {2, 16, 64, 512}) {
+    SCOPED_TRACE(tokens);
+    const double touched = 128 * (1 - std::pow(1 - 8.0 / 128, tokens));
+    EXPECT_NEAR(cost.StepWeightBytes(tokens), dense + layers * touched * expert, 1.0);
+  }
+  EXPECT_GT(cost.StepWeightBytes(512), dense + layers * 127.9 * expert);
+  EXPECT_DOUBLE_EQ(cost.ActiveLayerParams(), dense / 2 + layers * 8 * expert / 2);
+  // About 3.3 B active parameters of 30.5 B: the "A3B" of its name.
+  EXPECT_NEAR((cost.ActiveLayerParams() + 2 * 151936 * d) / 1e9, 3.3, 0.1);
+  EXPECT_NEAR(Qwen3_30B_A3BShape().NumParameters() / 1e9, 30.5, 0.2);
+  // A decode step of 1 reads 8 experts per layer; one of 32 reads about 108.
+  EXPECT_LT(cost(Decode(1, 1024)) * 4, cost(Decode(32, 1024)));
+}
+
 TEST(Roofline, TheDefaultSharesGiveBackTandemsH100Figures) {
   const RooflineCost cost = H100Llama3_8B();
   // tandem-engine-bench, bf16 weights and KV: decode from a 1024-token
