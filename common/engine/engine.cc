@@ -217,7 +217,6 @@ absl::Status Engine::Init(const ModelWeights& w) {
     const int l = static_cast<int>(layers_.size());
     if (c.IsMoeLayer(l)) {
       const MoeConfig& m = c.moe;
-      layer.moe = true;
       ASSIGN_OR_RETURN(layer.router, upload({lw.router}, d));
       for (int e = 0; e < m.n_experts; ++e) {
         Expert expert{.hidden = m.expert_hidden};
@@ -485,7 +484,7 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
     MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
     b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
-    if (layer.moe) {
+    if (!layer.experts.empty()) {
       MoeFfn(layer, l, rows);
       continue;
     }

@@ -199,7 +199,6 @@ class Engine final : public StepExecutor {
     // A mixture-of-experts layer instead of w13 and w2: the router
     // [n_experts, dim], the experts, and the shared expert (hidden 0 when
     // there is none) with its sigmoid gate [1, dim].
-    bool moe = false;
     StackedMatrix router;
     std::vector<Expert> experts;
     Expert shared;
