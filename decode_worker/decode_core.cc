@@ -226,6 +226,7 @@ LoopStats DecodeCore::Snapshot() const {
   LoopStats s;
   s.model = state_.options.model_name;
   s.weights_fingerprint = state_.options.weights_fingerprint;
+  s.model_shape = state_.config.ShapeString();
   s.kv_dtype = std::string(DTypeName(state_.engine->kv_layout().dtype));
   s.vocab_size = state_.config.vocab_size;
   s.max_context = state_.config.seq_len;

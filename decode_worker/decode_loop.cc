@@ -226,7 +226,10 @@ void DecodeLoop::PublishStats() {
   // Queued, not yet admitted by the loop, counts as waiting.
   for (const Submission& cmd : inbox_.submits) s.waiting += cmd.request.n;
   DecodeMetrics* const metrics = core_->options().metrics;
-  if (metrics != nullptr) metrics->Publish(s);
+  if (metrics != nullptr) {
+    metrics->Publish(s);
+    metrics->PublishExpertLoad(core_->engine().expert_load());
+  }
   stats_ = std::move(s);
 }
 

@@ -5,7 +5,9 @@
 #ifndef TANDEM_DECODE_WORKER_DECODE_METRICS_H_
 #define TANDEM_DECODE_WORKER_DECODE_METRICS_H_
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -21,6 +23,10 @@ class DecodeMetrics {
 
   // The loop thread, after each round.
   void Publish(const LoopStats& stats);
+  // The loop thread, with Engine::expert_load().
+  void PublishExpertLoad(const std::vector<std::vector<uint64_t>>& load) {
+    engine_.PublishExpertLoad(load);
+  }
   // One engine step of the running batch (and local prefill chunks).
   void ObserveStep(absl::Duration step) { step_.Observe(metrics::Seconds(step)); }
   // A request refused by Submit.

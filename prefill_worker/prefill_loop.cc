@@ -72,6 +72,7 @@ PrefillLoop::PrefillLoop(std::unique_ptr<PrefillScheduler> scheduler, const Cloc
       engine_(scheduler_->engine()) {
   stats_.model = options_.model_name;
   stats_.weights_fingerprint = options_.weights_fingerprint;
+  stats_.model_shape = config_.ShapeString();
   stats_.kv_dtype = std::string(DTypeName(layout_.dtype));
   stats_.vocab_size = config_.vocab_size;
   stats_.max_context = config_.seq_len;
@@ -325,7 +326,10 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.kv_connections = scheduler_->pooled_connections();
   if (options_.transport_peers) stats_.kv_peers = options_.transport_peers();
   AddEngineStats(engine_, stats_);
-  if (options_.metrics != nullptr) options_.metrics->Publish(stats_);
+  if (options_.metrics != nullptr) {
+    options_.metrics->Publish(stats_);
+    options_.metrics->PublishExpertLoad(engine_.expert_load());
+  }
 }
 
 void PrefillLoop::Deliver(std::vector<Reply> replies) {

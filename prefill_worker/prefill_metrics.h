@@ -4,6 +4,9 @@
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_METRICS_H_
 #define TANDEM_PREFILL_WORKER_PREFILL_METRICS_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
@@ -20,6 +23,10 @@ class PrefillMetrics {
 
   // The loop thread, after each round (stats_ as just published).
   void Publish(const PrefillStats& stats);
+  // The loop thread, with Engine::expert_load().
+  void PublishExpertLoad(const std::vector<std::vector<uint64_t>>& load) {
+    engine_.PublishExpertLoad(load);
+  }
   // One engine step (a chunked, batched forward pass).
   void ObserveStep(absl::Duration step) { step_.Observe(metrics::Seconds(step)); }
   // A job's reply, just before its callback runs.

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "router/reasoning.h"
 #include "router/request_core.h"
 
 namespace tandem::router::openai_api {
@@ -90,6 +91,11 @@ struct ResponseMeta {
   std::function<std::string()> tool_call_id = nullptr;
   // parallel_tool_calls: false keeps only an output's first call.
   bool parallel_tool_calls = true;
+  // Chat whose template writes thinking blocks: an output's <think> block
+  // is answered as `reasoning_content` (reasoning.h), the rest as content
+  // (and tool calls); `thinking_open` when the prompt opened the block.
+  bool reasoning = false;
+  bool thinking_open = false;
 };
 
 // Collects a request's events into the non-streaming response.
@@ -142,12 +148,25 @@ class StreamBuilder {
     std::string text;
     std::vector<TokenLogprob> logprobs;
   };
-  // The tool_calls delta of `calls`, then the finish.
-  std::string ToolCallChunks(int index, const std::vector<ToolCall>& calls);
+  // The tool_calls delta of `calls` (with the logprobs of their tokens).
+  std::string ToolCallChunks(int index, const std::vector<ToolCall>& calls,
+                             const std::vector<TokenLogprob>& lps);
+  // A choice's answer text: out at once, or held while it may be a call.
+  std::string ContentChunks(int index, const std::string& text,
+                            const std::vector<TokenLogprob>& lps);
+  // A reasoning_content delta.
+  std::string ReasoningChunk(int index, const std::string& text,
+                             const std::vector<TokenLogprob>& lps);
+  // The reasoning and answer parts of one event's text (meta_.reasoning).
+  std::string SplitChunks(int index, const ReasoningParts& parts,
+                          const std::vector<TokenLogprob>& lps);
 
   const ResponseMeta meta_;
   std::vector<size_t> text_offsets_;
   std::vector<Held> held_;
+  // Per choice with meta_.reasoning; the logprobs of text still held there.
+  std::vector<ReasoningSplitter> splitters_;
+  std::vector<std::vector<TokenLogprob>> split_logprobs_;
   int prompt_tokens_ = 0;
   int cached_tokens_ = 0;
   int completion_tokens_ = 0;

@@ -54,6 +54,25 @@ absl::Status ParseMetadata(const json& v, GenerateParams& p) {
   return absl::OkStatus();
 }
 
+// vLLM's chat_template_kwargs: variables for the chat template (Qwen3's
+// enable_thinking). Bounded here; validation checks that the template reads
+// each of them.
+absl::Status ParseChatTemplateKwargs(const json& v, GenerateParams& p) {
+  if (!v.is_object()) return WrongType("chat_template_kwargs", "an object", v);
+  if (v.size() > static_cast<size_t>(kMaxTemplateKwargs)) {
+    return absl::InvalidArgumentError(absl::StrCat("`chat_template_kwargs` has ", v.size(),
+                                                   " keys; at most ", kMaxTemplateKwargs));
+  }
+  std::string text = v.dump();
+  if (text.size() > kMaxTemplateKwargsBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("`chat_template_kwargs` is ", text.size(),
+                                                   " bytes of JSON; at most ",
+                                                   kMaxTemplateKwargsBytes));
+  }
+  if (!v.empty()) p.chat_template_kwargs = std::move(text);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<json> ParseBody(absl::string_view body) {
   if (body.empty()) {
     return absl::InvalidArgumentError("the request body is empty: send a JSON object");
@@ -116,7 +135,7 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
       const bool echoed =
           k == "function_call" || k == "refusal" || k == "annotations" || k == "audio";
       if (k != "role" && k != "content" && k != "name" && k != "tool_calls" &&
-          k != "tool_call_id" && !(echoed && empty)) {
+          k != "tool_call_id" && k != "reasoning_content" && !(echoed && empty)) {
         return absl::InvalidArgumentError(
             absl::StrCat("`", where, ".", k, "` is not supported; leave it out"));
       }
@@ -167,6 +186,15 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
       }
     }
     RETURN_IF_ERROR(ParseMessageToolFields(m, where, turn));
+    // A thinking model's earlier reasoning, as its response gave it.
+    if (const json* r = Field(m, "reasoning_content"); r != nullptr && !r->is_null()) {
+      if (turn.role != "assistant") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "`", where, ".reasoning_content` goes only on an assistant message; leave it out"));
+      }
+      ASSIGN_OR_RETURN(turn.reasoning_content,
+                       StringField(absl::StrCat(where, ".reasoning_content"), *r));
+    }
     turns.push_back(std::move(turn));
   }
   return turns;
@@ -390,7 +418,8 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
                                    "tool_choice",
                                    "functions",
                                    "function_call",
-                                   "response_format"},
+                                   "response_format",
+                                   "chat_template_kwargs"},
                                   "/v1/chat/completions"));
   ApiRequest out;
   out.endpoint = Endpoint::kChat;
@@ -430,6 +459,9 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
   RETURN_IF_ERROR(ParseTools(j, body, out.params));
   if (const json* v = Field(j, "response_format")) {
     RETURN_IF_ERROR(ParseResponseFormat(*v, body, out.params));
+  }
+  if (const json* v = Field(j, "chat_template_kwargs"); v != nullptr && !v->is_null()) {
+    RETURN_IF_ERROR(ParseChatTemplateKwargs(*v, out.params));
   }
   return out;
 }

@@ -180,11 +180,13 @@ nlohmann::json ResponseBuilder::Build() const {
     json choice = {{"index", i}};
     const char* finish = c.finish.has_value() ? OpenAiFinishReason(*c.finish) : nullptr;
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ReasoningParts parts{.reasoning = {}, .content = c.text};
+      if (meta_.reasoning) parts = ReasoningSplitter::Split(c.text, meta_.thinking_open);
+      choice["message"] = {{"role", "assistant"}, {"content", parts.content}};
       // An output cut by max_tokens is text: its call would not parse.
       if (meta_.tool_format != ToolFormat::kNone && c.finish == FinishReason::kEos) {
-        const ParsedToolCalls parsed =
-            ParseToolCalls(meta_.tool_format, c.text, CallIds(meta_), meta_.parallel_tool_calls);
+        const ParsedToolCalls parsed = ParseToolCalls(meta_.tool_format, parts.content,
+                                                      CallIds(meta_), meta_.parallel_tool_calls);
         if (!parsed.calls.empty()) {
           choice["message"] = {
               {"role", "assistant"},
@@ -193,6 +195,7 @@ nlohmann::json ResponseBuilder::Build() const {
           finish = "tool_calls";
         }
       }
+      if (!parts.reasoning.empty()) choice["message"]["reasoning_content"] = parts.reasoning;
     } else {
       choice["text"] = c.text;
     }
@@ -221,13 +224,72 @@ StreamBuilder::StreamBuilder(ResponseMeta meta)
   if (meta_.endpoint == Endpoint::kChat && meta_.tool_format != ToolFormat::kNone) {
     for (Held& h : held_) h.holding = true;
   }
+  if (meta_.endpoint == Endpoint::kChat && meta_.reasoning) {
+    splitters_.assign(held_.size(), ReasoningSplitter(meta_.thinking_open));
+    split_logprobs_.resize(held_.size());
+  }
 }
 
-std::string StreamBuilder::ToolCallChunks(int index, const std::vector<ToolCall>& calls) {
-  json choice = {{"index", index},
-                 {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
-                 {"logprobs", nullptr},
-                 {"finish_reason", nullptr}};
+std::string StreamBuilder::ReasoningChunk(int index, const std::string& text,
+                                          const std::vector<TokenLogprob>& lps) {
+  json choice = {
+      {"index", index},
+      {"delta", {{"reasoning_content", text}}},
+      {"logprobs", meta_.logprobs ? json{{"content", ChatLogprobEntries(lps)}} : json(nullptr)},
+      {"finish_reason", nullptr}};
+  return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
+}
+
+std::string StreamBuilder::SplitChunks(int index, const ReasoningParts& parts,
+                                       const std::vector<TokenLogprob>& lps) {
+  // An event's logprobs go out with its answer text, else with its
+  // reasoning, else wait for the next text to go out.
+  std::vector<TokenLogprob>& waiting = split_logprobs_[index];
+  waiting.insert(waiting.end(), lps.begin(), lps.end());
+  std::string out;
+  if (!parts.reasoning.empty()) {
+    out += ReasoningChunk(index, parts.reasoning,
+                          parts.content.empty() ? waiting : std::vector<TokenLogprob>{});
+    if (parts.content.empty()) waiting.clear();
+  }
+  if (!parts.content.empty()) {
+    out += ContentChunks(index, parts.content, waiting);
+    waiting.clear();
+  }
+  return out;
+}
+
+std::string StreamBuilder::ContentChunks(int index, const std::string& text,
+                                         const std::vector<TokenLogprob>& lps) {
+  Held& h = held_[index];
+  if (h.holding) {
+    h.text += text;
+    h.logprobs.insert(h.logprobs.end(), lps.begin(), lps.end());
+    const size_t from = ToolCallHoldFrom(meta_.tool_format, h.text);
+    if (from == 0) return std::string();
+    if (from < h.text.size()) {
+      // Text before a call that may follow it (Hermes): the text goes
+      // out, its logprobs with what is held, so that none is sent twice.
+      std::string out = ChoiceChunk(index, h.text.substr(0, from), {}, false, 0);
+      h.text.erase(0, from);
+      return out;
+    }
+    std::string out = ChoiceChunk(index, h.text, h.logprobs, false, 0);
+    // Only Hermes calls may follow text; the others are the whole output.
+    h = Held{.holding = meta_.tool_format == ToolFormat::kHermes, .text = {}, .logprobs = {}};
+    return out;
+  }
+  if (text.empty() && lps.empty()) return std::string();
+  return ChoiceChunk(index, text, lps, false, 0);
+}
+
+std::string StreamBuilder::ToolCallChunks(int index, const std::vector<ToolCall>& calls,
+                                          const std::vector<TokenLogprob>& lps) {
+  json choice = {
+      {"index", index},
+      {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
+      {"logprobs", meta_.logprobs ? json{{"content", ChatLogprobEntries(lps)}} : json(nullptr)},
+      {"finish_reason", nullptr}};
   return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
 }
 
@@ -286,30 +348,21 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
     }
     case GenerateEvent::Kind::kTokens: {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
-      Held& h = held_[e.index];
-      if (h.holding) {
-        h.text += e.text;
-        h.logprobs.insert(h.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-        const size_t from = ToolCallHoldFrom(meta_.tool_format, h.text);
-        if (from == 0) return std::string();
-        if (from < h.text.size()) {
-          // Text before a call that may follow it (Hermes): the text goes
-          // out, its logprobs with what is held, so that none is sent twice.
-          std::string out = ChoiceChunk(e.index, h.text.substr(0, from), {}, false, 0);
-          h.text.erase(0, from);
-          return out;
-        }
-        std::string out = ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
-        // Only Hermes calls may follow text; the others are the whole output.
-        h = Held{.holding = meta_.tool_format == ToolFormat::kHermes, .text = {}, .logprobs = {}};
-        return out;
+      if (!splitters_.empty()) {
+        return SplitChunks(e.index, splitters_[e.index].Feed(e.text), e.logprobs);
       }
-      if (e.text.empty() && e.logprobs.empty()) return std::string();
-      return ChoiceChunk(e.index, e.text, e.logprobs, false, 0);
+      return ContentChunks(e.index, e.text, e.logprobs);
     }
     case GenerateEvent::Kind::kFinished: {
       RETURN_IF_ERROR(CheckIndex(e, meta_.n));
       std::string out;
+      if (!splitters_.empty()) {
+        out += SplitChunks(e.index, splitters_[e.index].Finish(), {});
+        // Logprobs of held white space: with what the choice still holds.
+        std::vector<TokenLogprob>& waiting = split_logprobs_[e.index];
+        if (!waiting.empty()) out += ContentChunks(e.index, "", waiting);
+        waiting.clear();
+      }
       const char* finish = OpenAiFinishReason(e.finish_reason);
       if (Held& h = held_[e.index]; h.holding) {
         h.holding = false;
@@ -319,9 +372,13 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
               ParseToolCalls(meta_.tool_format, h.text, CallIds(meta_), meta_.parallel_tool_calls);
         }
         if (!parsed.calls.empty()) {
-          if (parsed.content.has_value())
+          // The held tokens' logprobs go with the text before the calls, or
+          // with the calls.
+          if (parsed.content.has_value()) {
             out += ChoiceChunk(e.index, *parsed.content, h.logprobs, false, 0);
-          out += ToolCallChunks(e.index, parsed.calls);
+            h.logprobs.clear();
+          }
+          out += ToolCallChunks(e.index, parsed.calls, h.logprobs);
           finish = "tool_calls";
         } else if (!h.text.empty() || !h.logprobs.empty()) {
           out += ChoiceChunk(e.index, h.text, h.logprobs, false, 0);

@@ -354,6 +354,10 @@ void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, I
     meta.tool_call_id = NewToolCallIds(meta.tool_format);
     meta.parallel_tool_calls = params.parallel_tool_calls;
   }
+  if (chat && core->ModelInfo().thinking) {
+    meta.reasoning = true;
+    meta.thinking_open = core->ChatPromptOpensThinking(params.chat_template_kwargs);
+  }
   params.request_id = std::move(ids.request);
   params.timeout = options_.request_timeout;
   std::shared_ptr<ResponseSink> sink;

@@ -1,20 +1,44 @@
 #include "router/pool_identity.h"
 
 #include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace tandem::router {
 namespace {
 
 std::string OrNone(const std::string& s) { return s.empty() ? "(none)" : s; }
 
+// "dim=64 experts=8" -> {(dim, 64), (experts, 8)}, in order; a word
+// without '=' is a key with an empty value.
+using ShapeWords = std::vector<std::pair<std::string, std::string>>;
+ShapeWords SplitShape(const std::string& shape) {
+  ShapeWords words;
+  for (absl::string_view word : absl::StrSplit(shape, ' ', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(word, absl::MaxSplits('=', 1));
+    words.push_back(kv);
+  }
+  return words;
+}
+
+std::string ValueOf(const ShapeWords& words, const std::string& key) {
+  for (const auto& [k, v] : words) {
+    if (k == key) return v;
+  }
+  return "(none)";
+}
+
 }  // namespace
 
 ModelIdentity IdentityOf(const WorkerSnapshot& snapshot) {
   return ModelIdentity{.model = snapshot.model,
                        .weights_fingerprint = snapshot.weights_fingerprint,
+                       .model_shape = snapshot.model_shape,
                        .kv_dtype = snapshot.kv_dtype,
                        .block_size = snapshot.block_size,
                        .vocab_size = snapshot.vocab_size};
@@ -37,6 +61,13 @@ std::string DescribeDifferences(const ModelIdentity& worker, const ModelIdentity
   if (worker.model != pool.model) {
     clauses.push_back(
         absl::StrCat("has model '", worker.model, "', the pool has '", pool.model, "'"));
+  }
+  // The shape word by word, so that a differing architecture names its
+  // field (experts 64 against experts 128), not only the fingerprint.
+  const ShapeWords mine = SplitShape(worker.model_shape), pools = SplitShape(pool.model_shape);
+  for (const auto& [key, value] : mine) differ(key.c_str(), value, ValueOf(pools, key));
+  for (const auto& [key, value] : pools) {
+    if (ValueOf(mine, key) == "(none)") differ(key.c_str(), "(none)", value);
   }
   differ("weights fingerprint", OrNone(worker.weights_fingerprint),
          OrNone(pool.weights_fingerprint));

@@ -29,6 +29,7 @@ namespace tandem::router {
 struct ModelIdentity {
   std::string model;                // the served model name
   std::string weights_fingerprint;  // ModelWeights::Fingerprint()
+  std::string model_shape;          // ModelConfig::ShapeString()
   std::string kv_dtype;             // "f32", "f16", "bf16"
   int32_t block_size = 0;
   int32_t vocab_size = 0;

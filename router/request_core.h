@@ -40,6 +40,9 @@ struct ChatTurn {
   std::string tool_calls = {};
   // A tool message: the call it answers; "" = none.
   std::string tool_call_id = {};
+  // An assistant's reasoning (a thinking model's response gave it apart
+  // from the content); "" = none.
+  std::string reasoning_content = {};
 };
 
 // One generation request, as a client asked for it (not yet validated).
@@ -76,6 +79,9 @@ struct GenerateParams {
   ToolChoiceKind tool_choice = ToolChoiceKind::kNone;
   std::string tool_choice_name = {};  // kNamed: the function
   bool parallel_tool_calls = true;
+  // Variables for the chat template (a JSON object's text; "" = none):
+  // OpenAI-compatible servers' chat_template_kwargs, e.g. enable_thinking.
+  std::string chat_template_kwargs = {};
 
   // Unset = as many as the context leaves room for.
   std::optional<int> max_tokens;
@@ -174,6 +180,8 @@ struct ServedModelInfo {
   int vocab_size = 0;
   // How the chat template writes tool calls (kNone: it takes no tools).
   ToolFormat tool_format = ToolFormat::kNone;
+  // The chat template writes thinking blocks (reasoning.h).
+  bool thinking = false;
 };
 
 // What the front ends call. Implemented by the router's core (router.h)
@@ -195,6 +203,13 @@ class RequestCore {
                                                         bool add_special_tokens) const = 0;
   virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatTurn>& messages,
                                                             bool add_generation_prompt) const = 0;
+  // Whether the chat prompt, rendered with these chat_template_kwargs,
+  // leaves a thinking block open (DeepSeek-R1's generation prompt does):
+  // then the output starts inside it.
+  virtual bool ChatPromptOpensThinking(const std::string& chat_template_kwargs) const {
+    (void)chat_template_kwargs;
+    return false;
+  }
   // INVALID_ARGUMENT for an id outside the vocabulary.
   virtual absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids) const = 0;
 

@@ -1,10 +1,14 @@
 #include "router/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "router/reasoning.h"
 
 namespace tandem::router {
 
@@ -16,6 +20,7 @@ absl::StatusOr<jinja::Json> MessagesJson(const std::vector<ChatTurn>& messages) 
   for (const ChatTurn& m : messages) {
     jinja::Json j = {{"role", m.role}, {"content", m.content}};
     if (!m.name.empty()) j["name"] = m.name;
+    if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
     if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
     if (!m.tool_calls.empty()) {
       j["tool_calls"] = jinja::Json::parse(m.tool_calls, nullptr, false);
@@ -41,13 +46,75 @@ jinja::Json ToolsJson(const std::vector<ToolFunction>& tools) {
   return out;
 }
 
+// Whether `name` occurs in `source` as a whole word (a name the template
+// may read).
+bool MentionsName(absl::string_view source, absl::string_view name) {
+  const auto word = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  for (size_t at = source.find(name); at != absl::string_view::npos;
+       at = source.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if ((at == 0 || !word(source[at - 1])) && (end == source.size() || !word(source[end]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+absl::StatusOr<jinja::Json> ChatTemplateKwargs(const std::string& text,
+                                               const ChatTemplate& chat_template) {
+  jinja::Json kwargs = jinja::Json::object();
+  if (text.empty()) return kwargs;
+  kwargs = jinja::Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!kwargs.is_object()) {
+    return absl::InvalidArgumentError("`chat_template_kwargs` must be a JSON object");
+  }
+  static constexpr absl::string_view kSetByRender[] = {
+      "messages",  "tools",     "documents", "add_generation_prompt", "bos_token",
+      "eos_token", "unk_token", "pad_token", "raise_exception",       "strftime_now"};
+  for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+    const std::string& key = it.key();
+    const std::string where = absl::StrCat("`chat_template_kwargs.", key.substr(0, 64), "`");
+    const bool name = !key.empty() && key.size() <= 64 &&
+                      !absl::ascii_isdigit(static_cast<unsigned char>(key[0])) &&
+                      std::all_of(key.begin(), key.end(), [](char c) {
+                        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+                      });
+    if (!name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is not a template variable name (1 to 64 of a-z, A-Z, 0-9 and _)"));
+    }
+    if (std::find(std::begin(kSetByRender), std::end(kSetByRender), key) !=
+        std::end(kSetByRender)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " is set by the request itself; send it in its own field or leave it out"));
+    }
+    if (!MentionsName(chat_template.source(), key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the served model's chat template does not read it; leave it out"));
+    }
+  }
+  return kwargs;
+}
+
+bool GenerationPromptOpensThinking(const ChatTemplate& chat_template,
+                                   const std::string& template_kwargs) {
+  absl::StatusOr<jinja::Json> kwargs = ChatTemplateKwargs(template_kwargs, chat_template);
+  if (!kwargs.ok()) return false;
+  absl::StatusOr<std::string> text =
+      chat_template.Render({{.role = "user", .content = "?"}}, true, *kwargs);
+  return text.ok() && OpensThinking(*text);
+}
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
                                                    const ChatTemplate& chat_template,
                                                    bool add_generation_prompt,
-                                                   const std::vector<ToolFunction>& tools) {
+                                                   const std::vector<ToolFunction>& tools,
+                                                   const std::string& template_kwargs) {
   if (messages.empty()) {
     return absl::InvalidArgumentError("messages is empty; send at least one message");
   }
@@ -66,25 +133,26 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
                        "'; the role must be system, user, assistant or tool"));
     }
     bytes += m.role.size() + m.content.size() + m.name.size() + m.tool_calls.size() +
-             m.tool_call_id.size();
+             m.tool_call_id.size() + m.reasoning_content.size();
     if (bytes > kMaxChatBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the chat's roles and contents exceed ", kMaxChatBytes, " bytes; shorten the messages"));
     }
     chat.push_back({.role = m.role, .content = m.content, .name = m.name});
   }
+  ASSIGN_OR_RETURN(jinja::Json extra, ChatTemplateKwargs(template_kwargs, chat_template));
   bool structured = !tools.empty();
   for (const ChatTurn& m : messages) {
-    structured = structured || !m.tool_calls.empty() || !m.tool_call_id.empty();
+    structured = structured || !m.tool_calls.empty() || !m.tool_call_id.empty() ||
+                 !m.reasoning_content.empty();
   }
   absl::StatusOr<std::string> text;
   if (structured) {
     ASSIGN_OR_RETURN(jinja::Json json_messages, MessagesJson(messages));
-    jinja::Json extra = jinja::Json::object();
     if (!tools.empty()) extra["tools"] = ToolsJson(tools);
     text = chat_template.RenderJson(json_messages, add_generation_prompt, extra);
   } else {
-    text = chat_template.Render(chat, add_generation_prompt);
+    text = chat_template.Render(chat, add_generation_prompt, extra);
   }
   if (!text.ok()) {
     return absl::InvalidArgumentError(
@@ -167,7 +235,8 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const GenerateParams& params,
   }
   const bool tools = params.tool_choice != ToolChoiceKind::kNone;
   return ChatPromptIds(*params.messages, *tokenizer, *context.chat_template, true,
-                       tools ? params.tools : std::vector<ToolFunction>{});
+                       tools ? params.tools : std::vector<ToolFunction>{},
+                       params.chat_template_kwargs);
 }
 
 // Tools need a chat and a template that takes them; "required" and a named

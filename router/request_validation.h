@@ -69,12 +69,28 @@ absl::StatusOr<ValidRequest> ValidateRequest(const GenerateParams& params,
 // assistant or tool, a conversation the template rejects (with the
 // template's message), and an empty rendered prompt.
 // `tools`, when not empty, reach the template as `tools` (OpenAI's
-// [{"type": "function", "function": {...}}] form).
+// [{"type": "function", "function": {...}}] form); `template_kwargs` (a
+// JSON object's text, "" = none) as variables, checked by
+// ChatTemplateKwargs.
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& messages,
                                                    const Tokenizer& tokenizer,
                                                    const ChatTemplate& chat_template,
                                                    bool add_generation_prompt = true,
-                                                   const std::vector<ToolFunction>& tools = {});
+                                                   const std::vector<ToolFunction>& tools = {},
+                                                   const std::string& template_kwargs = "");
+
+// chat_template_kwargs as the render's extra variables: INVALID_ARGUMENT,
+// naming the key, for one that is not a name, one the render sets itself
+// (messages, tools, add_generation_prompt, the special tokens, ...), and
+// one the template never reads (it would be ignored).
+absl::StatusOr<jinja::Json> ChatTemplateKwargs(const std::string& text,
+                                               const ChatTemplate& chat_template);
+
+// Whether the generation prompt `chat_template` writes for one user message
+// with `template_kwargs` leaves a thinking block open (reasoning.h); false
+// when the template does not render it.
+bool GenerationPromptOpensThinking(const ChatTemplate& chat_template,
+                                   const std::string& template_kwargs);
 
 // The text of `ids`, decoded incrementally (whole UTF-8 characters), with a
 // leading BOS left out when `skip_leading_bos` (it is not text).

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/logging.h"
+#include "router/reasoning.h"
 
 namespace tandem::router {
 namespace {
@@ -224,7 +225,10 @@ ServedModelInfo RouterCore::ModelInfo() const {
                        .created_unix = created_unix_,
                        .max_context = limits.max_context,
                        .vocab_size = limits.vocab_size};
-  if (env_.chat_template != nullptr) info.tool_format = ToolFormatOf(env_.chat_template->source());
+  if (env_.chat_template != nullptr) {
+    info.tool_format = ToolFormatOf(env_.chat_template->source());
+    info.thinking = WritesThinking(env_.chat_template->source());
+  }
   if (info.vocab_size == 0 && env_.tokenizer != nullptr) {
     info.vocab_size = env_.tokenizer->vocab_size();
   }
@@ -254,6 +258,11 @@ absl::StatusOr<std::vector<int32_t>> RouterCore::TokenizeChat(const std::vector<
     return absl::FailedPreconditionError("this router has no tokenizer or chat template");
   }
   return ChatPromptIds(messages, *env_.tokenizer, *env_.chat_template, add_generation_prompt);
+}
+
+bool RouterCore::ChatPromptOpensThinking(const std::string& chat_template_kwargs) const {
+  return env_.chat_template != nullptr &&
+         GenerationPromptOpensThinking(*env_.chat_template, chat_template_kwargs);
 }
 
 absl::StatusOr<std::string> RouterCore::Detokenize(const std::vector<int32_t>& ids) const {

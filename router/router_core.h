@@ -69,6 +69,7 @@ class RouterCore final : public RequestCore {
                                                 bool add_special_tokens) const override;
   absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatTurn>& messages,
                                                     bool add_generation_prompt) const override;
+  bool ChatPromptOpensThinking(const std::string& chat_template_kwargs) const override;
   absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids) const override;
   bool Serving() const override;
 

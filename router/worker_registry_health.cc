@@ -19,6 +19,7 @@ namespace {
 ModelIdentity IdentityOfStats(const v1::WorkerStats& stats) {
   return ModelIdentity{.model = stats.model(),
                        .weights_fingerprint = stats.weights_fingerprint(),
+                       .model_shape = stats.model_shape(),
                        .kv_dtype = stats.kv_dtype(),
                        .block_size = stats.block_size(),
                        .vocab_size = stats.vocab_size()};

@@ -28,7 +28,8 @@ ABSL_FLAG(std::string, model, "",
           "Source model: a llama2.c checkpoint, a GGUF file or a hub folder (or use --synthetic)");
 ABSL_FLAG(std::string, synthetic, "",
           "Instead of --model, random weights of a named shape: stories15M, stories110M, "
-          "llama3.2-1b, llama3-8b (16 GB in bf16), llama3-70b, qwen3-small, qwen3-0.6b");
+          "llama3.2-1b, llama3-8b (16 GB in bf16), llama3-70b, qwen3-small, qwen3-0.6b, "
+          "qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --synthetic weights");
 ABSL_FLAG(int, seq_len, 0,
           "Context length written to config.json (1 to 131072), of --synthetic weights or of "

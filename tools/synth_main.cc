@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, gguf_type, "f32",
           "Tensor type of --format gguf: f32, f16 or bf16 (norm vectors stay f32).");
 ABSL_FLAG(std::string, shape, "stories15M",
           "Base shape: stories15M, stories110M, llama3.2-1b, llama3-8b, llama3-70b, "
-          "qwen3-small, qwen3-0.6b (GGUF qwen3), or custom (which needs --dim, --hidden_dim, "
+          "qwen3-small, qwen3-0.6b (GGUF qwen3), the mixtures of experts qwen3-30b-a3b, "
+          "mixtral-8x7b, olmoe-1b-7b, or custom (which needs --dim, --hidden_dim, "
           "--n_layers, --n_heads, --vocab_size and --seq_len). The size flags below override it.");
 ABSL_FLAG(int32_t, dim, 0, "Residual width; 0 keeps the shape's.");
 ABSL_FLAG(int32_t, hidden_dim, 0, "SwiGLU inner width; 0 keeps the shape's.");
@@ -41,6 +42,13 @@ ABSL_FLAG(int32_t, n_kv_heads, 0,
           "Key/value heads: n_heads for MHA, 1 for MQA, another divisor of n_heads for GQA. "
           "0 keeps the shape's, or follows --n_heads when that is given.");
 ABSL_FLAG(int32_t, vocab_size, 0, "Vocabulary size; 0 keeps the shape's.");
+ABSL_FLAG(int32_t, n_experts, 0,
+          "Experts of a mixture-of-experts shape (mixtral-8x7b, olmoe-1b-7b, qwen3-30b-a3b); 0 "
+          "keeps the shape's.");
+ABSL_FLAG(int32_t, top_k, 0,
+          "Experts each token chooses (a mixture of experts); 0 keeps the shape's.");
+ABSL_FLAG(int32_t, expert_hidden, 0,
+          "SwiGLU inner width of each expert (a mixture of experts); 0 keeps the shape's.");
 ABSL_FLAG(int32_t, seq_len, 0, "Context length; 0 keeps the shape's.");
 ABSL_FLAG(bool, untied, false,
           "Store a classifier of its own instead of sharing the token embedding (the shape's "
@@ -118,6 +126,19 @@ int Run(int argc, char** argv) {
     if (s.value < 0)
       return BadFlags(absl::StrCat("--", s.name, " is ", s.value, "; it must be positive"));
     if (s.value > 0) *s.field = s.value;
+  }
+  const SizeFlag expert_sizes[] = {
+      {"n_experts", absl::GetFlag(FLAGS_n_experts), &config.moe.n_experts},
+      {"top_k", absl::GetFlag(FLAGS_top_k), &config.moe.top_k},
+      {"expert_hidden", absl::GetFlag(FLAGS_expert_hidden), &config.moe.expert_hidden},
+  };
+  for (const SizeFlag& s : expert_sizes) {
+    if (s.value == 0) continue;
+    if (s.value < 0 || config.moe.n_experts == 0) {
+      return BadFlags(absl::StrCat("--", s.name, " is ", s.value,
+                                   "; give a positive size, with a mixture-of-experts --shape"));
+    }
+    *s.field = s.value;
   }
   // A new head count without a KV head count means MHA, not the old ratio.
   if (absl::GetFlag(FLAGS_n_heads) > 0 && absl::GetFlag(FLAGS_n_kv_heads) == 0) {

@@ -7,6 +7,7 @@
 #ifndef TANDEM_COMMON_ENGINE_ENGINE_H_
 #define TANDEM_COMMON_ENGINE_ENGINE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -162,9 +163,14 @@ class Engine final : public StepExecutor {
   // keeps the blocks it reserved and holds no tokens.
   absl::Status CopySequence(const BlockTable& src, int tokens, BlockTable& dst);
 
-  // Tokens routed to each expert of each layer since the engine was made,
-  // [layer][expert] (empty for a dense layer): a skewed router shows here.
+  // Tokens routed to each expert of each layer since the engine was made or
+  // ResetExpertLoad() last ran, [layer][expert] (empty for a dense layer): a
+  // skewed router shows here.
   const std::vector<std::vector<uint64_t>>& expert_load() const { return expert_load_; }
+  // Zeroes expert_load() (after a warm-up, whose tokens no one asked for).
+  void ResetExpertLoad() {
+    for (std::vector<uint64_t>& layer : expert_load_) std::fill(layer.begin(), layer.end(), 0);
+  }
 
   // Frees a sequence's blocks.
   void Release(BlockTable& table) { table.Release(pool_); }

@@ -34,7 +34,32 @@ EngineGauges::EngineGauges(prometheus::Registry& registry, const std::string& pr
       kv_cache_bytes_(
           AddGauge(registry, prefix + "_kv_cache_bytes", "Bytes of the engine's KV cache")),
       engine_failed_(AddGauge(registry, prefix + "_engine_failed",
-                              "1 once the engine's backend failed (the worker serves no more)")) {}
+                              "1 once the engine's backend failed (the worker serves no more)")),
+      expert_tokens_(prometheus::BuildCounter()
+                         .Name(prefix + "_moe_expert_tokens_total")
+                         .Help("Tokens routed to each expert of each mixture-of-experts layer "
+                               "(layer and expert from 0; a token counts once per expert it "
+                               "chose)")
+                         .Register(registry)) {}
+
+void EngineGauges::PublishExpertLoad(const std::vector<std::vector<uint64_t>>& load) {
+  if (expert_counters_.empty()) {
+    expert_counters_.resize(load.size());
+    for (size_t l = 0; l < load.size(); ++l) {
+      for (size_t e = 0; e < load[l].size(); ++e) {
+        expert_counters_[l].push_back(
+            &expert_tokens_.Add({{"layer", std::to_string(l)}, {"expert", std::to_string(e)}}));
+      }
+    }
+  }
+  if (load.size() != expert_counters_.size()) return;
+  for (size_t l = 0; l < load.size(); ++l) {
+    if (load[l].size() != expert_counters_[l].size()) continue;
+    for (size_t e = 0; e < load[l].size(); ++e) {
+      AdvanceTo(*expert_counters_[l][e], static_cast<double>(load[l][e]));
+    }
+  }
+}
 
 void EngineGauges::Publish(uint64_t device_memory, uint64_t kv_cache_bytes, bool failed) {
   device_memory_.Set(static_cast<double>(device_memory));

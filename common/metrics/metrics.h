@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/labels.h"
@@ -45,17 +47,25 @@ void AdvanceTo(prometheus::Counter& counter, double total);
 
 // A worker's gauges of its engine: `PREFIX_device_memory_total_bytes`,
 // `PREFIX_kv_cache_bytes` and `PREFIX_engine_failed` (PREFIX e.g.
-// "tandem_decode").
+// "tandem_decode"), and of a mixture of experts the tokens each expert of
+// each layer computed, `PREFIX_moe_expert_tokens_total{layer,expert}`, so
+// that a skewed router shows (max over avg of the rates by layer).
 class EngineGauges {
  public:
   EngineGauges(prometheus::Registry& registry, const std::string& prefix);
   // `device_memory` is 0 on host memory; `failed` once the backend failed.
   void Publish(uint64_t device_memory, uint64_t kv_cache_bytes, bool failed);
+  // Engine::expert_load(): tokens per expert per layer since the start
+  // (a dense layer's list is empty). The series are made on the first call
+  // that has them; a later load of other dimensions is ignored. One thread.
+  void PublishExpertLoad(const std::vector<std::vector<uint64_t>>& load);
 
  private:
   prometheus::Gauge& device_memory_;
   prometheus::Gauge& kv_cache_bytes_;
   prometheus::Gauge& engine_failed_;
+  prometheus::Family<prometheus::Counter>& expert_tokens_;
+  std::vector<std::vector<prometheus::Counter*>> expert_counters_;
 };
 
 // The `outcome` label of a request that ended with `code`: "ok",

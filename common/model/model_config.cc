@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace tandem {
 
@@ -137,25 +138,38 @@ absl::Status ModelConfig::Validate() const {
   return absl::OkStatus();
 }
 
+std::string ModelConfig::ShapeString() const {
+  std::string out = absl::StrFormat(
+      "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d vocab=%d theta=%g eps=%g "
+      "classifier=%s qkv_bias=%s qk_norm=%s rope=%s",
+      dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim(), vocab_size, rope_theta, norm_eps,
+      shared_classifier ? "tied" : "untied", attention_bias ? "yes" : "no",
+      qk_norm == QkNorm::kPerHead ? "per-head"
+      : qk_norm == QkNorm::kWhole ? "whole"
+                                  : "none",
+      rope_layout == RopeLayout::kHalfSplit ? "half-split" : "interleaved");
+  const RopeScaling& r = rope_scaling;
+  if (r.type == RopeScaling::Type::kLinear)
+    absl::StrAppend(&out, " rope_scaling=linear-", r.factor);
+  if (r.type == RopeScaling::Type::kLlama3) {
+    absl::StrAppendFormat(&out, " rope_scaling=llama3-%g-%g-%g-%d", r.factor, r.low_freq_factor,
+                          r.high_freq_factor, r.original_max_position);
+  }
+  if (moe.n_experts > 0) {
+    absl::StrAppendFormat(&out, " experts=%d top_k=%d expert_hidden=%d norm_topk_prob=%s",
+                          moe.n_experts, moe.top_k, moe.expert_hidden,
+                          moe.norm_topk_prob ? "yes" : "no");
+    if (moe.shared_hidden > 0) absl::StrAppend(&out, " shared_expert=", moe.shared_hidden);
+    if (moe.sparse_step != 1) absl::StrAppend(&out, " sparse_step=", moe.sparse_step);
+    if (!moe.dense_layers.empty()) {
+      absl::StrAppend(&out, " dense_layers=", absl::StrJoin(moe.dense_layers, ","));
+    }
+  }
+  return out;
+}
+
 std::string ModelConfig::ToString() const {
-  return absl::StrFormat(
-      "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d vocab=%d seq_len=%d "
-      "theta=%g eps=%g %s%s%s%s%s%s",
-      dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim(), vocab_size, seq_len, rope_theta,
-      norm_eps, shared_classifier ? "tied" : "untied", attention_bias ? " qkv-bias" : "",
-      qk_norm == QkNorm::kPerHead ? " qk-norm"
-      : qk_norm == QkNorm::kWhole ? " qk-norm-whole"
-                                  : "",
-      moe.n_experts == 0
-          ? ""
-          : absl::StrFormat(
-                " moe=%d/%d x %d%s%s", moe.top_k, moe.n_experts, moe.expert_hidden,
-                moe.norm_topk_prob ? " norm" : "",
-                moe.shared_hidden > 0 ? absl::StrCat(" shared ", moe.shared_hidden) : ""),
-      rope_layout == RopeLayout::kHalfSplit ? " rope-half-split" : "",
-      rope_scaling.type == RopeScaling::Type::kLlama3   ? " rope-llama3"
-      : rope_scaling.type == RopeScaling::Type::kLinear ? " rope-linear"
-                                                        : "");
+  return absl::StrCat(ShapeString(), " seq_len=", seq_len);
 }
 
 }  // namespace tandem

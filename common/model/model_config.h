@@ -93,6 +93,13 @@ struct ModelConfig {
   // odd head_dim (RoPE rotates pairs), or sizes beyond sane limits.
   absl::Status Validate() const;
 
+  // Every field that fixes what the model computes and its KV layout, as
+  // space-separated key=value words (the same config gives the same text;
+  // a mixture of experts adds experts=, top_k=, ...); the context length is
+  // left out, as workers may cap it. Workers report it, and the router names
+  // the words on which a worker and its pool disagree.
+  std::string ShapeString() const;
+  // ShapeString() and seq_len=, for messages.
   std::string ToString() const;
 };
 

@@ -80,6 +80,8 @@ absl::StatusOr<int> WarmUpEngine(Engine& engine, int tokens) {
     logits = engine.Step({&decode, 1}, nullptr, &picks);
   }
   engine.Release(table);
+  // The made-up prompt's routing is no user's: the expert load counts served tokens.
+  engine.ResetExpertLoad();
   if (!logits.ok()) return logits.status();
   return n;
 }

@@ -15,7 +15,8 @@ struct WorkerStatsRecord {
   // The served model and its KV layout: every worker of a pool must agree.
   std::string model;
   std::string weights_fingerprint;
-  std::string kv_dtype;  // DTypeName of the KV cache's element type
+  std::string model_shape;  // ModelConfig::ShapeString()
+  std::string kv_dtype;     // DTypeName of the KV cache's element type
   int32_t vocab_size = 0;
   int32_t max_context = 0;
   int32_t block_size = 0;

@@ -6,6 +6,7 @@ void WorkerStatsToProto(const WorkerStatsRecord& s, const char* role, v1::Worker
   proto->set_role(role);
   proto->set_model(s.model);
   proto->set_weights_fingerprint(s.weights_fingerprint);
+  proto->set_model_shape(s.model_shape);
   proto->set_kv_dtype(s.kv_dtype);
   proto->set_vocab_size(s.vocab_size);
   proto->set_max_context(s.max_context);
@@ -33,6 +34,7 @@ void WorkerStatsToProto(const WorkerStatsRecord& s, const char* role, v1::Worker
 WorkerStatsRecord WorkerStatsFromProto(const v1::WorkerStats& p) {
   return WorkerStatsRecord{.model = p.model(),
                            .weights_fingerprint = p.weights_fingerprint(),
+                           .model_shape = p.model_shape(),
                            .kv_dtype = p.kv_dtype(),
                            .vocab_size = p.vocab_size(),
                            .max_context = p.max_context(),

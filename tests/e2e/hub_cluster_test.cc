@@ -3,16 +3,25 @@
 // router (its tokenizer) from the folder alone. Tokens through the cluster equal the single-process
 // engine's on the same folder, the KV cache travels as bf16 (half the bytes of f32), and the
 // workers report one identity.
+#include <cmath>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/model/synthetic.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/e2e/cluster_harness.h"
 #include "tests/e2e/hub_folder.h"
 #include "tests/testing/model_files.h"
@@ -29,6 +38,31 @@ std::vector<int32_t> LocalGreedy(const std::string& dir, const std::string& prom
   auto ids = (*tokenizer)->Encode(prompt, /*add_bos=*/true);
   CHECK_OK(ids.status());
   return LocalGreedyTokens(dir, *ids, max_tokens, kv_dtype);
+}
+
+// The sum of the series of `family` whose labels contain `label` (e.g.
+// layer="1") on the /metrics endpoint whose port `port_file` holds; -1 if
+// it cannot be read.
+double SumOfSeries(const std::string& port_file, const std::string& family,
+                   const std::string& label) {
+  std::ifstream in(port_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  int port = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port)) return -1;
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  httplib::Result result = client.Get("/metrics");
+  if (!result || result->status != 200) return -1;
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(result->body, '\n')) {
+    if (!absl::ConsumePrefix(&line, family + "{") || !absl::StrContains(line, label)) continue;
+    double value = 0;
+    if (!absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) return -1;
+    sum += value;
+  }
+  return sum;
 }
 
 constexpr char kLongPrompt[] =
@@ -99,6 +133,7 @@ TEST(HubClusterTest, Int8KvServesTheInProcessTokensAndShipsBytesWithScales) {
     ASSERT_TRUE(got.finished.disaggregated()) << (*cluster)->Logs();
     EXPECT_EQ(got.tokens, want) << prompt;
     ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, (*cluster)->Stats((*cluster)->prefill(0)));
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats decode, (*cluster)->Stats((*cluster)->decode(0)));
     const int64_t blocks = (got.finished.usage().prompt_tokens() + 15) / 16;
     EXPECT_EQ(static_cast<int64_t>(after.kv_transfer_bytes() - before.kv_transfer_bytes()),
               5 * blocks * (2 * 16 * 32 + 2 * 4 * 16 * 4));
@@ -156,7 +191,17 @@ TEST(HubClusterTest, MixtureOfExpertsFoldersGiveTheSameTokensDisaggregated) {
   for (const auto& [name, config] : SmallMoeShapes()) {
     SCOPED_TRACE(name);
     const std::string dir = WriteSyntheticHubFolder(name + "-bf16", config, DType::kBF16);
-    auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .tokenizer = dir});
+    const std::string ports = TempDir();
+    auto metrics = [&](const char* who) {
+      return std::vector<std::string>{"--metrics_listen=127.0.0.1:0",
+                                      absl::StrCat("--metrics_port_file=", ports, "/", who)};
+    };
+    auto cluster = Cluster::Start({.prefill = 1,
+                                   .decode = 1,
+                                   .model = dir,
+                                   .tokenizer = dir,
+                                   .prefill_flags = metrics("prefill"),
+                                   .decode_flags = metrics("decode")});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     const std::vector<int32_t> want = LocalGreedy(dir, kLongPrompt, 32);
     ASSERT_OK_AND_ASSIGN(v1::WorkerStats before, (*cluster)->Stats((*cluster)->prefill(0)));
@@ -165,10 +210,31 @@ TEST(HubClusterTest, MixtureOfExpertsFoldersGiveTheSameTokensDisaggregated) {
     EXPECT_TRUE(got.finished.disaggregated()) << (*cluster)->Logs();
     EXPECT_EQ(got.tokens, want);
     ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, (*cluster)->Stats((*cluster)->prefill(0)));
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats decode, (*cluster)->Stats((*cluster)->decode(0)));
+    // Both pools report the architecture the router compares word by word.
+    EXPECT_EQ(after.model_shape(), config.ShapeString());
+    EXPECT_EQ(decode.model_shape(), config.ShapeString());
     const int64_t blocks = (got.finished.usage().prompt_tokens() + 15) / 16;
     EXPECT_EQ(static_cast<int64_t>(after.kv_transfer_bytes() - before.kv_transfer_bytes()),
               int64_t{config.n_layers} * blocks * (2 * 16 * config.kv_dim() * 2));
     EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
+    // Each prompt token chose top_k experts of a sparse layer on the
+    // prefill worker; the decode worker's steps routed theirs too.
+    int sparse = 0;
+    while (!config.IsMoeLayer(sparse)) ++sparse;
+    const std::string layer = absl::StrCat("layer=\"", sparse, "\"");
+    const double top_k = config.moe.top_k;
+    EXPECT_EQ(SumOfSeries(ports + "/prefill", "tandem_prefill_moe_expert_tokens_total", layer),
+              top_k * got.finished.usage().prompt_tokens());
+    double decoded = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    // The decode loop publishes after its step: poll, with a deadline.
+    while (decoded <= 0 && absl::Now() < deadline) {
+      decoded = SumOfSeries(ports + "/decode", "tandem_decode_moe_expert_tokens_total", layer);
+      if (decoded <= 0) absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_GT(decoded, 0);
+    EXPECT_EQ(std::fmod(decoded, top_k), 0);
   }
 }
 

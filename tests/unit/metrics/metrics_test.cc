@@ -121,6 +121,25 @@ TEST(MetricsServerTest, FromFlagsIsOffByDefaultAndWritesThePortFile) {
   EXPECT_THAT(Scrape(written), Not(HasSubstr("error")));
 }
 
+TEST(MetricsServerTest, RendersTokensPerExpertOfEachSparseLayer) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  EngineGauges engine(*registry, "tandem_test");
+  // Layer 0 dense (no experts), layer 1 with three experts.
+  engine.PublishExpertLoad({{}, {5, 0, 2}});
+  engine.PublishExpertLoad({{}, {9, 0, 2}});
+  // Other dimensions (never from one engine) change nothing.
+  engine.PublishExpertLoad({{1}, {100, 100, 100, 100}});
+  auto server = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string body = Scrape((*server)->port());
+  EXPECT_THAT(body, HasSubstr("# TYPE tandem_test_moe_expert_tokens_total counter"));
+  EXPECT_THAT(body, HasSubstr("tandem_test_moe_expert_tokens_total{expert=\"0\",layer=\"1\"} 9\n"));
+  EXPECT_THAT(body, HasSubstr("tandem_test_moe_expert_tokens_total{expert=\"1\",layer=\"1\"} 0\n"));
+  EXPECT_THAT(body, HasSubstr("tandem_test_moe_expert_tokens_total{expert=\"2\",layer=\"1\"} 2\n"));
+  EXPECT_THAT(body, Not(HasSubstr("layer=\"0\"")));
+  EXPECT_THAT(body, Not(HasSubstr("expert=\"3\"")));
+}
+
 TEST(MetricsTest, OutcomeLabelsAndAdvanceTo) {
   EXPECT_EQ(OutcomeLabel(absl::StatusCode::kOk), "ok");
   EXPECT_EQ(OutcomeLabel(absl::StatusCode::kResourceExhausted), "resource_exhausted");

@@ -33,6 +33,7 @@ v1::WorkerStats Stats(const char* role, const FakeModel& model, int vocab_size, 
   s.set_role(role);
   s.set_model(model.name);
   s.set_weights_fingerprint(model.weights_fingerprint);
+  s.set_model_shape(model.model_shape);
   s.set_kv_dtype(model.kv_dtype);
   s.set_vocab_size(model.vocab_size > 0 ? model.vocab_size : vocab_size);
   s.set_max_context(kFakeMaxContext);

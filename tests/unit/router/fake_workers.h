@@ -35,6 +35,7 @@ v1::TokenLogprob FakeLogprob(int32_t token, int alternatives);
 struct FakeModel {
   std::string name = "fake";
   std::string weights_fingerprint = "00000000000fa4e1";
+  std::string model_shape = "dim=64 layers=2 experts=8 top_k=2";
   std::string kv_dtype = "f32";
   int block_size = 16;
   // 0: the vocabulary given to the fake's constructor.

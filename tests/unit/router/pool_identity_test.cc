@@ -3,6 +3,9 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/model/model_config.h"
+#include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,10 +13,12 @@ namespace tandem::router {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ModelIdentity Llama() {
   return ModelIdentity{.model = "Llama-3.2-1B",
                        .weights_fingerprint = "0123456789abcdef",
+                       .model_shape = "dim=2048 layers=16",
                        .kv_dtype = "bf16",
                        .block_size = 16,
                        .vocab_size = 128256};
@@ -37,6 +42,34 @@ TEST(DescribeDifferences, NamesEveryFieldThatDiffers) {
   EXPECT_THAT(d, HasSubstr("has kv_dtype f32, the pool has bf16"));
   EXPECT_THAT(d, HasSubstr("has block_size 32, the pool has 16"));
   EXPECT_THAT(d, HasSubstr("has vocab_size 32000, the pool has 128256"));
+}
+
+TEST(DescribeDifferences, NamesTheArchitectureFieldOfAnotherExpertLayout) {
+  ModelConfig pool_config = SmallMoeShapes().front().second;
+  ModelConfig worker_config = pool_config;
+  worker_config.moe.n_experts *= 2;
+  worker_config.qk_norm = QkNorm::kPerHead;
+  ModelIdentity pool = Llama(), worker = Llama();
+  pool.model_shape = pool_config.ShapeString();
+  worker.model_shape = worker_config.ShapeString();
+  worker.weights_fingerprint = "fedcba9876543210";
+  const std::string d = DescribeDifferences(worker, pool);
+  EXPECT_THAT(d, HasSubstr(absl::StrCat("has experts ", worker_config.moe.n_experts,
+                                        ", the pool has ", pool_config.moe.n_experts)));
+  EXPECT_THAT(d, HasSubstr("has qk_norm per-head, the pool has none"));
+  EXPECT_THAT(d, HasSubstr("has weights fingerprint fedcba9876543210"));
+  EXPECT_THAT(d, Not(HasSubstr("top_k")));
+  // A dense worker in a mixture-of-experts pool: the pool's words it lacks.
+  worker.model_shape = ModelConfig{.dim = pool_config.dim,
+                                   .hidden_dim = pool_config.hidden_dim,
+                                   .n_layers = pool_config.n_layers,
+                                   .n_heads = pool_config.n_heads,
+                                   .n_kv_heads = pool_config.n_kv_heads,
+                                   .vocab_size = pool_config.vocab_size}
+                           .ShapeString();
+  EXPECT_THAT(
+      DescribeDifferences(worker, pool),
+      HasSubstr(absl::StrCat("has experts (none), the pool has ", pool_config.moe.n_experts)));
 }
 
 TEST(CheckTokenizerVocab, TheModelMayHaveMoreIdsButNotFewer) {

@@ -228,6 +228,51 @@ TEST(ValidateRequest, ToolsAreRenderedAndRequiredOnesConstrainTheCall) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes no tools")));
 }
 
+// chat_template_kwargs reach the template as variables (Qwen3's
+// enable_thinking), as does an assistant's reasoning_content; a key the
+// template never reads, or one the request sets itself, is refused.
+TEST(ValidateRequest, ChatTemplateKwargsActOrAreRefused) {
+  testing::FakeTokenizer tokenizer;
+  absl::StatusOr<ChatTemplate> thinking = ChatTemplate::FromString(
+      "{% for m in messages %}{% if m.reasoning_content is defined %}{{ m.reasoning_content }} "
+      "{% endif %}{{ m.content }} {% endfor %}{% if add_generation_prompt %}w12 {% if "
+      "enable_thinking is defined and enable_thinking is false %}w13 {% endif %}{% endif %}",
+      "<s>", "</s>");
+  ASSERT_TRUE(thinking.ok()) << thinking.status();
+  GenerateParams p = Chat({{"user", "w7"}});
+  ASSERT_OK_AND_ASSIGN(ValidRequest on, ValidateRequest(p, &tokenizer, &*thinking));
+  EXPECT_THAT(on.prompt, ElementsAre(7, 12));
+  p.chat_template_kwargs = R"({"enable_thinking": false})";
+  ASSERT_OK_AND_ASSIGN(ValidRequest off, ValidateRequest(p, &tokenizer, &*thinking));
+  EXPECT_THAT(off.prompt, ElementsAre(7, 12, 13));
+  p.messages->push_back({.role = "assistant", .content = "w8", .reasoning_content = "w6"});
+  p.messages->push_back({.role = "user", .content = "w9"});
+  ASSERT_OK_AND_ASSIGN(ValidRequest history, ValidateRequest(p, &tokenizer, &*thinking));
+  EXPECT_THAT(history.prompt, ElementsAre(7, 6, 8, 9, 12, 13));
+  p.chat_template_kwargs = R"({"enable_thinkin": true})";
+  EXPECT_THAT(ValidateRequest(p, &tokenizer, &*thinking),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("`chat_template_kwargs.enable_thinkin`: the served model's chat "
+                                 "template does not read it")));
+  p.chat_template_kwargs = R"({"add_generation_prompt": false})";
+  EXPECT_THAT(ValidateRequest(p, &tokenizer, &*thinking),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set by the request")));
+  p.chat_template_kwargs = R"({"a-b": 1})";
+  EXPECT_THAT(ValidateRequest(p, &tokenizer, &*thinking),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a template variable")));
+}
+
+TEST(ValidateRequest, GenerationPromptsThatOpenAThinkingBlock) {
+  absl::StatusOr<ChatTemplate> r1 = ChatTemplate::FromString(
+      "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}A:<think>\n"
+      "{% if enable_thinking is defined and not enable_thinking %}</think>{% endif %}{% endif %}",
+      std::nullopt, std::nullopt);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_TRUE(GenerationPromptOpensThinking(*r1, ""));
+  EXPECT_FALSE(GenerationPromptOpensThinking(*r1, R"({"enable_thinking": false})"));
+  EXPECT_FALSE(GenerationPromptOpensThinking(FakeChatTemplate(), ""));
+}
+
 TEST(ValidateRequest, ChatTheTemplateRejectsIsInvalidWithItsMessage) {
   testing::FakeTokenizer tokenizer;
   const ChatTemplate chat_template = FakeChatTemplate();
