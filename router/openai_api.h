@@ -148,15 +148,12 @@ class StreamBuilder {
     std::string text;
     std::vector<TokenLogprob> logprobs;
   };
-  // The tool_calls delta of `calls` (with the logprobs of their tokens).
-  std::string ToolCallChunks(int index, const std::vector<ToolCall>& calls,
-                             const std::vector<TokenLogprob>& lps);
   // A choice's answer text: out at once, or held while it may be a call.
   std::string ContentChunks(int index, const std::string& text,
                             const std::vector<TokenLogprob>& lps);
-  // A reasoning_content delta.
-  std::string ReasoningChunk(int index, const std::string& text,
-                             const std::vector<TokenLogprob>& lps);
+  // A chat chunk of one choice with `delta` (reasoning_content,
+  // tool_calls) and the logprobs of its tokens.
+  std::string DeltaChunk(int index, nlohmann::json delta, const std::vector<TokenLogprob>& lps);
   // The reasoning and answer parts of one event's text (meta_.reasoning).
   std::string SplitChunks(int index, const ReasoningParts& parts,
                           const std::vector<TokenLogprob>& lps);

@@ -230,11 +230,11 @@ StreamBuilder::StreamBuilder(ResponseMeta meta)
   }
 }
 
-std::string StreamBuilder::ReasoningChunk(int index, const std::string& text,
-                                          const std::vector<TokenLogprob>& lps) {
+std::string StreamBuilder::DeltaChunk(int index, nlohmann::json delta,
+                                      const std::vector<TokenLogprob>& lps) {
   json choice = {
       {"index", index},
-      {"delta", {{"reasoning_content", text}}},
+      {"delta", std::move(delta)},
       {"logprobs", meta_.logprobs ? json{{"content", ChatLogprobEntries(lps)}} : json(nullptr)},
       {"finish_reason", nullptr}};
   return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
@@ -248,8 +248,8 @@ std::string StreamBuilder::SplitChunks(int index, const ReasoningParts& parts,
   waiting.insert(waiting.end(), lps.begin(), lps.end());
   std::string out;
   if (!parts.reasoning.empty()) {
-    out += ReasoningChunk(index, parts.reasoning,
-                          parts.content.empty() ? waiting : std::vector<TokenLogprob>{});
+    out += DeltaChunk(index, {{"reasoning_content", parts.reasoning}},
+                      parts.content.empty() ? waiting : std::vector<TokenLogprob>{});
     if (parts.content.empty()) waiting.clear();
   }
   if (!parts.content.empty()) {
@@ -281,16 +281,6 @@ std::string StreamBuilder::ContentChunks(int index, const std::string& text,
   }
   if (text.empty() && lps.empty()) return std::string();
   return ChoiceChunk(index, text, lps, false, 0);
-}
-
-std::string StreamBuilder::ToolCallChunks(int index, const std::vector<ToolCall>& calls,
-                                          const std::vector<TokenLogprob>& lps) {
-  json choice = {
-      {"index", index},
-      {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
-      {"logprobs", meta_.logprobs ? json{{"content", ChatLogprobEntries(lps)}} : json(nullptr)},
-      {"finish_reason", nullptr}};
-  return SseEvent(Dump(Chunk(json::array({std::move(choice)}))));
 }
 
 nlohmann::json StreamBuilder::Chunk(nlohmann::json choices) const {
@@ -378,7 +368,8 @@ absl::StatusOr<std::string> StreamBuilder::OnEvent(const GenerateEvent& e) {
             out += ChoiceChunk(e.index, *parsed.content, h.logprobs, false, 0);
             h.logprobs.clear();
           }
-          out += ToolCallChunks(e.index, parsed.calls, h.logprobs);
+          out +=
+              DeltaChunk(e.index, {{"tool_calls", ToolCallsJson(parsed.calls, true)}}, h.logprobs);
           finish = "tool_calls";
         } else if (!h.text.empty() || !h.logprobs.empty()) {
           out += ChoiceChunk(e.index, h.text, h.logprobs, false, 0);
