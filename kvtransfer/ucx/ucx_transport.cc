@@ -132,98 +132,111 @@ absl::Status UcxTransport::Impl::Init() {
                            "querying the memory types of the UCP context"));
   memory_types_ = context_attr.memory_types;
 
+  RETURN_IF_ERROR(OpenDoor());
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  RETURN_IF_ERROR(UcxError(ucp_worker_query(door_.worker, &attr), "querying the UCP worker"));
+  max_am_header_ = attr.max_am_header;
+  const size_t needed = MessagePrefix::kEncodedBytes +
+                        std::max(KvTransport::kMaxHeaderBytes, door_.raw_address.size());
+  if (max_am_header_ < needed) {
+    return absl::FailedPreconditionError(absl::StrCat("UCX allows active-message headers of ",
+                                                      max_am_header_,
+                                                      " bytes; the transport needs ", needed));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ucp_worker_h> UcxTransport::Impl::NewWorker(std::span<const HandlerSpec> handlers,
+                                                           void* arg, int* event_fd) {
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
   RETURN_IF_ERROR(
-      UcxError(ucp_worker_create(context_, &worker_params, &worker_), "creating the UCP worker"));
-
-  ucp_worker_attr_t attr{};
-  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
-  RETURN_IF_ERROR(UcxError(ucp_worker_query(worker_, &attr), "querying the UCP worker"));
-  ucp_address_t* worker_address = nullptr;
-  size_t worker_address_length = 0;
-  RETURN_IF_ERROR(UcxError(ucp_worker_get_address(worker_, &worker_address, &worker_address_length),
-                           "getting the UCP worker address"));
-  const std::string_view raw(reinterpret_cast<const char*>(worker_address), worker_address_length);
-  address_ = ucx_internal::EncodeAddress(raw);
-  ucp_worker_release_address(worker_, worker_address);
-  const size_t needed =
-      MessagePrefix::kEncodedBytes + std::max(KvTransport::kMaxHeaderBytes, worker_address_length);
-  if (attr.max_am_header < needed) {
-    return absl::FailedPreconditionError(absl::StrCat("UCX allows active-message headers of ",
-                                                      attr.max_am_header,
-                                                      " bytes; the transport needs ", needed));
+      UcxError(ucp_worker_create(context_, &worker_params, &worker), "creating a UCP worker"));
+  absl::Status status;
+  for (const HandlerSpec& handler : handlers) {
+    ucp_am_handler_param_t param{};
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    param.id = handler.id;
+    param.flags = handler.flags;
+    param.cb = handler.callback;
+    param.arg = arg;
+    status = UcxError(ucp_worker_set_am_recv_handler(worker, &param),
+                      absl::StrCat("setting the handler of active message ", handler.id));
+    if (!status.ok()) break;
   }
-
-  RETURN_IF_ERROR(SetAmHandler(ucx_internal::kHelloAmId, &Impl::OnHello, UCP_AM_FLAG_WHOLE_MSG));
-  RETURN_IF_ERROR(SetAmHandler(ucx_internal::kDataAmId, &Impl::OnData,
-                               UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA));
-  RETURN_IF_ERROR(SetAmHandler(ucx_internal::kByeAmId, &Impl::OnBye, UCP_AM_FLAG_WHOLE_MSG));
-  return UcxError(ucp_worker_get_efd(worker_, &event_fd_),
-                  "getting the UCP worker's event file descriptor");
+  if (status.ok()) {
+    status = UcxError(ucp_worker_get_efd(worker, event_fd),
+                      "getting a UCP worker's event file descriptor");
+  }
+  if (!status.ok()) {
+    ucp_worker_destroy(worker);
+    return status;
+  }
+  return worker;
 }
 
-absl::Status UcxTransport::Impl::SetAmHandler(unsigned id, ucp_am_recv_callback_t callback,
-                                              uint32_t flags) {
-  ucp_am_handler_param_t param{};
-  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                     UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  param.id = id;
-  param.flags = flags;
-  param.cb = callback;
-  param.arg = this;
-  return UcxError(ucp_worker_set_am_recv_handler(worker_, &param),
-                  absl::StrCat("setting the handler of active message ", id));
+absl::StatusOr<std::string> UcxTransport::Impl::WorkerAddress(ucp_worker_h worker) {
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  RETURN_IF_ERROR(UcxError(ucp_worker_get_address(worker, &address, &length),
+                           "getting a UCP worker's address"));
+  std::string bytes(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(worker, address);
+  return bytes;
 }
 
 UcxTransport::Impl::~Impl() {
-  if (worker_ != nullptr) {
-    // Hand held messages back first: a rendezvous sender's request finishes
-    // only when the receiver takes or drops the data, and the flush below
-    // would wait for it.
-    for (auto& [id, incoming] : incoming_) ReleaseDescriptor(*incoming);
-    for (auto& [id, peer] : peers_) {
-      if (!peer->failed && !peer->disconnected) SayGoodbye(*peer);
-      CloseEndpoint(*peer, /*force=*/false);
-    }
-    const absl::Time deadline = absl::Now() + options_.close_timeout;
-    bool closed = true;
-    for (const auto& [id, peer] : peers_) {
-      if (peer->close == nullptr) continue;
-      const absl::Status status =
-          ucx_internal::WaitForRequest(worker_, *peer->close, deadline, "closing a UCX endpoint");
-      if (absl::IsDeadlineExceeded(status)) {
-        LOG(WARNING) << status << "; leaving the UCX worker to the process's exit";
-        closed = false;
-        break;
-      }
-    }
-    if (!closed) {
-      // An endpoint that did not flush may still hold operations in a
-      // transport's queue, and UCX aborts the process when it destroys a
-      // worker with such an endpoint (it purges them through handlers that
-      // accept none). Nothing progresses this worker again, so no callback
-      // reaches the records cleared below; the worker, its registrations
-      // and the context are left as they are, a bounded leak on a path
-      // taken only when a peer stops answering during shutdown.
-      sends_.clear();
-      incoming_.clear();
-      peers_.clear();
-      return;
-    }
-    for (auto& [id, op] : sends_) op->request.Abandon();
-    for (auto& [id, incoming] : incoming_) {
-      if (incoming->request != nullptr) incoming->request->Abandon();
-    }
-    for (auto& [id, peer] : peers_) {
-      for (auto* request : {peer->hello.get(), peer->bye.get(), peer->close.get()}) {
-        if (request != nullptr) request->Abandon();
-      }
-    }
-    ucp_worker_destroy(worker_);
+  // Hand held messages back first: a rendezvous sender's request finishes
+  // only when the receiver takes or drops the data, and the flush below
+  // would wait for it.
+  for (auto& [id, incoming] : incoming_) ReleaseDescriptor(*incoming);
+  for (auto& [id, peer] : peers_) {
+    if (!peer->failed && !peer->disconnected) SayGoodbye(*peer);
+    CloseEndpoint(*peer, /*force=*/false);
+    CloseDoorEndpoint(*peer, /*force=*/true);
   }
-  // Requests UCX still held were finished or dropped with the worker; only
+  const auto closed = [this] {
+    for (const auto& [id, peer] : peers_) {
+      for (const auto* request : {peer->close.get(), peer->door_close.get()}) {
+        if (request != nullptr && !request->done()) return false;
+      }
+    }
+    return true;
+  };
+  const absl::Time deadline = absl::Now() + options_.close_timeout;
+  while (!closed() && absl::Now() < deadline) ProgressAll();
+  if (!closed()) {
+    // An endpoint that did not flush may still hold operations in a
+    // transport's queue, and UCX aborts the process when it destroys a
+    // worker with such an endpoint (it purges them through handlers that
+    // accept none). Nothing progresses these workers again, so no callback
+    // reaches the records cleared below; the workers, registrations and the
+    // context are left as they are, a bounded leak on a path taken only
+    // when a peer stops answering during shutdown.
+    LOG(WARNING) << "UCX endpoints did not close within " << options_.close_timeout
+                 << "; leaving the UCX workers to the process's exit";
+    sends_.clear();
+    incoming_.clear();
+    peers_.clear();
+    return;
+  }
+  for (auto& [id, op] : sends_) op->request.Abandon();
+  for (auto& [id, incoming] : incoming_) {
+    if (incoming->request != nullptr) incoming->request->Abandon();
+  }
+  for (auto& [id, peer] : peers_) {
+    for (auto* request : {peer->hello.get(), peer->bye.get(), peer->close.get()}) {
+      if (request != nullptr) request->Abandon();
+    }
+    if (peer->worker != nullptr) ucp_worker_destroy(peer->worker);
+  }
+  DestroyDoor(door_);
+  CloseDoors(absl::InfiniteFuture(), /*all=*/true);
+  // Requests UCX still held were finished or dropped with the workers; only
   // now may the records their callbacks point to go.
   sends_.clear();
   incoming_.clear();
@@ -262,111 +275,6 @@ absl::Status UcxTransport::Impl::DeregisterMemory(RegionId region) {
   const ucs_status_t status = ucp_mem_unmap(context_, it->second.memh);
   regions_.erase(it);
   return UcxError(status, absl::StrCat("deregistering region ", region));
-}
-
-absl::StatusOr<ucp_ep_h> UcxTransport::Impl::CreateEndpoint(std::string_view worker_address,
-                                                            Peer* peer) {
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-  if (options_.detect_peer_failure) {
-    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = &Impl::OnEndpointError;
-    params.err_handler.arg = peer;
-  }
-  ucp_ep_h ep = nullptr;
-  RETURN_IF_ERROR(UcxError(ucp_ep_create(worker_, &params, &ep),
-                           absl::StrCat("creating a UCX endpoint for peer ", peer->id)));
-  return ep;
-}
-
-absl::StatusOr<PeerId> UcxTransport::Impl::Connect(std::string_view address) {
-  ASSIGN_OR_RETURN(std::string_view worker_address, ucx_internal::DecodeAddress(address));
-  auto owned = std::make_unique<Peer>();
-  Peer* peer = owned.get();
-  peer->impl = this;
-  peer->id = next_peer_++;
-  peer->key = ConnectionKey{nonce_, peer->id};
-  peer->initiator = true;
-  ASSIGN_OR_RETURN(peer->ep, CreateEndpoint(worker_address, peer));
-  peers_[peer->id] = std::move(owned);
-
-  // The hello carries our address in its header, so the peer needs nothing
-  // more to open an endpoint back.
-  ASSIGN_OR_RETURN(std::string_view own_address, ucx_internal::DecodeAddress(address_));
-  peer->hello_header =
-      absl::StrCat(ucx_internal::EncodePrefix({peer->key, true}), std::string(own_address));
-  peer->hello = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = peer->hello->SendParam();
-  peer->hello->Start(ucp_am_send_nbx(peer->ep, ucx_internal::kHelloAmId, peer->hello_header.data(),
-                                     peer->hello_header.size(), nullptr, 0, &param));
-  if (peer->hello->done() && peer->hello->status() != UCS_OK) {
-    const absl::Status status =
-        UcxError(peer->hello->status(), absl::StrCat("introducing ourselves to peer ", peer->id));
-    CloseEndpoint(*peer, /*force=*/true);
-    peer->disconnected = true;
-    return status;
-  }
-  return peer->id;
-}
-
-void UcxTransport::Impl::CloseEndpoint(Peer& peer, bool force) {
-  if (peer.ep == nullptr) return;
-  peer.close = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = peer.close->SendParam();
-  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-  // Forcing is defined only for endpoints with peer-failure handling.
-  param.flags = force && options_.detect_peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  // Never blocks: Poll() progresses the close and releases the peer after.
-  peer.close->Start(ucp_ep_close_nbx(peer.ep, &param));
-  peer.ep = nullptr;
-}
-
-void UcxTransport::Impl::SayGoodbye(Peer& peer) {
-  if (peer.ep == nullptr) return;
-  peer.bye_header = ucx_internal::EncodePrefix({peer.key, peer.initiator});
-  peer.bye = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = peer.bye->SendParam();
-  peer.bye->Start(ucp_am_send_nbx(peer.ep, ucx_internal::kByeAmId, peer.bye_header.data(),
-                                  peer.bye_header.size(), nullptr, 0, &param));
-}
-
-void UcxTransport::Impl::Disconnect(PeerId id) {
-  Peer* peer = FindPeer(id);
-  if (peer == nullptr || peer->disconnected) return;
-  peer->disconnected = true;
-  for (auto it = incoming_.begin(); it != incoming_.end();) {
-    Incoming& incoming = *it->second;
-    if (incoming.peer == id && !incoming.receiving) {
-      ReleaseDescriptor(incoming);
-      incoming_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  DropQueuedSends(*peer, absl::CancelledError(absl::StrCat("send cancelled: peer ", id,
-                                                           " was disconnected before it started")));
-  if (!peer->failed) SayGoodbye(*peer);
-  // A graceful close flushes first, which never ends while UCX holds sends
-  // to a peer that does not answer; forced, it fails them (kSendDone) and
-  // lets the endpoint go.
-  CloseEndpoint(*peer, /*force=*/peer->in_flight > 0);
-}
-
-UcxTransport::Impl::Peer* UcxTransport::Impl::FindPeer(PeerId id) {
-  auto it = peers_.find(id);
-  return it == peers_.end() ? nullptr : it->second.get();
-}
-
-UcxTransport::Impl::Peer* UcxTransport::Impl::PeerOf(const MessagePrefix& prefix) {
-  if (prefix.from_initiator) {
-    auto it = accepted_.find(prefix.key);
-    return it == accepted_.end() ? nullptr : FindPeer(it->second);
-  }
-  if (prefix.key.initiator_nonce != nonce_) return nullptr;
-  return FindPeer(prefix.key.initiator_peer);
 }
 
 absl::StatusOr<std::vector<UcxTransport::Impl::Span>> UcxTransport::Impl::Resolve(
@@ -418,7 +326,7 @@ absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view 
   }
   if (peer == nullptr) return absl::NotFoundError(absl::StrCat("no peer ", id));
   if (peer->failed) return peer->failure;
-  if (peer->disconnected || peer->ep == nullptr) {
+  if (peer->disconnected) {
     return absl::FailedPreconditionError(absl::StrCat("peer ", id, " is disconnected"));
   }
   if (header.size() > KvTransport::kMaxHeaderBytes) {
@@ -437,7 +345,9 @@ absl::StatusOr<SendId> UcxTransport::Impl::PostSend(PeerId id, std::string_view 
   SendOp& posted = *op;
   sends_[send_id] = std::move(op);
   // Behind earlier queued sends even when there is room: order is kept.
-  if (peer->in_flight >= options_.max_sends_in_flight || !peer->queued.empty()) {
+  // Before the welcome there is no endpoint yet.
+  if (peer->ep == nullptr || peer->in_flight >= options_.max_sends_in_flight ||
+      !peer->queued.empty()) {
     peer->queued.push_back(send_id);
     return send_id;
   }
@@ -527,13 +437,13 @@ absl::Status UcxTransport::Impl::Accept(IncomingId id, std::span<const Slice> de
   ucp_request_param_t param = incoming.request->AmReceiveParam();
   const auto [buffer, count] = Describe(spans, incoming.iov, param);
   void* descriptor = std::exchange(incoming.descriptor, nullptr);  // UCX owns it from here.
-  incoming.request->Start(ucp_am_recv_data_nbx(worker_, descriptor, buffer, count, &param));
+  incoming.request->Start(ucp_am_recv_data_nbx(incoming.worker, descriptor, buffer, count, &param));
   return absl::OkStatus();
 }
 
 void UcxTransport::Impl::ReleaseDescriptor(Incoming& incoming) {
   if (incoming.descriptor != nullptr) {
-    ucp_am_data_release(worker_, std::exchange(incoming.descriptor, nullptr));
+    ucp_am_data_release(incoming.worker, std::exchange(incoming.descriptor, nullptr));
   }
 }
 
@@ -581,6 +491,8 @@ absl::StatusOr<PeerId> UcxTransport::Connect(std::string_view address) {
 }
 void UcxTransport::Disconnect(PeerId peer) { impl_->Disconnect(peer); }
 size_t UcxTransport::num_peers() const { return impl_->num_peers(); }
+uint64_t UcxTransport::doors_replaced() const { return impl_->doors_replaced(); }
+void UcxTransport::IgnoreDoorProbesForTesting() { impl_->IgnoreDoorProbes(); }
 absl::StatusOr<SendId> UcxTransport::PostSend(PeerId peer, std::string_view header,
                                               std::span<const Slice> payload) {
   return impl_->PostSend(peer, header, payload);

@@ -1,17 +1,25 @@
 // UcxTransport: KvTransport over UCX's UCP layer, for KV transfers between
 // processes and hosts (shared memory, TCP, or RDMA where UCX has it).
 //
-// Each transport owns one UCP context and one worker, driven only by the
-// thread that calls Poll() (no UCX progress thread). Messages are UCP active
+// Each transport owns one UCP context and a UCP worker per connection, all
+// driven only by the thread that calls Poll() (no UCX progress thread). A
+// worker per connection because UCX's same-host message rings (posix, sysv)
+// are read in order: a writer killed between claiming a slot and filling it
+// stops its reader from hearing anyone behind it, so a ring must hear one
+// peer only. The worker LocalAddress() names (the door) hears only the
+// introductions of new connections; it is probed through its own ring, and
+// replaced, with a new address, if it ever stops moving. Messages are UCP active
 // messages: our header plus the caller's header, and the payload gathered
 // from the caller's slices. The receiving worker keeps the payload (eager
 // data, or the rendezvous descriptor that has not moved a byte yet) until
 // Accept() receives it into the destination slices (zero-copy for
 // rendezvous) or Discard() drops it.
 //
-// Connections: Connect() creates an endpoint to the peer's worker address
-// and introduces itself; the peer then gets a PeerId of its own for the
-// connection (first seen on a kIncoming event), creates an endpoint back,
+// Connections: Connect() opens a worker for the connection and introduces it
+// to the peer's door; the peer opens a worker of its own for the connection
+// and answers from it, and from then on the two talk only between these two
+// workers. Sends posted before the answer wait for it. The peer gets a
+// PeerId of its own for the connection (first seen on a kIncoming event)
 // and may send on it. Either side learns of the other's death through UCX's
 // peer-failure handling (socket errors, keepalive) as kPeerFailed: the
 // peer's sends and receives then fail with UNAVAILABLE within a bounded time
@@ -79,6 +87,17 @@ struct UcxTransportOptions {
   // How long the destructor waits for endpoints to flush before tearing the
   // worker down regardless.
   absl::Duration close_timeout = absl::Seconds(2);
+  // How long a connection's introduction may take: an initiator's hello to
+  // be answered (else the connection fails with UNAVAILABLE), and an
+  // acceptor's connection to carry its first message (else it is closed).
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // How often the door (the worker LocalAddress() names) is probed through
+  // its message ring, and how long a probe may take before the door counts
+  // as wedged and is replaced (a new LocalAddress()). The old door is still
+  // polled for door_retire_after, then destroyed.
+  absl::Duration door_probe_interval = absl::Milliseconds(500);
+  absl::Duration door_probe_timeout = absl::Seconds(2);
+  absl::Duration door_retire_after = absl::Seconds(30);
   // The network devices UCX may use, as UCX_NET_DEVICES lists them ("lo",
   // "eth1", "mlx5_0:1", "all"); its TCP transport listens on each device's
   // own address only. Overrides UCX_NET_DEVICES; empty = UCX_NET_DEVICES,
@@ -115,6 +134,11 @@ class UcxTransport final : public KvTransport {
   // them. A connection closed on purpose ends the peer's record too (the
   // peer sees kPeerFailed), so churning peers leave nothing behind.
   size_t num_peers() const;
+  // How many times the door was found wedged and replaced.
+  uint64_t doors_replaced() const;
+  // Makes the current door ignore its probes, as a wedged ring would (the
+  // wedge itself needs a peer killed inside a handful of instructions).
+  void IgnoreDoorProbesForTesting();
 
   // UCX transports the worker's lanes may use, e.g. "sysv,cma,tcp"; for logs
   // and benchmark tables.

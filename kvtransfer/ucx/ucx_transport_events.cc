@@ -26,7 +26,7 @@ ucs_status_t UcxTransport::Impl::OnHello(void* arg, const void* header, size_t h
   auto* self = static_cast<Impl*>(arg);
   const std::string_view bytes(static_cast<const char*>(header), header_length);
   absl::StatusOr<MessagePrefix> prefix = ucx_internal::DecodePrefix(bytes);
-  if (!prefix.ok() || !prefix->from_initiator) {
+  if (!prefix.ok() || !prefix->from_initiator || bytes.size() == MessagePrefix::kEncodedBytes) {
     LOG(WARNING) << "dropping a malformed UCX hello: " << prefix.status();
     return UCS_OK;
   }
@@ -38,28 +38,69 @@ ucs_status_t UcxTransport::Impl::OnHello(void* arg, const void* header, size_t h
   peer->initiator = false;
   peer->back_address = std::string(bytes.substr(MessagePrefix::kEncodedBytes));
   self->accepted_[peer->key] = peer->id;
-  // Creating an endpoint from inside a UCX callback is not allowed; Poll()
-  // does it right after progress, before the caller sees the peer.
+  // Creating a worker or an endpoint from inside a UCX callback is not
+  // allowed; Poll() does it right after progress, before the caller sees
+  // the peer.
   self->new_peers_.push_back(peer->id);
   self->peers_[peer->id] = std::move(peer);
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::Impl::OnProbe(void* arg, const void* header, size_t header_length,
+                                         void* /*data*/, size_t /*length*/,
+                                         const ucp_am_recv_param_t* /*param*/) {
+  auto* self = static_cast<Impl*>(arg);
+  absl::StatusOr<MessagePrefix> prefix =
+      ucx_internal::DecodePrefix(std::string_view(static_cast<const char*>(header), header_length));
+  if (prefix.ok() && prefix->key.initiator_nonce == self->nonce_ && !self->door_deaf_) {
+    self->probes_heard_ = std::max<uint64_t>(self->probes_heard_, prefix->key.initiator_peer);
+  }
+  return UCS_OK;
+}
+
+namespace {
+
+// Whether `header` opens with the prefix of `key` sent by the other side of
+// a connection whose own side is `initiator`; the prefix is cut off.
+bool FromTheFarEnd(std::string_view& header, const ConnectionKey& key, bool initiator) {
+  absl::StatusOr<MessagePrefix> prefix = ucx_internal::DecodePrefix(header);
+  if (!prefix.ok() || prefix->key != key || prefix->from_initiator == initiator) return false;
+  header.remove_prefix(MessagePrefix::kEncodedBytes);
+  return true;
+}
+
+}  // namespace
+
+ucs_status_t UcxTransport::Impl::OnWelcome(void* arg, const void* header, size_t header_length,
+                                           void* /*data*/, size_t /*length*/,
+                                           const ucp_am_recv_param_t* /*param*/) {
+  auto* peer = static_cast<Peer*>(arg);
+  std::string_view bytes(static_cast<const char*>(header), header_length);
+  if (!peer->initiator || !FromTheFarEnd(bytes, peer->key, peer->initiator) || bytes.empty() ||
+      peer->ep != nullptr || !peer->back_address.empty() || peer->failed || peer->disconnected) {
+    return UCS_OK;
+  }
+  peer->back_address = std::string(bytes);
+  peer->impl->new_peers_.push_back(peer->id);
   return UCS_OK;
 }
 
 ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t header_length,
                                         void* data, size_t length,
                                         const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<Impl*>(arg);
+  auto* peer = static_cast<Peer*>(arg);
+  Impl* self = peer->impl;
   const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  const std::string_view bytes(static_cast<const char*>(header), header_length);
-  absl::StatusOr<MessagePrefix> prefix = ucx_internal::DecodePrefix(bytes);
-  Peer* peer = prefix.ok() ? self->PeerOf(*prefix) : nullptr;
-  if (peer == nullptr || peer->failed || peer->disconnected) {
-    // Unknown or gone: drop it; a rendezvous sender learns it was refused.
+  std::string_view bytes(static_cast<const char*>(header), header_length);
+  if (!FromTheFarEnd(bytes, peer->key, peer->initiator) || peer->failed || peer->disconnected) {
+    // Foreign or gone: drop it; a rendezvous sender learns it was refused.
     return rendezvous ? UCS_ERR_REJECTED : UCS_OK;
   }
+  peer->heard = true;
   const IncomingId id = self->next_incoming_++;
   auto incoming = std::make_unique<Incoming>();
   incoming->peer = peer->id;
+  incoming->worker = peer->worker;
   incoming->payload_bytes = length;
   ucs_status_t keep = UCS_OK;
   if (length > 0) {
@@ -72,7 +113,7 @@ ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t he
     }
   }
   TransportEvent event = Event(TransportEvent::Kind::kIncoming, id, peer->id, absl::OkStatus());
-  event.header = std::string(bytes.substr(MessagePrefix::kEncodedBytes));
+  event.header = std::string(bytes);
   event.payload_bytes = length;
   self->events_.push_back(std::move(event));
   self->incoming_[id] = std::move(incoming);
@@ -82,48 +123,50 @@ ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t he
 ucs_status_t UcxTransport::Impl::OnBye(void* arg, const void* header, size_t header_length,
                                        void* /*data*/, size_t /*length*/,
                                        const ucp_am_recv_param_t* /*param*/) {
-  auto* self = static_cast<Impl*>(arg);
-  absl::StatusOr<MessagePrefix> prefix =
-      ucx_internal::DecodePrefix(std::string_view(static_cast<const char*>(header), header_length));
-  Peer* peer = prefix.ok() ? self->PeerOf(*prefix) : nullptr;
+  auto* peer = static_cast<Peer*>(arg);
+  std::string_view bytes(static_cast<const char*>(header), header_length);
+  if (!FromTheFarEnd(bytes, peer->key, peer->initiator)) return UCS_OK;
+  peer->heard = true;
   // The peer closed the connection: to us that is its failure, reported
   // now rather than when UCX would notice the endpoint is gone.
-  if (peer != nullptr) self->failed_peers_.emplace_back(peer->id, UCS_ERR_CONNECTION_RESET);
+  peer->impl->failed_peers_.emplace_back(
+      peer->id, UcxError(UCS_ERR_CONNECTION_RESET, absl::StrCat("UCX connection to peer ", peer->id,
+                                                                " (closed by the peer)")));
   return UCS_OK;
 }
 
 void UcxTransport::Impl::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* peer = static_cast<Peer*>(arg);
-  peer->impl->failed_peers_.emplace_back(peer->id, status);
+  peer->impl->failed_peers_.emplace_back(
+      peer->id, UcxError(status, absl::StrCat("UCX connection to peer ", peer->id)));
 }
 
-void UcxTransport::Impl::CreateBackEndpoints() {
-  for (PeerId id : std::exchange(new_peers_, {})) {
-    Peer* peer = FindPeer(id);
-    if (peer == nullptr) continue;
-    absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(peer->back_address, peer);
-    if (ep.ok()) {
-      peer->ep = *ep;
-      peer->back_address.clear();
-    } else {
-      LOG(WARNING) << ep.status();
-      failed_peers_.emplace_back(id, UCS_ERR_UNREACHABLE);
-    }
-  }
+void UcxTransport::Impl::OnDoorEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  // After the welcome the door has done its part, and its endpoint closes.
+  if (peer->ep != nullptr || !peer->back_address.empty()) return;
+  peer->impl->failed_peers_.emplace_back(
+      peer->id, UcxError(status, absl::StrCat("introducing ourselves to peer ", peer->id)));
+}
+
+void UcxTransport::Impl::OnProbeEndpointError(void* /*arg*/, ucp_ep_h /*ep*/, ucs_status_t status) {
+  // Our own door, in this process: a failure leaves the probe unanswered,
+  // and the door is replaced as if wedged.
+  LOG(WARNING) << "the UCX door's probe endpoint failed: " << ucs_status_string(status);
 }
 
 void UcxTransport::Impl::HandleFailedPeers() {
-  for (const auto& [id, ucs_status] : std::exchange(failed_peers_, {})) {
+  for (auto& [id, status] : std::exchange(failed_peers_, {})) {
     Peer* peer = FindPeer(id);
     if (peer == nullptr || peer->failed || peer->disconnected) continue;
     peer->failed = true;
-    peer->failure = UcxError(ucs_status, absl::StrCat("UCX connection to peer ", id));
-    if (peer->failure.code() != absl::StatusCode::kUnavailable) {
-      peer->failure = absl::UnavailableError(peer->failure.message());
-    }
+    peer->failure = status.code() == absl::StatusCode::kUnavailable
+                        ? std::move(status)
+                        : absl::UnavailableError(status.message());
     // Force: a dead peer acknowledges nothing. Pending sends finish now with
     // UCS_ERR_CANCELED, or are reported below if UCX still holds them.
     CloseEndpoint(*peer, /*force=*/true);
+    CloseDoorEndpoint(*peer, /*force=*/true);
     DropQueuedSends(*peer, peer->failure);
     for (auto& [send_id, op] : sends_) {
       if (op->peer != id || op->request.done() || op->reported) continue;
@@ -194,46 +237,23 @@ void UcxTransport::Impl::ReportFinishedReceives() {
 }
 
 void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
-  // Bounded, so that a steady stream of arrivals cannot keep Poll() busy.
-  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
-  }
-  CreateBackEndpoints();
+  ProgressAll();
+  const absl::Time now = absl::Now();
+  const bool introduced = CreateBackEndpoints(now);
+  CheckIntroductions(now);
   HandleFailedPeers();
   const bool room = !finished_sends_.empty();
   ReportFinishedSends();
-  if (room) StartQueuedSends();
+  if (room || introduced) StartQueuedSends();
   ReportFinishedReceives();
   ReleaseClosedPeers();
+  ProbeDoor(now);
+  CloseDoors(now, /*all=*/false);
   if (events.empty()) {
     events.swap(events_);
   } else {
     std::move(events_.begin(), events_.end(), std::back_inserter(events));
     events_.clear();
-  }
-}
-
-void UcxTransport::Impl::ReleaseClosedPeers() {
-  std::vector<PeerId> closed;
-  for (const auto& [id, peer] : peers_) {
-    if ((!peer->failed && !peer->disconnected) || peer->ep != nullptr) continue;
-    // UCX still holds the record (requests' user data, the error handler's
-    // argument until the close finishes), or sends still name the peer.
-    bool busy = peer->in_flight > 0 || !peer->queued.empty();
-    for (const auto* request : {peer->hello.get(), peer->bye.get(), peer->close.get()}) {
-      if (request != nullptr && !request->done()) busy = true;
-    }
-    if (!busy) closed.push_back(id);
-  }
-  if (closed.empty()) return;
-  // Messages not yet accepted or discarded, and receives in progress, keep
-  // their peer until the caller is done with them.
-  absl::flat_hash_set<PeerId> referenced;
-  for (const auto& [id, incoming] : incoming_) referenced.insert(incoming->peer);
-  for (PeerId id : closed) {
-    if (referenced.contains(id)) continue;
-    auto it = peers_.find(id);
-    if (!it->second->initiator) accepted_.erase(it->second->key);
-    peers_.erase(it);
   }
 }
 
@@ -243,15 +263,19 @@ bool UcxTransport::Impl::HasQueuedWork() const {
 }
 
 void UcxTransport::Impl::WaitForActivity(absl::Time deadline) {
-  if (HasQueuedWork() || ucp_worker_progress(worker_) != 0 || HasQueuedWork()) return;
+  if (HasQueuedWork() || ProgressAll() || HasQueuedWork()) return;
   // UCX_BUSY: events arrived between the progress call and arming.
-  if (ucp_worker_arm(worker_) != UCS_OK) return;
-  // Keepalive and some transports advance only inside progress, so a long
-  // sleep is cut short; callers loop until their own deadline anyway.
+  for (ucp_worker_h worker : workers_) {
+    if (ucp_worker_arm(worker) != UCS_OK) return;
+  }
+  // Keepalive, the door's probe and some transports advance only inside
+  // progress, so a long sleep is cut short; callers loop until their own
+  // deadline anyway.
   constexpr absl::Duration kMaxSleep = absl::Milliseconds(50);
   const absl::Duration wait = std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kMaxSleep);
-  pollfd fd{event_fd_, POLLIN, 0};
-  ::poll(&fd, 1,
+  pollfds_.clear();
+  for (int fd : worker_fds_) pollfds_.push_back(pollfd{fd, POLLIN, 0});
+  ::poll(pollfds_.data(), pollfds_.size(),
          static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
 }
 

@@ -3,6 +3,7 @@
 #ifndef TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_IMPL_H_
 #define TANDEM_KVTRANSFER_UCX_UCX_TRANSPORT_IMPL_H_
 
+#include <poll.h>
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
@@ -37,6 +38,8 @@ class UcxTransport::Impl {
 
   absl::Status Init();
   size_t num_peers() const { return peers_.size(); }
+  uint64_t doors_replaced() const { return doors_replaced_; }
+  void IgnoreDoorProbes() { door_deaf_ = true; }
 
   absl::StatusOr<RegionId> RegisterMemory(void* base, size_t length, MemoryKind kind);
   absl::Status DeregisterMemory(RegionId region);
@@ -61,22 +64,38 @@ class UcxTransport::Impl {
   };
 
   // A peer that failed or was disconnected is released (ReleaseClosedPeers)
-  // once UCX has closed its endpoint, since UCX holds a pointer to the record
-  // as the argument of the endpoint's error handler until then, and once no
-  // send or receive refers to it. Its id is never reused.
+  // once UCX has closed its endpoints, since UCX holds a pointer to the
+  // record as the argument of the endpoints' error handlers and of the
+  // connection worker's message handlers until then, and once no send or
+  // receive refers to it. Its id is never reused.
   struct Peer {
     Impl* impl;
     PeerId id;
     ucx_internal::ConnectionKey key;
     bool initiator;
+    // The connection's own UCX worker: its message rings hear this one peer
+    // only, so a peer that dies halfway through writing a message into one
+    // can wedge nothing but its own connection. Destroyed with the record.
+    ucp_worker_h worker = nullptr;
+    int event_fd = -1;
+    // To the far end's worker for this connection; null until it exists
+    // (an initiator's until the welcome came).
     ucp_ep_h ep = nullptr;
-    // Acceptor side: the initiator's worker address, until the endpoint
-    // back to it exists.
+    // The far worker's address, until the endpoint to it exists.
     std::string back_address;
-    // Initiator side: the introduction, kept until sent (UCX 1.13 reads the
-    // header of a queued send when it goes out, not when it is posted).
+    // Initiator side: the endpoint to the acceptor's door that carries the
+    // hello, closed once the welcome came.
+    ucp_ep_h door_ep = nullptr;
+    std::unique_ptr<ucx_internal::UcxRequest> door_close;
+    // The introduction (an initiator's hello, an acceptor's welcome), its
+    // header kept until sent (UCX 1.13 reads the header of a queued send
+    // when it goes out, not when it is posted).
     std::string hello_header;
     std::unique_ptr<ucx_internal::UcxRequest> hello;
+    // An initiator's welcome, or an acceptor's first message after its
+    // welcome, must come by then, or the connection fails.
+    absl::Time introduce_by = absl::InfiniteFuture();
+    bool heard = false;  // Acceptor: a message came on the connection.
     // The goodbye sent by Disconnect (its header kept until sent, as the
     // hello's), and the endpoint's close request.
     std::string bye_header;
@@ -86,9 +105,27 @@ class UcxTransport::Impl {
     bool failed = false;
     absl::Status failure;
     // Sends handed to UCX and not yet finished, and the ones waiting for
-    // room under UcxTransportOptions::max_sends_in_flight, oldest first.
+    // room under UcxTransportOptions::max_sends_in_flight (or for the
+    // welcome), oldest first.
     int in_flight = 0;
     std::deque<SendId> queued;
+  };
+
+  // The worker whose address LocalAddress() gives: it hears only hellos and
+  // UCX's wire-up of new connections. A worker of the same transport probes
+  // it through its ring; a door whose ring stopped moving (a peer died
+  // halfway through writing into it) is replaced by a new one with a new
+  // address, and retired: still polled for a while, then destroyed.
+  struct Door {
+    ucp_worker_h worker = nullptr;
+    int event_fd = -1;
+    std::string raw_address;  // The UCX worker address.
+    ucp_worker_h prober = nullptr;
+    int prober_fd = -1;
+    ucp_ep_h probe_ep = nullptr;
+    std::unique_ptr<ucx_internal::UcxRequest> probe;
+    std::string probe_header;
+    absl::Time retire_at = absl::InfiniteFuture();
   };
 
   // A contiguous run of registered memory.
@@ -114,6 +151,7 @@ class UcxTransport::Impl {
 
   struct Incoming {
     PeerId peer = 0;
+    ucp_worker_h worker = nullptr;  // The worker that heard it (its peer's).
     uint64_t payload_bytes = 0;
     // UCX's eager data or rendezvous descriptor, held until Accept or
     // Discard; null once handed back to UCX.
@@ -129,17 +167,46 @@ class UcxTransport::Impl {
 
   static ucs_status_t OnHello(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnProbe(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnWelcome(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnData(void* arg, const void* header, size_t header_length, void* data,
                              size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnBye(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void OnDoorEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void OnProbeEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  absl::Status SetAmHandler(unsigned id, ucp_am_recv_callback_t callback, uint32_t flags);
-  absl::StatusOr<ucp_ep_h> CreateEndpoint(std::string_view worker_address, Peer* peer);
+  // A worker of the transport's context, with `handlers` (id, callback,
+  // flags) bound to `arg`, and its event file descriptor.
+  struct HandlerSpec {
+    unsigned id;
+    ucp_am_recv_callback_t callback;
+    uint32_t flags;
+  };
+  absl::StatusOr<ucp_worker_h> NewWorker(std::span<const HandlerSpec> handlers, void* arg,
+                                         int* event_fd);
+  // The connection worker of `peer` (its handlers bound to the record).
+  absl::Status NewPeerWorker(Peer& peer);
+  static absl::StatusOr<std::string> WorkerAddress(ucp_worker_h worker);
+  absl::StatusOr<ucp_ep_h> CreateEndpoint(ucp_worker_h worker, std::string_view worker_address,
+                                          ucp_err_handler_cb_t on_error, void* arg,
+                                          std::string_view what);
+  // A new door (and its prober), which LocalAddress() names from now on.
+  absl::Status OpenDoor();
+  // Sends a probe through the door when due, and replaces the door when one
+  // has not come through in time.
+  void ProbeDoor(absl::Time now);
+  // Destroys retired doors whose time has come (all of them with `all`).
+  void CloseDoors(absl::Time now, bool all);
+  static void DestroyDoor(Door& door);
+  // Every worker: the door, retired doors, probers, connections.
+  void CollectWorkers();
+  // Progresses every worker; whether anything happened.
+  bool ProgressAll();
   Peer* FindPeer(PeerId id);
-  // The peer a message with `prefix` came from, or null when it is unknown.
-  Peer* PeerOf(const ucx_internal::MessagePrefix& prefix);
   absl::StatusOr<std::vector<Span>> Resolve(std::span<const Slice> slices, uint64_t* total);
   // Fills `param`'s datatype (and memory handle) and returns the buffer and
   // count for a UCP call over `spans`, building `iov` when there are several.
@@ -147,6 +214,7 @@ class UcxTransport::Impl {
                                            std::vector<ucp_dt_iov_t>& iov,
                                            ucp_request_param_t& param);
   void CloseEndpoint(Peer& peer, bool force);
+  void CloseDoorEndpoint(Peer& peer, bool force);
   // Tells the peer that we close the connection (kByeAmId), ahead of
   // closing the endpoint; best effort.
   void SayGoodbye(Peer& peer);
@@ -158,7 +226,12 @@ class UcxTransport::Impl {
   // Ends the sends still queued on `peer` with `status` (kSendDone).
   void DropQueuedSends(Peer& peer, const absl::Status& status);
   void ReleaseDescriptor(Incoming& incoming);
-  void CreateBackEndpoints();
+  // Opens the endpoints of introduced connections: an acceptor's back to
+  // the initiator (and its welcome), an initiator's to the welcome's worker.
+  // Returns whether an initiator's connection became ready to send.
+  bool CreateBackEndpoints(absl::Time now);
+  // Fails connections whose introduction did not finish in time.
+  void CheckIntroductions(absl::Time now);
   void HandleFailedPeers();
   void ReportFinishedSends();
   void ReportFinishedReceives();
@@ -173,10 +246,22 @@ class UcxTransport::Impl {
   const UcxTransportOptions options_;
   uint64_t nonce_ = 0;
   ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  int event_fd_ = -1;
-  std::string address_;
   uint64_t memory_types_ = 0;
+  size_t max_am_header_ = 0;
+
+  Door door_;
+  std::string address_;  // LocalAddress(): door_'s, framed.
+  std::vector<Door> retired_doors_;
+  uint64_t doors_replaced_ = 0;
+  bool door_deaf_ = false;  // IgnoreDoorProbesForTesting(), until the door is replaced.
+  uint64_t probes_sent_ = 0;
+  uint64_t probes_heard_ = 0;  // The latest probe number the door heard.
+  absl::Time probe_sent_at_ = absl::InfinitePast();
+  absl::Time next_probe_ = absl::InfinitePast();
+  int polls_since_probe_ = 0;
+  std::vector<ucp_worker_h> workers_;  // CollectWorkers()'s, reused.
+  std::vector<int> worker_fds_;
+  std::vector<pollfd> pollfds_;
 
   absl::flat_hash_map<RegionId, Region> regions_;
   RegionId next_region_ = 1;
@@ -185,7 +270,7 @@ class UcxTransport::Impl {
   absl::flat_hash_map<ucx_internal::ConnectionKey, PeerId> accepted_;
   PeerId next_peer_ = 1;
   std::vector<PeerId> new_peers_;
-  std::vector<std::pair<PeerId, ucs_status_t>> failed_peers_;
+  std::vector<std::pair<PeerId, absl::Status>> failed_peers_;
 
   absl::flat_hash_map<SendId, std::unique_ptr<SendOp>> sends_;
   SendId next_send_ = 1;

@@ -8,10 +8,11 @@
 namespace tandem::kvtransfer::ucx_internal {
 namespace {
 
-constexpr uint8_t kPrefixVersion = 1;
+// 2: a connection is introduced through the door (hello, welcome).
+constexpr uint8_t kPrefixVersion = 2;
 constexpr uint32_t kAddressMagic = 0x58435554;  // "TUCX" read little-endian
-constexpr uint32_t kAddressVersion = 1;
-constexpr size_t kAddressHeaderBytes = 12;  // magic u32 | version u32 | length u32
+constexpr uint32_t kAddressVersion = 2;         // 2: the address of a door
+constexpr size_t kAddressHeaderBytes = 12;      // magic u32 | version u32 | length u32
 
 template <typename T>
 void Put(std::string& out, T value) {

@@ -13,14 +13,20 @@
 
 namespace tandem::kvtransfer::ucx_internal {
 
-// Active-message ids: the first message of a connection, carrying the
-// connecting worker's address so that the peer can open an endpoint back,
-// every message the caller posts, and the last message of a connection
-// closed on purpose (Disconnect or the transport's destruction), so that the
-// peer releases its end at once instead of waiting for UCX to notice.
+// Active-message ids. A connection starts with a hello to the acceptor's
+// door (the worker LocalAddress() names), carrying the address of the worker
+// the initiator opened for this connection; the acceptor opens a worker of
+// its own for it and answers with a welcome from there, carrying that
+// worker's address, and from then on both sides send only between these two
+// workers: every message the caller posts (data), and the last message of a
+// connection closed on purpose (bye), so that the peer releases its end at
+// once instead of waiting for UCX to notice. Probes are the door's own
+// check that its message ring still moves (UcxTransport::Impl::ProbeDoor).
 inline constexpr unsigned kHelloAmId = 1;
 inline constexpr unsigned kDataAmId = 2;
 inline constexpr unsigned kByeAmId = 3;
+inline constexpr unsigned kWelcomeAmId = 4;
+inline constexpr unsigned kProbeAmId = 5;
 
 // Names one connection in both directions: the transport that called
 // Connect() (a random nonce fixed at its creation) and the PeerId it gave

@@ -16,8 +16,8 @@
 // suite's kv_sender_kill_long runs 400) and TANDEM_SENDER_KILL_SEED the seed
 // (1 by default; a failure names both).
 //
-// UCX 1.13 fails it today, with its shared-memory rings or without them
-// (README "KV transfer"), so only the long suite runs it.
+// The regular suite runs the short form (kv_sender_kill), the long suite
+// the long one (kv_sender_kill_long).
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,11 +50,14 @@ namespace {
 using ::tandem::testing::Child;
 
 // A live sender's transfer: 64 layers of 64 KiB in 4 KiB chunks, 1,024
-// messages. A victim's has four times the layers, so that it spends most of
-// its life sending; every victim lands in the same area (nothing checks
-// what a killed sender wrote).
+// messages. A victim's has four times the layers, handed over one every
+// kVictimLayerGap as a prefill worker's compute would, so that it sends
+// for about a quarter of a second; every victim lands in the same area
+// (nothing checks what a killed sender wrote but its first chunk, which
+// says that it has started).
 constexpr int kLiveLayers = 64;
 constexpr int kVictimLayers = 4 * kLiveLayers;
+constexpr absl::Duration kVictimLayerGap = absl::Microseconds(1000);
 constexpr uint64_t kLayerBytes = 64 << 10;
 constexpr uint64_t kChunkBytes = 4096;
 constexpr uint64_t kLiveBytes = kLiveLayers * kLayerBytes;
@@ -158,6 +161,14 @@ class KillHarness {
     return true;
   }
 
+  // Zeroes the victims' first chunk, so that VictimStarted() says when the
+  // next victim's has landed.
+  void ClearVictimStart() { std::memset(memory_.data() + kLiveBytes, 0, kChunkBytes); }
+  bool VictimStarted() const {
+    const uint8_t* chunk = memory_.data() + kLiveBytes;
+    return std::any_of(chunk, chunk + kChunkBytes, [](uint8_t b) { return b != 0; });
+  }
+
   TransferReceiver& receiver() { return *receiver_; }
   UcxTransport& transport() { return *transport_; }
 
@@ -168,9 +179,14 @@ class KillHarness {
   RegionId region_ = 0;
 };
 
-std::vector<std::string> SenderArgs(const std::string& descriptor, uint64_t seed) {
-  return {TANDEM_KV_SENDER_PEER, absl::BytesToHexString(descriptor), std::to_string(seed), "1",
-          "-1"};
+std::vector<std::string> SenderArgs(const std::string& descriptor, uint64_t seed,
+                                    absl::Duration layer_gap = absl::ZeroDuration()) {
+  return {TANDEM_KV_SENDER_PEER,
+          absl::BytesToHexString(descriptor),
+          std::to_string(seed),
+          "1",
+          "-1",
+          std::to_string(absl::ToInt64Microseconds(layer_gap))};
 }
 
 // One live sender's transfer from spawn to exit: OK once its bytes landed
@@ -208,19 +224,22 @@ TEST(SenderKills, LiveSendersCompleteWhileOthersAreKilledMidSend) {
   KillHarness h;
   ASSERT_OK(h.Init());
   const int fds_before = OpenFds();
-  // Where a sender's life is on this machine: the kills fall uniformly
-  // from half its start-up to well past the time its last message would
-  // have taken, so that some land in start-up and wire-up, most in sends.
+  // Where a sender's life is on this machine: a quarter of the kills fall
+  // uniformly in the second half of its start-up (UCX's wire-up and the
+  // introduction among them), the rest once its first chunk has landed,
+  // uniformly over the time its sends take.
   absl::Duration first, done;
   ASSERT_NO_FATAL_FAILURE(LiveTransfer(h, 1, 1, &first, &done));
-  const int64_t window_from = absl::ToInt64Microseconds(first / 2);
-  const int64_t window_to = absl::ToInt64Microseconds(first + 6 * (done - first));
+  const int64_t startup_from = absl::ToInt64Microseconds(first / 2);
+  const int64_t startup_to = std::max(absl::ToInt64Microseconds(first), startup_from + 1);
+  const int64_t sends_for = absl::ToInt64Microseconds(kVictimLayers * kVictimLayerGap);
   std::printf(
       "sender kills: a sender's first message %s after its spawn, its last %s; kills "
-      "fall %s to %s after a victim's spawn\n",
+      "fall %s to %s after a victim's spawn, or up to %s after its first chunk\n",
       absl::FormatDuration(first).c_str(), absl::FormatDuration(done).c_str(),
-      absl::FormatDuration(absl::Microseconds(window_from)).c_str(),
-      absl::FormatDuration(absl::Microseconds(window_to)).c_str());
+      absl::FormatDuration(absl::Microseconds(startup_from)).c_str(),
+      absl::FormatDuration(absl::Microseconds(startup_to)).c_str(),
+      absl::FormatDuration(absl::Microseconds(sends_for)).c_str());
 
   std::vector<std::unique_ptr<LeaseState>> victims;
   int during_sends = 0;
@@ -236,15 +255,24 @@ TEST(SenderKills, LiveSendersCompleteWhileOthersAreKilledMidSend) {
 
     // The victim and a live sender start together; the victim dies at a
     // random instant while the live one sends.
-    const uint64_t messages = h.receiver().stats().accepted_messages;
-    Child victim_process(SenderArgs(victim_lease, 100'000 + round));
+    h.ClearVictimStart();
+    Child victim_process(SenderArgs(victim_lease, 100'000 + round, kVictimLayerGap));
     ASSERT_GT(victim_process.pid(), 0);
     Child live_process(SenderArgs(live_lease, live_seed));
     ASSERT_GT(live_process.pid(), 0);
-    const auto kill_after = absl::Microseconds(
-        window_from + static_cast<int64_t>(rng() % uint64_t(window_to - window_from)));
-    h.PumpFor(kill_after);
-    if (h.receiver().stats().accepted_messages > messages && !victim->done) ++during_sends;
+    absl::Duration kill_after;
+    if (rng() % 4 == 0) {
+      kill_after = absl::Microseconds(
+          startup_from + static_cast<int64_t>(rng() % uint64_t(startup_to - startup_from)));
+      h.PumpFor(kill_after);
+    } else {
+      const absl::Time spawned = absl::Now();
+      ASSERT_TRUE(h.PumpUntil(kLiveDeadline, [&] { return h.VictimStarted(); }))
+          << "a victim's first chunk did not land";
+      h.PumpFor(absl::Microseconds(static_cast<int64_t>(rng() % uint64_t(sends_for))));
+      kill_after = absl::Now() - spawned;
+    }
+    if (h.VictimStarted() && !victim->done) ++during_sends;
     victim_process.Kill();
     SCOPED_TRACE(
         absl::StrCat("victim killed ", absl::FormatDuration(kill_after), " after its spawn"));
@@ -275,8 +303,10 @@ TEST(SenderKills, LiveSendersCompleteWhileOthersAreKilledMidSend) {
   EXPECT_LE(OpenFds(), fds_before + 4);
   std::printf(
       "sender kills: %d kills (seed %d), %d while messages were arriving: %d victims "
-      "had finished, %d were cut off; %d live transfers completed\n",
-      kills, seed, during_sends, victims_completed, victims_failed, 2 * kills + 1);
+      "had finished, %d were cut off; %d live transfers completed; the door was replaced "
+      "%d times\n",
+      kills, seed, during_sends, victims_completed, victims_failed, 2 * kills + 1,
+      static_cast<int>(h.transport().doors_replaced()));
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // deterministic pattern of each layer to the lease given on the command line
 // over UCX, layer by layer, and exits 0 once the receiver confirmed.
 //
-// Usage: kv_sender_peer DESCRIPTOR_HEX SEED LANES STALL_AFTER
+// Usage: kv_sender_peer DESCRIPTOR_HEX SEED LANES STALL_AFTER [LAYER_GAP_US]
 //   STALL_AFTER >= 0: after that many layers, stop sending and sleep (the
 //   test kills the process); -1: send everything.
+//   LAYER_GAP_US: time between one layer's hand-over and the next (0), as a
+//   prefill worker's compute paces it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,10 +26,12 @@ namespace tandem::kvtransfer {
 namespace {
 
 int Run(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s DESCRIPTOR_HEX SEED LANES STALL_AFTER\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s DESCRIPTOR_HEX SEED LANES STALL_AFTER [LAYER_GAP_US]\n",
+                 argv[0]);
     return 2;
   }
+  const absl::Duration layer_gap = absl::Microseconds(argc == 6 ? std::atoi(argv[5]) : 0);
   const std::string descriptor = absl::HexStringToBytes(argv[1]);
   const uint64_t seed = std::strtoull(argv[2], nullptr, 10);
   const int lanes = std::atoi(argv[3]);
@@ -90,6 +94,10 @@ int Run(int argc, char** argv) {
       return 1;
     }
     sender.Poll();
+    for (const absl::Time next = absl::Now() + layer_gap; absl::Now() < next;) {
+      sender.WaitForActivity(next);
+      sender.Poll();
+    }
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(25);
   while (!finished && absl::Now() < deadline) {

@@ -271,6 +271,11 @@ TEST_F(UcxPairTest, CancelledSendReportsCancelledOnceUcxLetsGo) {
   ASSERT_OK_AND_ASSIGN(RegionId region,
                        sender_->RegisterMemory(source.data(), source.size(), MemoryKind::kHost));
   const Slice slice{region, 0, source.size()};
+  // A first message makes the connection introduced: the doomed send goes
+  // to UCX at once instead of waiting for the welcome.
+  ASSERT_OK(sender_->PostSend(peer_, "first", {}).status());
+  ASSERT_TRUE(Next(receiver_events_, Kind::kIncoming).has_value());
+  ASSERT_TRUE(Next(sender_events_, Kind::kSendDone).has_value());
   ASSERT_OK_AND_ASSIGN(SendId send, sender_->PostSend(peer_, "doomed", {&slice, 1}));
   sender_->Cancel(send);
   std::optional<TransportEvent> incoming = Next(receiver_events_, Kind::kIncoming);
@@ -280,6 +285,19 @@ TEST_F(UcxPairTest, CancelledSendReportsCancelledOnceUcxLetsGo) {
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->id, send);
   EXPECT_THAT(done->status, StatusIs(absl::StatusCode::kCancelled));
+}
+
+TEST_F(UcxPairTest, ASendCancelledBeforeTheWelcomeNeverLeaves) {
+  ASSERT_OK_AND_ASSIGN(SendId doomed, sender_->PostSend(peer_, "doomed", {}));
+  sender_->Cancel(doomed);
+  ASSERT_OK(sender_->PostSend(peer_, "kept", {}).status());
+  std::optional<TransportEvent> done = Next(sender_events_, Kind::kSendDone);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->id, doomed);
+  EXPECT_THAT(done->status, StatusIs(absl::StatusCode::kCancelled));
+  std::optional<TransportEvent> incoming = Next(receiver_events_, Kind::kIncoming);
+  ASSERT_TRUE(incoming.has_value());
+  EXPECT_EQ(incoming->header, "kept");
 }
 
 TEST_F(UcxPairTest, BadArgumentsAreClearErrors) {
