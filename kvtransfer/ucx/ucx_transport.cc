@@ -96,6 +96,13 @@ constexpr SharedMemorySetting kSharedMemorySettings[] = {
     {"RX_BUFS_GROW", "16"},
 };
 
+// UCX's transports unless UCX_TLS names them: all but posix shared memory.
+// Every connection has a worker of its own, and a posix interface holds
+// seven descriptors and its segments under /dev/shm (64 MiB in a default
+// container) for each, where sysv's hold none; the two move messages the
+// same way.
+constexpr char kDefaultTransports[] = "^posix";
+
 bool SetInEnvironment(std::string_view key) {
   for (const char* prefix : {"UCX_POSIX_", "UCX_SYSV_", "UCX_MM_"}) {
     if (std::getenv(absl::StrCat(prefix, std::string(key)).c_str()) != nullptr) return true;
@@ -128,6 +135,10 @@ absl::Status UcxTransport::Impl::Init() {
         absl::StrCat(absl::ToInt64Milliseconds(options_.keepalive_interval), "ms");
     status = UcxError(ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()),
                       "setting the UCX keepalive interval");
+  }
+  if (status.ok() && std::getenv("UCX_TLS") == nullptr) {
+    status =
+        UcxError(ucp_config_modify(config, "TLS", kDefaultTransports), "setting UCX's transports");
   }
   if (MayUseSharedMemory()) {
     for (const auto& [key, value] : kSharedMemorySettings) {
@@ -545,7 +556,8 @@ std::string UcxTransport::MemoryTypes() const { return MemoryTypeNames(impl_->me
 
 std::string UcxTransport::Description() const {
   const char* tls = std::getenv("UCX_TLS");
-  return absl::StrCat("UCX ", ucp_get_version_string(), " UCX_TLS=", tls != nullptr ? tls : "all");
+  return absl::StrCat("UCX ", ucp_get_version_string(),
+                      " UCX_TLS=", tls != nullptr ? tls : kDefaultTransports);
 }
 
 }  // namespace tandem::kvtransfer
