@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-read -r -a tests <<<"${TANDEM_TSAN_TESTS:-kvtransfer_test ucx_transport_test ucx_churn_test \
+read -r -a tests <<<"${TANDEM_TSAN_TESTS:-kvtransfer_test ucx_transport_test ucx_churn_test ucx_door_test \
 decode_worker_test prefill_worker_test router_test router_limits_test router_http_server_test \
 http_server_test}"
 args=("$@")
