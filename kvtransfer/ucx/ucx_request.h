@@ -27,6 +27,7 @@ absl::Status UcxError(ucs_status_t status, std::string_view what);
 // One nonblocking UCP operation. Not copyable or movable: UCX holds its
 // address as the callback's user data until the operation finishes, so the
 // owner must keep it alive until done() (or until the worker is destroyed).
+// Thread-compatible: used only by the thread that progresses its worker.
 class UcxRequest {
  public:
   // `on_done` (optional) runs once when the operation finishes: inside

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <utility>
 
@@ -35,13 +36,16 @@ TransportEvent UcxTransport::Impl::Event(TransportEvent::Kind kind, uint64_t id,
 
 namespace {
 
-// Whether UCX_TLS leaves UCX's shared-memory transports allowed (UCX warns
-// about settings for transports it does not load).
-bool MayUseSharedMemory() {
+// Whether UCX_TLS leaves any of `transports` allowed (UCX warns about
+// settings for transports it does not load).
+bool MayUse(std::initializer_list<std::string_view> transports) {
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr) return true;
   const std::string_view list(tls);
-  for (std::string_view word : {"all", "^", "sm", "shm", "posix", "sysv", "cma"}) {
+  for (std::string_view word : {"all", "^", "sm", "shm"}) {
+    if (list.find(word) != std::string_view::npos) return true;
+  }
+  for (std::string_view word : transports) {
     if (list.find(word) != std::string_view::npos) return true;
   }
   return false;
@@ -124,7 +128,7 @@ absl::Status UcxTransport::Impl::Init() {
   // handling needs, is read from the environment only, when the context
   // opens its memory domains below.
   ScopedEnvDefaults env;
-  if (options_.detect_peer_failure && MayUseSharedMemory()) {
+  if (options_.detect_peer_failure && MayUse({"cma"})) {
     env.Set("UCX_CMA_MEMORY_INVALIDATE", "y");
   }
   ucp_config_t* config = nullptr;
@@ -140,7 +144,7 @@ absl::Status UcxTransport::Impl::Init() {
     status =
         UcxError(ucp_config_modify(config, "TLS", kDefaultTransports), "setting UCX's transports");
   }
-  if (MayUseSharedMemory()) {
+  if (MayUse({"posix", "sysv", "mm"})) {
     for (const auto& [key, value] : kSharedMemorySettings) {
       if (!status.ok() || SetInEnvironment(key)) continue;
       status = UcxError(ucp_config_modify(config, absl::StrCat("MM_", key).c_str(), value),

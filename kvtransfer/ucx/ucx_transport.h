@@ -87,9 +87,10 @@ struct UcxTransportOptions {
   // How long the destructor waits for endpoints to flush before tearing the
   // worker down regardless.
   absl::Duration close_timeout = absl::Seconds(2);
-  // How long a connection's introduction may take: an initiator's hello to
-  // be answered (else the connection fails with UNAVAILABLE), and an
-  // acceptor's connection to carry its first message (else it is closed).
+  // How long an initiator's hello may wait for its welcome; then the
+  // connection fails with UNAVAILABLE. A connection disconnected before its
+  // welcome waits for it as long, to say goodbye, so that the acceptor lets
+  // go of the worker it opened for it.
   absl::Duration connect_timeout = absl::Seconds(10);
   // How often the door (the worker LocalAddress() names) is probed through
   // its message ring, and how long a probe may take before the door counts

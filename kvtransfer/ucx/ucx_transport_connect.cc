@@ -240,9 +240,10 @@ bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
   bool introduced = false;
   for (PeerId id : std::exchange(new_peers_, {})) {
     Peer* peer = FindPeer(id);
-    if (peer == nullptr || peer->failed || peer->disconnected || peer->back_address.empty()) {
-      continue;
-    }
+    if (peer == nullptr || peer->failed || peer->back_address.empty()) continue;
+    // Only an initiator's connection dropped before its welcome gets here
+    // disconnected: it opens only to say goodbye.
+    if (peer->disconnected && !peer->initiator) continue;
     absl::Status status;
     if (!peer->initiator) status = NewPeerWorker(*peer);
     absl::StatusOr<ucp_ep_h> ep =
@@ -260,7 +261,12 @@ bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
       // Welcomed: the door's part is over.
       CloseDoorEndpoint(*peer, /*force=*/false);
       peer->introduce_by = absl::InfiniteFuture();
-      introduced = true;
+      if (peer->disconnected) {
+        SayGoodbye(*peer);
+        CloseEndpoint(*peer, /*force=*/false);
+      } else {
+        introduced = true;
+      }
       continue;
     }
     // The welcome names the worker the initiator is to send to from now on.
@@ -281,25 +287,20 @@ bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
 }
 
 void UcxTransport::Impl::CheckIntroductions(absl::Time now) {
-  std::vector<PeerId> quiet;
-  for (const auto& [id, peer] : peers_) {
-    if (peer->failed || peer->disconnected || now < peer->introduce_by) continue;
-    if (peer->initiator && peer->ep == nullptr) {
-      failed_peers_.emplace_back(
-          id, absl::UnavailableError(
-                  absl::StrCat("peer ", id, " did not answer the introduction within ",
-                               absl::FormatDuration(options_.connect_timeout),
-                               " (the receiver died, or restarted and has a new address)")));
-    } else if (!peer->initiator && !peer->heard) {
-      quiet.push_back(id);
+  for (auto& [id, peer] : peers_) {
+    if (!peer->initiator || peer->failed || peer->ep != nullptr || now < peer->introduce_by) {
+      continue;
     }
-  }
-  // An initiator that never sends on a connection it opened has let it go
-  // (or lost it): close it, saying goodbye in case it is still there.
-  for (PeerId id : quiet) {
-    LOG(INFO) << "closing UCX peer " << id << ": nothing came on its connection within "
-              << options_.connect_timeout << " of its introduction";
-    Disconnect(id);
+    if (peer->disconnected) {
+      // Dropped before its welcome, which never came either.
+      CloseDoorEndpoint(*peer, /*force=*/true);
+      continue;
+    }
+    failed_peers_.emplace_back(
+        id, absl::UnavailableError(
+                absl::StrCat("peer ", id, " did not answer the introduction within ",
+                             absl::FormatDuration(options_.connect_timeout),
+                             " (the receiver died, or restarted and has a new address)")));
   }
 }
 
@@ -338,6 +339,7 @@ void UcxTransport::Impl::Disconnect(PeerId id) {
   Peer* peer = FindPeer(id);
   if (peer == nullptr || peer->disconnected) return;
   peer->disconnected = true;
+  const bool waiting_for_welcome = peer->initiator && !peer->failed && peer->ep == nullptr;
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     Incoming& incoming = *it->second;
     if (incoming.peer == id && !incoming.receiving) {
@@ -354,7 +356,10 @@ void UcxTransport::Impl::Disconnect(PeerId id) {
   // to a peer that does not answer; forced, it fails them (kSendDone) and
   // lets the endpoint go.
   CloseEndpoint(*peer, /*force=*/peer->in_flight > 0);
-  CloseDoorEndpoint(*peer, /*force=*/true);
+  // Not welcomed yet: the door's endpoint stays open until the welcome
+  // comes (then the connection opens, says goodbye and closes, so that the
+  // acceptor lets go of its worker) or until the introduction's deadline.
+  if (!waiting_for_welcome) CloseDoorEndpoint(*peer, /*force=*/true);
 }
 
 UcxTransport::Impl::Peer* UcxTransport::Impl::FindPeer(PeerId id) {

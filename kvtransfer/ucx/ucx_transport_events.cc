@@ -76,8 +76,11 @@ ucs_status_t UcxTransport::Impl::OnWelcome(void* arg, const void* header, size_t
                                            const ucp_am_recv_param_t* /*param*/) {
   auto* peer = static_cast<Peer*>(arg);
   std::string_view bytes(static_cast<const char*>(header), header_length);
+  // Also after Disconnect: the connection then opens only to say goodbye,
+  // so that the acceptor lets go of its worker.
   if (!peer->initiator || !FromTheFarEnd(bytes, peer->key, peer->initiator) || bytes.empty() ||
-      peer->ep != nullptr || !peer->back_address.empty() || peer->failed || peer->disconnected) {
+      peer->ep != nullptr || !peer->back_address.empty() || peer->failed ||
+      peer->door_ep == nullptr) {
     return UCS_OK;
   }
   peer->back_address = std::string(bytes);
@@ -96,7 +99,6 @@ ucs_status_t UcxTransport::Impl::OnData(void* arg, const void* header, size_t he
     // Foreign or gone: drop it; a rendezvous sender learns it was refused.
     return rendezvous ? UCS_ERR_REJECTED : UCS_OK;
   }
-  peer->heard = true;
   const IncomingId id = self->next_incoming_++;
   auto incoming = std::make_unique<Incoming>();
   incoming->peer = peer->id;
@@ -126,7 +128,6 @@ ucs_status_t UcxTransport::Impl::OnBye(void* arg, const void* header, size_t hea
   auto* peer = static_cast<Peer*>(arg);
   std::string_view bytes(static_cast<const char*>(header), header_length);
   if (!FromTheFarEnd(bytes, peer->key, peer->initiator)) return UCS_OK;
-  peer->heard = true;
   // The peer closed the connection: to us that is its failure, reported
   // now rather than when UCX would notice the endpoint is gone.
   peer->impl->failed_peers_.emplace_back(

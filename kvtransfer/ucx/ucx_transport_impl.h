@@ -29,8 +29,10 @@ namespace tandem::kvtransfer {
 
 // The state behind UcxTransport: every UCX object, and the bookkeeping that
 // turns UCX callbacks into polled events. Its methods are split between
-// ucx_transport.cc (setup, memory, connections, posting, accepting) and
-// ucx_transport_events.cc (UCX callbacks, failures, Poll).
+// ucx_transport.cc (setup, memory, posting, accepting),
+// ucx_transport_connect.cc (the door, introductions, closing peers) and
+// ucx_transport_events.cc (UCX callbacks, failures, Poll). Thread-compatible,
+// as UcxTransport: one thread calls it and progresses every worker it owns.
 class UcxTransport::Impl {
  public:
   explicit Impl(const UcxTransportOptions& options) : options_(options) {}
@@ -92,10 +94,8 @@ class UcxTransport::Impl {
     // when it goes out, not when it is posted).
     std::string hello_header;
     std::unique_ptr<ucx_internal::UcxRequest> hello;
-    // An initiator's welcome, or an acceptor's first message after its
-    // welcome, must come by then, or the connection fails.
+    // An initiator's welcome must come by then, or the connection fails.
     absl::Time introduce_by = absl::InfiniteFuture();
-    bool heard = false;  // Acceptor: a message came on the connection.
     // The goodbye sent by Disconnect (its header kept until sent, as the
     // hello's), and the endpoint's close request.
     std::string bye_header;
@@ -230,7 +230,7 @@ class UcxTransport::Impl {
   // the initiator (and its welcome), an initiator's to the welcome's worker.
   // Returns whether an initiator's connection became ready to send.
   bool CreateBackEndpoints(absl::Time now);
-  // Fails connections whose introduction did not finish in time.
+  // Fails connections whose welcome did not come in time.
   void CheckIntroductions(absl::Time now);
   void HandleFailedPeers();
   void ReportFinishedSends();
