@@ -111,12 +111,13 @@ void UcxTransport::Impl::ProbeDoor(absl::Time now) {
   next_probe_ = now + options_.door_probe_interval;
 }
 
-void UcxTransport::Impl::DestroyDoor(Door& door) {
+void UcxTransport::Impl::DestroyDoor(Door& door) const {
   if (door.probe_ep != nullptr) {
     UcxRequest close;
     ucp_request_param_t param = close.SendParam();
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    // Forcing is defined only for endpoints with peer-failure handling.
+    param.flags = options_.detect_peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     close.Start(ucp_ep_close_nbx(std::exchange(door.probe_ep, nullptr), &param));
     const absl::Time deadline = absl::Now() + kProbeCloseWait;
     while (!close.done() && absl::Now() < deadline) {

@@ -201,7 +201,7 @@ class UcxTransport::Impl {
   void ProbeDoor(absl::Time now);
   // Destroys retired doors whose time has come (all of them with `all`).
   void CloseDoors(absl::Time now, bool all);
-  static void DestroyDoor(Door& door);
+  void DestroyDoor(Door& door) const;
   // Every worker: the door, retired doors, probers, connections.
   void CollectWorkers();
   // Progresses every worker; whether anything happened.
