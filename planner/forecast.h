@@ -15,6 +15,7 @@
 
 namespace tandem::planner {
 
+// Thread-compatible: the planner's loop observes and predicts on one thread.
 class Forecaster {
  public:
   virtual ~Forecaster() = default;

@@ -44,6 +44,8 @@ struct KubeApi {
 absl::StatusOr<KubeApi> InClusterApi(
     const std::string& account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
+// Thread-compatible: the planner's loop owns it; its calls block on the
+// Kubernetes API, within the KubeApi's timeout.
 class DeploymentScaler {
  public:
   explicit DeploymentScaler(KubeApi api) : api_(std::move(api)) {}

@@ -130,6 +130,7 @@ struct Decision {
   std::vector<std::string> warnings;
 };
 
+// Thread-compatible: the planner's loop drives it, on a clock it is given.
 class PlannerCore {
  public:
   // INVALID_ARGUMENT for bounds that hold no count or `initial` outside

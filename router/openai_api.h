@@ -98,7 +98,9 @@ struct ResponseMeta {
   bool thinking_open = false;
 };
 
-// Collects a request's events into the non-streaming response.
+// Collects a request's events into the non-streaming response. This and
+// StreamBuilder are thread-compatible: one per response, fed in the order
+// of the request's sink calls.
 class ResponseBuilder {
  public:
   explicit ResponseBuilder(ResponseMeta meta);

@@ -25,6 +25,8 @@ absl::StatusOr<int64_t> IntField(absl::string_view field, const nlohmann::json& 
                                  int64_t hi);
 absl::StatusOr<float> FloatField(absl::string_view field, const nlohmann::json& value);
 absl::StatusOr<bool> BoolField(absl::string_view field, const nlohmann::json& value);
+// A seed: any integer from -2^63 to 2^64 - 1 (a negative one modulo 2^64).
+absl::StatusOr<uint64_t> SeedField(absl::string_view field, const nlohmann::json& value);
 absl::StatusOr<std::string> StringField(absl::string_view field, const nlohmann::json& value);
 
 }  // namespace tandem::router::openai_api

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -77,8 +78,22 @@ absl::StatusOr<json> ParseBody(absl::string_view body) {
   if (body.empty()) {
     return absl::InvalidArgumentError("the request body is empty: send a JSON object");
   }
-  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("the request body is not valid JSON");
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    // nlohmann's message says where and why ("parse error at line 1, column
+    // 9: syntax error while parsing value - invalid literal; last read:
+    // 'NaN'"); its "[json.exception.parse_error.101] " prefix is dropped.
+    absl::string_view why = e.what();
+    if (const size_t end = why.find("] ");
+        absl::StartsWith(why, "[json.exception.") && end != absl::string_view::npos) {
+      why.remove_prefix(end + 2);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request body is not valid JSON: ", why.substr(0, 300),
+        " (JSON has no NaN or Infinity, numbers must fit a double, strings must be UTF-8)"));
+  }
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body must be a JSON object, not ", j.type_name()));
@@ -141,9 +156,13 @@ absl::StatusOr<std::vector<ChatTurn>> ParseMessages(const json& messages) {
       }
     }
     const json* role = Field(m, "role");
-    if (role == nullptr || !role->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("`", where, ".role` is required: a string"));
+    if (role == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", where,
+                       ".role` is required: \"system\", \"developer\", \"user\", "
+                       "\"assistant\" or \"tool\""));
     }
+    if (!role->is_string()) return WrongType(absl::StrCat(where, ".role"), "a string", *role);
     ChatTurn turn{.role = role->get<std::string>(), .content = ""};
     // OpenAI's newer name for the system role: the templates know "system".
     if (turn.role == "developer") turn.role = "system";
@@ -207,9 +226,15 @@ absl::Status ParseCommon(const json& j, ApiRequest& out) {
   if (const json* v = Field(j, "model")) {
     ASSIGN_OR_RETURN(p.model, StringField("model", *v));
   }
-  if (const json* v = Field(j, "user")) RETURN_IF_ERROR(StringField("user", *v).status());
+  if (const json* v = Field(j, "user")) {
+    ASSIGN_OR_RETURN(p.user, StringField("user", *v));
+    if (p.user.size() > kMaxUserBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`user` is ", p.user.size(), " bytes; at most ", kMaxUserBytes));
+    }
+  }
   if (const json* v = Field(j, "max_tokens")) {
-    ASSIGN_OR_RETURN(int64_t n, IntField("max_tokens", *v, kInt32Min, kInt32Max));
+    ASSIGN_OR_RETURN(int64_t n, IntField("max_tokens", *v, 1, kInt32Max));
     p.max_tokens = static_cast<int>(n);
   }
   p.temperature = 1.0f;
@@ -241,9 +266,7 @@ absl::Status ParseCommon(const json& j, ApiRequest& out) {
     p.top_k = k < 0 ? 0 : static_cast<int>(k);
   }
   if (const json* v = Field(j, "seed")) {
-    if (!v->is_number_integer()) return WrongType("seed", "an integer", *v);
-    p.seed =
-        v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+    ASSIGN_OR_RETURN(p.seed, SeedField("seed", *v));
   }
   if (const json* v = Field(j, "presence_penalty")) {
     ASSIGN_OR_RETURN(p.presence_penalty, FloatField("presence_penalty", *v));
@@ -432,7 +455,7 @@ absl::StatusOr<ApiRequest> ParseChatRequest(absl::string_view body) {
   RETURN_IF_ERROR(ParseCommon(j, out));
   // The newer name of max_tokens; it wins when both are given.
   if (const json* v = Field(j, "max_completion_tokens")) {
-    ASSIGN_OR_RETURN(int64_t n, IntField("max_completion_tokens", *v, kInt32Min, kInt32Max));
+    ASSIGN_OR_RETURN(int64_t n, IntField("max_completion_tokens", *v, 1, kInt32Max));
     out.params.max_tokens = static_cast<int>(n);
   }
   bool logprobs = false;

@@ -31,6 +31,8 @@ struct ReasoningParts {
   std::string content;
 };
 
+// Thread-compatible: one splitter per response (or per choice of a stream),
+// fed by whoever writes that response.
 class ReasoningSplitter {
  public:
   // `inside`: the prompt opened the block (OpensThinking).

@@ -52,6 +52,9 @@ struct GenerateParams {
   // The client's tags (OpenAI's `metadata`), written to the request's log
   // line.
   std::vector<std::pair<std::string, std::string>> metadata = {};
+  // The client's end user (OpenAI's `user`), written to the log line; "" =
+  // none.
+  std::string user = {};
 
   // Exactly one prompt form. An empty text or token list generates from
   // BOS alone (OpenAI: "as if from the beginning of a new document").

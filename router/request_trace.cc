@@ -71,6 +71,7 @@ void RequestDriver::Log(const absl::Status& status) const {
     if (drain_moves_ > 0) line["drain_moves"] = drain_moves_;
     if (kv_handoffs_ > 0) line["kv_handoffs"] = kv_handoffs_;
   }
+  if (!params_.user.empty()) line["user"] = params_.user;
   if (!params_.metadata.empty()) {
     nlohmann::json metadata = nlohmann::json::object();
     for (const auto& [key, value] : params_.metadata) metadata[key] = value;

@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const std::vector<ChatTurn>& 
     if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
       return absl::InvalidArgumentError(
           absl::StrCat("message ", i, " has role '", m.role.substr(0, 64),
-                       "'; the role must be system, user, assistant or tool"));
+                       "'; the role must be system, developer, user, assistant or tool"));
     }
     bytes += m.role.size() + m.content.size() + m.name.size() + m.tool_calls.size() +
              m.tool_call_id.size() + m.reasoning_content.size();

@@ -23,6 +23,8 @@ inline constexpr size_t kMaxNameBytes = 64;                 // messages[].name
 inline constexpr int kMaxMetadataPairs = 16;                // metadata (OpenAI's bounds)
 inline constexpr size_t kMaxMetadataKeyBytes = 64;
 inline constexpr size_t kMaxMetadataValueBytes = 512;
+// OpenAI's `user`: an end-user id, written to the request log.
+inline constexpr size_t kMaxUserBytes = 256;
 inline constexpr int kMaxTemplateKwargs = 16;                       // chat_template_kwargs keys
 inline constexpr size_t kMaxTemplateKwargsBytes = size_t{4} << 10;  // ... as JSON text
 inline constexpr int kMinPriority = -1000;  // priority: larger is served first

@@ -48,9 +48,10 @@ absl::Status SamplingParams::Validate() const {
   }
   absl::flat_hash_set<int32_t> ids;
   for (const auto& [id, bias] : logit_bias) {
-    if (!(bias >= -100.0f && bias <= 100.0f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("logit_bias of token ", id, " is ", bias, "; it must be in [-100, 100]"));
+    if (!(bias >= -kMaxLogitBiasValue && bias <= kMaxLogitBiasValue)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias of token ", id, " is ", bias,
+                                                     "; it must be in [", -kMaxLogitBiasValue, ", ",
+                                                     kMaxLogitBiasValue, "]"));
     }
     if (id < 0) {
       return absl::InvalidArgumentError(

@@ -59,6 +59,8 @@ struct StepLimits {
 absl::Status ValidateStep(std::span<const BatchItem> items, const StepLimits& limits,
                           const BlockPool& pool, const std::vector<int32_t>* picks = nullptr);
 
+// Thread-compatible: one worker loop drives an executor; implementations
+// need not be safe to call from several threads.
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;

@@ -32,6 +32,8 @@ inline constexpr int kMaxElements = 1 << 18;
 // The bytes lo to hi, both included.
 ByteSet ByteRange(int lo, int hi);
 
+// Thread-compatible: built on one thread; a built grammar is only read, and
+// its const methods may then run on any number of threads at once.
 class Grammar {
  public:
   enum class Kind : uint8_t { kBytes, kRule, kEnd };

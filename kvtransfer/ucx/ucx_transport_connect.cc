@@ -305,26 +305,16 @@ void UcxTransport::Impl::CheckIntroductions(absl::Time now) {
   }
 }
 
-void UcxTransport::Impl::CloseEndpoint(Peer& peer, bool force) {
-  if (peer.ep == nullptr) return;
-  peer.close = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = peer.close->SendParam();
+void UcxTransport::Impl::CloseEndpoint(ucp_ep_h& ep, std::unique_ptr<UcxRequest>& close,
+                                       bool force) {
+  if (ep == nullptr) return;
+  close = std::make_unique<UcxRequest>();
+  ucp_request_param_t param = close->SendParam();
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // Forcing is defined only for endpoints with peer-failure handling.
   param.flags = force && options_.detect_peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   // Never blocks: Poll() progresses the close and releases the peer after.
-  peer.close->Start(ucp_ep_close_nbx(peer.ep, &param));
-  peer.ep = nullptr;
-}
-
-void UcxTransport::Impl::CloseDoorEndpoint(Peer& peer, bool force) {
-  if (peer.door_ep == nullptr) return;
-  peer.door_close = std::make_unique<UcxRequest>();
-  ucp_request_param_t param = peer.door_close->SendParam();
-  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = force && options_.detect_peer_failure ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  peer.door_close->Start(ucp_ep_close_nbx(peer.door_ep, &param));
-  peer.door_ep = nullptr;
+  close->Start(ucp_ep_close_nbx(std::exchange(ep, nullptr), &param));
 }
 
 void UcxTransport::Impl::SayGoodbye(Peer& peer) {

@@ -213,8 +213,13 @@ class UcxTransport::Impl {
   static std::pair<void*, size_t> Describe(const std::vector<Span>& spans,
                                            std::vector<ucp_dt_iov_t>& iov,
                                            ucp_request_param_t& param);
-  void CloseEndpoint(Peer& peer, bool force);
-  void CloseDoorEndpoint(Peer& peer, bool force);
+  // Closes `ep` (if open) without blocking, `close` tracking it; `ep`
+  // becomes null.
+  void CloseEndpoint(ucp_ep_h& ep, std::unique_ptr<ucx_internal::UcxRequest>& close, bool force);
+  void CloseEndpoint(Peer& peer, bool force) { CloseEndpoint(peer.ep, peer.close, force); }
+  void CloseDoorEndpoint(Peer& peer, bool force) {
+    CloseEndpoint(peer.door_ep, peer.door_close, force);
+  }
   // Tells the peer that we close the connection (kByeAmId), ahead of
   // closing the endpoint; best effort.
   void SayGoodbye(Peer& peer);

@@ -12,6 +12,8 @@ namespace tandem::bench {
 // 1 / rate. burstiness 1 is a Poisson process; below 1 is burstier (more
 // variance), above 1 more regular. A rate of 0 or infinity means "all at
 // once" (every gap 0).
+//
+// Thread-compatible: one generator per schedule, drawn from one thread.
 class ArrivalGenerator {
  public:
   ArrivalGenerator(double rate, double burstiness, uint64_t seed);

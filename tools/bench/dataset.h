@@ -50,6 +50,8 @@ struct DatasetOptions {
 
 // A deterministic, endless list of requests: Get(i) is the same for the
 // same options, and a JSONL file is cycled.
+// Thread-safe: Get is const and touches nothing shared, so the benchmark's
+// client threads may call it at once.
 class Dataset {
  public:
   virtual ~Dataset() = default;

@@ -12,6 +12,8 @@ namespace tandem::bench {
 // Feeds bytes as they arrive (split anywhere) and calls `on_data` with the
 // payload of every complete "data:" line (one leading space removed).
 // Comments (":..."), "event:", "id:" and "retry:" lines are ignored.
+//
+// Thread-compatible: one parser per stream, fed in order.
 class SseParser {
  public:
   explicit SseParser(std::function<void(std::string_view data)> on_data)

@@ -64,6 +64,8 @@ class DepthGuard {
 };
 
 // Renders a parsed template (RenderTemplate makes one per render).
+// Thread-compatible: an evaluator and the DepthGuards it makes belong to
+// one render, on one thread; the parsed template it reads is immutable.
 class Evaluator {
  public:
   Evaluator(const Json& context, const RenderOptions& options);

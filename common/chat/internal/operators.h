@@ -49,6 +49,8 @@ absl::StatusOr<Value> Negate(const Value& v, bool minus);
 absl::StatusOr<std::string> ToStr(const Value& v);
 
 // Call arguments bound to parameter names, as Python binds them.
+// Thread-compatible: one call's arguments, used by the render that bound
+// them.
 class BoundArgs {
  public:
   // Fails on too many positional arguments, an unknown keyword, or one given

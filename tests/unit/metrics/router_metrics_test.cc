@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -103,6 +104,45 @@ TEST_F(RouterMetricsTest, RetriedDisaggregatedRequestIsCountedAndTraced) {
   EXPECT_EQ(t["timeline_us"].value("first_token", int64_t{-1}),
             r.finished.timeline().first_token_us());
   EXPECT_EQ(t["timeline_us"].value("end", int64_t{-1}), r.finished.timeline().end_us());
+}
+
+// Waits for the end of a request submitted to the core directly.
+class DoneSink final : public ResponseSink {
+ public:
+  bool OnEvent(GenerateEvent) override { return true; }
+  void OnDone(absl::Status status) override {
+    status_ = std::move(status);
+    done_.Notify();
+  }
+  absl::Status Wait() {
+    if (!done_.WaitForNotificationWithTimeout(kWait)) return absl::DeadlineExceededError("no end");
+    return status_;
+  }
+
+ private:
+  absl::Notification done_;
+  absl::Status status_;
+};
+
+TEST_F(RouterMetricsTest, TheClientsUserAndMetadataReachTheLogLine) {
+  auto h = Start({.prefill = 1, .decode = 1});
+  ASSERT_NE(h, nullptr);
+  GenerateParams params;
+  params.request_id = "tagged";
+  params.token_ids = std::vector<int32_t>{1, 5, 6};
+  params.max_tokens = 2;
+  params.user = "end-user-42";
+  params.metadata = {{"team", "search"}};
+  auto sink = std::make_shared<DoneSink>();
+  auto handle = h->core().Submit(std::move(params), sink);
+  ASSERT_TRUE(sink->Wait().ok());
+  ASSERT_TRUE(h->core().WaitForIdle(kWait));
+  const std::vector<nlohmann::json> lines = ReadLines(log_path_);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].value("request_id", ""), "tagged");
+  EXPECT_EQ(lines[0].value("user", ""), "end-user-42");
+  ASSERT_TRUE(lines[0].contains("metadata"));
+  EXPECT_EQ(lines[0]["metadata"].value("team", ""), "search");
 }
 
 TEST_F(RouterMetricsTest, RefusalsAndDeadlinesAreCountedByOutcome) {

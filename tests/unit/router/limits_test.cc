@@ -237,13 +237,16 @@ TEST_F(HttpLimitsTest, ExtremeFieldsAre400NamingTheField) {
        "lower max_tokens to at most 126"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": 2147483648})", "`max_tokens`"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": -2147483648})",
-       "max_tokens is -2147483648"},
+       "`max_tokens` is -2147483648; it must be in [1, 2147483647]"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": 18446744073709551615})",
        "`max_tokens`"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": -9223372036854775808})",
        "`max_tokens`"},
       {"/v1/completions", R"({"prompt": [1, 5], "max_tokens": 1e300})",
-       "`max_tokens` must be an integer"},
+       "`max_tokens` is 1e+300; it must be an integer in [1, 2147483647]"},
+      // The parser's message quotes the byte it read: the error body stays
+      // valid JSON.
+      {"/v1/completions", "{\"prompt\": \"\xff\"}", "ill-formed UTF-8 byte"},
       {"/v1/completions", R"({"prompt": [1, 5], "n": 2147483647})", "`n`"},
       {"/v1/completions", R"({"prompt": [1, 5], "best_of": 2147483647})", "`best_of`"},
       {"/v1/completions", R"({"prompt": [1, 5], "logprobs": 2147483647})", "`logprobs`"},

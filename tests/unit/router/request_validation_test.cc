@@ -285,7 +285,9 @@ TEST(ValidateRequest, ChatRolesAndBounds) {
   const ChatTemplate chat_template = FakeChatTemplate();
   EXPECT_THAT(
       ValidateRequest(Chat({{"user", "w7"}, {"robot", "w8"}}), &tokenizer, &chat_template),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("message 1 has role 'robot'")));
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("message 1 has role 'robot'; the role must be system, developer, user, "
+                         "assistant or tool")));
   EXPECT_OK(
       ValidateRequest(Chat({{"user", "w7"}, {"tool", "w8"}}), &tokenizer, &chat_template).status());
   EXPECT_THAT(ValidateRequest(Chat({}), &tokenizer, &chat_template),
