@@ -237,7 +237,7 @@ absl::StatusOr<PeerId> UcxTransport::Impl::Connect(std::string_view address) {
   return peer->id;
 }
 
-bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
+bool UcxTransport::Impl::CreateBackEndpoints() {
   bool introduced = false;
   for (PeerId id : std::exchange(new_peers_, {})) {
     Peer* peer = FindPeer(id);
@@ -261,7 +261,6 @@ bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
     if (peer->initiator) {
       // Welcomed: the door's part is over.
       CloseDoorEndpoint(*peer, /*force=*/false);
-      peer->introduce_by = absl::InfiniteFuture();
       if (peer->disconnected) {
         SayGoodbye(*peer);
         CloseEndpoint(*peer, /*force=*/false);
@@ -282,7 +281,6 @@ bool UcxTransport::Impl::CreateBackEndpoints(absl::Time now) {
     peer->hello->Start(ucp_am_send_nbx(peer->ep, ucx_internal::kWelcomeAmId,
                                        peer->hello_header.data(), peer->hello_header.size(),
                                        nullptr, 0, &param));
-    peer->introduce_by = now + options_.connect_timeout;
   }
   return introduced;
 }

@@ -240,7 +240,7 @@ void UcxTransport::Impl::ReportFinishedReceives() {
 void UcxTransport::Impl::Poll(std::vector<TransportEvent>& events) {
   ProgressAll();
   const absl::Time now = absl::Now();
-  const bool introduced = CreateBackEndpoints(now);
+  const bool introduced = CreateBackEndpoints();
   CheckIntroductions(now);
   HandleFailedPeers();
   const bool room = !finished_sends_.empty();

@@ -234,7 +234,7 @@ class UcxTransport::Impl {
   // Opens the endpoints of introduced connections: an acceptor's back to
   // the initiator (and its welcome), an initiator's to the welcome's worker.
   // Returns whether an initiator's connection became ready to send.
-  bool CreateBackEndpoints(absl::Time now);
+  bool CreateBackEndpoints();
   // Fails connections whose welcome did not come in time.
   void CheckIntroductions(absl::Time now);
   void HandleFailedPeers();

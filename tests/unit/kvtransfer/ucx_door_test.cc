@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/kvtransfer/transport_events.h"
 
 namespace tandem::kvtransfer {
 namespace {
@@ -65,19 +66,7 @@ class Pump {
   // them (or `polled`) until one comes.
   std::optional<TransportEvent> Next(int i, Kind kind, std::initializer_list<int> polled = {}) {
     std::optional<TransportEvent> found;
-    Until(
-        [&] {
-          auto& events = events_[i];
-          for (auto it = events.begin(); it != events.end(); ++it) {
-            if (it->kind == kind) {
-              found = std::move(*it);
-              events.erase(it);
-              return true;
-            }
-          }
-          return false;
-        },
-        polled);
+    Until([&] { return (found = testing::TakeEvent(events_[i], kind)).has_value(); }, polled);
     return found;
   }
 

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/kvtransfer/transport_events.h"
 
 namespace tandem::kvtransfer {
 namespace {
@@ -97,16 +98,7 @@ class UcxPairTest : public ::testing::Test {
   // Takes the first event of `kind` from `events`, pumping until one comes.
   std::optional<TransportEvent> Next(std::vector<TransportEvent>& events, Kind kind) {
     std::optional<TransportEvent> found;
-    PumpUntil([&] {
-      for (auto it = events.begin(); it != events.end(); ++it) {
-        if (it->kind == kind) {
-          found = std::move(*it);
-          events.erase(it);
-          return true;
-        }
-      }
-      return false;
-    });
+    PumpUntil([&] { return (found = testing::TakeEvent(events, kind)).has_value(); });
     return found;
   }
 
