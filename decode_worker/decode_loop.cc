@@ -55,6 +55,12 @@ absl::StatusOr<DecodeLoop::Ticket> DecodeLoop::Submit(Request request,
   }
   if (refusal.ok()) refusal = EngineRefusal(core_->engine(), "decode worker");
   const DecodeLoopOptions& options = core_->options();
+  if (refusal.ok() && request.n > options.max_sequences) {
+    // Never admitted, however long it waited.
+    refusal = absl::InvalidArgumentError(absl::StrCat(
+        "the request asks for ", request.n, " choices; this decode worker holds at most ",
+        options.max_sequences, " sequences (--max_sequences): lower n"));
+  }
   if (refusal.ok() && held_ + request.n > options.max_sequences) {
     refusal = absl::ResourceExhaustedError(
         absl::StrCat("decode worker holds ", held_, " sequences; the request's ", request.n,

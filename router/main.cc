@@ -83,8 +83,8 @@ ABSL_FLAG(int, max_queued, 4096,
           "Requests that may wait for a serving slot; more are refused at once with "
           "RESOURCE_EXHAUSTED (0 = refuse at once above --max_inflight)");
 ABSL_FLAG(absl::Duration, queue_timeout, absl::Seconds(30),
-          "Longest wait in the router's queue; then the request is refused with "
-          "RESOURCE_EXHAUSTED");
+          "Longest wait in the router's queue, and from arrival for a decode worker with room "
+          "when every one is full; then the request is refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
           "still applies)");

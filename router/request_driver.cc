@@ -183,6 +183,7 @@ void RequestDriver::RunLocal() {
 }
 
 void RequestDriver::OpenDecode() {
+  if (JoinDecodeQueue()) return;
   std::optional<Pick> pick;
   std::shared_ptr<Worker> worker;
   PrefixRouter* const prefix = env_.options.prefix_router.get();
@@ -208,11 +209,16 @@ void RequestDriver::OpenDecode() {
   if (!pick.has_value()) {
     if (decode_refusals_.empty()) {
       Finish(absl::UnavailableError("no healthy decode worker to serve the request; retry later"));
-    } else {
-      Finish(absl::Status(
-          decode_all_full_ ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
-          absl::StrJoin(decode_refusals_, "; ")));
+      return;
     }
+    absl::Status refusal(
+        decode_all_full_ ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
+        absl::StrJoin(decode_refusals_, "; "));
+    if (decode_all_full_ && CanWaitForDecode()) {
+      WaitForDecode(std::move(refusal));
+      return;
+    }
+    Finish(std::move(refusal));
     return;
   }
   absl::StrAppend(&why_, "; ", pick->reason);
@@ -280,6 +286,7 @@ void RequestDriver::OnDecodeEvent(int stream, v1::DecodeEvent event) {
     awaiting_first_ = false;
     CancelReserveTimer();
     decode_load_->ConfirmReservation();
+    LeaveDecodeQueue(/*admitted=*/true);
     if (!local_) {
       if (!event.has_reserved()) {
         Finish(absl::InternalError(
@@ -430,8 +437,12 @@ void RequestDriver::OnDecodeRefused(absl::Status status) {
   }
   decode_tried_.insert(decode_address_);
   decode_refusals_.push_back(message);
-  LOG(WARNING) << "request " << request_id_ << ": " << message
-               << (decode_tried_.size() < 2 ? "; trying another decode worker" : "");
+  // A full worker is routine under load (the request waits for room, and
+  // tandem_router_requests_waiting_decode counts it): not worth a line each.
+  if (gone || !CanWaitForDecode()) {
+    LOG(WARNING) << "request " << request_id_ << ": " << message
+                 << (decode_tried_.size() < 2 ? "; trying another decode worker" : "");
+  }
   OpenDecode();
 }
 
@@ -615,6 +626,7 @@ void RequestDriver::Finish(absl::Status status) {
   }
   CancelReserveTimer();
   CancelStallTimer();
+  LeaveDecodeQueue(/*admitted=*/false);
   decode_watch_.reset();
   if (status.ok() && decode_began_ && prompt_blocks_.has_value()) {
     for (const Choice& c : choices_) {

@@ -22,7 +22,11 @@
 // A decode worker that refuses with UNAVAILABLE or RESOURCE_EXHAUSTED
 // before its first event (dead, draining, full), or sends no `reserved`
 // within --reserve_timeout (hung: the stream is cancelled, so the worker
-// frees the reservation when it wakes), is replaced once. Each
+// frees the reservation when it wakes), is replaced once. When every decode
+// worker is full, a request not yet started waits in the router's
+// DecodeQueue (router/decode_queue.h) until one admits it, for at most
+// --queue_timeout since its arrival; its timeline's router_queue counts
+// that wait. Each
 // decode stream gets its own worker-side request id,
 // "<client id>/<router sequence>.<stream>". Tokens are detokenized
 // incrementally, per choice, and checked for stop strings on the way to the
@@ -63,6 +67,7 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/worker/finish_reason_proto.h"
+#include "router/decode_queue.h"
 #include "router/prefix_routing.h"
 #include "router/request_core.h"
 #include "router/request_validation.h"
@@ -146,6 +151,11 @@ struct DriverEnv {
   Executor* executor = nullptr;
   std::string served_model_name;
   DriverOptions options;
+  // Where a request that every decode worker refuses as full waits for a
+  // slot, for at most `queue_timeout` since its arrival (the router's
+  // --queue_timeout); null: such a request is refused at once.
+  DecodeQueue* decode_queue = nullptr;
+  absl::Duration queue_timeout = absl::Seconds(30);
 };
 
 // How long a prefill worker may take to answer a prompt of
@@ -209,6 +219,24 @@ class RequestDriver final : public RequestHandle,
   void OnStartDone(int stream, absl::Status status);
   // A refusal of the decode stream before its first event.
   void OnDecodeRefused(absl::Status status);
+  // The decode queue (request_driver_queue.cc). Whether the request may
+  // wait for a decode slot: a queue exists and nothing of it has started
+  // on a decode worker (no resume, no handoff).
+  bool CanWaitForDecode() const;
+  // A fresh request parks behind those already waiting (true), so that
+  // slots go in priority and arrival order.
+  bool JoinDecodeQueue();
+  // Every decode worker refused as full (`refusal`): parks until woken, or
+  // fails once its wait is over.
+  void WaitForDecode(absl::Status refusal);
+  void Park();
+  void OnDecodeWake(int park);
+  // The wait's deadline passed.
+  void OnDecodeWaitOver();
+  void GiveUpWaiting();
+  // The wait ended: admitted (`admitted`: the next waiter is woken, as
+  // there may be room for more), or the request finished.
+  void LeaveDecodeQueue(bool admitted);
   // Whether the decode stream, lost (`cause`) after tokens reached the
   // client, may move to another decode worker: migrations left, every
   // unfinished choice has a token, and another decode worker is routable.
@@ -354,6 +382,19 @@ class RequestDriver final : public RequestHandle,
   std::string decode_avoid_;
   std::vector<std::string> decode_refusals_;
   bool decode_all_full_ = true;
+  // The decode queue: the request's place (taken at its first park), when
+  // its wait ends, whether it waits now (from its first park until
+  // admitted), whether it is parked (not woken), the park's number (stale
+  // wakes are dropped), whether the current OpenDecode was woken, the wait's
+  // timer, and the last refusal (for the error when the wait runs out).
+  std::optional<uint64_t> queue_position_;
+  absl::Time wait_deadline_ = absl::InfiniteFuture();
+  bool waiting_ = false;
+  bool parked_ = false;
+  int park_ = 0;
+  bool woken_ = false;
+  Executor::TimerId wait_timer_ = 0;
+  std::string last_refusal_;
   v1::Reserved reserved_;
   // The prefill attempt.
   int prefill_attempt_ = 0;

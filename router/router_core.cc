@@ -51,11 +51,15 @@ RouterCore::RouterCore(WorkerRegistry* registry, const Tokenizer* tokenizer,
            .clock = options.clock,
            .executor = options.executor != nullptr ? options.executor : own_executor_.get(),
            .served_model_name = options.served_model_name,
-           .options = options.driver},
+           .options = options.driver,
+           .queue_timeout = options.queue_timeout},
+      decode_queue_(std::make_shared<DecodeQueue>(env_.executor, options.decode_retry_interval)),
       options_(std::move(options)),
       created_unix_(absl::ToUnixSeconds(options_.clock->Now())),
       seed_base_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
-      queue_(options_.max_inflight, options_.max_queued, options_.queue_timeout) {}
+      queue_(options_.max_inflight, options_.max_queued, options_.queue_timeout) {
+  env_.decode_queue = decode_queue_.get();
+}
 
 RouterCore::~RouterCore() {
   StartDraining();
@@ -70,6 +74,7 @@ RouterCore::~RouterCore() {
     if (expiry_timer_ != 0) env_.executor->CancelTimer(expiry_timer_);
     expiry_timer_ = 0;
   }
+  decode_queue_->Stop();
   {
     absl::MutexLock alive(&life_->mu);
     life_->alive = false;
@@ -142,6 +147,8 @@ void RouterCore::StartLocked(uint64_t id, GenerateParams params, std::shared_ptr
 void RouterCore::OnEnd(uint64_t id) {
   RouterMetrics* const metrics = options_.driver.metrics;
   if (metrics != nullptr) metrics->requests_in_flight.Decrement();
+  // Its decode slot, if it held one, may be free now.
+  decode_queue_->WakeOne();
   absl::MutexLock lock(&mu_);
   running_.erase(id);
   handles_.erase(id);

@@ -3,7 +3,9 @@
 // the threads its worker channels call back on. Beyond max_inflight requests wait in a bounded
 // queue, higher priority first (AdmissionQueue), for at most queue_timeout;
 // a request is refused at once only while draining (UNAVAILABLE) or when the
-// queue is full (RESOURCE_EXHAUSTED). Validation and
+// queue is full (RESOURCE_EXHAUSTED). An admitted request that every decode
+// worker refuses as full waits in the DecodeQueue, within the same
+// queue_timeout, and is woken whenever a request ends. Validation and
 // prompt tokenization, the only CPU-heavy part of a request on the router,
 // run on the core's executor, so that a long prompt never holds a network
 // thread. No thread per request.
@@ -41,8 +43,13 @@ struct RouterCoreOptions {
   int max_inflight = 256;
   // Requests that may wait; more are refused with RESOURCE_EXHAUSTED.
   int max_queued = 1024;
-  // How long a request may wait before it is refused (RESOURCE_EXHAUSTED).
+  // How long a request may wait before it is refused (RESOURCE_EXHAUSTED):
+  // for a slot here, and then, from its arrival, for a decode worker with
+  // room (the DecodeQueue).
   absl::Duration queue_timeout = absl::Seconds(30);
+  // Requests waiting for a decode worker with room try again at least this
+  // often (besides whenever a request ends).
+  absl::Duration decode_retry_interval = absl::Milliseconds(200);
   // Threads that validate and tokenize prompts, when the core runs its own
   // executor.
   int prepare_threads = 2;
@@ -82,6 +89,8 @@ class RouterCore final : public RequestCore {
   void CancelAll();
   int inflight() const;
   int queued() const;
+  // Admitted requests waiting for a decode worker with room.
+  int waiting_for_decode() const { return decode_queue_->waiting(); }
   // Refuses the queued requests whose queue_timeout has passed by the
   // clock's time. A timer on the executor calls it; tests on a fake clock
   // may call it after advancing the clock.
@@ -106,6 +115,8 @@ class RouterCore final : public RequestCore {
   std::unique_ptr<ThreadPoolExecutor> own_executor_;
   StreamProgress progress_;  // the drivers' stall deadlines read it
   DriverEnv env_;
+  // Where env_.decode_queue points (its timer runs on env_.executor).
+  const std::shared_ptr<DecodeQueue> decode_queue_;
   const RouterCoreOptions options_;
   const int64_t created_unix_;
   // What the core's timers check before they touch it.

@@ -29,6 +29,10 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
                                   "Requests being served right now")),
       requests_queued(AddGauge(registry, "tandem_router_requests_queued",
                                "Requests waiting in the router's queue for a serving slot")),
+      requests_waiting_decode(
+          AddGauge(registry, "tandem_router_requests_waiting_decode",
+                   "Admitted requests waiting for a decode worker with room (every one refused "
+                   "them as full)")),
       time_to_first_token(AddHistogram(registry, "tandem_router_time_to_first_token_seconds",
                                        "Arrival at the router until the first token was sent",
                                        metrics::LatencyBuckets())),

@@ -23,6 +23,8 @@ struct RouterMetrics {
   metrics::OutcomeCounter requests;
   prometheus::Gauge& requests_in_flight;
   prometheus::Gauge& requests_queued;
+  // Requests that every decode worker refused as full, waiting for a slot.
+  prometheus::Gauge& requests_waiting_decode;
   // Latencies as vLLM defines them, seen by the router: TTFT and ITL as
   // tokens are sent; TPOT and E2E for requests that ended OK.
   prometheus::Histogram& time_to_first_token;

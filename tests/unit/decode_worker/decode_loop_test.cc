@@ -392,6 +392,11 @@ TEST(DecodeLoop, MoreThanMaxSequencesAreRefusedAtOnce) {
   EXPECT_TRUE(h.AllBlocksFree());
   EXPECT_TRUE(h.loop().WaitUntilIdle(absl::Seconds(10)));
   EXPECT_OK(h.loop().Submit(LocalRequest("now", {1, 2, 3}, 5), NewSink()).status());
+  // More choices than the worker ever holds: not worth a retry.
+  Request wide = LocalRequest("wide", {1, 2, 3}, 5);
+  wide.n = 3;
+  EXPECT_THAT(h.loop().Submit(std::move(wide), NewSink()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max_sequences")));
 }
 
 TEST(DecodeLoop, BadInputIsRejected) {

@@ -1,7 +1,8 @@
 // The router's admission queue: the bookkeeping alone, then through the
 // gRPC front end with fake workers (a queued request starts when a slot
 // frees, larger priority first; a full queue or a timed-out wait is
-// RESOURCE_EXHAUSTED; a client that leaves the queue is gone at once).
+// RESOURCE_EXHAUSTED; a client that leaves the queue is gone at once), and
+// the wait for a decode worker with room when every one refuses as full.
 #include <memory>
 #include <optional>
 #include <string>
@@ -216,6 +217,82 @@ TEST_F(AdmissionTest, APriorityOutOfRangeIsRefusedNamingTheRange) {
   const Result r = h_->Run(WithPriority(TokenRequest({1, 7}, 2), 5000));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(r.status.error_message(), HasSubstr("-1000 to 1000"));
+}
+
+// Every decode worker refuses as full: an admitted request waits for room
+// (woken by the retry timer, on the router's clock), is served once a worker
+// has room, and is refused once its wait reaches --queue_timeout.
+class DecodeWaitTest : public ::testing::Test {
+ protected:
+  void Start(absl::Duration queue_timeout) {
+    HarnessOptions options{.prefill = 1, .decode = 2};
+    options.router.queue_timeout = queue_timeout;
+    options.router.clock = &clock_;
+    h_ = std::make_unique<RouterHarness>(options);
+    ASSERT_TRUE(h_->Start().ok());
+    for (int i = 0; i < 2; ++i) {
+      h_->decode(i).SetBehaviour({.refuse = absl::ResourceExhaustedError("KV cache full")});
+    }
+  }
+  size_t DecodeCalls() { return h_->decode(0).requests().size() + h_->decode(1).requests().size(); }
+  // Until `calls` decode calls were made in all and the request is parked.
+  bool WaitForParked(size_t calls) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while ((DecodeCalls() != calls || h_->core().waiting_for_decode() != 1) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return DecodeCalls() == calls && h_->core().waiting_for_decode() == 1;
+  }
+  void TearDown() override {
+    client_.ctx.TryCancel();
+    client_.Join();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<RouterHarness> h_;
+  Client client_;
+};
+
+TEST_F(DecodeWaitTest, ARequestEveryDecodeWorkerRefusesAsFullWaitsAndIsServedWhenOneHasRoom) {
+  Start(absl::Seconds(30));
+  client_.Run(h_->stub(), TokenRequest({1, 5, 6}, 3));
+  // Refused by both workers: waiting, not failed.
+  ASSERT_TRUE(WaitForParked(2));
+  EXPECT_EQ(h_->core().inflight(), 1);
+  h_->decode(1).SetBehaviour({});
+  clock_.Advance(absl::Milliseconds(200));  // The queue's retry timer.
+  client_.Join();
+  ASSERT_TRUE(client_.result.status.ok()) << client_.result.status.error_message();
+  EXPECT_EQ(client_.result.tokens.size(), 3u);
+  EXPECT_EQ(h_->core().waiting_for_decode(), 0);
+}
+
+TEST_F(DecodeWaitTest, AWaitThatReachesTheQueueTimeoutIsRefusedWithTheWorkersReason) {
+  Start(absl::Seconds(5));
+  client_.Run(h_->stub(), TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(WaitForParked(2));
+  clock_.Advance(absl::Milliseconds(200));
+  // Tried both again, and waits again.
+  ASSERT_TRUE(WaitForParked(4));
+  clock_.Advance(absl::Seconds(5));
+  client_.Join();
+  EXPECT_EQ(client_.result.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(client_.result.status.error_message(), HasSubstr("--queue_timeout"));
+  EXPECT_THAT(client_.result.status.error_message(), HasSubstr("KV cache full"));
+  EXPECT_EQ(h_->core().waiting_for_decode(), 0);
+  EXPECT_TRUE(h_->core().WaitForIdle(kWait));
+}
+
+TEST_F(DecodeWaitTest, AClientThatLeavesWhileWaitingIsGoneAtOnce) {
+  Start(absl::Seconds(30));
+  client_.Run(h_->stub(), TokenRequest({1, 5, 6}, 3));
+  ASSERT_TRUE(WaitForParked(2));
+  client_.ctx.TryCancel();
+  client_.Join();
+  EXPECT_EQ(client_.result.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(h_->core().WaitForIdle(kWait));
+  EXPECT_EQ(h_->core().waiting_for_decode(), 0);
 }
 
 }  // namespace

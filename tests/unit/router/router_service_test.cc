@@ -487,8 +487,12 @@ TEST(RouterServiceTest, NoDecodeWorkerInThePoolIsUnavailableSayingWhatDiffers) {
   EXPECT_EQ(h->decode(0).requests().size(), 0u);
 }
 
+// With no wait allowed (--queue_timeout 0), all full is refused at once;
+// admission_test.cc has the wait.
 TEST(RouterServiceTest, FullDecodeWorkerIsReplacedAndAllFullIsResourceExhausted) {
-  auto h = StartHarness({.prefill = 1, .decode = 2});
+  HarnessOptions options{.prefill = 1, .decode = 2};
+  options.router.queue_timeout = absl::ZeroDuration();
+  auto h = StartHarness(std::move(options));
   ASSERT_NE(h, nullptr);
   const int full = h->FirstDecode();
   h->decode(full).SetBehaviour({.refuse = absl::ResourceExhaustedError("KV cache full")});

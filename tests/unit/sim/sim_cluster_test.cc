@@ -6,6 +6,7 @@
 // the cost model says.
 #include "tools/sim/sim_cluster.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -301,6 +302,58 @@ TEST_F(SimClusterTest, TheTimelineSamplesUtilisationQueuesAndKv) {
   const nlohmann::json json = timeline.Json();
   EXPECT_EQ(json["samples"].size(), 3u);
   EXPECT_EQ(json["samples"][2]["workers"][0]["busy"], 0.5);
+}
+
+// A burst beyond the decode worker's --max_sequences: the requests it
+// refuses as full wait in the router and are served as slots free, larger
+// priority first; with no wait allowed (--queue_timeout 0) they are refused.
+TEST_F(SimClusterTest, ABurstBeyondTheDecodeSlotsWaitsAndIsServedLargerPriorityFirst) {
+  for (const bool wait : {true, false}) {
+    SCOPED_TRACE(wait ? "waiting" : "no wait");
+    SimClusterOptions options = Options();
+    options.decode_workers = 1;
+    options.decode.max_sequences = 4;
+    options.make_executor = TenMsSteps;
+    if (!wait) options.router.queue_timeout = absl::ZeroDuration();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
+                         SimCluster::Create(*weights_, std::move(options)));
+    std::vector<std::shared_ptr<Recorder>> sinks;
+    for (int i = 0; i < 13; ++i) {
+      router::GenerateParams p;
+      p.token_ids = Prompt(6, i);
+      p.max_tokens = 5;
+      p.priority = i == 12 ? 9 : 0;  // The last comes first among those waiting.
+      sinks.push_back(std::make_shared<Recorder>(&cluster->clock()));
+      handles_.push_back(cluster->core().Submit(std::move(p), sinks.back()));
+    }
+    ASSERT_OK(cluster->RunUntil([&] {
+      return std::all_of(sinks.begin(), sinks.end(), [](const auto& s) { return s->done; });
+    }));
+    if (!wait) {
+      int refused = 0;
+      for (const auto& s : sinks) {
+        if (absl::IsResourceExhausted(s->status)) ++refused;
+      }
+      EXPECT_EQ(refused, 9);
+      continue;
+    }
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      SCOPED_TRACE(absl::StrCat("request ", i));
+      ASSERT_OK(sinks[i]->status);
+      EXPECT_EQ(sinks[i]->tokens.size(), 5u);
+    }
+    // Four slots: the first four took them; of the nine that waited, the
+    // priority-9 one went in the next four (it arrived last: in arrival
+    // order it would have waited for the fourth round).
+    for (size_t i = 4; i < 12; ++i) {
+      EXPECT_LE(sinks[12]->times[0], sinks[i]->times[0]) << "request " << i;
+    }
+    EXPECT_EQ(sinks[12]->times[0], sinks[4]->times[0]);
+    EXPECT_LT(sinks[12]->times[0], sinks[7]->times[0]);
+    EXPECT_LT(sinks[7]->times[0], sinks[11]->times[0]);
+    EXPECT_EQ(cluster->core().waiting_for_decode(), 0);
+    ExpectAllBlocksFree(*cluster);
+  }
 }
 
 }  // namespace
