@@ -85,6 +85,12 @@ ABSL_FLAG(int, max_queued, 4096,
 ABSL_FLAG(absl::Duration, queue_timeout, absl::Seconds(30),
           "Longest wait in the router's queue, and from arrival for a decode worker with room "
           "when every one is full; then the request is refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, large_prepare_bytes, 64 << 10,
+          "Requests whose prompt holds more bytes are validated and tokenized on threads of "
+          "their own (--large_prepare_threads), so that huge prompts never delay small ones; "
+          "0 = one set of threads for all");
+ABSL_FLAG(int, large_prepare_threads, 1,
+          "Threads that prepare the prompts above --large_prepare_bytes");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Seconds(300),
           "Whole-request time limit when the client sets no timeout_ms (the gRPC deadline "
           "still applies)");
@@ -251,6 +257,12 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_max_queued) < 0) {
     return absl::InvalidArgumentError("--max_queued must be >= 0");
   }
+  if (absl::GetFlag(FLAGS_large_prepare_bytes) < 0) {
+    return absl::InvalidArgumentError("--large_prepare_bytes must be >= 0 (0: one lane)");
+  }
+  if (absl::GetFlag(FLAGS_large_prepare_threads) < 1) {
+    return absl::InvalidArgumentError("--large_prepare_threads must be at least 1");
+  }
   if (absl::GetFlag(FLAGS_queue_timeout) <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--queue_timeout must be positive, e.g. 30s");
   }
@@ -367,6 +379,14 @@ absl::Status Run() {
   // timers run here, never on a network thread.
   auto executor = std::make_unique<ThreadPoolExecutor>(options.prepare_threads);
   options.executor = executor.get();
+  // Large prompts' preparation, apart (declared before the core: outlives it).
+  std::unique_ptr<ThreadPoolExecutor> large_executor;
+  options.large_prepare_bytes = absl::GetFlag(FLAGS_large_prepare_bytes);
+  if (options.large_prepare_bytes > 0) {
+    large_executor =
+        std::make_unique<ThreadPoolExecutor>(absl::GetFlag(FLAGS_large_prepare_threads));
+    options.large_executor = large_executor.get();
+  }
   auto core = std::make_unique<router::RouterCore>(registry.get(), tokenizer.get(), &chat_template,
                                                    options);
   router::Authorizer authorize;
@@ -396,7 +416,8 @@ absl::Status Run() {
       core.get(), api_keys,
       {.allowed_origins = SplitTargets(absl::GetFlag(FLAGS_allowed_origins)),
        .version = kVersion,
-       .executor = executor.get()});
+       .executor = executor.get(),
+       .large_executor = large_executor.get()});
   std::unique_ptr<router::HttpServer> http;
   if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
     router::HttpServerOptions http_options{

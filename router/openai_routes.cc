@@ -278,7 +278,9 @@ void OpenAiRoutes::Handle(std::shared_ptr<HttpExchange> ex) const {
   } else if (route->path == "/v1/models/") {
     Models(*ex, path.substr(route->path.size()), std::move(cors));
   } else if (route->path == "/tokenize") {
-    Offload([this, ex, cors = std::move(cors)]() mutable { Tokenize(*ex, std::move(cors)); });
+    const size_t bytes = ex->body().size();
+    Offload([this, ex, cors = std::move(cors)]() mutable { Tokenize(*ex, std::move(cors)); },
+            bytes);
   } else if (route->path == "/detokenize") {
     Offload([this, ex, cors = std::move(cors)]() mutable { Detokenize(*ex, std::move(cors)); });
   } else {
@@ -302,11 +304,15 @@ void OpenAiRoutes::Models(HttpExchange& ex, absl::string_view id,
   }
 }
 
-void OpenAiRoutes::Offload(std::function<void()> work) const {
-  if (options_.executor == nullptr) {
+void OpenAiRoutes::Offload(std::function<void()> work, size_t body_bytes) const {
+  Executor* executor = options_.executor;
+  if (body_bytes > options_.inline_body_bytes && options_.large_executor != nullptr) {
+    executor = options_.large_executor;
+  }
+  if (executor == nullptr) {
     work();
   } else {
-    options_.executor->Post(std::move(work));
+    executor->Post(std::move(work));
   }
 }
 
@@ -319,9 +325,12 @@ void OpenAiRoutes::Generate(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids
   // A large body (up to the server's max_body_bytes) takes milliseconds to
   // parse: not on an io thread. The client's going away is noticed once
   // the request is submitted.
-  Offload([this, ex = std::move(ex), chat, ids = std::move(ids), cors = std::move(cors)]() mutable {
-    ParseAndSubmit(std::move(ex), chat, std::move(ids), std::move(cors));
-  });
+  const size_t bytes = ex->body().size();
+  Offload(
+      [this, ex = std::move(ex), chat, ids = std::move(ids), cors = std::move(cors)]() mutable {
+        ParseAndSubmit(std::move(ex), chat, std::move(ids), std::move(cors));
+      },
+      bytes);
 }
 
 void OpenAiRoutes::ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,

@@ -62,8 +62,11 @@ struct OpenAiRoutesOptions {
   // Where work too long for an io thread runs; it must outlive the
   // requests. Null: on the io thread (tests).
   Executor* executor = nullptr;
-  // Bodies up to this size are parsed on the io thread.
+  // Bodies up to this size are parsed on the io thread; larger ones on
+  // `large_executor` when set (the core's lane of large preparations, so
+  // that megabytes of JSON never delay small requests), else on `executor`.
   size_t inline_body_bytes = 64 << 10;
+  Executor* large_executor = nullptr;
 };
 
 class OpenAiRoutes {
@@ -92,8 +95,9 @@ class OpenAiRoutes {
   void ParseAndSubmit(std::shared_ptr<HttpExchange> ex, bool chat, Ids ids,
                       std::vector<HttpHeader> cors) const;
   void Models(HttpExchange& ex, absl::string_view id, std::vector<HttpHeader> cors) const;
-  // Runs `work` on the executor, or here without one.
-  void Offload(std::function<void()> work) const;
+  // Runs `work` on the executor (the large one for a body above
+  // inline_body_bytes, when there is one), or here without one.
+  void Offload(std::function<void()> work, size_t body_bytes = 0) const;
   // NOT_FOUND unless `model` is "" or the served model.
   absl::Status CheckModel(const std::string& model) const;
 

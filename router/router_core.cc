@@ -27,6 +27,18 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// What preparing the request's prompt reads: its text, or its messages'
+// contents (token ids need no tokenizing).
+int64_t PromptBytes(const GenerateParams& params) {
+  int64_t bytes = params.text.has_value() ? static_cast<int64_t>(params.text->size()) : 0;
+  if (params.messages.has_value()) {
+    for (const ChatTurn& turn : *params.messages) {
+      bytes += static_cast<int64_t>(turn.content.size() + turn.tool_calls.size());
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 class RouterCore::Handle final : public RequestHandle {
@@ -128,6 +140,7 @@ std::shared_ptr<RequestHandle> RouterCore::Submit(GenerateParams params,
 
 void RouterCore::StartLocked(uint64_t id, GenerateParams params, std::shared_ptr<ResponseSink> sink,
                              absl::Time arrival) {
+  const int64_t prompt_bytes = PromptBytes(params);
   std::string request_id = std::move(params.request_id);
   if (request_id.size() > 256) request_id.resize(256);
   if (request_id.empty()) {
@@ -141,7 +154,11 @@ void RouterCore::StartLocked(uint64_t id, GenerateParams params, std::shared_ptr
       SplitMix64(seed_base_ + id), arrival, std::move(sink), [this, id] { OnEnd(id); });
   running_.emplace(id, driver);
   if (options_.driver.metrics != nullptr) options_.driver.metrics->requests_in_flight.Increment();
-  Enqueue([driver] { driver->Run(); });
+  Executor* const lane =
+      options_.large_executor != nullptr && prompt_bytes > options_.large_prepare_bytes
+          ? options_.large_executor
+          : env_.executor;
+  lane->Post([driver] { driver->Run(); });
 }
 
 void RouterCore::OnEnd(uint64_t id) {

@@ -58,6 +58,12 @@ struct RouterCoreOptions {
   // Where preparation, callbacks and timers run; its clock must be `clock`.
   // Null: a ThreadPoolExecutor of prepare_threads that the core owns.
   Executor* executor = nullptr;
+  // The lane of large preparations: a request whose prompt (text, or the
+  // messages' contents) holds more than large_prepare_bytes is validated and
+  // tokenized here rather than on `executor`, so that a few huge prompts
+  // never hold the threads every small request needs. Null: one lane.
+  Executor* large_executor = nullptr;
+  int64_t large_prepare_bytes = int64_t{64} << 10;
   std::string served_model_name = "tandem";
 };
 

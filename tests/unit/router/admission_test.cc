@@ -3,6 +3,7 @@
 // frees, larger priority first; a full queue or a timed-out wait is
 // RESOURCE_EXHAUSTED; a client that leaves the queue is gone at once), and
 // the wait for a decode worker with room when every one refuses as full.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "absl/time/clock.h"
 #include "common/base/clock.h"
+#include "common/base/executor.h"
 #include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -293,6 +295,73 @@ TEST_F(DecodeWaitTest, AClientThatLeavesWhileWaitingIsGoneAtOnce) {
   EXPECT_EQ(client_.result.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(h_->core().WaitForIdle(kWait));
   EXPECT_EQ(h_->core().waiting_for_decode(), 0);
+}
+
+// A prompt above large_prepare_bytes is prepared on a lane of its own:
+// while that lane is held (here: not run at all), small requests are served
+// as usual; once the lane runs, the large one is served too.
+// An executor that holds what is posted to it until RunHeld (thread-safe:
+// the core posts from its request threads, the test runs them).
+class HeldExecutor final : public Executor {
+ public:
+  void Post(std::function<void()> task) override {
+    absl::MutexLock lock(&mu_);
+    held_.push_back(std::move(task));
+  }
+  TimerId PostAt(absl::Time, std::function<void()> task) override {
+    Post(std::move(task));
+    return 0;
+  }
+  bool CancelTimer(TimerId) override { return false; }
+  const Clock& clock() const override { return Clock::Real(); }
+  size_t held() const {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+  int RunHeld() {
+    std::vector<std::function<void()>> tasks;
+    {
+      absl::MutexLock lock(&mu_);
+      tasks.swap(held_);
+    }
+    for (auto& t : tasks) t();
+    return static_cast<int>(tasks.size());
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(PrepareLaneTest, SmallRequestsAreServedWhileALargePromptWaitsForItsLane) {
+  HeldExecutor lane;
+  HarnessOptions options{.prefill = 0, .decode = 1};
+  options.router.large_executor = &lane;
+  options.router.large_prepare_bytes = 32;
+  RouterHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  v1::GenerateRequest large;
+  large.set_text("w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16");  // 43 bytes
+  large.set_max_tokens(2);
+  Client waiting;
+  waiting.Run(h.stub(), large);
+  const absl::Time deadline = absl::Now() + kWait;
+  while (lane.held() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(lane.held(), 1u);
+  v1::GenerateRequest small;
+  small.set_text("w5 w6 w7");  // 8 bytes: the core's own executor
+  small.set_max_tokens(2);
+  for (int i = 0; i < 3; ++i) {
+    const Result r = h.Run(small);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens.size(), 2u);
+  }
+  EXPECT_EQ(h.decode(0).requests().size(), 3u);  // The large one never reached it.
+  EXPECT_EQ(lane.RunHeld(), 1);
+  waiting.Join();
+  ASSERT_TRUE(waiting.result.status.ok()) << waiting.result.status.error_message();
+  EXPECT_EQ(waiting.result.tokens.size(), 2u);
+  EXPECT_EQ(h.decode(0).requests().size(), 4u);
 }
 
 }  // namespace
