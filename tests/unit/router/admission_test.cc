@@ -76,7 +76,8 @@ TEST(AdmissionQueue, ZeroQueueRefusesAtOnceAboveTheLimit) {
   EXPECT_EQ(q.Arrive(2, 100, kT0), AdmissionQueue::Decision::kFull);
 }
 
-// A client stream that runs on its own thread.
+// A client stream that runs on its own thread (cancelled and joined when
+// it goes).
 struct Client {
   grpc::ClientContext ctx;
   Result result;
@@ -96,6 +97,10 @@ struct Client {
   }
   void Join() {
     if (thread.joinable()) thread.join();
+  }
+  ~Client() {
+    ctx.TryCancel();
+    Join();
   }
 };
 
@@ -138,11 +143,6 @@ class AdmissionTest : public ::testing::Test {
     holder_.ctx.TryCancel();
     holder_.Join();
   }
-  void TearDown() override {
-    holder_.ctx.TryCancel();
-    holder_.Join();
-  }
-
   FakeClock clock_;
   std::unique_ptr<RouterHarness> h_;
   Client holder_;
@@ -246,11 +246,6 @@ class DecodeWaitTest : public ::testing::Test {
     }
     return DecodeCalls() == calls && h_->core().waiting_for_decode() == 1;
   }
-  void TearDown() override {
-    client_.ctx.TryCancel();
-    client_.Join();
-  }
-
   FakeClock clock_;
   std::unique_ptr<RouterHarness> h_;
   Client client_;
