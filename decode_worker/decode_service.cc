@@ -37,24 +37,32 @@ void ReportEngineHealth(DecodeLoop& loop, rpc::RunningServer& server) {
 grpc::ServerWriteReactor<v1::DecodeEvent>* DecodeService::Generate(
     grpc::CallbackServerContext* ctx, const v1::DecodeRequest* request) {
   auto [reactor, writer] = rpc::StreamWriter<v1::DecodeEvent>::Create();
-  Request r = FromProto(*request);
-  r.deadline = Deadline(*ctx);
-  if (absl::Status s = ResolveConstraint(request->sampling(), grammars_, r.sampling); !s.ok()) {
-    writer->Finish(rpc::ToGrpc(s));
-    return reactor;
-  }
+  auto r = std::make_shared<Request>(FromProto(*request));
+  r->deadline = Deadline(*ctx);
   // A named copy: structured bindings cannot be captured (clang 14).
   std::shared_ptr<rpc::StreamWriter<v1::DecodeEvent>> out = writer;
-  absl::StatusOr<DecodeLoop::Ticket> ticket = loop_->Submit(
-      std::move(r), std::make_shared<ProtoEventSink>(
-                        [out](v1::DecodeEvent event) { out->Write(std::move(event)); },
-                        [out](const absl::Status& status) { out->Finish(rpc::ToGrpc(status)); }));
-  if (!ticket.ok()) {
-    writer->Finish(rpc::ToGrpc(ticket.status()));
-    return reactor;
-  }
-  // Runs at once if the client has already gone.
-  writer->OnCancel([loop = loop_, t = *ticket] { loop->Cancel(t); });
+  // At once for a request without a constraint; else once its grammar is
+  // compiled, on the resolver's thread.
+  constraints_->Resolve(
+      request->sampling(),
+      [loop = loop_, r, out](absl::StatusOr<std::shared_ptr<grammar::CompiledGrammar>> grammar) {
+        if (!grammar.ok()) {
+          out->Finish(rpc::ToGrpc(grammar.status()));
+          return;
+        }
+        r->sampling.grammar = *std::move(grammar);
+        absl::StatusOr<DecodeLoop::Ticket> ticket = loop->Submit(
+            std::move(*r),
+            std::make_shared<ProtoEventSink>(
+                [out](v1::DecodeEvent event) { out->Write(std::move(event)); },
+                [out](const absl::Status& status) { out->Finish(rpc::ToGrpc(status)); }));
+        if (!ticket.ok()) {
+          out->Finish(rpc::ToGrpc(ticket.status()));
+          return;
+        }
+        // Runs at once if the client has already gone.
+        out->OnCancel([loop, t = *ticket] { loop->Cancel(t); });
+      });
   return reactor;
 }
 

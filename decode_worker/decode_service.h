@@ -10,9 +10,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/grammar/constraint.h"
 #include "common/rpc/server.h"
 #include "common/worker/cache_events_proto.h"
+#include "common/worker/worker_grammar.h"
 #include "decode_worker/decode_loop.h"
 #include "decode_worker/decode_proto.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -21,10 +21,12 @@ namespace tandem::decode {
 
 class DecodeService final : public v1::DecodeWorker::CallbackService {
  public:
-  // `grammars` (may be null: constrained requests are then refused) must
-  // outlive the service.
-  explicit DecodeService(DecodeLoop* loop, grammar::GrammarCache* grammars = nullptr)
-      : loop_(loop), grammars_(grammars) {}
+  // `constraints` compiles structured outputs' grammars (null: such
+  // requests are refused); it must outlive the service, and its executor
+  // must have run its tasks before the loop goes.
+  explicit DecodeService(DecodeLoop* loop, const ConstraintResolver* constraints = nullptr)
+      : loop_(loop),
+        constraints_(constraints != nullptr ? constraints : &ConstraintResolver::None()) {}
 
   grpc::ServerWriteReactor<v1::DecodeEvent>* Generate(grpc::CallbackServerContext* ctx,
                                                       const v1::DecodeRequest* request) override;
@@ -39,7 +41,7 @@ class DecodeService final : public v1::DecodeWorker::CallbackService {
 
  private:
   DecodeLoop* const loop_;
-  grammar::GrammarCache* const grammars_;
+  const ConstraintResolver* const constraints_;
   // Names this process's numbering of the loop's cache events.
   const uint64_t cache_epoch_ = NewCacheEpoch();
 };

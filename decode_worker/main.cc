@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/dtype.h"
+#include "common/base/executor.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
@@ -138,7 +139,11 @@ absl::Status Run() {
 
   ASSIGN_OR_RETURN(std::unique_ptr<grammar::GrammarCache> grammars,
                    LoadWorkerGrammars(model_path, absl::GetFlag(FLAGS_tokenizer)));
-  decode::DecodeService service(loop.get(), grammars.get());
+  // Structured outputs' grammars compile on threads of their own, never on
+  // a gRPC thread; they go after the server's shutdown, before the loop.
+  auto compiles = std::make_unique<ThreadPoolExecutor>(2);
+  const ConstraintResolver constraints(grammars.get(), compiles.get());
+  decode::DecodeService service(loop.get(), &constraints);
   ASSIGN_OR_RETURN(rpc::RunningServer server,
                    rpc::StartServer(rpc::ServerOptions{.address = absl::GetFlag(FLAGS_listen),
                                                        .tls = rpc::ServerTlsFromFlags()},
@@ -169,6 +174,7 @@ absl::Status Run() {
   // stopped loop until then.
   loop->Stop();
   server.server->Shutdown(rpc::ToChrono(absl::Now() + absl::Seconds(5)));
+  compiles.reset();
   loop.reset();
   handoff_transport.reset();
   transport.reset();

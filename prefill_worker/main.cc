@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
+#include "common/base/executor.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/port_file.h"
@@ -100,7 +101,11 @@ absl::Status Run() {
 
   ASSIGN_OR_RETURN(std::unique_ptr<grammar::GrammarCache> grammars,
                    LoadWorkerGrammars(model_path, absl::GetFlag(FLAGS_tokenizer)));
-  prefill::PrefillService service(loop.get(), grammars.get());
+  // Structured outputs' grammars compile on threads of their own, never on
+  // a gRPC thread; they go after the server's shutdown, before the loop.
+  auto compiles = std::make_unique<ThreadPoolExecutor>(2);
+  const ConstraintResolver constraints(grammars.get(), compiles.get());
+  prefill::PrefillService service(loop.get(), &constraints);
   rpc::ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
   server_options.tls = rpc::ServerTlsFromFlags();
@@ -129,6 +134,7 @@ absl::Status Run() {
   }
   // Calls still open after the deadline are cancelled; the loop answers them.
   server.server->Shutdown(rpc::ToChrono(std::max(deadline, absl::Now() + absl::Seconds(1))));
+  compiles.reset();
   loop.reset();
   transport.reset();
   LOG(INFO) << "tandem-prefill stopped";

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "common/base/logging.h"
@@ -16,15 +17,19 @@ namespace {
 // The loop's callback calls Finish (from whichever thread replies), and
 // OnCancel hands the client's cancellation to the loop; the loop replies to
 // a cancelled job too, so Finish always happens and OnDone always follows.
+// Start may run on another thread than the handler's (once the request's
+// grammar is compiled), so a cancel may come before the job has an id.
 class PrefillReactor final : public grpc::ServerUnaryReactor {
  public:
   PrefillReactor(PrefillLoop* loop, tandem::v1::PrefillResponse* response)
-      : loop_(loop), response_(response) {}
+      : loop_(loop), response_(response), job_(std::make_shared<JobState>()) {}
 
   void Start(PrefillJob job) {
-    // The callback may run before Submit returns; OnCancel runs only after
-    // the handler has returned this reactor, when job_id_ is set.
-    job_id_ = loop_->Submit(std::move(job), [this](absl::StatusOr<PrefillResult> result) {
+    // Once Submit's callback has finished the call, this reactor may be
+    // gone: only these copies are read after Submit.
+    PrefillLoop* const loop = loop_;
+    const std::shared_ptr<JobState> state = job_;
+    const JobId id = loop->Submit(std::move(job), [this](absl::StatusOr<PrefillResult> result) {
       if (!result.ok()) {
         Finish(rpc::ToGrpc(result.status()));
         return;
@@ -32,15 +37,26 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
       ResultToProto(*result, response_);
       Finish(grpc::Status::OK);
     });
+    state->id = id;
+    // A cancel that came before the id was known; a second Cancel of one
+    // job does nothing.
+    if (state->cancelled) loop->Cancel(id);
   }
 
-  void OnCancel() override { loop_->Cancel(job_id_.load()); }
+  void OnCancel() override {
+    job_->cancelled = true;
+    if (const JobId id = job_->id.load(); id != 0) loop_->Cancel(id);
+  }
   void OnDone() override { delete this; }
 
  private:
+  struct JobState {
+    std::atomic<JobId> id{0};
+    std::atomic<bool> cancelled{false};
+  };
   PrefillLoop* const loop_;
   tandem::v1::PrefillResponse* const response_;
-  std::atomic<JobId> job_id_{0};
+  const std::shared_ptr<JobState> job_;
 };
 
 }  // namespace
@@ -61,15 +77,21 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,
                                                   tandem::v1::PrefillResponse* response) {
-  PrefillJob job = JobFromProto(*request);
-  job.deadline = DeadlineOf(*context);
-  if (absl::Status s = ResolveConstraint(request->sampling(), grammars_, job.sampling); !s.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(rpc::ToGrpc(s));
-    return reactor;
-  }
+  auto job = std::make_shared<PrefillJob>(JobFromProto(*request));
+  job->deadline = DeadlineOf(*context);
   auto* reactor = new PrefillReactor(loop_, response);
-  reactor->Start(std::move(job));
+  // At once for a request without a constraint; else once its grammar is
+  // compiled, on the resolver's thread.
+  constraints_->Resolve(
+      request->sampling(),
+      [reactor, job](absl::StatusOr<std::shared_ptr<grammar::CompiledGrammar>> grammar) {
+        if (!grammar.ok()) {
+          reactor->Finish(rpc::ToGrpc(grammar.status()));
+          return;
+        }
+        job->sampling.grammar = *std::move(grammar);
+        reactor->Start(std::move(*job));
+      });
   return reactor;
 }
 

@@ -11,9 +11,9 @@
 
 #include "absl/time/time.h"
 #include "common/engine/sampler.h"
-#include "common/grammar/constraint.h"
 #include "common/rpc/server.h"
 #include "common/worker/cache_events_proto.h"
+#include "common/worker/worker_grammar.h"
 #include "prefill_worker/prefill_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -21,10 +21,12 @@ namespace tandem::prefill {
 
 class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
  public:
-  // `grammars` (may be null: constrained requests are then refused) must
-  // outlive the service.
-  explicit PrefillService(PrefillLoop* loop, grammar::GrammarCache* grammars = nullptr)
-      : loop_(loop), grammars_(grammars) {}
+  // `constraints` compiles structured outputs' grammars (null: such
+  // requests are refused); it must outlive the service, and its executor
+  // must have run its tasks before the loop goes.
+  explicit PrefillService(PrefillLoop* loop, const ConstraintResolver* constraints = nullptr)
+      : loop_(loop),
+        constraints_(constraints != nullptr ? constraints : &ConstraintResolver::None()) {}
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const tandem::v1::PrefillRequest* request,
@@ -35,7 +37,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
 
  private:
   PrefillLoop* const loop_;
-  grammar::GrammarCache* const grammars_;
+  const ConstraintResolver* const constraints_;
   // Names this process's numbering of the loop's cache events.
   const uint64_t cache_epoch_ = NewCacheEpoch();
 };

@@ -36,37 +36,42 @@ absl::StatusOr<std::unique_ptr<grammar::GrammarCache>> LoadWorkerGrammars(
   return std::make_unique<grammar::GrammarCache>(std::move(vocabulary));
 }
 
-absl::Status ResolveConstraint(const v1::SamplingParams& proto, grammar::GrammarCache* grammars,
-                               SamplingParams& params) {
+const ConstraintResolver& ConstraintResolver::None() {
+  static const ConstraintResolver none(nullptr, nullptr);
+  return none;
+}
+
+void ConstraintResolver::Resolve(const v1::SamplingParams& proto, Done done) const {
   grammar::ConstraintSpec spec;
-  switch (proto.constraint().kind_case()) {
+  const v1::OutputConstraint& c = proto.constraint();
+  switch (c.kind_case()) {
     case v1::OutputConstraint::kJsonObject:
-      if (!proto.constraint().json_object()) return absl::OkStatus();
+      if (!c.json_object()) return done(nullptr);
       spec.kind = grammar::ConstraintSpec::Kind::kJsonObject;
       break;
     case v1::OutputConstraint::kJsonSchema:
       spec.kind = grammar::ConstraintSpec::Kind::kJsonSchema;
-      spec.schema = proto.constraint().json_schema();
+      spec.schema = c.json_schema();
       break;
     case v1::OutputConstraint::kRegex:
       spec.kind = grammar::ConstraintSpec::Kind::kRegex;
-      spec.schema = proto.constraint().regex();
+      spec.schema = c.regex();
       break;
     case v1::OutputConstraint::KIND_NOT_SET:
-      return absl::OkStatus();
+      return done(nullptr);
   }
-  spec.prefix = proto.constraint().prefix();
-  spec.suffix = proto.constraint().suffix();
-  spec.forced_tokens.assign(proto.constraint().forced_token_ids().begin(),
-                            proto.constraint().forced_token_ids().end());
-  if (grammars == nullptr) {
-    return absl::FailedPreconditionError(
+  if (grammars_ == nullptr) {
+    return done(absl::FailedPreconditionError(
         "this worker has no tokenizer, so it cannot constrain output (response_format): start "
-        "it with "
-        "--tokenizer (the model's tokenizer) or serve a model folder that has one");
+        "it with --tokenizer (the model's tokenizer) or serve a model folder that has one"));
   }
-  ASSIGN_OR_RETURN(params.grammar, grammars->Get(spec));
-  return absl::OkStatus();
+  spec.prefix = c.prefix();
+  spec.suffix = c.suffix();
+  spec.forced_tokens.assign(c.forced_token_ids().begin(), c.forced_token_ids().end());
+  // The spec is copied out of the proto here: the task may outlive the call.
+  compiles_->Post([grammars = grammars_, spec = std::move(spec), done = std::move(done)] {
+    done(grammars->Get(spec));
+  });
 }
 
 }  // namespace tandem

@@ -2,6 +2,7 @@
 // stub client, the loop behind it on an in-process KV transport.
 #include "decode_worker/decode_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,11 +10,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/grammar/constraint.h"
+#include "common/grammar/token_mask.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/testing/held_executor.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/decode_worker/decode_test_util.h"
 
@@ -36,7 +40,7 @@ class DecodeServiceTest : public ::testing::Test {
     options.model_name = "synthetic-small";
     options.clock = loop_clock_;
     harness_ = std::make_unique<DecodeHarness>(options);
-    service_ = std::make_unique<DecodeService>(&harness_->loop());
+    service_ = std::make_unique<DecodeService>(&harness_->loop(), constraints_);
     auto running = rpc::StartServer(rpc::ServerOptions{.address = "127.0.0.1:0"}, {service_.get()});
     ASSERT_TRUE(running.ok()) << running.status();
     server_ = std::move(running).value();
@@ -75,6 +79,8 @@ class DecodeServiceTest : public ::testing::Test {
 
   // The loop's clock; null: the real one.
   const Clock* loop_clock_ = nullptr;
+  // Null: the service has no grammars.
+  const ConstraintResolver* constraints_ = nullptr;
   std::unique_ptr<DecodeHarness> harness_;
   std::unique_ptr<DecodeService> service_;
   rpc::RunningServer server_;
@@ -315,6 +321,115 @@ TEST_F(DecodeServiceFakeClockTest, RpcDeadlineFreesTheReservation) {
   const grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(s.error_message(), HasSubstr("svc-deadline"));
+  EXPECT_TRUE(harness_->AllBlocksFree());
+}
+
+TEST_F(DecodeServiceTest, ConstraintWithoutGrammarsIsFailedPrecondition) {
+  v1::DecodeRequest w = ToWire(LocalRequest("svc-nogrammar", RandomTokens(8, kVocab, 25), 4));
+  w.mutable_sampling()->mutable_constraint()->set_regex("[0-9]+");
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, w);
+  v1::DecodeEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("--tokenizer"));
+}
+
+// A service with grammars over a vocabulary of the synthetic model's size:
+// ids 0-94 are the printable ASCII characters (digits are 16-25), the rest
+// have no bytes (100 is the stop token). Compiles wait until the test runs
+// them.
+class DecodeServiceGrammarTest : public DecodeServiceTest {
+ protected:
+  DecodeServiceGrammarTest() { constraints_ = &resolver_; }
+  void TearDown() override {
+    compiles_.RunHeld();
+    DecodeServiceTest::TearDown();
+  }
+
+  static std::shared_ptr<const grammar::Vocabulary> Printable() {
+    std::vector<std::string> bytes;
+    for (int id = 0; id < kVocab; ++id) {
+      bytes.push_back(id < 95 ? std::string(1, static_cast<char>(' ' + id)) : "");
+    }
+    return std::make_shared<const grammar::Vocabulary>(std::move(bytes));
+  }
+  v1::DecodeRequest DigitsRequest(const std::string& id, const std::string& regex) {
+    v1::DecodeRequest w = ToWire(LocalRequest(id, RandomTokens(20, kVocab, 26), 10));
+    w.add_stop_token_ids(kStop);
+    w.mutable_sampling()->mutable_constraint()->set_regex(regex);
+    return w;
+  }
+
+  static constexpr int32_t kStop = 100;
+  grammar::GrammarCache grammars_{Printable()};
+  ::tandem::testing::HeldExecutor compiles_;
+  ConstraintResolver resolver_{&grammars_, &compiles_};
+};
+
+// The compile runs on the resolver's executor, not on the gRPC thread that
+// took the call: while it is held the loop has not seen the request and
+// the server still answers; once run, the output follows the grammar.
+TEST_F(DecodeServiceGrammarTest, GrammarCompilesOffTheGrpcThreadThenConstrainsTheOutput) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, DigitsRequest("svc-digits", "[0-9]+"));
+  ASSERT_TRUE(compiles_.AwaitPosted(1));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats held, Stats());
+  EXPECT_EQ(held.requests_total(), 0u);
+  EXPECT_EQ(held.running() + held.waiting(), 0);
+
+  EXPECT_EQ(compiles_.RunHeld(), 1);
+  std::vector<int32_t> tokens;
+  v1::DecodeEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_tokens()) {
+      tokens.insert(tokens.end(), event.tokens().ids().begin(), event.tokens().ids().end());
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(tokens.empty());
+  // Digits, then perhaps the stop token once the output is complete.
+  if (tokens.back() == kStop) tokens.pop_back();
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_TRUE(std::all_of(tokens.begin(), tokens.end(), [](int32_t t) {
+    return t >= 16 && t <= 25;
+  })) << ::testing::PrintToString(tokens);
+  EXPECT_TRUE(harness_->AllBlocksFree());
+}
+
+TEST_F(DecodeServiceGrammarTest, UncompilableConstraintIsInvalidArgumentFromTheCompile) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, DigitsRequest("svc-badregex", "([0-9]"));
+  ASSERT_TRUE(compiles_.AwaitPosted(1));
+  compiles_.RunHeld();
+  v1::DecodeEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_OK_AND_ASSIGN(v1::WorkerStats stats, Stats());
+  EXPECT_EQ(stats.requests_total(), 0u);
+}
+
+// The client goes while its grammar compiles: the request the compile then
+// submits is cancelled at once and holds nothing.
+TEST_F(DecodeServiceGrammarTest, ClientGoneDuringTheCompileFreesEverything) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto reader = stub_->Generate(&ctx, DigitsRequest("svc-gone", "[0-9]+"));
+  ASSERT_TRUE(compiles_.AwaitPosted(1));
+  ctx.TryCancel();
+  v1::DecodeEvent event;
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  compiles_.RunHeld();
+  EXPECT_TRUE(testing::WaitFor([&] {
+    absl::StatusOr<v1::WorkerStats> stats = Stats();
+    return stats.ok() && stats->requests_total() == 1 && stats->running() + stats->waiting() == 0;
+  }));
   EXPECT_TRUE(harness_->AllBlocksFree());
 }
 

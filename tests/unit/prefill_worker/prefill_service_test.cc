@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/compute/cpu/cpu_backend.h"
+#include "common/grammar/constraint.h"
+#include "common/grammar/token_mask.h"
 #include "common/model/synthetic.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
@@ -21,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/inproc_transport.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/testing/held_executor.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/prefill_worker/decode_side.h"
 
@@ -47,7 +51,7 @@ class PrefillServiceTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(
         loop_, PrefillLoop::Create(*weights_, std::move(backend).value(), transport_.get(),
                                    loop_clock_, {.model_name = "synthetic"}));
-    service_ = std::make_unique<PrefillService>(loop_.get());
+    service_ = std::make_unique<PrefillService>(loop_.get(), constraints_);
     ASSERT_OK_AND_ASSIGN(server_, rpc::StartServer({.address = "127.0.0.1:0"}, {service_.get()}));
     stub_ = v1::PrefillWorker::NewStub(rpc::MakeChannel(absl::StrCat("127.0.0.1:", server_.port)));
   }
@@ -97,6 +101,8 @@ class PrefillServiceTest : public ::testing::Test {
   // loop runs on it in PrefillServiceFakeClockTest.
   FakeClock fake_clock_{absl::Now()};
   const Clock* loop_clock_ = &Clock::Real();
+  // Null: the service has no grammars.
+  const ConstraintResolver* constraints_ = nullptr;
   std::unique_ptr<ModelWeights> weights_;
   std::shared_ptr<kvtransfer::InProcFabric> fabric_;
   std::unique_ptr<DecodeSide> decode_;
@@ -238,6 +244,84 @@ TEST_F(PrefillServiceFakeClockTest, ClientDeadlineFreesEveryBlock) {
   EXPECT_EQ(after.kv_blocks_free(), after.kv_blocks_total());
   EXPECT_EQ(after.kv_transfers_failed(), 1u);
   EXPECT_EQ(after.requests_failed(), 1u);
+}
+
+// Grammars over a vocabulary of the synthetic model's size (ids 0-94 the
+// printable ASCII characters, digits 16-25; the rest without bytes), whose
+// compiles wait until the test runs them.
+class PrefillServiceGrammarTest : public PrefillServiceTest {
+ protected:
+  PrefillServiceGrammarTest() { constraints_ = &resolver_; }
+  void TearDown() override {
+    compiles_.RunHeld();
+    PrefillServiceTest::TearDown();
+  }
+  static std::shared_ptr<const grammar::Vocabulary> Printable() {
+    std::vector<std::string> bytes;
+    for (int id = 0; id < 101; ++id) {
+      bytes.push_back(id < 95 ? std::string(1, static_cast<char>(' ' + id)) : "");
+    }
+    return std::make_shared<const grammar::Vocabulary>(std::move(bytes));
+  }
+
+  grammar::GrammarCache grammars_{Printable()};
+  ::tandem::testing::HeldExecutor compiles_;
+  ConstraintResolver resolver_{&grammars_, &compiles_};
+};
+
+// The compile runs on the resolver's executor, not on the gRPC thread:
+// while it is held the loop has no job and the server answers; once run,
+// the first token follows the grammar.
+TEST_F(PrefillServiceGrammarTest, GrammarCompilesOffTheGrpcThreadThenConstrainsTheFirstToken) {
+  DecodeSide::Lease* lease = decode_->Expect(20);
+  v1::PrefillRequest request = Request(RandomTokens(20, 101, 6), *lease);
+  request.mutable_sampling()->mutable_constraint()->set_regex("[0-9]+");
+  absl::StatusOr<v1::PrefillResponse> answer;
+  std::thread caller([&] { answer = Prefill(request, absl::Seconds(60)); });
+  ASSERT_TRUE(compiles_.AwaitPosted(1));
+  absl::StatusOr<v1::WorkerStats> held = Stats();
+  EXPECT_EQ(compiles_.RunHeld(), 1);
+  caller.join();
+  ASSERT_OK(held.status());
+  EXPECT_EQ(held->requests_total(), 0u);
+  EXPECT_EQ(held->running(), 0);
+  ASSERT_OK(answer.status());
+  EXPECT_GE(answer->first_token(), 16);
+  EXPECT_LE(answer->first_token(), 25);
+}
+
+// The client goes while its grammar compiles: the job the compile then
+// submits is cancelled (its id was not known when the cancel came) and
+// every block comes back.
+TEST_F(PrefillServiceGrammarTest, ClientGoneDuringTheCompileFreesEveryBlock) {
+  DecodeSide::Lease* lease = decode_->Expect(20);
+  v1::PrefillRequest request = Request(RandomTokens(20, 101, 7), *lease);
+  request.mutable_sampling()->mutable_constraint()->set_regex("[0-9]+");
+  grpc::ClientContext context;
+  context.set_deadline(rpc::ToChrono(absl::Now() + absl::Seconds(60)));
+  grpc::Status status;
+  v1::PrefillResponse response;
+  std::thread caller([&] { status = stub_->Prefill(&context, request, &response); });
+  ASSERT_TRUE(compiles_.AwaitPosted(1));
+  context.TryCancel();
+  caller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  compiles_.RunHeld();
+  // The job is dropped on the loop's next round: poll its published stats.
+  const absl::Time wait_until = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<v1::WorkerStats> stats;
+  do {
+    stats = Stats();
+    if (stats.ok() && stats->requests_total() == 1 && stats->running() == 0 &&
+        stats->kv_blocks_free() == stats->kv_blocks_total()) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  } while (absl::Now() < wait_until);
+  ASSERT_OK(stats.status());
+  EXPECT_EQ(stats->requests_total(), 1u);
+  EXPECT_EQ(stats->running(), 0);
+  EXPECT_EQ(stats->kv_blocks_free(), stats->kv_blocks_total());
 }
 
 }  // namespace
