@@ -32,6 +32,14 @@
 // incrementally, per choice, and checked for stop strings on the way to the
 // client.
 //
+// Its parts, a file each: the decode stream and its refusals
+// (request_driver.cc), the prefill phase and its retry
+// (request_driver_prefill.cc), migration and handoff
+// (request_driver_migration.cc), the wait for a decode slot
+// (request_driver_queue.cc), and the client-facing stream: detokenising,
+// stop strings, echo, each choice's end and the request's
+// (request_driver_stream.cc).
+//
 // When it ends, the request is counted in RouterMetrics and leaves one JSON
 // trace line (request_trace.cc) in the RequestLog, or the INFO log:
 //   {"request_id", "arrival_unix_us" (on the core's clock), "status" (ok,

@@ -11,13 +11,13 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/grammar/constraint.h"
-#include "common/grammar/token_mask.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/testing/held_executor.h"
+#include "tests/testing/printable_vocabulary.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/decode_worker/decode_test_util.h"
 
@@ -349,13 +349,6 @@ class DecodeServiceGrammarTest : public DecodeServiceTest {
     DecodeServiceTest::TearDown();
   }
 
-  static std::shared_ptr<const grammar::Vocabulary> Printable() {
-    std::vector<std::string> bytes;
-    for (int id = 0; id < kVocab; ++id) {
-      bytes.push_back(id < 95 ? std::string(1, static_cast<char>(' ' + id)) : "");
-    }
-    return std::make_shared<const grammar::Vocabulary>(std::move(bytes));
-  }
   v1::DecodeRequest DigitsRequest(const std::string& id, const std::string& regex) {
     v1::DecodeRequest w = ToWire(LocalRequest(id, RandomTokens(20, kVocab, 26), 10));
     w.add_stop_token_ids(kStop);
@@ -364,7 +357,7 @@ class DecodeServiceGrammarTest : public DecodeServiceTest {
   }
 
   static constexpr int32_t kStop = 100;
-  grammar::GrammarCache grammars_{Printable()};
+  grammar::GrammarCache grammars_{::tandem::testing::PrintableVocabulary(kVocab)};
   ::tandem::testing::HeldExecutor compiles_;
   ConstraintResolver resolver_{&grammars_, &compiles_};
 };

@@ -16,7 +16,6 @@
 #include "common/base/clock.h"
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/grammar/constraint.h"
-#include "common/grammar/token_mask.h"
 #include "common/model/synthetic.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
@@ -25,6 +24,7 @@
 #include "kvtransfer/inproc_transport.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/testing/held_executor.h"
+#include "tests/testing/printable_vocabulary.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/prefill_worker/decode_side.h"
 
@@ -256,15 +256,8 @@ class PrefillServiceGrammarTest : public PrefillServiceTest {
     compiles_.RunHeld();
     PrefillServiceTest::TearDown();
   }
-  static std::shared_ptr<const grammar::Vocabulary> Printable() {
-    std::vector<std::string> bytes;
-    for (int id = 0; id < 101; ++id) {
-      bytes.push_back(id < 95 ? std::string(1, static_cast<char>(' ' + id)) : "");
-    }
-    return std::make_shared<const grammar::Vocabulary>(std::move(bytes));
-  }
 
-  grammar::GrammarCache grammars_{Printable()};
+  grammar::GrammarCache grammars_{::tandem::testing::PrintableVocabulary(101)};
   ::tandem::testing::HeldExecutor compiles_;
   ConstraintResolver resolver_{&grammars_, &compiles_};
 };
