@@ -13,7 +13,7 @@ if [[ "${1:-}" == "--dir" ]]; then dir=$2; shift 2; fi
 programs=("$@")
 if [[ ${#programs[@]} -eq 0 ]]; then
   programs=(tandem-prefill tandem-decode tandem-router tandem-generate tandem-engine-bench
-            tandem-bench tandem-kvbench tandem-convert cuda_backend_test cuda_create_test
+            tandem-bench tandem-kvbench tandem-convert tandem-synth cuda_backend_test cuda_create_test
             staged_workers_cuda_test gpu_cluster_test)
 fi
 rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/shared"
@@ -32,6 +32,14 @@ skip='/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|libcublas|
   awk '/=> \//{print $3}' | sort -u | grep -Ev "$skip" | while read -r lib; do
     cp -L "$lib" "$dir/lib/"
   done
+# UCX opens its transport modules itself (ldd never lists them), from ucx/
+# beside the libucs it was loaded from: without libuct_cma, same-host KV
+# moves through shared-memory fragments instead of one process_vm_readv.
+ucx_modules=$(dirname "$(ldd build/bin/tandem-prefill | awk '/libucs\.so/{print $3}')")/ucx
+mkdir -p "$dir/lib/ucx"
+for lib in "$ucx_modules"/libuct_cma.so*; do
+  [[ $lib == *.a ]] || cp -L "$lib" "$dir/lib/ucx/"
+done
 cp -L /usr/local/cuda/lib64/libcudart.so.13 "$dir/lib/" 2>/dev/null ||
   cp -L /usr/local/cuda/lib/libcudart.so.13 "$dir/lib/"
 mkdir -p "$dir/blas" && cp -L "$blas" "$dir/blas/$(basename "$blas")"

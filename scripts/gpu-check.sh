@@ -9,7 +9,11 @@
 #   scripts/gpu-check.sh [--dry-run] [--steps A,B,...] [RESULTS]   # default gpu-check/
 #
 # --steps runs only the named steps (cuda_create_test, cuda_backend_test,
-# staged_workers_cuda_test, gpu_cluster_test, engine_bench, cluster_bench).
+# staged_workers_cuda_test, gpu_cluster_test, engine_bench, kv_bench,
+# kv_nocma_bench, cluster_bench). kv_bench moves layers of the size the
+# cluster benchmark ships (8 MiB: 2048 tokens of the 8B shape's bf16 KV)
+# between two processes of this host over the transports the workers get;
+# kv_nocma_bench the same without UCX's cross-memory-attach lane.
 #
 # --dry-run rehearses on a machine without a GPU: the same steps in the same
 # order, the tests run (their GPU cases skip, which only a dry run allows),
@@ -71,14 +75,23 @@ gtest cuda_create_test 60
 gtest cuda_backend_test 180
 gtest staged_workers_cuda_test 120
 gtest gpu_cluster_test 240
+kv_size=8MiB
+((dry)) && kv_size=1MiB
+kv=(build/bin/tandem-kvbench --perftest=false --sizes=$kv_size --layers=32 --lanes=1
+    --checksums=off,on --repeats=1 --transfers=8 --warmup=2)
 if ((dry)); then
   run_step engine_bench 300 build/bin/tandem-engine-bench --backend cpu --shapes stories15M \
     --dtype f32,bf16 --prompts 64 --batches 1,4 --decode_prompt 32 --decode_steps 4 --repeats 1
-  run_step cluster_bench 600 env TANDEM_BENCH_SHAPE=stories15M TANDEM_BENCH_BACKEND=cpu \
-    scripts/bench-gpu.sh cluster 4
 else
   run_step engine_bench 240 build/bin/tandem-engine-bench --backend cuda --shapes llama3-8b \
     --dtype bf16 --prompts 2048 --batches 1,8,32 --decode_prompt 1024 --decode_steps 32 --repeats 2
+fi
+run_step kv_bench 120 "${kv[@]}"
+run_step kv_nocma_bench 120 env 'UCX_TLS=^posix,cma' "${kv[@]}"
+if ((dry)); then
+  run_step cluster_bench 600 env TANDEM_BENCH_SHAPE=stories15M TANDEM_BENCH_BACKEND=cpu \
+    scripts/bench-gpu.sh cluster 4
+else
   run_step cluster_bench 360 scripts/bench-gpu.sh cluster 40
 fi
 

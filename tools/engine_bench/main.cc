@@ -229,6 +229,14 @@ int Run() {
       // Where the device's time goes in a step, op by op (one more run,
       // untimed: the events cost a little).
       if (cuda != nullptr) {
+        // The tiled attention kernel beside the paged-block one (the
+        // default where it applies), the same steps.
+        cuda->set_block_decode(false);
+        const double tiled =
+            TimeDecode(**engine, b, decode_prompt, decode_steps, repeats, false).first;
+        cuda->set_block_decode(true);
+        std::printf("  decode batch %d: %.2f ms a step with the tiled attention kernel\n", b,
+                    b / tiled * 1e3);
         StepHooks hooks{.before = [&] { cuda->StartOpProfile(); },
                         .after =
                             [&](int steps) {

@@ -600,20 +600,25 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads),
                   static_cast<unsigned>(plan.splits));
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  const cudaError_t launched = WithKvElement(layout.dtype, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    auto* kernel = DecodeAttentionKernel<T>;
-    if (shared > 46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
-      const cudaError_t e = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-      if (e != cudaSuccess) return e;
-    }
-    kernel<<<grid, kAttnWarps * kWarp, shared>>>(
-        q, q_stride, rows_meta, row_ids, MakeDeviceLayout<T>(layout, layer, cache), n_heads,
-        n_kv_heads, head_dim, scale, plan.chunk, VectorLoads<T>(layout, head_dim, cache), partials,
-        out);
-    return cudaGetLastError();
-  });
+  const cudaError_t launched =
+      plan.by_block
+          ? LaunchBlockDecode(q, q_stride, rows_meta, row_ids, rows, layer, layout, cache, n_heads,
+                              n_kv_heads, head_dim, plan, partials, out)
+          : WithKvElement(layout.dtype, [&](auto* tag) {
+              using T = std::remove_pointer_t<decltype(tag)>;
+              auto* kernel = DecodeAttentionKernel<T>;
+              if (shared >
+                  46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
+                const cudaError_t e = cudaFuncSetAttribute(
+                    kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+                if (e != cudaSuccess) return e;
+              }
+              kernel<<<grid, kAttnWarps * kWarp, shared>>>(
+                  q, q_stride, rows_meta, row_ids, MakeDeviceLayout<T>(layout, layer, cache),
+                  n_heads, n_kv_heads, head_dim, scale, plan.chunk,
+                  VectorLoads<T>(layout, head_dim, cache), partials, out);
+              return cudaGetLastError();
+            });
   if (launched != cudaSuccess || plan.splits == 1) return launched;
   const dim3 heads(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));
   CombineSplitsKernel<<<heads, ThreadsFor(head_dim)>>>(partials, row_ids, n_heads, head_dim,

@@ -531,9 +531,12 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const A
   DeviceRows device_rows;
   if (!UploadRows(rows, device_rows)) return;
   if (device_rows.n_decode > 0) {
-    const cuda::AttentionPlan plan =
-        cuda::PlanPagedAttention(device_rows.n_decode, device_rows.decode_max_context,
-                                 shape.n_kv_heads, shape.head_dim, shape.n_heads, sm_count_);
+    const bool by_block =
+        block_decode_ && cuda::BlockDecodeApplies(layout, shape.n_heads, shape.n_kv_heads,
+                                                  shape.head_dim, cache_bytes);
+    const cuda::AttentionPlan plan = (by_block ? cuda::PlanBlockDecode : cuda::PlanPagedAttention)(
+        device_rows.n_decode, device_rows.decode_max_context, shape.n_kv_heads, shape.head_dim,
+        shape.n_heads, sm_count_);
     float* partials = nullptr;
     if (plan.partial_floats > 0) {
       partials = static_cast<float*>(Grow(attention_scratch_, plan.partial_floats * sizeof(float)));

@@ -80,6 +80,10 @@ class CudaBackend final : public Backend {
   // cuBLAS. Benchmarks and tests compare the two this way.
   void set_skinny_max_rows(int rows);
   int skinny_max_rows() const { return skinny_max_rows_; }
+  // Whether decode rows take the paged-block attention kernel where it
+  // applies (cuda::BlockDecodeApplies; on by default) or the tiled kernel
+  // everywhere: for benchmarks that compare the two.
+  void set_block_decode(bool on) { block_decode_ = on; }
 
   // Op profile, for benchmarks: from StartOpProfile() on, every operation
   // records a device event as it is issued. TakeOpProfile() records a last
@@ -180,6 +184,7 @@ class CudaBackend final : public Backend {
   cublasContext* cublas16_;  // default math: tensor cores for 16-bit operands
   std::string description_;
   int skinny_max_rows_;
+  bool block_decode_ = true;
   bool profiling_ = false;
   std::vector<const char*> marks_;   // operation of each recorded event
   std::vector<CUevent_st*> events_;  // reused across profiles

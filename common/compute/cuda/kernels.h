@@ -86,9 +86,25 @@ struct AttentionPlan {
   int splits = 1;
   int chunk = 0;
   size_t partial_floats = 0;
+  bool by_block = false;  // the paged-block kernel (decode_attention.cu)
 };
 AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
                                  int n_heads, int sm_count);
+// The paged-block decode kernel: a bf16 or f16 cache in blocks of
+// kBlockDecodeSlots, head_dim 64 or 128, at most kBlockDecodeMaxGroup query
+// heads per KV head, the cache 16-byte aligned. Its plan's chunk is a
+// multiple of 64 positions (a paged block for each of a block's 4 warps).
+constexpr int kBlockDecodeSlots = 16;
+constexpr int kBlockDecodeMaxGroup = 8;
+bool BlockDecodeApplies(const KvLayout& layout, int n_heads, int n_kv_heads, int head_dim,
+                        const void* cache);
+AttentionPlan PlanBlockDecode(int rows, int max_context, int n_kv_heads, int head_dim, int n_heads,
+                              int sm_count);
+// The first kernel of LaunchPagedAttention for a by_block plan.
+cudaError_t LaunchBlockDecode(const float* q, int q_stride, const int32_t* rows_meta,
+                              const int32_t* row_ids, int rows, int layer, const KvLayout& layout,
+                              const void* cache, int n_heads, int n_kv_heads, int head_dim,
+                              const AttentionPlan& plan, float* partials, float* out);
 // Attention of the `rows` rows whose indices are row_ids[0, rows), one
 // block per (row, KV head, split), over an f32, bf16, f16 or int8 cache. `partials` holds
 // plan.partial_floats floats (may be null for one split).

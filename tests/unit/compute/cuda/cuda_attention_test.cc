@@ -1,6 +1,7 @@
 // CUDA paged attention against the CPU backend, over f32, bf16, f16 and int8 KV
-// caches holding the same values on both: decode rows (the per-row kernel,
-// context split over blocks) and prefill chunks (runs of 16 or more rows of
+// caches holding the same values on both: decode rows (the paged-block
+// kernel where it applies, and the per-row tiled kernel, context split
+// over blocks) and prefill chunks (runs of 16 or more rows of
 // one sequence at consecutive positions: the query-tiled kernel), alone and
 // mixed in one batch, from position 0 or after a cached prefix. Both
 // backends compute in f32 from the same keys and values, so the tolerance
@@ -18,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/compute/cuda/cuda_backend.h"
+#include "common/compute/cuda/kernels.h"
 #include "gtest/gtest.h"
 #include "tests/unit/compute/compute_testing.h"
 #include "tests/unit/compute/cuda/cuda_testing.h"
@@ -90,6 +92,18 @@ class CudaAttention : public CudaVsCpu, public ::testing::WithParamInterface<Att
     const double error = RelativeL2(Cuda(out), Cpu(out));
     EXPECT_LE(error, tolerance);
     worst_ = std::max(worst_, error);
+    // Where the paged-block decode kernel took the decode rows, the tiled
+    // kernel must agree too (benchmarks may choose it).
+    if (cuda::BlockDecodeApplies(seqs.layout, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                                 kv.cuda)) {
+      Pair tiled_out = Poisoned(rows.size() * shape.n_heads * shape.head_dim);
+      cuda_->set_block_decode(false);
+      cuda_->PagedAttention(q.cuda, q_stride, rows, 1, seqs.layout, kv.cuda, shape, tiled_out.cuda);
+      cuda_->set_block_decode(true);
+      const double tiled = RelativeL2(Cuda(tiled_out), Cpu(out));
+      EXPECT_LE(tiled, tolerance) << "the tiled kernel";
+      worst_ = std::max(worst_, tiled);
+    }
   }
   // The largest error of the test, for the XML report.
   void TearDown() override {
@@ -146,6 +160,18 @@ TEST_P(CudaAttention, BatchMixesDecodeRowsAndPrefillChunks) {
   for (int s : {4, 5}) queries.push_back({s, lengths[s] - 1});
   AddChunk(queries, 6, 0, 16);   // a whole short prompt
   AddChunk(queries, 7, 80, 90);  // a short run: per-row kernel
+  Check(lengths, queries);
+}
+
+// A decode batch as a busy worker steps it: 40 rows of unequal contexts,
+// so that short rows leave some of the long rows' context splits empty.
+TEST_P(CudaAttention, ManyDecodeRowsOfUnequalContexts) {
+  std::vector<int> lengths;
+  std::vector<Query> queries;
+  for (int s = 0; s < 40; ++s) {
+    lengths.push_back(1 + (s * 997) % 1500);
+    queries.push_back({s, lengths.back() - 1});
+  }
   Check(lengths, queries);
 }
 

@@ -86,6 +86,46 @@ TEST(CudaDeviceLayout, Int8CacheNeverTakesTheTensorCorePrefill) {
   EXPECT_FALSE(cuda::PrefillMmaApplies(Layout(DType::kF32, 16, 2, 64), 64, cache, out));
 }
 
+// The paged-block decode kernel takes 16-bit caches in blocks of 16 slots,
+// head_dim 64 or 128, up to 8 query heads per KV head, aligned; the tiled
+// kernel takes the rest.
+TEST(CudaDeviceLayout, BlockDecodeTakesOnlyTheCachesItReads) {
+  alignas(16) static uint8_t cache[64];
+  EXPECT_TRUE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 8, 128), 32, 8, 128, cache));
+  EXPECT_TRUE(cuda::BlockDecodeApplies(Layout(DType::kF16, 16, 2, 64), 8, 2, 64, cache));
+  EXPECT_TRUE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 4, 128), 28, 4, 128, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kF32, 16, 8, 128), 32, 8, 128, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kI8, 16, 8, 128), 32, 8, 128, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 12, 8, 128), 32, 8, 128, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 1, 256), 16, 1, 256, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 2, 40), 6, 2, 40, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 1, 128), 16, 1, 128, cache));
+  EXPECT_FALSE(cuda::BlockDecodeApplies(Layout(DType::kBF16, 16, 8, 128), 32, 8, 128, cache + 2));
+}
+
+// Its plan splits a context only into whole multiples of 64 positions (a
+// paged block for each of a block's four warps) that cover the longest row,
+// splits more when few rows would leave SMs idle, and sizes the partials.
+TEST(CudaDeviceLayout, BlockDecodePlanCoversTheContextInWholeBlocks) {
+  struct Case {
+    int rows, context;
+  };
+  for (const Case c : {Case{1, 1}, Case{1, 1024}, Case{8, 1040}, Case{32, 1040}, Case{32, 4095},
+                       Case{256, 100}, Case{3, 65}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, context " << c.context);
+    const cuda::AttentionPlan plan = cuda::PlanBlockDecode(c.rows, c.context, 8, 128, 32, 132);
+    EXPECT_TRUE(plan.by_block);
+    EXPECT_EQ(plan.chunk % 64, 0);
+    EXPECT_GE(plan.splits * plan.chunk, c.context);
+    EXPECT_LT((plan.splits - 1) * plan.chunk, c.context);  // no split past the context
+    EXPECT_EQ(plan.partial_floats,
+              plan.splits == 1 ? 0u : size_t{1} * c.rows * 32 * plan.splits * (128 + 2));
+  }
+  // One row of a long context spreads over many SMs; many rows need no split.
+  EXPECT_GE(cuda::PlanBlockDecode(1, 4096, 8, 128, 32, 132).splits, 32);
+  EXPECT_EQ(cuda::PlanBlockDecode(256, 4096, 8, 128, 32, 132).splits, 1);
+}
+
 // A KV width that is not a whole number of heads is refused before a launch.
 TEST(CudaDeviceLayout, Int8WriteRefusesHeadsThatDoNotDivideTheKvWidth) {
   KvLayout layout = Layout(DType::kI8, 16, 3, 40);
