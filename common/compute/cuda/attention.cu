@@ -562,6 +562,34 @@ cudaError_t LaunchPrefill(const float* q, int q_stride, const int32_t* rows_meta
   return cudaGetLastError();
 }
 
+// The tiled decode kernel's launch: the first kernel of
+// LaunchPagedAttention for a plan that is not by_block.
+cudaError_t LaunchTiledDecode(const float* q, int q_stride, const int32_t* rows_meta,
+                              const int32_t* row_ids, int rows, int layer, const KvLayout& layout,
+                              const void* cache, int n_heads, int n_kv_heads, int head_dim,
+                              const AttentionPlan& plan, float* partials, float* out) {
+  const int group = n_heads / n_kv_heads;
+  const size_t shared =
+      sizeof(float) * (static_cast<size_t>(group) * head_dim + 2 * head_dim * kTileSlots);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads),
+                  static_cast<unsigned>(plan.splits));
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  return WithKvElement(layout.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    auto* kernel = DecodeAttentionKernel<T>;
+    if (shared > 46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+      if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, kAttnWarps * kWarp, shared>>>(
+        q, q_stride, rows_meta, row_ids, MakeDeviceLayout<T>(layout, layer, cache), n_heads,
+        n_kv_heads, head_dim, scale, plan.chunk, VectorLoads<T>(layout, head_dim, cache), partials,
+        out);
+    return cudaGetLastError();
+  });
+}
+
 }  // namespace
 
 AttentionPlan PlanPagedAttention(int rows, int max_context, int n_kv_heads, int head_dim,
@@ -594,31 +622,9 @@ cudaError_t LaunchPagedAttention(const float* q, int q_stride, const int32_t* ro
                                  int n_kv_heads, int head_dim, const AttentionPlan& plan,
                                  float* partials, float* out) {
   if (rows <= 0) return cudaSuccess;
-  const int group = n_heads / n_kv_heads;
-  const size_t shared =
-      sizeof(float) * (static_cast<size_t>(group) * head_dim + 2 * head_dim * kTileSlots);
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads),
-                  static_cast<unsigned>(plan.splits));
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  const cudaError_t launched =
-      plan.by_block
-          ? LaunchBlockDecode(q, q_stride, rows_meta, row_ids, rows, layer, layout, cache, n_heads,
-                              n_kv_heads, head_dim, plan, partials, out)
-          : WithKvElement(layout.dtype, [&](auto* tag) {
-              using T = std::remove_pointer_t<decltype(tag)>;
-              auto* kernel = DecodeAttentionKernel<T>;
-              if (shared >
-                  46 * 1024) {  // the static slot tables take the rest of the default 48 KiB
-                const cudaError_t e = cudaFuncSetAttribute(
-                    kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-                if (e != cudaSuccess) return e;
-              }
-              kernel<<<grid, kAttnWarps * kWarp, shared>>>(
-                  q, q_stride, rows_meta, row_ids, MakeDeviceLayout<T>(layout, layer, cache),
-                  n_heads, n_kv_heads, head_dim, scale, plan.chunk,
-                  VectorLoads<T>(layout, head_dim, cache), partials, out);
-              return cudaGetLastError();
-            });
+  const cudaError_t launched = (plan.by_block ? LaunchBlockDecode : LaunchTiledDecode)(
+      q, q_stride, rows_meta, row_ids, rows, layer, layout, cache, n_heads, n_kv_heads, head_dim,
+      plan, partials, out);
   if (launched != cudaSuccess || plan.splits == 1) return launched;
   const dim3 heads(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));
   CombineSplitsKernel<<<heads, ThreadsFor(head_dim)>>>(partials, row_ids, n_heads, head_dim,
