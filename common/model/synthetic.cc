@@ -17,21 +17,24 @@ namespace tandem {
 namespace {
 
 // SplitMix64: a tiny, well-known generator whose output does not depend on
-// the standard library, so synthetic weights are identical everywhere.
+// the standard library, so synthetic weights are identical everywhere. Its
+// state after k steps is seed + k * gamma, so draw k is computed from k
+// alone: a tensor's values are filled in parallel and still come out in the
+// order one generator would give them.
 class SplitMix64 {
  public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  explicit SplitMix64(uint64_t seed) : seed_(seed) {}
+  // Uniform in [-1, 1): draw number `k` (0-based) of the sequence.
+  float Symmetric(uint64_t k) const {
+    uint64_t z = seed_ + (k + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    z ^= z >> 31;
+    return static_cast<float>((z >> 40) * 0x1.0p-23 - 1.0);
   }
-  // Uniform in [-1, 1).
-  float Symmetric() { return static_cast<float>((Next() >> 40) * 0x1.0p-23 - 1.0); }
 
  private:
-  uint64_t state_;
+  uint64_t seed_;
 };
 
 }  // namespace
@@ -50,29 +53,36 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
   uint8_t* base = reinterpret_cast<uint8_t*>(storage->data());
   uint8_t* m = base;
   float* f = reinterpret_cast<float*>(base + vector_start);
-  SplitMix64 rng(seed * 0x2545F4914F6CDD1Dull + 1);
+  const SplitMix64 rng(seed * 0x2545F4914F6CDD1Dull + 1);
+  uint64_t drawn = 0;  // draws taken so far, in tensor order
 
   // Uniform with variance 1/fan_in keeps each projection's output near unit
   // scale: U(-a, a) has variance a^2 / 3. Values are drawn as floats and
   // rounded to `dtype`, so every dtype holds the same model.
   auto matrix = [&](int64_t rows, int64_t cols) {
     const float a = std::sqrt(3.0f / static_cast<float>(cols));
-    const Tensor t(m, dtype, rows * cols);
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      const float x = a * rng.Symmetric();
+    const int64_t n = rows * cols;
+    const Tensor t(m, dtype, n);
+    const uint64_t first = drawn;
+    uint8_t* const out = m;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = a * rng.Symmetric(first + static_cast<uint64_t>(i));
+      uint8_t* dst = out + static_cast<size_t>(i) * element;
       if (dtype == DType::kF32) {
-        std::memcpy(m, &x, 4);
+        std::memcpy(dst, &x, 4);
       } else {
         const uint16_t y = dtype == DType::kBF16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
-        std::memcpy(m, &y, 2);
+        std::memcpy(dst, &y, 2);
       }
-      m += element;
     }
+    drawn += static_cast<uint64_t>(n);
+    m += static_cast<size_t>(n) * element;
     return t;
   };
   auto vector = [&](int64_t n, float center, float spread) {
     std::span<const float> s(f, static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) *f++ = center + spread * rng.Symmetric();
+    for (int64_t i = 0; i < n; ++i) *f++ = center + spread * rng.Symmetric(drawn++);
     return Tensor(s);
   };
 

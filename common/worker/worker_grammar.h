@@ -13,7 +13,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/executor.h"
-#include "common/engine/sampler.h"
 #include "common/grammar/constraint.h"
 #include "tandem/v1/generate.pb.h"
 
