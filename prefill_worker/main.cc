@@ -29,6 +29,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/server.h"
 #include "common/rpc/tls_flags.h"
+#include "common/worker/kv_tier_flags.h"
 #include "common/worker/worker_engine.h"
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_grammar.h"
@@ -94,6 +95,10 @@ absl::Status Run() {
   options.kv_lanes = absl::GetFlag(FLAGS_kv_lanes);
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.transport_peers = [t = transport.get()] { return t->num_peers(); };
+  // The tier's disk threads outlive the loop (it is reset first).
+  ASSIGN_OR_RETURN(WorkerKvTier kv_tier, WorkerKvTierFromFlags());
+  options.make_kv_tier = kv_tier.make;
+  options.kv_tier_wait = kv_tier.wait;
   ASSIGN_OR_RETURN(std::unique_ptr<prefill::PrefillLoop> loop,
                    prefill::PrefillLoop::Create(*weights, std::move(backend.backend),
                                                 transport.get(), &Clock::Real(), options));
@@ -120,8 +125,8 @@ absl::Status Run() {
             << ") on port " << server.port << " (" << stats.kv_blocks_total << " " << stats.kv_dtype
             << " KV blocks of " << stats.block_size << " tokens, " << (stats.kv_cache_bytes >> 20)
             << " MiB, max_batch_tokens " << options.max_batch_tokens << ", prefix cache "
-            << (options.prefix_cache ? "on" : "off") << ", " << backend.description << ", KV over "
-            << transport->name() << ")";
+            << (options.prefix_cache ? "on" : "off") << ", KV tier " << kv_tier.description << ", "
+            << backend.description << ", KV over " << transport->name() << ")";
 
   const int signal = rpc::WaitForTerminationSignal();
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -136,6 +141,7 @@ absl::Status Run() {
   server.server->Shutdown(rpc::ToChrono(std::max(deadline, absl::Now() + absl::Seconds(1))));
   compiles.reset();
   loop.reset();
+  kv_tier.io.reset();
   transport.reset();
   LOG(INFO) << "tandem-prefill stopped";
   return absl::OkStatus();
@@ -156,6 +162,7 @@ int main(int argc, char** argv) {
       "       [--threads N] [--kv_blocks N | --gpu_memory_fraction F] [--block_size N]\n"
       "       [--max_batch_tokens N] [--max_queue N]\n"
       "       [--drain_timeout 30s] [--noprefix_cache] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
+      "       [--kv_tier_dir DIR --kv_tier_gib G [--kv_tier_wait 250ms] [--kv_tier_io_threads N]]\n"
       "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT] [--metrics_port_file FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {

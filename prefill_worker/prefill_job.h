@@ -26,6 +26,7 @@
 #include "common/engine/sampler.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/block_table.h"
+#include "common/kvcache/tier_link.h"
 #include "kvtransfer/wire_format.h"
 
 namespace tandem::prefill {
@@ -73,9 +74,11 @@ struct PrefillResult {
   int64_t kv_transfer_us = 0;
   // Bytes shipped: the lease's blocks, from its first_block on.
   int64_t kv_bytes = 0;
-  // Prompt tokens whose KV came from the prefix cache (whole blocks from
-  // the start) instead of being computed.
+  // Prompt tokens whose KV came from the prefix cache or the KV tier
+  // (whole blocks from the start) instead of being computed, and those of
+  // them the tier gave.
   int cached_tokens = 0;
+  int tier_tokens = 0;
 };
 
 // Called exactly once per Submit, from the loop's thread or the caller's.
@@ -88,6 +91,7 @@ namespace internal {
 struct Job {
   enum class State {
     kQueued,        // waiting for blocks
+    kLoading,       // blocks held; waiting for prefix blocks from the KV tier
     kComputing,     // blocks held; prompt chunks left to compute
     kTransferring,  // first token sampled; waiting for the decode worker
   };
@@ -104,7 +108,10 @@ struct Job {
   // admission attempt when the prefix cache is on.
   std::vector<BlockHash> block_hashes;
   bool hashed = false;
-  int cached_tokens = 0;  // Taken from the prefix cache at admission.
+  int cached_tokens = 0;  // Taken from the prefix cache or the KV tier.
+  int tier_tokens = 0;    // Of them, from the KV tier.
+  // The KV tier's load of the blocks after the cached ones (kLoading).
+  TierLink::Fetch fetch;
 
   absl::Time arrived;
   absl::Time started = absl::InfinitePast();  // First step.

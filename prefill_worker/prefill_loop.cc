@@ -45,6 +45,8 @@ absl::StatusOr<std::unique_ptr<PrefillLoop>> PrefillLoop::Create(
   scheduler_options.prefix_cache = options.prefix_cache;
   scheduler_options.weights_fingerprint = loop_options.weights_fingerprint;
   scheduler_options.make_executor = options.make_executor;
+  scheduler_options.make_kv_tier = options.make_kv_tier;
+  scheduler_options.kv_tier_wait = options.kv_tier_wait;
   ASSIGN_OR_RETURN(
       std::unique_ptr<PrefillScheduler> scheduler,
       PrefillScheduler::Create(weights, std::move(backend), transport, clock, scheduler_options));
@@ -323,6 +325,13 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.prefix_cache_hit_tokens = c.prefix_cache_hit_tokens;
   stats_.prefix_cache_evicted_blocks = engine_.block_pool().evictions();
   cache_events_.CatchUp(engine_.block_pool().events());
+  if (const KvTier* tier = scheduler_->kv_tier(); tier != nullptr) {
+    stats_.kv_tier = true;
+    stats_.tier = tier->stats();
+    stats_.tier_link = scheduler_->tier_link()->stats();
+    stats_.tier_queried_tokens = c.tier_queried_tokens;
+    stats_.tier_hit_tokens = c.tier_hit_tokens;
+  }
   stats_.kv_connections = scheduler_->pooled_connections();
   if (options_.transport_peers) stats_.kv_peers = options_.transport_peers();
   AddEngineStats(engine_, stats_);
@@ -378,7 +387,7 @@ void PrefillLoop::Run() {
     }
     Round();
     if (scheduler_->has_compute()) continue;
-    if (scheduler_->transfers_pending()) {
+    if (scheduler_->transfers_pending() || scheduler_->loads_pending()) {
       // Real time: a fake clock standing still would make this wait spin.
       scheduler_->WaitForTransfers(absl::Now() + options_.transfer_poll);
       continue;

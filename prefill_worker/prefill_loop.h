@@ -103,6 +103,11 @@ struct PrefillLoopOptions {
   PrefillMetrics* metrics = nullptr;
   // What runs the steps (SchedulerOptions::make_executor); null: the engine.
   std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;
+  // The KV tier below the prefix cache and the longest a job waits for its
+  // blocks from it (SchedulerOptions::make_kv_tier, kv_tier_wait).
+  std::function<absl::StatusOr<std::unique_ptr<KvTier>>(const KvTierIdentity&)> make_kv_tier =
+      nullptr;
+  absl::Duration kv_tier_wait = absl::Milliseconds(250);
   // The transport's connection records (UcxTransport::num_peers), read on
   // the scheduling thread (the transport's only user) for the stats; null:
   // PrefillStats::kv_peers stays 0.
@@ -123,6 +128,14 @@ struct PrefillStats : WorkerStatsRecord {
   // fall back once decode workers are gone: a rising figure is a leak.
   uint64_t kv_connections = 0;
   uint64_t kv_peers = 0;
+  // The KV tier (PrefillLoopOptions::make_kv_tier): whether there is one,
+  // its counters and its link's, and the prompt tokens looked up in it and
+  // loaded from it (SchedulerCounters).
+  bool kv_tier = false;
+  KvTierStats tier;
+  TierLinkStats tier_link;
+  uint64_t tier_queried_tokens = 0;
+  uint64_t tier_hit_tokens = 0;
 };
 
 class PrefillLoop {

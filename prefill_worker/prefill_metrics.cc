@@ -51,7 +51,8 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
       kv_peers_(AddGauge(registry, "tandem_prefill_kv_peers",
                          "Connection records the KV transport holds (open ones, and closed "
                          "ones not yet released)")),
-      engine_(registry, "tandem_prefill") {}
+      engine_(registry, "tandem_prefill"),
+      tier_(registry, "tandem_prefill") {}
 
 void PrefillMetrics::Publish(const PrefillStats& stats) {
   waiting_.Set(stats.waiting);
@@ -72,6 +73,9 @@ void PrefillMetrics::Publish(const PrefillStats& stats) {
   kv_peers_.Set(static_cast<double>(stats.kv_peers));
   engine_.Publish(stats.device_memory_total_bytes, stats.kv_cache_bytes,
                   !stats.engine_error.empty());
+  if (stats.kv_tier) {
+    tier_.Publish(stats.tier, stats.tier_link, stats.tier_queried_tokens, stats.tier_hit_tokens);
+  }
 }
 
 void PrefillMetrics::OnReply(const absl::StatusOr<PrefillResult>& result) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
+#include "common/metrics/tier_metrics.h"
 #include "prefill_worker/prefill_job.h"
 #include "prometheus/registry.h"
 
@@ -51,6 +52,7 @@ class PrefillMetrics {
   prometheus::Gauge& kv_connections_;
   prometheus::Gauge& kv_peers_;
   metrics::EngineGauges engine_;
+  metrics::TierMetrics tier_;
 };
 
 }  // namespace tandem::prefill

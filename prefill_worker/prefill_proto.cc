@@ -35,6 +35,7 @@ void ResultToProto(const PrefillResult& result, v1::PrefillResponse* response) {
   response->set_kv_transfer_us(result.kv_transfer_us);
   response->set_kv_bytes(result.kv_bytes);
   response->set_cached_tokens(result.cached_tokens);
+  response->set_tier_tokens(result.tier_tokens);
 }
 
 v1::WorkerStats StatsToProto(const PrefillStats& stats) {

@@ -22,8 +22,8 @@ namespace {
 constexpr int kMaxLogitRows = 256;
 
 // Longest the loop waits on the transport while layer copies to the KV
-// staging are in flight: a finished copy is no transport activity, so it
-// is polled for.
+// staging or loads from the KV tier are in flight: neither finishing is
+// transport activity, so they are polled for.
 constexpr absl::Duration kCopyPoll = absl::Microseconds(100);
 
 int64_t Micros(absl::Duration d) { return std::max<int64_t>(0, absl::ToInt64Microseconds(d)); }
@@ -62,8 +62,22 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
   // The transport reads host memory only: the staging when there is one.
   void* const memory = we.transport_memory();
   const size_t bytes = we.transport_bytes();
+  if (options.make_kv_tier && (we.staging != nullptr || !options.prefix_cache)) {
+    return absl::InvalidArgumentError(
+        we.staging != nullptr
+            ? "a KV tier needs the KV cache in host memory; this backend keeps it on the device "
+              "(run without --kv_tier_dir)"
+            : "a KV tier sits below the prefix cache: turn the prefix cache on or drop the tier");
+  }
   std::unique_ptr<PrefillScheduler> s(
       new PrefillScheduler(std::move(we.engine), std::move(we.staging), transport, clock, options));
+  if (options.make_kv_tier) {
+    ASSIGN_OR_RETURN(s->tier_,
+                     options.make_kv_tier(KvTierIdentity::Of(s->salt_, s->engine_->kv_layout())));
+    s->link_ = std::make_unique<TierLink>(s->tier_.get(), s->engine_->kv_layout(),
+                                          static_cast<uint8_t*>(s->engine_->kv_cache()));
+    s->link_->Attach(s->engine_->block_pool());
+  }
   ASSIGN_OR_RETURN(s->region_,
                    s->sender_->RegisterMemory(memory, bytes, kvtransfer::MemoryKind::kHost));
   return s;
@@ -91,6 +105,7 @@ PrefillScheduler::~PrefillScheduler() {
   for (auto& job : active_) {
     if (!job->finished) Finish(*job, absl::CancelledError("prefill worker destroyed"));
   }
+  engine_->block_pool().SetEvictionHook(nullptr);
 }
 
 void PrefillScheduler::DropSender() {
@@ -122,9 +137,10 @@ bool PrefillScheduler::TryAdmit(std::unique_ptr<Job>& job) {
   const int lookup = job->request.prompt_logprobs
                          ? 0
                          : std::min<int>((len - 1) / block_size, job->block_hashes.size());
-  std::vector<int32_t> hits =
-      pool.AcquirePrefix(std::span<const BlockHash>(job->block_hashes).first(lookup));
-  const int cached_tokens = static_cast<int>(hits.size()) * block_size;
+  const std::span<const BlockHash> hashes = std::span<const BlockHash>(job->block_hashes);
+  std::vector<int32_t> hits = pool.AcquirePrefix(hashes.first(lookup));
+  const int held = static_cast<int>(hits.size());
+  const int cached_tokens = held * block_size;
   if (!hits.empty()) job->table.Adopt(std::move(hits), cached_tokens);
   if (!job->table.Reserve(len - cached_tokens, pool).ok()) {
     job->table.Release(pool);
@@ -152,6 +168,17 @@ bool PrefillScheduler::TryAdmit(std::unique_ptr<Job>& job) {
   counters_.prefix_cache_queried_tokens += static_cast<uint64_t>(lookup) * block_size;
   counters_.prefix_cache_hit_tokens += cached_tokens;
   job->state = Job::State::kComputing;
+  // The blocks after the cached ones that the tier holds load into the
+  // blocks just reserved for them.
+  if (link_ != nullptr && refused.ok() && held < lookup) {
+    const std::span<const BlockHash> rest = hashes.subspan(held, lookup - held);
+    counters_.tier_queried_tokens += rest.size() * block_size;
+    if (const int n = link_->Probe(rest); n > 0) {
+      job->fetch = link_->Start(rest.first(n), job->table.blocks().subspan(held, n),
+                                clock_->Now() + options_.kv_tier_wait);
+      job->state = Job::State::kLoading;
+    }
+  }
   active_.push_back(std::move(job));
   // Never fits (Create makes the staging hold any prompt the pool can, so
   // only a job the loop did not validate gets here): taken and failed.
@@ -167,8 +194,32 @@ void PrefillScheduler::Cancel(JobId id) {
   }
 }
 
+bool PrefillScheduler::loads_pending() const {
+  return std::any_of(active_.begin(), active_.end(), [](const auto& j) {
+    return !j->finished && j->state == Job::State::kLoading;
+  });
+}
+
+void PrefillScheduler::PollFetches() {
+  if (link_ == nullptr) return;
+  const absl::Time now = clock_->Now();
+  for (auto& owned : active_) {
+    Job& job = *owned;
+    if (job.finished || job.state != Job::State::kLoading || !link_->Poll(job.fetch, now)) {
+      continue;
+    }
+    const int tokens = job.fetch.loaded() * options_.block_size;
+    job.table.Advance(tokens);
+    job.cached_tokens += tokens;
+    job.tier_tokens = tokens;
+    counters_.tier_hit_tokens += tokens;
+    job.state = Job::State::kComputing;
+  }
+}
+
 void PrefillScheduler::RunOnce() {
   if (sender_ == nullptr) return;
+  PollFetches();
   if (staging_ != nullptr) PollLayerCopies();
   sender_->Poll();
   HandleTransferEnds();
@@ -185,7 +236,8 @@ void PrefillScheduler::RunOnce() {
 void PrefillScheduler::WaitForTransfers(absl::Time deadline) {
   if (sender_ == nullptr) return;
   // A real-time wait, as `deadline` is: the scheduler's clock may be fake.
-  if (layer_copies_pending()) deadline = std::min(deadline, absl::Now() + kCopyPoll);
+  if (layer_copies_pending() || loads_pending())
+    deadline = std::min(deadline, absl::Now() + kCopyPoll);
   sender_->WaitForActivity(deadline);
 }
 
@@ -449,6 +501,7 @@ void PrefillScheduler::HandleTransferEnds(bool in_step) {
       result.kv_transfer_us = Micros(clock_->Now() - job->last_layer);
       result.kv_bytes = static_cast<int64_t>(job->lease.total_bytes());
       result.cached_tokens = job->cached_tokens;
+      result.tier_tokens = job->tier_tokens;
       Finish(*job, result);
     }
   }
@@ -481,6 +534,8 @@ void PrefillScheduler::Fail(Job& job, const absl::Status& status) {
 void PrefillScheduler::Finish(Job& job, absl::StatusOr<PrefillResult> result) {
   if (job.finished) return;
   job.finished = true;
+  // The tier writes into the job's blocks no more once this returns.
+  if (link_ != nullptr) link_->Cancel(job.fetch);
   engine_->Release(job.table);
   // The sender has let go of the run. A copy into it may still be in
   // flight (the transfer failed first); the next owner's copies are queued

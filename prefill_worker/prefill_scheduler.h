@@ -12,6 +12,14 @@
 // type and the block size) and are never written again. Released, they stay
 // cached until the pool evicts them for room.
 //
+// KV tier (SchedulerOptions::make_kv_tier): cached blocks the pool evicts
+// spill into a tier below it (common/kvcache/tier_link.h), and a job whose
+// prompt continues past its cached blocks into blocks the tier holds loads
+// those into its reserved blocks (kLoading) before it computes the rest.
+// It waits for them at most kv_tier_wait; what has not arrived, been
+// verified, or follows a block that did not, is computed as if the tier
+// were not there, so a tier can make a prompt faster and never wrong.
+//
 // KV staging: when the backend's memory is not host memory (it has a
 // KvCopier: a GPU), the transport cannot read the KV cache. The sender then
 // reads page-locked host staging (common/engine/kv_staging.h) instead: each
@@ -49,6 +57,8 @@
 #include "common/engine/kv_staging.h"
 #include "common/engine/step_executor.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/kv_tier.h"
+#include "common/kvcache/tier_link.h"
 #include "common/model/model_weights.h"
 #include "common/worker/worker_engine.h"
 #include "kvtransfer/kv_transport.h"
@@ -85,6 +95,13 @@ struct SchedulerOptions {
   // Tokens of the made-up prompt the engine is warmed up with before the
   // worker serves (WorkerEngineOptions::warm_up_tokens); 0: none.
   int warm_up_tokens = 0;
+  // Makes the KV tier below the prefix cache, for blocks of the identity
+  // it is given (see above). Needs the prefix cache and a KV cache in host
+  // memory: Create refuses it with KV staging. Null: no tier.
+  std::function<absl::StatusOr<std::unique_ptr<KvTier>>(const KvTierIdentity&)> make_kv_tier =
+      nullptr;
+  // Longest a job waits for its blocks from the KV tier.
+  absl::Duration kv_tier_wait = absl::Milliseconds(250);
   // What runs the steps, made once the engine exists; null: the engine
   // (common/engine/step_executor.h: a simulator gives a SimulatedExecutor).
   std::function<std::unique_ptr<StepExecutor>(Engine& engine)> make_executor = nullptr;
@@ -100,6 +117,10 @@ struct SchedulerCounters {
   // found there, over admitted jobs.
   uint64_t prefix_cache_queried_tokens = 0;
   uint64_t prefix_cache_hit_tokens = 0;
+  // Prompt tokens after those whose blocks the KV tier was asked for, and
+  // those loaded from it (verified, at the head of the fetch).
+  uint64_t tier_queried_tokens = 0;
+  uint64_t tier_hit_tokens = 0;
 };
 
 // A reply to deliver: `done` must be called with `result`.
@@ -139,11 +160,17 @@ class PrefillScheduler {
   }
   bool has_compute() const;
   bool transfers_pending() const { return sender_ != nullptr && !sender_->idle(); }
+  // Jobs waiting for blocks from the KV tier (the driver polls, as for
+  // transfers).
+  bool loads_pending() const;
   const SchedulerCounters& counters() const { return counters_; }
   // Connections to decode workers the KV sender keeps open now.
   uint64_t pooled_connections() const {
     return sender_ == nullptr ? 0 : sender_->stats().pooled_connections;
   }
+  // The KV tier and its link to the pool; null without one.
+  const KvTier* kv_tier() const { return tier_.get(); }
+  const TierLink* tier_link() const { return link_.get(); }
   // The KV staging; null when the sender reads the KV cache directly.
   const KvStaging* staging() const { return staging_.get(); }
 
@@ -189,6 +216,8 @@ class PrefillScheduler {
                    const SchedulerOptions& options);
 
   void Step();
+  // Ends the tier loads that are over and lets their jobs compute.
+  void PollFetches();
   // Appends the logprobs of the prompt tokens that `rows` (one per token of
   // the chunk starting at `start`) predict.
   void AddPromptLogprobs(internal::Job& job, int start, std::span<const float> rows);
@@ -228,6 +257,10 @@ class PrefillScheduler {
   const std::unique_ptr<KvStaging> staging_;
   KvCopier* const copier_;
 
+  // The KV tier and its link (Create makes them); destroyed before the
+  // engine, whose pool calls the link.
+  std::unique_ptr<KvTier> tier_;
+  std::unique_ptr<TierLink> link_;
   std::unique_ptr<kvtransfer::TransferSender> sender_;
   // The KV cache's registration, or the staging's.
   kvtransfer::RegionId region_ = 0;

@@ -423,9 +423,11 @@ class RequestDriver final : public RequestHandle,
   // (SinceArrivalUs), for timeline_.reserve_us and prefill_call_us.
   int64_t reserve_sent_us_ = 0;
   int64_t prefill_sent_us_ = 0;
-  // Prompt tokens not computed (prefix cache), those the decode worker
-  // already held (not shipped), and the KV bytes shipped.
+  // Prompt tokens not computed (prefix cache or KV tier), those of them the
+  // prefill worker's KV tier gave, those the decode worker already held
+  // (not shipped), and the KV bytes shipped.
   int cached_tokens_ = 0;
+  int tier_tokens_ = 0;
   int decode_held_tokens_ = 0;
   int64_t kv_bytes_ = 0;
   std::string prefill_address_;

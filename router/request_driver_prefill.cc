@@ -164,6 +164,7 @@ void RequestDriver::OnPrefillDone(int attempt, absl::StatusOr<v1::PrefillRespons
   timeline_.prefill_us = r.prefill_us();
   timeline_.kv_transfer_us = r.kv_transfer_us();
   cached_tokens_ = r.cached_tokens();
+  tier_tokens_ = r.tier_tokens();
   kv_bytes_ = r.kv_bytes();
   phase_ = Phase::kStreaming;
   if (req_.echo) EmitEcho(req_.logprobs.has_value() ? &r.prompt_logprobs() : nullptr);

@@ -44,6 +44,7 @@ void RequestDriver::Log(const absl::Status& status) const {
                             : std::string()},
       {"prompt_tokens", req_.prompt.size()},
       {"cached_tokens", cached_tokens_},
+      {"tier_cached_tokens", tier_tokens_},
       {"decode_held_tokens", decode_held_tokens_},
       {"kv_bytes", kv_bytes_},
       {"completion_tokens", completion_tokens},

@@ -136,6 +136,7 @@ void BlockPool::Unlink(int32_t b) {
 int32_t BlockPool::EvictOne() {
   const int32_t b = head_;
   CHECK(b != kNone) << "no block to evict";
+  if (eviction_hook_) eviction_hook_(b, hash_of_[b]);
   Uncache(b);
   events_.Record(CacheEventKind::kEvicted, hash_of_[b]);
   return b;

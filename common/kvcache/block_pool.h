@@ -18,7 +18,9 @@
 #define TANDEM_COMMON_KVCACHE_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -81,6 +83,12 @@ class BlockPool {
   // The prefix cache's latest events (see above).
   const CacheEventRing& events() const { return events_; }
 
+  // Called with each cached block Allocate evicts, before it is handed out
+  // (its K/V still intact), so that a lower tier can keep a copy; Flush
+  // calls it for nothing (a flushed cache is meant to be gone). Null: none.
+  using EvictionHook = std::function<void(int32_t block, const BlockHash& hash)>;
+  void SetEvictionHook(EvictionHook hook) { eviction_hook_ = std::move(hook); }
+
  private:
   static constexpr int32_t kNone = -1;
   void PushEvictable(int32_t block);
@@ -105,6 +113,7 @@ class BlockPool {
   int evictable_ = 0;
   uint64_t evictions_ = 0;
   CacheEventRing events_;
+  EvictionHook eviction_hook_;
 };
 
 }  // namespace tandem

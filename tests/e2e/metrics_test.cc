@@ -3,7 +3,6 @@
 // move by exactly the requests sent, KV bytes agree between prefill and
 // decode, gauges return to idle, and the router writes one JSON trace line
 // per request (--request_log).
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -19,47 +18,19 @@
 #include "common/base/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/cluster_harness.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/testing/model_files.h"
 
 namespace tandem::testing {
 namespace {
-
-using Samples = std::map<std::string, double>;  // "name{labels}" -> value.
 
 std::string ReadWhole(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Scrapes http://127.0.0.1:port/metrics into samples; empty on failure.
-Samples Scrape(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  httplib::Result result = client.Get("/metrics");
-  Samples samples;
-  if (!result || result->status != 200) return samples;
-  for (absl::string_view line : absl::StrSplit(result->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    double value = 0;
-    if (space == absl::string_view::npos || !absl::SimpleAtod(line.substr(space + 1), &value)) {
-      continue;
-    }
-    samples[std::string(line.substr(0, space))] = value;
-  }
-  return samples;
-}
-
-// A sample's value; NaN (which fails every comparison) when absent.
-double Get(const Samples& s, const std::string& name) {
-  auto it = s.find(name);
-  return it == s.end() ? std::nan("") : it->second;
 }
 
 class MetricsTest : public ::testing::Test {

@@ -1,7 +1,8 @@
 // Prefix caching across the pools: greedy outputs are the same with the
 // caches on and off, colocated and disaggregated; repeated prefixes are not
 // computed again; a multi-turn chat ships only its new blocks; the router's
-// prefix index follows a worker's evictions through its cache events.
+// prefix index follows a worker's evictions through its cache events; a
+// prefill worker's SSD KV tier gives back a prompt its pool evicted.
 #include <signal.h>
 
 #include <fstream>
@@ -11,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -20,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_harness.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/status_matchers.h"
 
@@ -270,6 +274,68 @@ TEST_F(PrefixCacheClusterTest, AnEvictedPrefixIsNotCountedByTheRoutersIndex) {
   EXPECT_LT(held, 80) << "the tail block should have been evicted";
   ASSERT_OK_AND_ASSIGN(const int claim, IndexedCachedTokens(request_log, "second"));
   EXPECT_EQ(claim, held) << ReadAll(request_log);
+}
+
+// A prefill worker with a pool of 16 blocks over an SSD tier: a prompt's
+// blocks, evicted from the pool by two long prompts, come back from the
+// tier, verified, and the reply is the one a cluster without cache gives.
+TEST_F(PrefixCacheClusterTest, APromptEvictedFromThePrefillPoolComesBackFromItsSsdTier) {
+  const std::string dir = TempDir();
+  const std::string request_log = dir + "/tier-requests.jsonl";
+  auto started = Cluster::Start(
+      ClusterOptions{.prefill = 1,
+                     .decode = 1,
+                     .model = model_,
+                     .tokenizer = tokenizer_,
+                     .router_flags = {"--request_log=" + request_log},
+                     .prefill_flags = {"--kv_blocks=16", "--kv_tier_dir=" + dir + "/tier",
+                                       "--kv_tier_gib=0.05", "--metrics_listen=127.0.0.1:0",
+                                       "--metrics_port_file=" + dir + "/prefill.mport"},
+                     // The decode worker holds no prefix: every prompt block is the
+                     // prefill worker's to give.
+                     .decode_flags = {"--noprefix_cache"}});
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& on = **started;
+  std::unique_ptr<Cluster> off = Start(1, false);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(dir + "/prefill.mport")), &port))
+      << on.Logs();
+
+  const std::vector<int32_t> prompt = Tokens(84, 9);  // 5 full blocks cached
+  const Completion first = RunGenerate(on.router(), Greedy(prompt, 8));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message() << on.Logs();
+  EXPECT_EQ(first.finished.usage().cached_tokens(), 0);
+  for (int32_t from : {2000, 3000}) {  // 15 blocks each: the pool evicts the prompt
+    const Completion c = RunGenerate(on.router(), Greedy(Tokens(240, from), 2));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message() << on.Logs();
+  }
+  // Every block spilled is written (the tier is far from full).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  Samples m = Scrape(port);
+  while (!(Get(m, "tandem_prefill_kv_tier_spilled_blocks_total") >= 5 &&
+           Get(m, "tandem_prefill_kv_tier_records") ==
+               Get(m, "tandem_prefill_kv_tier_spilled_blocks_total"))) {
+    ASSERT_LT(absl::Now(), deadline) << "tier writes did not land\n" << on.Logs();
+    absl::SleepFor(absl::Milliseconds(20));
+    m = Scrape(port);
+  }
+
+  v1::GenerateRequest again = Greedy(prompt, 8);
+  again.set_request_id("again");
+  const Completion b = RunGenerate(on.router(), again);
+  const Completion want = RunGenerate(off->router(), Greedy(prompt, 8));
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message() << on.Logs();
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message() << off->Logs();
+  EXPECT_EQ(b.tokens, want.tokens);
+  EXPECT_EQ(b.tokens, first.tokens);
+  EXPECT_EQ(b.finished.usage().cached_tokens(), 80);
+  m = Scrape(port);
+  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_hit_tokens_total"), 80);
+  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_load_misses_total{reason=\"corrupt\"}"), 0);
+  // The request log says the prefix came from the tier.
+  ASSERT_OK(WaitForCount(request_log, "\"request_id\":\"again\"", 1));
+  EXPECT_THAT(ReadAll(request_log), ::testing::HasSubstr("\"tier_cached_tokens\":80"));
+  EXPECT_TRUE(on.WaitUntilIdle(absl::Seconds(30)).ok());
 }
 
 // A prefill worker's GetStats serves its cache events after a cursor, as
