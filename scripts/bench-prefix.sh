@@ -14,6 +14,14 @@
 #     history plus a new user message. Prints the KV bytes the prefill
 #     worker shipped per turn (from the router's request log), with the
 #     decode worker's prefix cache on and off.
+#   scripts/bench-prefix.sh tier [REQUESTS]
+#     TTFT of 512-token prompts whose 448-token prefix (one of 4, taken in
+#     turn) the prefill worker computed before: with a pool that holds all
+#     four, with a pool of 48 blocks that evicts each before it comes back
+#     (recomputed), and the same pool over an SSD KV tier (loaded back);
+#     then prompts that share nothing, with and without the tier (its cost
+#     when it cannot help). TTFT from the router's request log, after one
+#     warm-up request per prefix.
 set -euo pipefail
 mode="${1:-ttft}"
 source "$(dirname "$0")/bench-common.sh" 22000
@@ -90,7 +98,38 @@ print(f"total KV bytes shipped: {sum(r.get('kv_bytes', 0) for r in lines)}")
 PY
     down
   done
+elif [ "$mode" = tier ]; then
+  requests="${2:-24}"
+  printf "%-34s %10s %10s %12s %10s\n" case "TTFT p50" "TTFT p90" "cached/req" "from tier"
+  run_case() {  # run_case NAME DATASET PREFILL_ARGS
+    local name=$1 dataset=$2 prefill_args=$3 data
+    up 1 --prefill_args "$prefill_args"
+    data=(--dataset synthetic --input_len 512)
+    [ "$dataset" = synthetic ] || data=(--dataset shared_prefix --num_prefixes 4 --prefix_len 448
+      --input_len 64)
+    : >"$work/cluster/requests.jsonl"
+    "$bin/tandem-bench" --target "grpc://127.0.0.1:$port" "${data[@]}" --range_ratio 0 \
+      --output_len 2 --vocab_size 32000 --max_concurrency 1 --num_requests $((requests + 4)) \
+      --seed 7 --progress=false --result_json "$work/r.json" >/dev/null
+    python3 - "$work/cluster/requests.jsonl" "$name" <<'PY'
+import json, statistics, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()][4:]
+ttft = sorted(r["timeline_us"]["first_token"] / 1000 for r in lines)
+p = lambda q: ttft[min(len(ttft) - 1, int(q * len(ttft)))]
+mean = lambda k: statistics.mean(r.get(k, 0) for r in lines)
+print(f"{sys.argv[2]:<34} {statistics.median(ttft):>7.1f} ms {p(0.9):>7.1f} ms "
+      f"{mean('cached_tokens'):>12.0f} {mean('tier_cached_tokens'):>10.0f}")
+PY
+    down
+  }
+  run_case "prefixes in the pool" shared "--kv_blocks=256"
+  run_case "prefixes evicted, no tier" shared "--kv_blocks=48"
+  rm -rf "$work/tier"
+  run_case "prefixes evicted, SSD tier" shared "--kv_blocks=48 --kv_tier_dir=$work/tier --kv_tier_gib=1"
+  run_case "no reuse, no tier" synthetic "--kv_blocks=48"
+  rm -rf "$work/tier"
+  run_case "no reuse, SSD tier" synthetic "--kv_blocks=48 --kv_tier_dir=$work/tier --kv_tier_gib=1"
 else
-  echo "usage: $0 ttft [REQUESTS] | chat [CONVERSATIONS] [TURNS]" >&2
+  echo "usage: $0 ttft [REQUESTS] | chat [CONVERSATIONS] [TURNS] | tier [REQUESTS]" >&2
   exit 2
 fi
