@@ -7,11 +7,9 @@
 
 namespace tandem::kvtransfer {
 
-namespace {
-enum class ChunkState : uint8_t { kMissing, kInFlight, kLanded };
-}  // namespace
-
 struct TransferReceiver::Transfer {
+  enum class ChunkState : uint8_t { kMissing, kInFlight, kLanded };
+
   TransferLease lease;
   std::vector<std::vector<Slice>> layers;
   ReceiveDoneFn done;
@@ -97,7 +95,7 @@ absl::StatusOr<TransferLease> TransferReceiver::Expect(ReceiveRequest request) {
   t->done = std::move(request.done);
   for (uint32_t l = 0; l < t->layers.size(); ++l) {
     const uint64_t n = t->lease.chunks_in_layer(l);
-    t->chunks.emplace_back(n, ChunkState::kMissing);
+    t->chunks.emplace_back(n, Transfer::ChunkState::kMissing);
     t->chunks_left += n;
   }
   TransferLease lease = t->lease;
@@ -207,7 +205,7 @@ void TransferReceiver::HandleIncoming(const TransportEvent& e) {
         absl::StrCat("layer ", h.layer, " chunk without the checksum the lease asks for"));
   }
   const uint64_t chunk = h.offset / lease.chunk_bytes;
-  if (t.chunks[h.layer][chunk] != ChunkState::kMissing) {
+  if (t.chunks[h.layer][chunk] != Transfer::ChunkState::kMissing) {
     transport_->Discard(e.id);
     ++stats_.dropped_duplicate;
     return;
@@ -225,7 +223,7 @@ void TransferReceiver::HandleIncoming(const TransportEvent& e) {
          true);
     return;
   }
-  t.chunks[h.layer][chunk] = ChunkState::kInFlight;
+  t.chunks[h.layer][chunk] = Transfer::ChunkState::kInFlight;
   ++t.in_flight;
   ++stats_.accepted_messages;
   receives_[e.id] =
@@ -259,7 +257,7 @@ void TransferReceiver::HandleReceiveDone(const TransportEvent& e) {
       return;
     }
   }
-  t.chunks[r.layer][r.chunk] = ChunkState::kLanded;
+  t.chunks[r.layer][r.chunk] = Transfer::ChunkState::kLanded;
   const uint64_t bytes = TotalBytes(r.destination);
   t.bytes_landed += bytes;
   stats_.accepted_bytes += bytes;

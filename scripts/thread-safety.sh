@@ -5,8 +5,10 @@
 # runs each compile command of compile_commands.json with -fsyntax-only, two
 # at a time. A member marked ABSL_GUARDED_BY touched without its lock, or a
 # function called without the locks it ABSL_EXCLUSIVE_LOCKS_REQUIRED, fails
-# the run. The analysis is a front-end pass, so nothing is code-generated or
-# linked. THREAD_SAFETY_JOBS overrides the two parallel compiles.
+# the run. The preset builds without the unity build, so that each source
+# is a compile command of its own. The analysis is a front-end pass, so
+# nothing is code-generated or linked. THREAD_SAFETY_JOBS overrides the two
+# parallel compiles.
 #
 # TANDEM_TSA_REUSE_FUZZ=1 (CI, after scripts/fuzz.sh) leaves out the sources
 # that the fuzz build compiles: the `fuzz` preset is clang 14 with the same
@@ -55,7 +57,16 @@ fi
 python3 - "$build/compile_commands.json" "$build/tsa-covered" "$PWD" >"$build/tsa-commands" <<'EOF'
 import json, os, re, shlex, sys
 
-covered = {os.path.realpath(line.strip()) for line in open(sys.argv[2]) if line.strip()}
+covered = set()
+for line in open(sys.argv[2]):
+    path = os.path.realpath(line.strip()) if line.strip() else None
+    if not path:
+        continue
+    covered.add(path)
+    # A unit of the unity build stands for the sources it includes.
+    if re.search(r"/Unity/unity_[0-9]+_cxx\.cxx$", path):
+        for included in re.findall(r'^#include "([^"]+)"', open(path).read(), re.M):
+            covered.add(os.path.realpath(included))
 root = sys.argv[3]
 
 # A source can break the analysis only through a capability: a mutex, a

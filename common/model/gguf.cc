@@ -49,10 +49,6 @@ T Load(const uint8_t* p) {
   return v;
 }
 
-uint64_t AlignUp(uint64_t x, uint64_t alignment) {
-  return (x + alignment - 1) / alignment * alignment;
-}
-
 // An integer metadata value of any width and signedness.
 struct Integer {
   bool negative;

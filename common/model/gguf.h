@@ -25,6 +25,11 @@
 
 namespace tandem {
 
+// `x` rounded up to a multiple of `alignment` (tensor data and offsets).
+inline uint64_t AlignUp(uint64_t x, uint64_t alignment) {
+  return (x + alignment - 1) / alignment * alignment;
+}
+
 // Metadata value types, numbered as in the file.
 enum class GgufValueType : uint32_t {
   kUint8 = 0,

@@ -42,10 +42,6 @@ void PutPadding(std::ostream& out, uint64_t written, uint64_t alignment) {
   }
 }
 
-uint64_t AlignUp(uint64_t x, uint64_t alignment) {
-  return (x + alignment - 1) / alignment * alignment;
-}
-
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {

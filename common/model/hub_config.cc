@@ -20,7 +20,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-absl::Status Invalid(const std::string& file, const std::string& problem) {
+absl::Status ConfigInvalid(const std::string& file, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat("'", file, "': ", problem));
 }
 
@@ -30,8 +30,8 @@ absl::StatusOr<Json> ReadJson(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Invalid(path, "is not valid JSON");
-  if (!j.is_object()) return Invalid(path, "is not a JSON object");
+  if (j.is_discarded()) return ConfigInvalid(path, "is not valid JSON");
+  if (!j.is_object()) return ConfigInvalid(path, "is not a JSON object");
   return j;
 }
 
@@ -41,12 +41,12 @@ absl::StatusOr<int> IntField(const Json& j, const std::string& file, const char*
                              std::optional<int> fallback, int64_t lo, int64_t hi) {
   if (!j.contains(key) || j[key].is_null()) {
     if (fallback.has_value()) return *fallback;
-    return Invalid(file, absl::StrCat("field '", key, "' is missing"));
+    return ConfigInvalid(file, absl::StrCat("field '", key, "' is missing"));
   }
   const Json& v = j[key];
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    return Invalid(file, absl::StrCat("field '", key, "' is ", v.dump(),
-                                      "; it must be an integer in [", lo, ", ", hi, "]"));
+    return ConfigInvalid(file, absl::StrCat("field '", key, "' is ", v.dump(),
+                                            "; it must be an integer in [", lo, ", ", hi, "]"));
   }
   return static_cast<int>(v.get<int64_t>());
 }
@@ -56,7 +56,7 @@ absl::StatusOr<float> FloatField(const Json& j, const std::string& file, const c
   if (!j.contains(key) || j[key].is_null()) return fallback;
   const Json& v = j[key];
   if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
-    return Invalid(
+    return ConfigInvalid(
         file, absl::StrCat("field '", key, "' is ", v.dump(), "; it must be a positive number"));
   }
   return static_cast<float>(v.get<double>());
@@ -66,7 +66,7 @@ absl::StatusOr<bool> BoolField(const Json& j, const std::string& file, const cha
                                bool fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_boolean()) {
-    return Invalid(
+    return ConfigInvalid(
         file, absl::StrCat("field '", key, "' is ", j[key].dump(), "; it must be true or false"));
   }
   return j[key].get<bool>();
@@ -76,20 +76,20 @@ absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& fi
   RopeScaling s;
   if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
   const Json& r = j["rope_scaling"];
-  if (!r.is_object()) return Invalid(file, "field 'rope_scaling' must be an object or null");
+  if (!r.is_object()) return ConfigInvalid(file, "field 'rope_scaling' must be an object or null");
   // Newer configs say "rope_type", older ones "type".
   const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
   if (!r.contains(type_key) || !r[type_key].is_string()) {
-    return Invalid(file, "field 'rope_scaling' has no string 'rope_type' (or 'type')");
+    return ConfigInvalid(file, "field 'rope_scaling' has no string 'rope_type' (or 'type')");
   }
   const std::string type = r[type_key].get<std::string>();
   if (type == "default") return s;
   if (type != "linear" && type != "llama3") {
-    return Invalid(file, absl::StrCat("field 'rope_scaling.", type_key, "' is '", type,
-                                      "'; supported: linear, llama3 (or no scaling)"));
+    return ConfigInvalid(file, absl::StrCat("field 'rope_scaling.", type_key, "' is '", type,
+                                            "'; supported: linear, llama3 (or no scaling)"));
   }
   ASSIGN_OR_RETURN(s.factor, FloatField(r, file, "factor", 0.0f));
-  if (s.factor == 0.0f) return Invalid(file, "field 'rope_scaling.factor' is missing");
+  if (s.factor == 0.0f) return ConfigInvalid(file, "field 'rope_scaling.factor' is missing");
   if (type == "linear") {
     s.type = RopeScaling::Type::kLinear;
     return s;
@@ -100,7 +100,7 @@ absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& fi
   ASSIGN_OR_RETURN(s.original_max_position,
                    IntField(r, file, "original_max_position_embeddings", std::nullopt, 1, 1 << 24));
   if (s.low_freq_factor == 0.0f || s.high_freq_factor == 0.0f) {
-    return Invalid(file, "llama3 'rope_scaling' needs low_freq_factor and high_freq_factor");
+    return ConfigInvalid(file, "llama3 'rope_scaling' needs low_freq_factor and high_freq_factor");
   }
   return s;
 }
@@ -115,10 +115,10 @@ absl::StatusOr<MoeConfig> ReadMoe(const Json& j, const std::string& file, const 
   ASSIGN_OR_RETURN(m.n_experts, IntField(j, file, count, std::nullopt, 1, 4096));
   ASSIGN_OR_RETURN(m.top_k, IntField(j, file, "num_experts_per_tok", std::nullopt, 1, 4096));
   if (m.top_k > m.n_experts) {
-    return Invalid(file, absl::StrCat("field 'num_experts_per_tok' is ", m.top_k, " but '", count,
-                                      "' is ", m.n_experts,
-                                      "; a token cannot use more experts "
-                                      "than there are"));
+    return ConfigInvalid(file, absl::StrCat("field 'num_experts_per_tok' is ", m.top_k, " but '",
+                                            count, "' is ", m.n_experts,
+                                            "; a token cannot use more experts "
+                                            "than there are"));
   }
   // Mixtral's softmax over the top-k logits is the renormalised top-k of
   // the softmax over all.
@@ -128,7 +128,8 @@ absl::StatusOr<MoeConfig> ReadMoe(const Json& j, const std::string& file, const 
     for (const char* key : {"moe_intermediate_size", "shared_expert_intermediate_size",
                             "decoder_sparse_step", "mlp_only_layers"}) {
       if (j.contains(key) && !j[key].is_null()) {
-        return Invalid(file, absl::StrCat("field '", key, "' is not one this architecture has"));
+        return ConfigInvalid(file,
+                             absl::StrCat("field '", key, "' is not one this architecture has"));
       }
     }
     return m;
@@ -141,11 +142,11 @@ absl::StatusOr<MoeConfig> ReadMoe(const Json& j, const std::string& file, const 
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     const Json& layers = j["mlp_only_layers"];
     if (!layers.is_array())
-      return Invalid(file, "field 'mlp_only_layers' must be a list of layers");
+      return ConfigInvalid(file, "field 'mlp_only_layers' must be a list of layers");
     for (const Json& l : layers) {
       if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layers) {
-        return Invalid(file, absl::StrCat("field 'mlp_only_layers' holds ", l.dump(),
-                                          "; layers are in [0, ", c.n_layers, ")"));
+        return ConfigInvalid(file, absl::StrCat("field 'mlp_only_layers' holds ", l.dump(),
+                                                "; layers are in [0, ", c.n_layers, ")"));
       }
       m.dense_layers.push_back(l.get<int>());
     }
@@ -192,7 +193,7 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
       "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM"};
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), arch) ==
       std::end(kArchitectures)) {
-    return Invalid(
+    return ConfigInvalid(
         file, absl::StrCat("field 'architectures' is ",
                            j.contains("architectures") ? j["architectures"].dump() : "missing",
                            "; supported: [\"", absl::StrJoin(kArchitectures, "\"], [\""), "\"]"));
@@ -205,26 +206,28 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
       mixtral || olmoe || arch == "Qwen2MoeForCausalLM" || arch == "Qwen3MoeForCausalLM";
   for (const auto& [key, value] : j.items()) {
     if (!IsKnownField(key)) {
-      return Invalid(file, absl::StrCat("field '", key, "' (", value.dump().substr(0, 60),
-                                        ") is not one a ", arch,
-                                        " model is read with; remove it if it does not change "
-                                        "the model's outputs"));
+      return ConfigInvalid(
+          file,
+          absl::StrCat("field '", key, "' (", value.dump().substr(0, 60), ") is not one a ", arch,
+                       " model is read with; remove it if it does not change "
+                       "the model's outputs"));
     }
   }
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const Json& types = j["layer_types"];
     if (!types.is_array() || !std::all_of(types.begin(), types.end(),
                                           [](const Json& t) { return t == "full_attention"; })) {
-      return Invalid(file, absl::StrCat("field 'layer_types' is ", types.dump().substr(0, 80),
-                                        "; only full_attention layers are supported"));
+      return ConfigInvalid(file, absl::StrCat("field 'layer_types' is ", types.dump().substr(0, 80),
+                                              "; only full_attention layers are supported"));
     }
   }
   if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
-    return Invalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
-                                      "; only \"silu\" is supported"));
+    return ConfigInvalid(file, absl::StrCat("field 'hidden_act' is ", j["hidden_act"].dump(),
+                                            "; only \"silu\" is supported"));
   }
   ASSIGN_OR_RETURN(bool mlp_bias, BoolField(j, file, "mlp_bias", false));
-  if (mlp_bias) return Invalid(file, "field 'mlp_bias' is true; MLP biases are not supported");
+  if (mlp_bias)
+    return ConfigInvalid(file, "field 'mlp_bias' is true; MLP biases are not supported");
 
   constexpr int kMax = 1 << 20;
   ModelConfig c;
@@ -246,8 +249,8 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
   if (olmoe) {
     c.qk_norm = QkNorm::kWhole;  // over the whole q and k projections
     if (j.contains("clip_qkv") && !j["clip_qkv"].is_null()) {
-      return Invalid(file, absl::StrCat("field 'clip_qkv' is ", j["clip_qkv"].dump(),
-                                        "; clipping q/k/v is not supported (null only)"));
+      return ConfigInvalid(file, absl::StrCat("field 'clip_qkv' is ", j["clip_qkv"].dump(),
+                                              "; clipping q/k/v is not supported (null only)"));
     }
   }
   if (moe) {
@@ -263,7 +266,7 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
                    IntField(j, file, "sliding_window", 0, 0, std::numeric_limits<int>::max()));
   if (sliding && window > 0 && window < c.seq_len) c.seq_len = window;
 
-  if (absl::Status s = c.Validate(); !s.ok()) return Invalid(file, std::string(s.message()));
+  if (absl::Status s = c.Validate(); !s.ok()) return ConfigInvalid(file, std::string(s.message()));
   ASSIGN_OR_RETURN(HubQuantization quantization, ReadHubQuantization(j, file));
   return HubConfigFile{c, quantization};
 }

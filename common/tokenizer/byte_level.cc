@@ -2,10 +2,10 @@
 
 #include <array>
 
+#include "common/tokenizer/symbols.h"
+
 namespace tandem {
 namespace {
-
-constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
 bool IsPrintableLatin1(int b) {
   return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/symbols.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -18,7 +19,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " U+2047 "
 constexpr int64_t kMaxVocab = 1 << 24;
 
 int HexDigit(char c) {

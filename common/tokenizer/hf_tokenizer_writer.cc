@@ -14,6 +14,7 @@
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/llama2c_tokenizer.h"
 #include "common/tokenizer/sentencepiece_tokenizer.h"
+#include "common/tokenizer/symbols.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -21,8 +22,6 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 using Type = SpmVocabulary::Type;
-
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581
 
 bool IsSpecial(Type type) { return type == Type::kControl || type == Type::kUnknown; }
 

@@ -3,13 +3,10 @@
 #include <string_view>
 
 #include "common/base/status_macros.h"
+#include "common/tokenizer/symbols.h"
 
 namespace tandem {
-namespace {
-
-constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
-
-}  // namespace
+namespace {}  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer)
     : IncrementalDetokenizer(tokenizer, tokenizer.bos_id()) {}

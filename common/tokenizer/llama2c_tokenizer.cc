@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/symbols.h"
 
 namespace tandem {
 namespace {
@@ -19,9 +20,6 @@ namespace {
 constexpr int32_t kNumSpecial = 3;
 constexpr int32_t kFirstNormalId = kNumSpecial + 256;
 constexpr size_t kRecordHeaderBytes = sizeof(float) + sizeof(int32_t);
-constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";   // U+FFFD
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";       // U+2581
-constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " U+2047 "
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
 // A run of the normalized text that is currently one token candidate; the

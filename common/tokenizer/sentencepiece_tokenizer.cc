@@ -13,13 +13,12 @@
 // header's namespace keeps its declarations (and their mangled names, which
 // spell std::string_view) while leaving absl alone.
 #define absl sentencepiece_absl
+#include "common/tokenizer/symbols.h"
 #include "sentencepiece_processor.h"
 #undef absl
 
 namespace tandem {
 namespace {
-
-constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " U+2047 "
 
 // SentencePiece's codes are numbered as absl's (both follow google.rpc.Code).
 absl::Status ToAbsl(const sentencepiece::util::Status& s) {

@@ -18,6 +18,20 @@ inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Written past the end of outputs (and into row-stride gaps); must survive.
 inline constexpr float kGuard = -12345.0f;
 
+// [max_position][head_dim / 2][cos, sin] of position * theta^(-2i/head_dim).
+inline std::vector<float> CosSinTable(int max_position, int head_dim, double theta) {
+  const int half = head_dim / 2;
+  std::vector<float> table(size_t(max_position) * half * 2);
+  for (int p = 0; p < max_position; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const double angle = p * std::pow(theta, -2.0 * i / head_dim);
+      table[(size_t(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
+      table[(size_t(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
 inline std::vector<float> RandomFloats(size_t n, float lo, float hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);

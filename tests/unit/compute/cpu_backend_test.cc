@@ -25,6 +25,7 @@
 namespace tandem {
 namespace {
 
+using ::tandem::testing::CosSinTable;
 using ::tandem::testing::kGuard;
 using ::tandem::testing::kNaN;
 using ::tandem::testing::RandomFloats;
@@ -211,18 +212,6 @@ TEST_P(CpuBackendTest, SwiGluMatchesNaive) {
 }
 
 // The table layout of backend.h: [max_position][head_dim / 2][cos, sin].
-std::vector<float> CosSinTable(int max_position, int head_dim, double theta) {
-  std::vector<float> table(size_t(max_position) * head_dim);
-  for (int p = 0; p < max_position; ++p) {
-    for (int i = 0; i < head_dim / 2; ++i) {
-      const double angle = p * std::pow(theta, -2.0 * i / head_dim);
-      table[(size_t(p) * head_dim / 2 + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(size_t(p) * head_dim / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
-}
-
 TEST_P(CpuBackendTest, RopeRotatesPairsByTablePosition) {
   const AttentionShape shapes[] = {{4, 2, 8}, {8, 1, 64}, {6, 6, 48}};
   constexpr int kMaxPosition = 300;

@@ -37,7 +37,7 @@ using ::tandem::testing::WorstError;
 
 // ------------------------------------------------- WriteKv, PagedAttention
 
-constexpr int kLayer = 1;  // of two: offsets must include the layer
+constexpr int kKvLayer = 1;  // of two: offsets must include the layer
 
 // A NaN (in `dtype`) whose payload varies with the element index: reading
 // an unwritten slot poisons the output, and any stray write changes a byte.
@@ -133,7 +133,7 @@ class KvCase {
         std::copy_n(seq.values.begin() + size_t(t) * kv, kv, row + kv + 2);
         rows.push_back({t, seq.blocks});
       }
-      backend.WriteKv(fused.data(), stride, fused.data() + kv + 2, stride, rows, kLayer, layout,
+      backend.WriteKv(fused.data(), stride, fused.data() + kv + 2, stride, rows, kKvLayer, layout,
                       cache.data());
     }
     return cache;
@@ -152,8 +152,8 @@ class KvCase {
         const int32_t block = s.blocks[t / layout.block_size];
         const int slot = t % layout.block_size;
         for (int d = 0; d < layout.kv_dim; ++d) {
-          const size_t key = layout.KeyOffset(kLayer, block, slot, d);
-          const size_t value = layout.ValueOffset(kLayer, block, slot) + d;
+          const size_t key = layout.KeyOffset(kKvLayer, block, slot, d);
+          const size_t value = layout.ValueOffset(kKvLayer, block, slot) + d;
           for (auto [index, want] : {std::pair{key, s.keys[size_t(t) * layout.kv_dim + d]},
                                      std::pair{value, s.values[size_t(t) * layout.kv_dim + d]}}) {
             written[index] = true;
@@ -201,7 +201,7 @@ class KvCase {
     EXPECT_EQ(q.size(), rows.size() * q_width) << "bad test case";
     Errors e;
     e.out.assign(rows.size() * q_width, kNaN);
-    backend.PagedAttention(q.data(), q_width, rows, kLayer, Layout(dtype), cache.data(), shape_,
+    backend.PagedAttention(q.data(), q_width, rows, kKvLayer, Layout(dtype), cache.data(), shape_,
                            e.out.data());
     WorstError vs_rounded, vs_exact;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -337,15 +337,15 @@ TEST_P(HalfPrecisionTest, WriteKvRoundsToNearestEven) {
     const std::vector<int32_t> blocks = {2, 0};
     const float k[2] = {c.input, 0.5f}, v[2] = {-0.25f, c.input};
     const AttentionRow row{5, blocks};  // block 0, slot 1
-    backend_->WriteKv(k, 2, v, 2, std::span<const AttentionRow>(&row, 1), kLayer, layout,
+    backend_->WriteKv(k, 2, v, 2, std::span<const AttentionRow>(&row, 1), kKvLayer, layout,
                       cache.data());
-    EXPECT_EQ(ElementAt(c.dtype, cache, layout.KeyOffset(kLayer, 0, 1, 0)), c.stored);
-    EXPECT_EQ(ElementAt(c.dtype, cache, layout.KeyOffset(kLayer, 0, 1, 1)), 0.5);
-    EXPECT_EQ(ElementAt(c.dtype, cache, layout.ValueOffset(kLayer, 0, 1)), -0.25);
-    EXPECT_EQ(ElementAt(c.dtype, cache, layout.ValueOffset(kLayer, 0, 1) + 1), c.stored);
-    const size_t changed[4] = {layout.KeyOffset(kLayer, 0, 1, 0), layout.KeyOffset(kLayer, 0, 1, 1),
-                               layout.ValueOffset(kLayer, 0, 1),
-                               layout.ValueOffset(kLayer, 0, 1) + 1};
+    EXPECT_EQ(ElementAt(c.dtype, cache, layout.KeyOffset(kKvLayer, 0, 1, 0)), c.stored);
+    EXPECT_EQ(ElementAt(c.dtype, cache, layout.KeyOffset(kKvLayer, 0, 1, 1)), 0.5);
+    EXPECT_EQ(ElementAt(c.dtype, cache, layout.ValueOffset(kKvLayer, 0, 1)), -0.25);
+    EXPECT_EQ(ElementAt(c.dtype, cache, layout.ValueOffset(kKvLayer, 0, 1) + 1), c.stored);
+    const size_t changed[4] = {
+        layout.KeyOffset(kKvLayer, 0, 1, 0), layout.KeyOffset(kKvLayer, 0, 1, 1),
+        layout.ValueOffset(kKvLayer, 0, 1), layout.ValueOffset(kKvLayer, 0, 1) + 1};
     for (size_t i = 0; i < layout.total_elements(); ++i) {
       if (std::find(std::begin(changed), std::end(changed), i) != std::end(changed)) continue;
       ASSERT_EQ(std::memcmp(&cache[2 * i], &untouched[2 * i], 2), 0) << "element " << i;

@@ -38,6 +38,7 @@
 namespace tandem {
 namespace {
 
+using ::tandem::testing::CosSinTable;
 using ::tandem::testing::kGuard;
 using ::tandem::testing::kNaN;
 using ::tandem::testing::RandomFloats;
@@ -279,20 +280,6 @@ TEST_P(HalfPrecisionTest, AddBiasTouchesOnlyTheFirstNOfEachStridedRow) {
 }
 
 // ---------------------------------------------------------------- Rope
-
-// [max_position][head_dim / 2][cos, sin] of position * theta^(-2i/head_dim).
-std::vector<float> CosSinTable(int max_position, int head_dim, double theta) {
-  const int half = head_dim / 2;
-  std::vector<float> table(size_t(max_position) * half * 2);
-  for (int p = 0; p < max_position; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const double angle = p * std::pow(theta, -2.0 * i / head_dim);
-      table[(size_t(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(size_t(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
-}
 
 const AttentionShape kRopeShapes[] = {{4, 2, 8, true}, {8, 1, 64, true}, {6, 6, 48, true}};
 

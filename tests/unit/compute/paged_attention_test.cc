@@ -27,7 +27,7 @@
 namespace tandem {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using ::tandem::testing::kNaN;
 constexpr int kLayer = 1;  // of two: offsets must include the layer
 
 // `count` rows of sequence `seq` at positions first, first + 1, ...

@@ -28,7 +28,7 @@ using ::tandem::decode::testing::StartResult;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 // Every choice finished once, in any order, and exactly one was the last.
 void ExpectEveryChoiceFinished(const RecordingSink& sink, int n) {

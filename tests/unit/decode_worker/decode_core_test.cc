@@ -22,7 +22,6 @@ namespace {
 
 using ::tandem::testing::StatusIs;
 
-constexpr int kVocab = 101;
 // Bounds every drive loop: far more rounds than any request here needs.
 constexpr int kMaxRounds = 2000;
 

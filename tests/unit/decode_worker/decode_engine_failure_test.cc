@@ -46,7 +46,7 @@ using ::tandem::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 // The error of a request whose step the failure hit.
 auto StepError() {

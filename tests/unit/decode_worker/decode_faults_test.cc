@@ -31,7 +31,7 @@ using ::tandem::decode::testing::StartResult;
 using ::tandem::testing::StatusIs;
 using ::testing::AnyOf;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 TEST(DecodeFaults, CorruptedKvFailsTheRequestWithDataLoss) {
   DecodeLoopOptions options;

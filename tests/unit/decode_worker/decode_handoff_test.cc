@@ -24,7 +24,6 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
 constexpr int kMaxRounds = 2000;
 
 struct HandoffAnswer {

@@ -28,7 +28,7 @@ using ::tandem::decode::testing::StartResult;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 // Runs a local-prefill request to its end; the streamed tokens.
 std::vector<int32_t> RunLocal(DecodeLoop& loop, const Request& r,

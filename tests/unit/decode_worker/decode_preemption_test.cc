@@ -25,8 +25,6 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;  // SmallShape().vocab_size
-
 // Forwards to a RecordingSink and appends `name` to a shared log when the
 // request ends (well or not), so that a test sees the order of ends.
 class EndOrderSink final : public EventSink {

@@ -26,7 +26,7 @@ using ::tandem::decode::testing::RemoteRequest;
 using ::tandem::decode::testing::StartResult;
 using ::tandem::testing::StatusIs;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 enum Kind {
   kLocalComplete,

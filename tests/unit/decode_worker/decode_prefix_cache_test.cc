@@ -26,7 +26,7 @@ using ::tandem::decode::testing::RandomTokens;
 using ::tandem::decode::testing::RemoteRequest;
 using ::tandem::decode::testing::StartResult;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 constexpr int kBlock = 16;  // The harness's block size.
 
 DecodeLoopOptions CacheOptions(bool prefix_cache) {

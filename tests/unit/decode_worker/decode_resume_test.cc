@@ -22,8 +22,6 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;  // SmallShape().vocab_size
-
 // Parameters: the prefix cache on or off; greedy or sampled decoding.
 class DecodeResume : public ::testing::TestWithParam<std::tuple<bool, bool>> {
  protected:

@@ -31,7 +31,7 @@ using ::tandem::decode::testing::RemoteRequest;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 class DecodeServiceTest : public ::testing::Test {
  protected:

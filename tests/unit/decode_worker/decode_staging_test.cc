@@ -32,7 +32,7 @@ using ::tandem::testing::HostKvCopier;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kVocab = 101;
+using testing::kVocab;
 
 // A decode harness whose loop stages its KV through a HostKvCopier.
 class StagedHarness {

@@ -42,6 +42,9 @@
 
 namespace tandem::decode::testing {
 
+// SmallShape().vocab_size.
+inline constexpr int kVocab = 101;
+
 inline ModelConfig SmallShape() {
   return ModelConfig{.dim = 64,
                      .hidden_dim = 96,

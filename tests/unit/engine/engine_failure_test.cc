@@ -25,7 +25,7 @@ using ::tandem::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-ModelConfig Shape() {
+ModelConfig FailureShape() {
   return ModelConfig{.dim = 64,
                      .hidden_dim = 96,
                      .n_layers = 3,
@@ -38,14 +38,14 @@ ModelConfig Shape() {
 std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(n);
-  for (int32_t& id : t) id = static_cast<int32_t>(rng() % Shape().vocab_size);
+  for (int32_t& id : t) id = static_cast<int32_t>(rng() % FailureShape().vocab_size);
   return t;
 }
 
 class EngineFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(weights_, MakeSyntheticModel(Shape(), 7));
+    ASSERT_OK_AND_ASSIGN(weights_, MakeSyntheticModel(FailureShape(), 7));
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({1}));
     auto backend = std::make_unique<FailingBackend>(std::move(cpu));
     backend_ = backend.get();
@@ -101,7 +101,7 @@ TEST_F(EngineFailureTest, FailedStepReturnsTheErrorAndLeavesTheSequencesAsTheyWe
     layers_handed_on.push_back(layer);
   });
   EXPECT_THAT(logits.status(), EngineError());
-  EXPECT_LT(layers_handed_on.size(), static_cast<size_t>(Shape().n_layers));
+  EXPECT_LT(layers_handed_on.size(), static_cast<size_t>(FailureShape().n_layers));
   // Not advanced; the block reserved for a's new tokens stays with it.
   EXPECT_EQ(a.num_tokens(), 20);
   EXPECT_EQ(b.num_tokens(), 7);
@@ -171,7 +171,7 @@ TEST_F(EngineFailureTest, ListenerSetAfterTheFailureHearsOfItAtOnceAndAReplacedO
 }
 
 TEST(EngineFailure, CreateReportsABackendThatFailedWhileLoading) {
-  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(Shape(), 7));
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(FailureShape(), 7));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({1}));
   auto backend = std::make_unique<FailingBackend>(std::move(cpu));
   backend->FailAfter(3);  // A weight upload.

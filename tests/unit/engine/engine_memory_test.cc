@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-ModelConfig Shape() {
+ModelConfig MemoryShape() {
   return ModelConfig{.dim = 64,
                      .hidden_dim = 96,
                      .n_layers = 3,
@@ -37,7 +37,7 @@ ModelConfig Shape() {
 
 class EngineMemoryTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_OK_AND_ASSIGN(weights_, MakeSyntheticModel(Shape(), 7)); }
+  void SetUp() override { ASSERT_OK_AND_ASSIGN(weights_, MakeSyntheticModel(MemoryShape(), 7)); }
 
   // An engine on a "device" of `total` bytes; `device` points at its backend.
   absl::StatusOr<std::unique_ptr<Engine>> Create(size_t total, EngineOptions options,

@@ -27,7 +27,7 @@ StepLimits Limits() {
                     .max_logit_rows = 8};
 }
 
-ModelConfig Shape() {
+ModelConfig ExecutorShape() {
   ModelConfig c;
   c.n_layers = 4;
   c.vocab_size = 50;
@@ -58,7 +58,7 @@ TEST(StepShapeTest, CountsTokensAttendedKeysAndLogitRows) {
 }
 
 TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
-  const ModelConfig config = Shape();
+  const ModelConfig config = ExecutorShape();
   BlockPool pool(16, 4);
   FakeClock clock;
   SimulatedExecutor executor(
@@ -105,7 +105,7 @@ TEST(SimulatedExecutorTest, MovesTheClockLayerByLayerAndAnswersItsOwnTokens) {
 }
 
 TEST(SimulatedExecutorTest, RefusesWhatTheEngineWould) {
-  const ModelConfig config = Shape();
+  const ModelConfig config = ExecutorShape();
   BlockPool pool(2, 4);  // Eight positions.
   FakeClock clock;
   SimulatedExecutor executor(config, Limits(), &pool, &clock, LinearStepCost{});

@@ -19,7 +19,7 @@ namespace {
 using ::tandem::testing::FailingBackend;
 using ::tandem::testing::StatusIs;
 
-ModelConfig Shape() {
+ModelConfig WarmUpShape() {
   return ModelConfig{.dim = 64,
                      .hidden_dim = 96,
                      .n_layers = 3,
@@ -48,7 +48,7 @@ absl::StatusOr<Built> Build(const ModelWeights& weights, int warm_up_tokens, int
 }
 
 TEST(WarmUp, RunsAPromptAndADecodeStepAndFreesTheirBlocks) {
-  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(Shape(), 3));
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(WarmUpShape(), 3));
   ASSERT_OK_AND_ASSIGN(Built cold, Build(*weights, 0));
   ASSERT_OK_AND_ASSIGN(Built warm, Build(*weights, 32));
   // What the warm engine ran beyond creation is what a 32-token prompt and
@@ -73,7 +73,7 @@ TEST(WarmUp, RunsAPromptAndADecodeStepAndFreesTheirBlocks) {
 }
 
 TEST(WarmUp, IsCappedByTheStepAndSkippedWithoutRoom) {
-  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(Shape(), 3));
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(WarmUpShape(), 3));
   ASSERT_OK_AND_ASSIGN(Built cold, Build(*weights, 0));
   // 1000 tokens: capped at the step's 64, not refused.
   ASSERT_OK_AND_ASSIGN(Built capped, Build(*weights, 1000));
@@ -86,7 +86,7 @@ TEST(WarmUp, IsCappedByTheStepAndSkippedWithoutRoom) {
 }
 
 TEST(WarmUp, ABackendThatFailsFailsTheWorkersStart) {
-  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(Shape(), 3));
+  ASSERT_OK_AND_ASSIGN(auto weights, MakeSyntheticModel(WarmUpShape(), 3));
   ASSERT_OK_AND_ASSIGN(Built built, Build(*weights, 0));
   built.backend->FailAfter(3);
   EXPECT_THAT(WarmUpEngine(*built.worker.engine, 8),

@@ -25,15 +25,17 @@ using ::tandem::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::string TempPath(const std::string& name) { return ::tandem::testing::TempDir() + "/" + name; }
+std::string CheckpointTempPath(const std::string& name) {
+  return ::tandem::testing::TempDir() + "/" + name;
+}
 
-std::string ReadBytes(const std::string& path) {
+std::string CheckpointReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string WriteBytes(const std::string& name, const std::string& bytes) {
-  const std::string path = TempPath(name);
+std::string CheckpointWriteBytes(const std::string& name, const std::string& bytes) {
+  const std::string path = CheckpointTempPath(name);
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
   return path;
 }
@@ -45,8 +47,8 @@ std::string Checkpoint(const std::vector<int32_t>& header, size_t floats) {
   return bytes;
 }
 
-void ExpectInvalid(const std::string& bytes, const std::string& what) {
-  const std::string path = WriteBytes("bad.bin", bytes);
+void CheckpointExpectInvalid(const std::string& bytes, const std::string& what) {
+  const std::string path = CheckpointWriteBytes("bad.bin", bytes);
   EXPECT_THAT(
       LoadLlama2cCheckpoint(path).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(path), HasSubstr(what))));
@@ -69,7 +71,7 @@ TEST(Llama2cCheckpointTest, LoadsStories260K) {
   EXPECT_EQ(w->layers[4].wk.size(), 32u * 64);
   EXPECT_EQ(w->layers[4].w2.size(), 64u * 172);
   // The embedding is the first tensor after the 28-byte header.
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = CheckpointReadBytes(path);
   EXPECT_EQ(std::memcmp(w->token_embedding.data, bytes.data() + 28, 512 * 64 * 4), 0);
   // rms_final sits right before the two RoPE tables at the end.
   const size_t rope_bytes = 512 * 8 * 4;
@@ -80,14 +82,14 @@ TEST(Llama2cCheckpointTest, LoadsStories260K) {
 TEST(Llama2cCheckpointTest, Stories260KRewritesToTheSameWeights) {
   TANDEM_MODEL_FILE_OR_SKIP(path, "stories260K.bin");
   ASSERT_OK_AND_ASSIGN(auto original, LoadLlama2cCheckpoint(path));
-  const std::string copy = TempPath("copy.bin");
+  const std::string copy = CheckpointTempPath("copy.bin");
   ASSERT_OK(WriteLlama2cCheckpoint(*original, copy));
   ASSERT_OK_AND_ASSIGN(auto loaded, LoadLlama2cCheckpoint(copy));
   ExpectSameWeights(*original, *loaded);
-  EXPECT_EQ(ReadBytes(copy).size(), ReadBytes(path).size());
+  EXPECT_EQ(CheckpointReadBytes(copy).size(), CheckpointReadBytes(path).size());
 }
 
-struct ShapeCase {
+struct CheckpointShapeCase {
   const char* name;
   int n_heads, n_kv_heads;
   bool tied;
@@ -134,11 +136,11 @@ TEST(SyntheticModelTest, ValuesFollowOneSerialSequenceInTensorOrder) {
   }
 }
 
-class SyntheticRoundTripTest : public ::testing::TestWithParam<ShapeCase> {};
+class SyntheticRoundTripTest : public ::testing::TestWithParam<CheckpointShapeCase> {};
 
 // Synthetic weights through both writers and back, then across formats.
 TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
-  const ShapeCase& s = GetParam();
+  const CheckpointShapeCase& s = GetParam();
   const ModelConfig c{.dim = 96,
                       .hidden_dim = 160,
                       .n_layers = 3,
@@ -148,8 +150,8 @@ TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
                       .seq_len = 48,
                       .shared_classifier = s.tied};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(c, 3));
-  const std::string bin = TempPath(absl::StrCat(s.name, ".bin"));
-  const std::string gguf = TempPath(absl::StrCat(s.name, ".gguf"));
+  const std::string bin = CheckpointTempPath(absl::StrCat(s.name, ".bin"));
+  const std::string gguf = CheckpointTempPath(absl::StrCat(s.name, ".gguf"));
   ASSERT_OK(WriteLlama2cCheckpoint(*model, bin));
   ASSERT_OK(WriteGgufModel(*model, gguf));
   ASSERT_OK_AND_ASSIGN(auto from_bin, LoadModel(bin));
@@ -159,17 +161,17 @@ TEST_P(SyntheticRoundTripTest, BothFormatsGiveBackTheSameWeights) {
   EXPECT_EQ(from_bin->config.shared_classifier, s.tied);
   EXPECT_EQ(from_bin->classifier.data == from_bin->token_embedding.data, s.tied);
 
-  const std::string again = TempPath(absl::StrCat(s.name, ".again.bin"));
+  const std::string again = CheckpointTempPath(absl::StrCat(s.name, ".again.bin"));
   ASSERT_OK(WriteLlama2cCheckpoint(*from_gguf, again));
-  EXPECT_EQ(ReadBytes(again), ReadBytes(bin));
+  EXPECT_EQ(CheckpointReadBytes(again), CheckpointReadBytes(bin));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticRoundTripTest,
-                         ::testing::Values(ShapeCase{"mha", 6, 6, true},
-                                           ShapeCase{"gqa", 6, 2, true},
-                                           ShapeCase{"mqa", 6, 1, true},
-                                           ShapeCase{"mha_untied", 4, 4, false},
-                                           ShapeCase{"gqa_untied", 6, 3, false}),
+                         ::testing::Values(CheckpointShapeCase{"mha", 6, 6, true},
+                                           CheckpointShapeCase{"gqa", 6, 2, true},
+                                           CheckpointShapeCase{"mqa", 6, 1, true},
+                                           CheckpointShapeCase{"mha_untied", 4, 4, false},
+                                           CheckpointShapeCase{"gqa_untied", 6, 3, false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
@@ -181,20 +183,20 @@ TEST(Llama2cCheckpointTest, RejectsTruncatedAndPaddedFiles) {
                           .vocab_size = 20,
                           .seq_len = 16};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
-  const std::string good = ReadBytes([&] {
-    const std::string path = TempPath("good.bin");
+  const std::string good = CheckpointReadBytes([&] {
+    const std::string path = CheckpointTempPath("good.bin");
     EXPECT_OK(WriteLlama2cCheckpoint(*model, path));
     return path;
   }());
-  ExpectInvalid("", "fewer than the 28-byte llama2.c header");
-  ExpectInvalid(good.substr(0, 10), "fewer than the 28-byte llama2.c header");
+  CheckpointExpectInvalid("", "fewer than the 28-byte llama2.c header");
+  CheckpointExpectInvalid(good.substr(0, 10), "fewer than the 28-byte llama2.c header");
   // Right after the header, inside the embedding, inside a layer, 4 bytes short.
   for (size_t cut : {28ul, 100ul, good.size() / 2, good.size() - 4}) {
     SCOPED_TRACE(cut);
-    ExpectInvalid(good.substr(0, cut), "the file is truncated");
+    CheckpointExpectInvalid(good.substr(0, cut), "the file is truncated");
   }
-  ExpectInvalid(good + std::string(4, '\0'),
-                absl::StrCat("is ", good.size() + 4, " bytes but its header"));
+  CheckpointExpectInvalid(good + std::string(4, '\0'),
+                          absl::StrCat("is ", good.size() + 4, " bytes but its header"));
 }
 
 TEST(Llama2cCheckpointTest, ParsesBytesInMemoryAndKeepsThemAlive) {
@@ -206,10 +208,10 @@ TEST(Llama2cCheckpointTest, ParsesBytesInMemoryAndKeepsThemAlive) {
                           .vocab_size = 20,
                           .seq_len = 16};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
-  const std::string path = TempPath("in_memory.bin");
+  const std::string path = CheckpointTempPath("in_memory.bin");
   ASSERT_OK(WriteLlama2cCheckpoint(*model, path));
-  auto owned = std::make_shared<std::vector<float>>((ReadBytes(path).size() + 3) / 4);
-  const std::string file = ReadBytes(path);
+  auto owned = std::make_shared<std::vector<float>>((CheckpointReadBytes(path).size() + 3) / 4);
+  const std::string file = CheckpointReadBytes(path);
   std::memcpy(owned->data(), file.data(), file.size());
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(owned->data()),
                                        file.size());
@@ -223,18 +225,19 @@ TEST(Llama2cCheckpointTest, ParsesBytesInMemoryAndKeepsThemAlive) {
 
 TEST(Llama2cCheckpointTest, RejectsImpossibleHeaders) {
   // dim, hidden, layers, heads, kv_heads, vocab, seq_len
-  ExpectInvalid(Checkpoint({0, 48, 2, 4, 2, 20, 16}, 100), "dim is 0");
-  ExpectInvalid(Checkpoint({-32, 48, 2, 4, 2, 20, 16}, 100), "dim is -32");
-  ExpectInvalid(Checkpoint({32, 48, 2, 0, 2, 20, 16}, 100), "n_heads is 0");
-  ExpectInvalid(Checkpoint({30, 48, 2, 4, 2, 20, 16}, 100), "not divisible by n_heads 4");
-  ExpectInvalid(Checkpoint({32, 48, 2, 4, 3, 20, 16}, 100), "not divisible by n_kv_heads 3");
-  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, INT32_MIN, 16}, 100), "vocab_size is 0");
-  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 0, 16}, 100), "vocab_size is 0");
-  ExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 20, -1}, 100), "seq_len is -1");
+  CheckpointExpectInvalid(Checkpoint({0, 48, 2, 4, 2, 20, 16}, 100), "dim is 0");
+  CheckpointExpectInvalid(Checkpoint({-32, 48, 2, 4, 2, 20, 16}, 100), "dim is -32");
+  CheckpointExpectInvalid(Checkpoint({32, 48, 2, 0, 2, 20, 16}, 100), "n_heads is 0");
+  CheckpointExpectInvalid(Checkpoint({30, 48, 2, 4, 2, 20, 16}, 100), "not divisible by n_heads 4");
+  CheckpointExpectInvalid(Checkpoint({32, 48, 2, 4, 3, 20, 16}, 100),
+                          "not divisible by n_kv_heads 3");
+  CheckpointExpectInvalid(Checkpoint({32, 48, 2, 4, 2, INT32_MIN, 16}, 100), "vocab_size is 0");
+  CheckpointExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 0, 16}, 100), "vocab_size is 0");
+  CheckpointExpectInvalid(Checkpoint({32, 48, 2, 4, 2, 20, -1}, 100), "seq_len is -1");
   // Sizes whose tensor bytes would overflow 32 bits must still be checked
   // against the file, not trusted.
-  ExpectInvalid(Checkpoint({1 << 20, 1 << 20, 4096, 2, 2, 1 << 22, 1 << 20}, 10),
-                "the file is truncated");
+  CheckpointExpectInvalid(Checkpoint({1 << 20, 1 << 20, 4096, 2, 2, 1 << 22, 1 << 20}, 10),
+                          "the file is truncated");
 }
 
 TEST(LoadModelTest, DispatchesOnTheMagic) {
@@ -247,26 +250,29 @@ TEST(LoadModelTest, DispatchesOnTheMagic) {
                           .seq_len = 8};
   ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(small, 1));
   // A misleading name: the contents decide.
-  const std::string gguf = TempPath("model.bin");
+  const std::string gguf = CheckpointTempPath("model.bin");
   ASSERT_OK(WriteGgufModel(*model, gguf));
   ASSERT_OK_AND_ASSIGN(auto loaded, LoadModel(gguf));
   ExpectSameWeights(*model, *loaded);
 
-  const std::string bin = TempPath("model.gguf");
+  const std::string bin = CheckpointTempPath("model.gguf");
   ASSERT_OK(WriteLlama2cCheckpoint(*model, bin));
   ASSERT_OK_AND_ASSIGN(loaded, LoadModel(bin));
   ExpectSameWeights(*model, *loaded);
 
-  const std::string bad_gguf = WriteBytes("bad_gguf", ReadBytes(gguf).substr(0, 200));
+  const std::string bad_gguf =
+      CheckpointWriteBytes("bad_gguf", CheckpointReadBytes(gguf).substr(0, 200));
   EXPECT_THAT(LoadModel(bad_gguf).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GGUF file '" + bad_gguf)));
-  const std::string bad_bin = WriteBytes("bad_bin", ReadBytes(bin).substr(0, 200));
+  const std::string bad_bin =
+      CheckpointWriteBytes("bad_bin", CheckpointReadBytes(bin).substr(0, 200));
   EXPECT_THAT(LoadModel(bad_bin).status(), StatusIs(absl::StatusCode::kInvalidArgument,
                                                     HasSubstr("is 200 bytes but its header")));
-  const std::string tiny = WriteBytes("tiny", "GG");
+  const std::string tiny = CheckpointWriteBytes("tiny", "GG");
   EXPECT_THAT(LoadModel(tiny).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("28-byte")));
-  EXPECT_THAT(LoadModel(TempPath("absent")).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(LoadModel(CheckpointTempPath("absent")).status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(LoadModelTest, VocabularyOnlyGgufIsRefused) {

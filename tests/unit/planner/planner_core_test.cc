@@ -19,9 +19,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(10);
+const absl::Time kCoreT0 = absl::UnixEpoch() + absl::Hours(10);
 
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
+absl::Time CoreAt(double seconds) { return kCoreT0 + absl::Seconds(seconds); }
 
 // Colocated up to 2 req/s, then disaggregated.
 ScalingTable Table() {
@@ -40,14 +40,14 @@ PlannerOptions Options() {
 
 std::unique_ptr<PlannerCore> Planner(PlannerOptions o = Options(), PoolCounts initial = {0, 1}) {
   return PlannerCore::Create(std::move(o), Table(), std::make_unique<ConstantForecaster>(), initial,
-                             kT0)
+                             kCoreT0)
       .value();
 }
 
 // An observation read at `t` of `rate` req/s with every target worker ready.
 Observation Seen(double t, double rate, PoolCounts ready = {100, 100}) {
   Observation o;
-  o.at = At(t);
+  o.at = CoreAt(t);
   o.request_rate = rate;
   o.prefill_ready = ready.prefill;
   o.decode_ready = ready.decode;
@@ -96,18 +96,18 @@ TEST(ScalingTable, ReadsTandemPlansRateCurve) {
 TEST(PlannerCore, GrowsAtOnceOutsideTheCooldown) {
   auto planner = Planner();
   // Within the cool-down of start: held.
-  Decision d = planner->Step(Seen(10, 15), At(10));
+  Decision d = planner->Step(Seen(10, 15), CoreAt(10));
   EXPECT_EQ(d.desired, (PoolCounts{2, 4}));
   EXPECT_EQ(d.target, (PoolCounts{0, 1}));
   EXPECT_FALSE(d.changed);
   EXPECT_THAT(d.reason, HasSubstr("cool-down"));
-  d = planner->Step(Seen(30, 15), At(30));
+  d = planner->Step(Seen(30, 15), CoreAt(30));
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.target, (PoolCounts{2, 4}));
   // Another rise 10 s later waits out the cool-down, then applies.
-  d = planner->Step(Seen(40, 35), At(40));
+  d = planner->Step(Seen(40, 35), CoreAt(40));
   EXPECT_EQ(d.target, (PoolCounts{2, 4}));
-  d = planner->Step(Seen(60, 35), At(60));
+  d = planner->Step(Seen(60, 35), CoreAt(60));
   EXPECT_EQ(d.target, (PoolCounts{4, 7}));
 }
 
@@ -115,19 +115,19 @@ TEST(PlannerCore, GrowsAtOnceOutsideTheCooldown) {
 // lower, to the largest of them; a dip shorter than that changes nothing.
 TEST(PlannerCore, ShrinksOnlyAfterTheDelayToTheLargestCountWanted) {
   auto planner = Planner(Options(), {4, 7});
-  planner->Step(Seen(100, 5), At(100));   // wants 1P+2D
-  planner->Step(Seen(150, 15), At(150));  // wants 2P+4D
-  Decision d = planner->Step(Seen(210, 1), At(210));
+  planner->Step(Seen(100, 5), CoreAt(100));   // wants 1P+2D
+  planner->Step(Seen(150, 15), CoreAt(150));  // wants 2P+4D
+  Decision d = planner->Step(Seen(210, 1), CoreAt(210));
   EXPECT_EQ(d.target, (PoolCounts{4, 7}));
   EXPECT_THAT(d.reason, HasSubstr("could shrink"));
-  d = planner->Step(Seen(220, 1), At(220));
+  d = planner->Step(Seen(220, 1), CoreAt(220));
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.target, (PoolCounts{2, 4}));
 
   auto dip = Planner(Options(), {4, 7});
-  dip->Step(Seen(100, 1), At(100));
-  dip->Step(Seen(200, 40), At(200));  // back up: the dip is over
-  d = dip->Step(Seen(400, 1), At(400));
+  dip->Step(Seen(100, 1), CoreAt(100));
+  dip->Step(Seen(200, 40), CoreAt(200));  // back up: the dip is over
+  d = dip->Step(Seen(400, 1), CoreAt(400));
   EXPECT_EQ(d.target, (PoolCounts{4, 7}));
 }
 
@@ -136,42 +136,44 @@ TEST(PlannerCore, KeepsEachPoolWithinItsBounds) {
   o.prefill = {1, 3};
   o.decode = {2, 5};
   auto planner = Planner(o, {1, 2});
-  Decision d = planner->Step(Seen(100, 200), At(100));
+  Decision d = planner->Step(Seen(100, 200), CoreAt(100));
   EXPECT_EQ(d.desired, (PoolCounts{3, 5}));
   EXPECT_EQ(d.target, (PoolCounts{3, 5}));
-  d = planner->Step(Seen(200, 0), At(200));
-  d = planner->Step(Seen(400, 0), At(400));
+  d = planner->Step(Seen(200, 0), CoreAt(200));
+  d = planner->Step(Seen(400, 0), CoreAt(400));
   EXPECT_EQ(d.target, (PoolCounts{1, 2}));
-  EXPECT_THAT(PlannerCore::Create(o, Table(), std::make_unique<ConstantForecaster>(), {0, 2}, kT0),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside its bounds")));
+  EXPECT_THAT(
+      PlannerCore::Create(o, Table(), std::make_unique<ConstantForecaster>(), {0, 2}, kCoreT0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside its bounds")));
   o.decode = {3, 2};
-  EXPECT_THAT(PlannerCore::Create(o, Table(), std::make_unique<ConstantForecaster>(), {1, 2}, kT0),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min <= max")));
+  EXPECT_THAT(
+      PlannerCore::Create(o, Table(), std::make_unique<ConstantForecaster>(), {1, 2}, kCoreT0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min <= max")));
 }
 
 TEST(PlannerCore, HoldsOnStaleOrMissingMetrics) {
   auto planner = Planner();
-  Decision d = planner->Step(Seen(100, 35), At(125));
+  Decision d = planner->Step(Seen(100, 35), CoreAt(125));
   EXPECT_FALSE(d.changed);
   EXPECT_EQ(d.target, (PoolCounts{0, 1}));
   EXPECT_THAT(d.warnings, ElementsAre(HasSubstr("stale")));
   Observation none = Seen(130, 0);
   none.request_rate.reset();
-  d = planner->Step(none, At(130));
+  d = planner->Step(none, CoreAt(130));
   EXPECT_FALSE(d.changed);
   EXPECT_THAT(d.warnings, ElementsAre(HasSubstr("no request rate")));
   // Neither reached the forecaster: a fresh reading decides alone.
-  d = planner->Step(Seen(140, 5), At(140));
+  d = planner->Step(Seen(140, 5), CoreAt(140));
   EXPECT_EQ(d.target, (PoolCounts{1, 2}));
   EXPECT_THAT(d.warnings, IsEmpty());
 }
 
 TEST(PlannerCore, ReportsAPoolWhoseWorkersDidNotStart) {
   auto planner = Planner();
-  planner->Step(Seen(100, 15), At(100));  // asks for 2P+4D
-  Decision d = planner->Step(Seen(200, 15, {2, 3}), At(200));
+  planner->Step(Seen(100, 15), CoreAt(100));  // asks for 2P+4D
+  Decision d = planner->Step(Seen(200, 15, {2, 3}), CoreAt(200));
   EXPECT_THAT(d.warnings, IsEmpty());  // still within the start timeout
-  d = planner->Step(Seen(400, 15, {2, 3}), At(400));
+  d = planner->Step(Seen(400, 15, {2, 3}), CoreAt(400));
   EXPECT_THAT(d.warnings, ElementsAre(HasSubstr("decode pool has 3 of 4 workers ready")));
   EXPECT_EQ(d.target, (PoolCounts{2, 4}));  // asks for no more than it wants
 }
@@ -187,13 +189,13 @@ TEST(PlannerCore, CorrectsEachPoolByItsObservedLatency) {
   Observation seen = Seen(100, 8);
   seen.ttft_p99 = 1.0;
   seen.tpot_p99 = 0.01;
-  Decision d = planner->Step(seen, At(100));
+  Decision d = planner->Step(seen, CoreAt(100));
   EXPECT_THAT(d.prefill_correction, DoubleNear(1.5, 1e-9));
   EXPECT_THAT(d.decode_correction, DoubleNear(0.75, 1e-9));
   // 8 x 1.5 = 12 req/s for prefill (2P); 8 x 0.75 = 6 for decode (2D).
   EXPECT_EQ(d.desired, (PoolCounts{2, 2}));
-  seen.at = At(200);
-  d = planner->Step(seen, At(200));
+  seen.at = CoreAt(200);
+  d = planner->Step(seen, CoreAt(200));
   EXPECT_THAT(d.prefill_correction, DoubleNear(1.75, 1e-9));
   EXPECT_THAT(d.decode_correction, DoubleNear(0.625, 1e-9));
 }
@@ -204,14 +206,14 @@ TEST(PlannerCore, RefusedRequestsGrowTheDecodePool) {
   auto planner = Planner(Options(), {1, 2});
   Observation seen = Seen(100, 8);
   seen.refused_fraction = 0.05;
-  const Decision d = planner->Step(seen, At(100));
+  const Decision d = planner->Step(seen, CoreAt(100));
   EXPECT_THAT(d.decode_correction, DoubleNear(1.5, 1e-9));
   EXPECT_THAT(d.prefill_correction, DoubleNear(1, 1e-9));
   // Prefill looks up 8 req/s (1P), decode 12 (4D).
   EXPECT_EQ(d.desired, (PoolCounts{1, 4}));
   // No TPOT target: once refusals stop, the correction returns toward 1.
   seen.refused_fraction = 0;
-  seen.at = At(110);
+  seen.at = CoreAt(110);
   EXPECT_THAT(planner->Step(seen, seen.at).decode_correction, DoubleNear(1.25, 1e-9));
 }
 
@@ -224,18 +226,18 @@ TEST(PlannerCore, DecodeWorkersAbsorbingBurstsGrowThePrefillPoolOnlyWhenTheyKeep
   Observation seen = Seen(100, 8);
   seen.burst_fraction = 0.3;
   for (int i = 0; i < 2; ++i) {
-    seen.at = At(100 + 10 * i);
+    seen.at = CoreAt(100 + 10 * i);
     EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1, 1e-9)) << i;
   }
   seen.burst_fraction = 0.05;  // under the limit: the run starts over
-  seen.at = At(120);
+  seen.at = CoreAt(120);
   planner->Step(seen, seen.at);
   seen.burst_fraction = 0.3;
   for (int i = 0; i < 2; ++i) {
-    seen.at = At(130 + 10 * i);
+    seen.at = CoreAt(130 + 10 * i);
     EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1, 1e-9)) << i;
   }
-  seen.at = At(150);
+  seen.at = CoreAt(150);
   const Decision d = planner->Step(seen, seen.at);
   EXPECT_THAT(d.prefill_correction, DoubleNear(1.5, 1e-9));
   EXPECT_THAT(d.decode_correction, DoubleNear(1, 1e-9));
@@ -244,9 +246,9 @@ TEST(PlannerCore, DecodeWorkersAbsorbingBurstsGrowThePrefillPoolOnlyWhenTheyKeep
   // Without a TTFT target, the correction returns toward 1 once the
   // bursts stop: halfway each reading.
   seen.burst_fraction = 0;
-  seen.at = At(160);
+  seen.at = CoreAt(160);
   EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1.25, 1e-9));
-  seen.at = At(170);
+  seen.at = CoreAt(170);
   EXPECT_THAT(planner->Step(seen, seen.at).prefill_correction, DoubleNear(1.125, 1e-9));
 }
 
@@ -259,11 +261,12 @@ TEST(PlannerCore, AColocatedLookupSizesTheDecodePool) {
   o.correction_weight = 1;
   const ScalingTable table = ScalingTable::Create({{4, {0, 4}}, {8, {1, 2}}, {16, {2, 5}}}).value();
   auto planner =
-      PlannerCore::Create(o, table, std::make_unique<ConstantForecaster>(), {1, 3}, kT0).value();
+      PlannerCore::Create(o, table, std::make_unique<ConstantForecaster>(), {1, 3}, kCoreT0)
+          .value();
   Observation seen = Seen(100, 6);
   seen.ttft_p99 = 0.125;  // a quarter of its target: the correction's floor, 0.5
   seen.tpot_p99 = 0.05;
-  const Decision d = planner->Step(seen, At(100));
+  const Decision d = planner->Step(seen, CoreAt(100));
   // Prefill looks up 3 req/s (colocated on 4 workers); decode 6 (2).
   EXPECT_EQ(d.desired, (PoolCounts{0, 4}));
 }
@@ -272,14 +275,15 @@ TEST(PlannerCore, ForecastsAheadWithTheTrend) {
   PlannerOptions o = Options();
   o.horizon = absl::Seconds(60);
   o.cooldown = absl::ZeroDuration();
-  auto planner = PlannerCore::Create(
-                     o, Table(), std::make_unique<TrendForecaster>(absl::Minutes(5)), {0, 1}, kT0)
-                     .value();
-  planner->Step(Seen(0, 1), At(0));
+  auto planner =
+      PlannerCore::Create(o, Table(), std::make_unique<TrendForecaster>(absl::Minutes(5)), {0, 1},
+                          kCoreT0)
+          .value();
+  planner->Step(Seen(0, 1), CoreAt(0));
   // 1 req/s more every 10 s: at 30 s it is 4, and 60 s ahead 10.
-  planner->Step(Seen(10, 2), At(10));
-  planner->Step(Seen(20, 3), At(20));
-  const Decision d = planner->Step(Seen(30, 4), At(30));
+  planner->Step(Seen(10, 2), CoreAt(10));
+  planner->Step(Seen(20, 3), CoreAt(20));
+  const Decision d = planner->Step(Seen(30, 4), CoreAt(30));
   EXPECT_THAT(d.forecast_rate, DoubleNear(10, 1e-9));
   EXPECT_EQ(d.target, (PoolCounts{1, 2}));
 }

@@ -19,7 +19,7 @@ using ::testing::DoubleNear;
 using ::testing::HasSubstr;
 using ::testing::Optional;
 
-const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(10);
+const absl::Time kScrapeT0 = absl::UnixEpoch() + absl::Hours(10);
 
 // The router's text as prometheus-cpp writes it, with `requests` ok and 2
 // refused, TTFT buckets 0.1 / 0.5 / +Inf holding a, b, c, and the pools.
@@ -39,7 +39,7 @@ std::string Text(int requests, int a, int b, int c, int prefill = 1, int decode 
 }
 
 TEST(RouterScrape, ReadsTheSeriesThePlannerNeeds) {
-  ASSERT_OK_AND_ASSIGN(const RouterScrape r, ParseRouterMetrics(Text(10, 1, 2, 3), kT0));
+  ASSERT_OK_AND_ASSIGN(const RouterScrape r, ParseRouterMetrics(Text(10, 1, 2, 3), kScrapeT0));
   EXPECT_EQ(r.requests, 12);
   EXPECT_EQ(r.refused, 2);
   ASSERT_EQ(r.ttft_buckets.size(), 3u);
@@ -51,11 +51,11 @@ TEST(RouterScrape, ReadsTheSeriesThePlannerNeeds) {
 }
 
 TEST(RouterScrape, RefusesWhatIsNotARoutersMetrics) {
-  EXPECT_THAT(ParseRouterMetrics("up 1\n", kT0),
+  EXPECT_THAT(ParseRouterMetrics("up 1\n", kScrapeT0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tandem router")));
-  EXPECT_THAT(ParseRouterMetrics("tandem_router_requests_total{outcome=\"ok} 1\n", kT0),
+  EXPECT_THAT(ParseRouterMetrics("tandem_router_requests_total{outcome=\"ok} 1\n", kScrapeT0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 1")));
-  EXPECT_THAT(ParseRouterMetrics("tandem_router_requests_total x\n", kT0),
+  EXPECT_THAT(ParseRouterMetrics("tandem_router_requests_total x\n", kScrapeT0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed value")));
 }
 
@@ -74,11 +74,11 @@ TEST(RouterScrape, QuantilesComeFromTheGrowthBetweenReadings) {
 }
 
 TEST(RouterScrape, AnObservationIsTheIntervalBetweenTwoReadings) {
-  ASSERT_OK_AND_ASSIGN(const RouterScrape a, ParseRouterMetrics(Text(10, 1, 2, 3), kT0));
-  ASSERT_OK_AND_ASSIGN(const RouterScrape b,
-                       ParseRouterMetrics(Text(60, 51, 52, 53, 2, 3), kT0 + absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(const RouterScrape a, ParseRouterMetrics(Text(10, 1, 2, 3), kScrapeT0));
+  ASSERT_OK_AND_ASSIGN(const RouterScrape b, ParseRouterMetrics(Text(60, 51, 52, 53, 2, 3),
+                                                                kScrapeT0 + absl::Seconds(10)));
   const Observation o = Between(a, b);
-  EXPECT_EQ(o.at, kT0 + absl::Seconds(10));
+  EXPECT_EQ(o.at, kScrapeT0 + absl::Seconds(10));
   EXPECT_THAT(o.request_rate, Optional(DoubleNear(5, 1e-12)));
   EXPECT_THAT(o.refused_fraction, Optional(DoubleNear(0, 1e-12)));
   EXPECT_THAT(o.ttft_p99, Optional(DoubleNear(0.1 * 49.5 / 50, 1e-12)));
@@ -96,7 +96,7 @@ TEST(RouterScrape, AnObservationIsTheIntervalBetweenTwoReadings) {
 // 35/50), the 99th beyond 0.5 s.
 TEST(RouterScrape, ReplicasOfTheRouterAreAddedBeforeTheQuantile) {
   auto read = [](const std::string& text, absl::Duration at) {
-    absl::StatusOr<RouterScrape> r = ParseRouterMetrics(text, kT0 + at);
+    absl::StatusOr<RouterScrape> r = ParseRouterMetrics(text, kScrapeT0 + at);
     EXPECT_OK(r.status());
     return *r;
   };
@@ -108,7 +108,7 @@ TEST(RouterScrape, ReplicasOfTheRouterAreAddedBeforeTheQuantile) {
                                {"c", read(Text(900, 900, 900, 900, 2, 4), absl::Seconds(11))},
                                {"d", read(Text(5, 5, 5, 5), absl::Seconds(11))}};
   const Observation o = BetweenRouters(before, after);
-  EXPECT_EQ(o.at, kT0 + absl::Seconds(11));
+  EXPECT_EQ(o.at, kScrapeT0 + absl::Seconds(11));
   EXPECT_THAT(o.request_rate, Optional(DoubleNear(7, 1e-12)));
   EXPECT_THAT(o.refused_fraction, Optional(DoubleNear(0, 1e-12)));
   EXPECT_THAT(o.ttft_p99, Optional(DoubleNear(0.5, 1e-12)));
@@ -128,15 +128,15 @@ TEST(RouterScrape, BurstPrefillsAreAShareOfTheIntervalsRequests) {
   ASSERT_OK_AND_ASSIGN(
       const RouterScrape a,
       ParseRouterMetrics(Text(10, 1, 2, 3) + "tandem_router_burst_prefill_requests_total 4\n",
-                         kT0));
+                         kScrapeT0));
   ASSERT_OK_AND_ASSIGN(
       const RouterScrape b,
       ParseRouterMetrics(Text(60, 51, 52, 53) + "tandem_router_burst_prefill_requests_total 14\n",
-                         kT0 + absl::Seconds(10)));
+                         kScrapeT0 + absl::Seconds(10)));
   EXPECT_EQ(b.burst_prefills, 14);
   EXPECT_THAT(Between(a, b).burst_fraction, Optional(DoubleNear(0.2, 1e-12)));
   ASSERT_OK_AND_ASSIGN(const RouterScrape old,
-                       ParseRouterMetrics(Text(60, 51, 52, 53), kT0 + absl::Seconds(10)));
+                       ParseRouterMetrics(Text(60, 51, 52, 53), kScrapeT0 + absl::Seconds(10)));
   EXPECT_THAT(Between(a, old).burst_fraction, Optional(DoubleNear(0, 1e-12)));
 }
 

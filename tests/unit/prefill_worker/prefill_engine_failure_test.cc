@@ -50,7 +50,7 @@ using ::tandem::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kWait = absl::Seconds(60);
+constexpr absl::Duration kEngineWait = absl::Seconds(60);
 
 // The error of a job whose step the failure hit.
 auto StepError() {
@@ -98,7 +98,7 @@ class PrefillEngineFailureTest : public ::testing::Test {
     job.request_id = absl::StrCat("r", lease.request_id);
     job.tokens = tokens;
     job.kv_descriptor = lease.descriptor;
-    job.deadline = absl::Now() + kWait;
+    job.deadline = absl::Now() + kEngineWait;
     return job;
   }
 
@@ -181,7 +181,7 @@ TEST_F(PrefillEngineFailureTest, ServiceReportsNotServingAndTheCause) {
     grpc::Status status;
     std::thread caller([&] {
       grpc::ClientContext context;
-      context.set_deadline(rpc::ToChrono(absl::Now() + kWait));
+      context.set_deadline(rpc::ToChrono(absl::Now() + kEngineWait));
       v1::PrefillResponse response;
       status = stub->Prefill(&context, request, &response);
       finished = true;
@@ -203,7 +203,7 @@ TEST_F(PrefillEngineFailureTest, ServiceReportsNotServingAndTheCause) {
   EXPECT_THAT(prefill(30, 5, /*transfer=*/false), Refusal());
 
   grpc::ClientContext context;
-  context.set_deadline(rpc::ToChrono(absl::Now() + kWait));
+  context.set_deadline(rpc::ToChrono(absl::Now() + kEngineWait));
   v1::WorkerStats stats;
   ASSERT_TRUE(stub->GetStats(&context, v1::StatsRequest(), &stats).ok());
   EXPECT_THAT(stats.engine_error(), HasSubstr("the cpu backend failed"));

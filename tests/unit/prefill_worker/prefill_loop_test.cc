@@ -31,10 +31,10 @@ using ::tandem::prefill::testing::TestShape;
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kWait = absl::Seconds(60);
+constexpr absl::Duration kLoopWait = absl::Seconds(60);
 
 // Waits (without driving the decode side) until `done()`.
-bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = kWait) {
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = kLoopWait) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!done()) {
     if (absl::Now() >= deadline) return false;
@@ -65,7 +65,7 @@ class PrefillLoopTest : public ::testing::Test {
   }
 
   PrefillJob Job(const std::vector<int32_t>& tokens, const DecodeSide::Lease& lease,
-                 absl::Time deadline = absl::Now() + kWait) {
+                 absl::Time deadline = absl::Now() + kLoopWait) {
     PrefillJob job;
     job.request_id = absl::StrCat("r", lease.request_id);
     job.tokens = tokens;
@@ -584,7 +584,7 @@ TEST_F(PrefillLoopTest, DrainRefusesNewJobsAndFinishesAccepted) {
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("worker is draining")));
   EXPECT_FALSE(loop_->WaitUntilIdle(absl::Now() + absl::Milliseconds(50)));
   ASSERT_TRUE(decode_->PumpUntil([&] { return accepted.done(); }));
-  EXPECT_TRUE(loop_->WaitUntilIdle(absl::Now() + kWait));
+  EXPECT_TRUE(loop_->WaitUntilIdle(absl::Now() + kLoopWait));
   ASSERT_OK_AND_ASSIGN(PrefillResult result, accepted.result());
   ExpectExact(prompt, *lease, result);
 }

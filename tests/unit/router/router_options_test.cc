@@ -11,19 +11,13 @@
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/router/router_harness.h"
+#include "tests/unit/router/router_service_fixture.h"
 
 namespace tandem::router::testing {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::unique_ptr<RouterHarness> StartHarness(HarnessOptions options) {
-  auto h = std::make_unique<RouterHarness>(std::move(options));
-  const absl::Status s = h->Start();
-  EXPECT_OK(s);
-  return s.ok() ? std::move(h) : nullptr;
-}
 
 // Per choice: the tokens and the finished message.
 struct Choices {

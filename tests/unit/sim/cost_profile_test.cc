@@ -22,7 +22,7 @@ namespace {
 using ::tandem::testing::StatusIs;
 using ::testing::HasSubstr;
 
-ModelConfig Shape() { return testing::TinyShape(256); }
+ModelConfig ProfileShape() { return testing::TinyShape(256); }
 
 const LinearStepCost kCost{.fixed = absl::Microseconds(1500),
                            .per_token = absl::Microseconds(40),
@@ -95,7 +95,7 @@ TEST(FitLinear, RefusesNoPointsAndTimesThatAreNotPositive) {
 class MeasureProfileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    weights_ = MakeSyntheticModel(Shape(), 3).value();
+    weights_ = MakeSyntheticModel(ProfileShape(), 3).value();
     grid_ = ProfileGrid{.prompt_tokens = {16, 64, 200},
                         .decode_batches = {1, 4, 8},
                         .decode_contexts = {32, 128},
@@ -135,8 +135,8 @@ TEST_F(MeasureProfileTest, ProfilingAKnownCostGivesItBack) {
   profile.weights_dtype = "f32";
   ASSERT_OK_AND_ASSIGN(CostProfile back, ParseProfile(ProfileJson(profile)));
   EXPECT_EQ(ProfileJson(back), ProfileJson(profile));
-  EXPECT_OK(CheckProfileShape(back, Shape()));
-  ModelConfig other = Shape();
+  EXPECT_OK(CheckProfileShape(back, ProfileShape()));
+  ModelConfig other = ProfileShape();
   other.n_layers = 4;
   EXPECT_THAT(CheckProfileShape(back, other),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4 layers")));
@@ -160,7 +160,7 @@ TEST(ParseProfile, AMalformedProfileIsRefused) {
   EXPECT_THAT(ParseProfile(nlohmann::json::object()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed")));
   CostProfile p;
-  p.config = Shape();
+  p.config = ProfileShape();
   p.points = PointsOf(kCost);
   p.fit = kCost;
   nlohmann::json json = ProfileJson(p);

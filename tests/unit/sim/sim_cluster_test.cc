@@ -29,7 +29,7 @@ namespace {
 
 using ::testing::ElementsAreArray;
 
-ModelConfig Shape() { return testing::TinyShape(); }
+ModelConfig ClusterShape() { return testing::TinyShape(); }
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> p;
@@ -71,7 +71,7 @@ class Recorder final : public router::ResponseSink {
 
 class SimClusterTest : public ::testing::Test {
  protected:
-  void SetUp() override { weights_ = MakeSyntheticModel(Shape(), 7).value(); }
+  void SetUp() override { weights_ = MakeSyntheticModel(ClusterShape(), 7).value(); }
 
   SimClusterOptions Options() {
     SimClusterOptions o;
@@ -185,7 +185,7 @@ TEST_F(SimClusterTest, TimingsAreTheCostModels) {
   };
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> cluster,
                        SimCluster::Create(*weights_, std::move(options)));
-  const int vocab = Shape().vocab_size;
+  const int vocab = ClusterShape().vocab_size;
   auto simulated = [vocab](const std::vector<int32_t>& prompt, int n) {
     std::vector<int32_t> out;
     int32_t last = prompt.back();

@@ -40,11 +40,11 @@ constexpr absl::Duration kPerToken = absl::Milliseconds(1);
 // Simulated times are exact; this only absorbs the conversion to seconds.
 constexpr double kEps = 1e-9;
 
-ModelConfig Shape() { return testing::TinyShape(); }
+ModelConfig RunShape() { return testing::TinyShape(); }
 
 class SimRunTest : public ::testing::Test {
  protected:
-  void SetUp() override { weights_ = MakeSyntheticModel(Shape(), 7).value(); }
+  void SetUp() override { weights_ = MakeSyntheticModel(RunShape(), 7).value(); }
 
   std::unique_ptr<SimCluster> Cluster(int prefill, int decode,
                                       std::optional<kvtransfer::LinkModel> link = std::nullopt,
@@ -60,7 +60,7 @@ class SimRunTest : public ::testing::Test {
     o.make_backend = testing::OneThread;
     o.prefill.kv_blocks = 64;
     o.decode.kv_blocks = 64;
-    if (prefill == 0) o.router.driver.local_prefill_tokens = Shape().seq_len;
+    if (prefill == 0) o.router.driver.local_prefill_tokens = RunShape().seq_len;
     o.make_executor = [](Engine& engine, FakeClock* clock) {
       return std::make_unique<SimulatedExecutor>(
           engine.config(), engine.step_limits(), &engine.block_pool(), clock,
@@ -212,9 +212,9 @@ TEST_F(SimRunTest, AStandInModelTimesRequestsAsTheModelDoes) {
   ASSERT_OK_AND_ASSIGN(bench::RunResult want,
                        RunSimulated(*real, *Prompts(32, 3), {.num_requests = 2}));
   const std::unique_ptr<ModelWeights> stand_in =
-      MakeSyntheticModel(StandInConfig(Shape()), 7).value();
+      MakeSyntheticModel(StandInConfig(RunShape()), 7).value();
   kvtransfer::LinkModel scaled = link;
-  scaled.byte_scale = KvByteScale(Shape(), DType::kF32, DType::kF32);
+  scaled.byte_scale = KvByteScale(RunShape(), DType::kF32, DType::kF32);
   EXPECT_EQ(scaled.byte_scale, 16);
   auto sim = Cluster(/*prefill=*/1, /*decode=*/1, scaled, stand_in.get());
   ASSERT_OK_AND_ASSIGN(bench::RunResult got,
@@ -405,7 +405,7 @@ TEST_F(SimRunTest, APromptNoPoolCanHoldFailsClearly) {
   o.decode_workers = 2;
   o.make_backend = testing::OneThread;
   o.decode.kv_blocks = 4;  // 64 tokens.
-  o.router.driver.local_prefill_tokens = Shape().seq_len;
+  o.router.driver.local_prefill_tokens = RunShape().seq_len;
   o.make_executor = [](Engine& engine, FakeClock* clock) {
     return std::make_unique<SimulatedExecutor>(
         engine.config(), engine.step_limits(), &engine.block_pool(), clock,

@@ -26,7 +26,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-constexpr int32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kEndOfText = 260, kTool = 261;
+constexpr int32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kConfigEndOfText = 260,
+                  kTool = 261;
 
 std::string ByteChar(uint8_t b) {
   std::string s;
@@ -49,7 +50,8 @@ Json TinyByteLevel() {
   };
   return Json{
       {"version", "1.0"},
-      {"added_tokens", {added(kEndOfText, "<|endoftext|>", true), added(kTool, "<tool>", false)}},
+      {"added_tokens",
+       {added(kConfigEndOfText, "<|endoftext|>", true), added(kTool, "<tool>", false)}},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor", nullptr},
@@ -99,7 +101,7 @@ TEST(HfTokenizerTest, QwenStyleHasNoBos) {
   ASSERT_OK_AND_ASSIGN(
       auto tok, Load(TinyByteLevel(), {{"bos_token", nullptr}, {"eos_token", "<|endoftext|>"}}));
   EXPECT_EQ(tok->bos_id(), -1);
-  EXPECT_EQ(tok->eos_id(), kEndOfText);
+  EXPECT_EQ(tok->eos_id(), kConfigEndOfText);
   EXPECT_THAT(tok->Encode("hello", true), IsOkAndHolds(ElementsAre(kHello)));
 }
 
@@ -108,20 +110,20 @@ TEST(HfTokenizerTest, SpecialTokensOnlyWhenAllowedButPlainAddedTokensAlways) {
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> plain, tok->Encode("<|endoftext|>", false));
   EXPECT_GT(plain.size(), 1u);
   EXPECT_THAT(tok->Encode("hello<|endoftext|>", EncodeOptions{.parse_special = true}),
-              IsOkAndHolds(ElementsAre(kHello, kEndOfText)));
+              IsOkAndHolds(ElementsAre(kHello, kConfigEndOfText)));
   EXPECT_THAT(tok->Encode("<tool>hello", false), IsOkAndHolds(ElementsAre(kTool, kHello)));
-  EXPECT_THAT(tok->Decode(-1, kEndOfText), IsOkAndHolds(""));
+  EXPECT_THAT(tok->Decode(-1, kConfigEndOfText), IsOkAndHolds(""));
   EXPECT_THAT(tok->Decode(-1, kTool), IsOkAndHolds("<tool>"));
   // Without a config the well-known end token is the EOS.
-  EXPECT_EQ(tok->eos_id(), kEndOfText);
+  EXPECT_EQ(tok->eos_id(), kConfigEndOfText);
 }
 
 TEST(HfTokenizerTest, BosTokenAsObjectAndAddBosToken) {
   ASSERT_OK_AND_ASSIGN(
       auto tok, Load(TinyByteLevel(),
                      {{"bos_token", {{"content", "<|endoftext|>"}}}, {"add_bos_token", true}}));
-  EXPECT_EQ(tok->bos_id(), kEndOfText);
-  EXPECT_THAT(tok->Encode("he", true), IsOkAndHolds(ElementsAre(kEndOfText, kHe)));
+  EXPECT_EQ(tok->bos_id(), kConfigEndOfText);
+  EXPECT_THAT(tok->Encode("he", true), IsOkAndHolds(ElementsAre(kConfigEndOfText, kHe)));
   EXPECT_THAT(tok->Encode("he", false), IsOkAndHolds(ElementsAre(kHe)));
 }
 
@@ -134,19 +136,19 @@ TEST(HfTokenizerTest, AddBosTokenFalseOverridesTemplate) {
         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
       {"special_tokens",
        {{"<|endoftext|>",
-         {{"id", "<|endoftext|>"}, {"ids", {kEndOfText}}, {"tokens", {"<|endoftext|>"}}}}}}};
+         {{"id", "<|endoftext|>"}, {"ids", {kConfigEndOfText}}, {"tokens", {"<|endoftext|>"}}}}}}};
   ASSERT_OK_AND_ASSIGN(auto with_template, Load(json));
-  EXPECT_EQ(with_template->bos_id(), kEndOfText);
-  EXPECT_THAT(with_template->Encode("he", true), IsOkAndHolds(ElementsAre(kEndOfText, kHe)));
+  EXPECT_EQ(with_template->bos_id(), kConfigEndOfText);
+  EXPECT_THAT(with_template->Encode("he", true), IsOkAndHolds(ElementsAre(kConfigEndOfText, kHe)));
   ASSERT_OK_AND_ASSIGN(auto disabled, Load(json, {{"add_bos_token", false}}));
   EXPECT_THAT(disabled->Encode("he", true), IsOkAndHolds(ElementsAre(kHe)));
 }
 
 TEST(HfTokenizerTest, EosIdsFromConfigAndGenerationConfig) {
   ASSERT_OK_AND_ASSIGN(auto tok, Load(TinyByteLevel(), {{"eos_token", "<tool>"}},
-                                      {{"eos_token_id", {kEndOfText, kTool}}}));
+                                      {{"eos_token_id", {kConfigEndOfText, kTool}}}));
   EXPECT_EQ(tok->eos_id(), kTool);
-  EXPECT_THAT(tok->eos_ids(), ElementsAre(kTool, kEndOfText));
+  EXPECT_THAT(tok->eos_ids(), ElementsAre(kTool, kConfigEndOfText));
 }
 
 TEST(HfTokenizerTest, BadGenerationConfigEosIsRefusedNamingFileAndField) {
