@@ -259,7 +259,7 @@ void StreamConnection<Stream>::Dispatch() {
   }
   auto exchange = std::make_shared<HttpExchange>(
       shared_from_this(), std::string(msg.method_string()), std::string(msg.target()),
-      std::move(headers), std::move(msg.body()), http11_);
+      std::move(headers), std::move(msg.body()));
   exchange_ = exchange;
   try {
     server_->handler()(std::move(exchange));

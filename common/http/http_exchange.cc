@@ -9,13 +9,11 @@
 namespace tandem::http {
 
 HttpExchange::HttpExchange(std::shared_ptr<Connection> connection, std::string method,
-                           std::string target, std::vector<HttpHeader> headers, std::string body,
-                           bool http11)
+                           std::string target, std::vector<HttpHeader> headers, std::string body)
     : method_(std::move(method)),
       target_(std::move(target)),
       headers_(std::move(headers)),
       body_(std::move(body)),
-      http11_(http11),
       connection_(std::move(connection)) {}
 
 HttpExchange::~HttpExchange() {

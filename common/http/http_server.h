@@ -83,7 +83,7 @@ class Connection;
 class HttpExchange {
  public:
   HttpExchange(std::shared_ptr<Connection> connection, std::string method, std::string target,
-               std::vector<HttpHeader> headers, std::string body, bool http11);
+               std::vector<HttpHeader> headers, std::string body);
   ~HttpExchange();
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
@@ -128,7 +128,6 @@ class HttpExchange {
   const std::string target_;
   const std::vector<HttpHeader> headers_;
   const std::string body_;
-  const bool http11_;
 
   std::atomic<bool> gone_{false};
   std::atomic<size_t> queued_{0};
