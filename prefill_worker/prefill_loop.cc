@@ -281,6 +281,7 @@ void PrefillLoop::Intake(std::vector<Reply>& replies) {
     // Visible to the caller as soon as it returns.
     stats_.kv_blocks_free = scheduler_->free_blocks();
     stats_.kv_blocks_cached = scheduler_->cached_blocks();
+    scheduler_->ForwardTierEvents();
     cache_events_.CatchUp(engine_.block_pool().events());
   }
   if (const absl::Status refusal = EngineRefusal(engine_, "prefill worker"); !refusal.ok()) {
@@ -324,6 +325,7 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   stats_.prefix_cache_queried_tokens = c.prefix_cache_queried_tokens;
   stats_.prefix_cache_hit_tokens = c.prefix_cache_hit_tokens;
   stats_.prefix_cache_evicted_blocks = engine_.block_pool().evictions();
+  scheduler_->ForwardTierEvents();
   cache_events_.CatchUp(engine_.block_pool().events());
   if (const KvTier* tier = scheduler_->kv_tier(); tier != nullptr) {
     stats_.kv_tier = true;

@@ -171,6 +171,10 @@ class PrefillScheduler {
   // The KV tier and its link to the pool; null without one.
   const KvTier* kv_tier() const { return tier_.get(); }
   const TierLink* tier_link() const { return link_.get(); }
+  // Adds the tier's cache events to the pool's (TierLink::ForwardEvents).
+  void ForwardTierEvents() {
+    if (link_ != nullptr) link_->ForwardEvents();
+  }
   // The KV staging; null when the sender reads the KV cache directly.
   const KvStaging* staging() const { return staging_.get(); }
 

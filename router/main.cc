@@ -76,6 +76,9 @@ ABSL_FLAG(int, prefix_routing_load_tokens, 256,
           "With --routing_policy=prefix: what one request queued or running on a worker costs, "
           "in prompt tokens; a worker holding N more cached prompt tokens than another wins "
           "until it has more than N / this many requests more");
+ABSL_FLAG(double, prefix_routing_tier_credit, 0.75,
+          "With --routing_policy=prefix: what a prompt token a worker would load from its KV "
+          "tier is worth against one in its block pool, in [0, 1] (0: tiers do not count)");
 ABSL_FLAG(int, max_inflight, 4096,
           "Requests served at once; more wait in the router's queue (--max_queued), larger "
           "priority first");
@@ -280,6 +283,11 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_prefix_routing_load_tokens) < 0) {
     return absl::InvalidArgumentError("--prefix_routing_load_tokens must be >= 0");
   }
+  if (const double credit = absl::GetFlag(FLAGS_prefix_routing_tier_credit);
+      !(credit >= 0 && credit <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_routing_tier_credit is ", credit, "; it must be in [0, 1]"));
+  }
   if (absl::GetFlag(FLAGS_request_timeout) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_health_interval) <= absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_resolve_interval) <= absl::ZeroDuration() ||
@@ -368,7 +376,8 @@ absl::Status Run() {
   options.driver.handoff_timeout = absl::GetFlag(FLAGS_handoff_timeout);
   if (routing_policy == "prefix") {
     const router::PrefixRoutingOptions prefix_options{
-        .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens)};
+        .load_tokens = absl::GetFlag(FLAGS_prefix_routing_load_tokens),
+        .tier_credit = absl::GetFlag(FLAGS_prefix_routing_tier_credit)};
     options.driver.prefix_router = std::make_shared<router::PrefixRouter>(prefix_options);
   }
   options.max_inflight = absl::GetFlag(FLAGS_max_inflight);

@@ -6,23 +6,41 @@
 
 namespace tandem::router {
 
-void PrefixIndex::Entries::Clear() {
+void PrefixIndex::Blocks::Clear() {
   lru.clear();
   where.clear();
 }
 
-void PrefixIndex::Entries::Add(const BlockHash& h) {
+void PrefixIndex::Blocks::Add(const BlockHash& h) {
   auto [it, inserted] = where.try_emplace(h);
   if (!inserted) return;
   lru.push_front(h);
   it->second = lru.begin();
 }
 
-void PrefixIndex::Entries::Remove(const BlockHash& h) {
+void PrefixIndex::Blocks::Touch(const BlockHash& h) {
+  auto [it, inserted] = where.try_emplace(h);
+  if (inserted) {
+    lru.push_front(h);
+  } else {
+    lru.splice(lru.begin(), lru, it->second);
+  }
+  it->second = lru.begin();
+}
+
+void PrefixIndex::Blocks::Remove(const BlockHash& h) {
   auto it = where.find(h);
   if (it == where.end()) return;
   lru.erase(it->second);
   where.erase(it);
+}
+
+void PrefixIndex::Blocks::TrimTo(int64_t n) {
+  if (n < 0) n = 0;
+  while (static_cast<int64_t>(lru.size()) > n) {
+    where.erase(lru.back());
+    lru.pop_back();
+  }
 }
 
 void PrefixIndex::Entries::ReadEvents() {
@@ -32,26 +50,20 @@ void PrefixIndex::Entries::ReadEvents() {
   // Blocks dropped in the events missed may still be listed.
   if (batch.lost) Clear();
   for (const CacheEvent& e : batch.events) {
+    Blocks& blocks = e.tier == CacheTier::kPool ? pool : tier;
     switch (e.kind) {
       case CacheEventKind::kStored:
-        if (!cache_off) Add(e.hash);
+        if (!cache_off) blocks.Add(e.hash);
         break;
       case CacheEventKind::kEvicted:
-        Remove(e.hash);
+        blocks.Remove(e.hash);
         break;
       case CacheEventKind::kCleared:
-        Clear();
+        blocks.Clear();
         break;
     }
   }
-}
-
-void PrefixIndex::Entries::TrimTo(int64_t n) {
-  if (n < 0) n = 0;
-  while (static_cast<int64_t>(lru.size()) > n) {
-    where.erase(lru.back());
-    lru.pop_back();
-  }
+  tier.TrimTo(kMaxTierBlocks);
 }
 
 void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
@@ -68,13 +80,13 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     if (e.synced) {
       const bool restarted =
           w.requests_total < e.requests_total || w.prefix_cache_queried_tokens < e.queried_tokens;
-      const int64_t held = static_cast<int64_t>(e.lru.size());
+      const int64_t held = e.pool.size();
       const int64_t cached = w.kv_blocks_cached;
       if (restarted || key != e.key) {
         e.Clear();
       } else if (!reporting && cached < e.cached_blocks &&
                  held > cached + cached / 4 + kTrimSlackBlocks) {
-        e.TrimTo(cached);
+        e.pool.TrimTo(cached);
       }
     }
     if (e.events != w.cache_events) {
@@ -94,7 +106,7 @@ void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
     if (e.cache_off) e.Clear();
     e.ReadEvents();
     e.capacity = w.kv_blocks_total > 0 ? w.kv_blocks_total : kDefaultCapacityBlocks;
-    e.TrimTo(e.capacity);
+    e.pool.TrimTo(e.capacity);
   }
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (present.contains(it->first)) {
@@ -111,34 +123,34 @@ void PrefixIndex::Insert(const std::string& worker, std::span<const BlockHash> h
   Entries& e = workers_[worker];
   if (e.cache_off || e.capacity <= 0) return;
   // Tail first, so that block 0 ends up the most recently used.
-  for (auto h = hashes.rbegin(); h != hashes.rend(); ++h) {
-    auto [it, inserted] = e.where.try_emplace(*h);
-    if (inserted) {
-      e.lru.push_front(*h);
-    } else {
-      e.lru.splice(e.lru.begin(), e.lru, it->second);
-    }
-    it->second = e.lru.begin();
-  }
-  e.TrimTo(e.capacity);
+  for (auto h = hashes.rbegin(); h != hashes.rend(); ++h) e.pool.Touch(*h);
+  e.pool.TrimTo(e.capacity);
 }
 
-int PrefixIndex::Match(const std::string& worker, std::span<const BlockHash> hashes) const {
+PrefixMatch PrefixIndex::MatchTiers(const std::string& worker,
+                                    std::span<const BlockHash> hashes) const {
   absl::ReaderMutexLock lock(&mu_);
+  PrefixMatch m;
   auto it = workers_.find(worker);
-  if (it == workers_.end()) return 0;
-  int n = 0;
-  for (const BlockHash& h : hashes) {
-    if (!it->second.where.contains(h)) break;
-    ++n;
-  }
-  return n;
+  if (it == workers_.end()) return m;
+  const Entries& e = it->second;
+  const int n = static_cast<int>(hashes.size());
+  while (m.pool < n && e.pool.contains(hashes[m.pool])) ++m.pool;
+  // The worker looks its tier up from its pool's first miss on.
+  while (m.pool + m.tier < n && e.tier.contains(hashes[m.pool + m.tier])) ++m.tier;
+  return m;
 }
 
 int64_t PrefixIndex::size(const std::string& worker) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = workers_.find(worker);
-  return it == workers_.end() ? 0 : static_cast<int64_t>(it->second.lru.size());
+  return it == workers_.end() ? 0 : it->second.pool.size();
+}
+
+int64_t PrefixIndex::tier_size(const std::string& worker) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = workers_.find(worker);
+  return it == workers_.end() ? 0 : it->second.tier.size();
 }
 
 std::optional<BlockHashKey> PrefixIndex::KeyOf(const std::string& worker) const {

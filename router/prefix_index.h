@@ -16,6 +16,12 @@
 //     worker restart seen as a new cache epoch, events lost because the
 //     router fell behind) clears the worker's entries; the events after it
 //     rebuild them.
+//   - a worker with a KV tier below its pool (an SSD tier) reports that
+//     tier's events too, tagged with it: the index keeps the blocks of
+//     each tier apart (a block can be in both), a tier's kCleared clears
+//     that tier only, and MatchTiers says how many of a prompt's blocks
+//     the worker holds in its pool and how many more it would load from
+//     the tier. The routing history (Insert) fills the pool's entries only.
 //
 // The view is also kept in bounds and near the truth with the workers'
 // stats (Sync, with the pool's latest snapshots):
@@ -70,10 +76,21 @@ inline BlockHashKey HashKeyOf(const WorkerSnapshot& w) {
   return {w.weights_fingerprint, w.kv_dtype, w.block_size};
 }
 
+// A prompt's leading blocks as a worker holds them: `pool` in its block
+// pool, then `tier` more in the tier below it (the worker loads those
+// instead of computing them).
+struct PrefixMatch {
+  int pool = 0;
+  int tier = 0;
+};
+
 class PrefixIndex {
  public:
   // Entries per worker before its stats say how many KV blocks it has.
   static constexpr int kDefaultCapacityBlocks = 4096;
+  // Tier entries kept per worker (the stats do not say the tier's size):
+  // least recently stored dropped first. 256Ki blocks is 4Mi tokens of 16.
+  static constexpr int kMaxTierBlocks = 1 << 18;
   // A drop of kv_blocks_cached trims the index only when it holds more
   // than kv_blocks_cached * 5/4 + this many blocks for the worker (recent
   // requests may not be counted in the stats yet).
@@ -91,21 +108,44 @@ class PrefixIndex {
   // become its most recently used entries.
   void Insert(const std::string& worker, std::span<const BlockHash> hashes);
 
-  // How many leading blocks of `hashes` the index says `worker` holds.
-  int Match(const std::string& worker, std::span<const BlockHash> hashes) const;
+  // How many leading blocks of `hashes` the index says `worker` holds in
+  // its pool.
+  int Match(const std::string& worker, std::span<const BlockHash> hashes) const {
+    return MatchTiers(worker, hashes).pool;
+  }
+  // The same, and how many of the blocks after those its tier holds.
+  PrefixMatch MatchTiers(const std::string& worker, std::span<const BlockHash> hashes) const;
 
-  // The entries held for `worker` (0 when unknown).
+  // The pool entries held for `worker` (0 when unknown).
   int64_t size(const std::string& worker) const;
+  // The tier entries held for `worker` (0 when unknown).
+  int64_t tier_size(const std::string& worker) const;
 
   // The hash inputs of `worker` per its last synced snapshot; nullopt when
   // it has none yet (no stats, or not synced).
   std::optional<BlockHashKey> KeyOf(const std::string& worker) const;
 
  private:
-  struct Entries {
-    // Most recently used first.
+  // Hashes in recency order, most recent first.
+  struct Blocks {
     std::list<BlockHash> lru;
     absl::flat_hash_map<BlockHash, std::list<BlockHash>::iterator> where;
+
+    void Clear();
+    // Evicts least recently used entries until at most `n` are left.
+    void TrimTo(int64_t n);
+    // Adds `h` as the most recently used entry unless it is there.
+    void Add(const BlockHash& h);
+    // Makes `h` the most recently used entry, adding it when absent.
+    void Touch(const BlockHash& h);
+    void Remove(const BlockHash& h);
+    bool contains(const BlockHash& h) const { return where.contains(h); }
+    int64_t size() const { return static_cast<int64_t>(lru.size()); }
+  };
+
+  struct Entries {
+    Blocks pool;
+    Blocks tier;
     int64_t capacity = kDefaultCapacityBlocks;
     // The last snapshot's stats, to see restarts and drops.
     bool synced = false;
@@ -119,12 +159,10 @@ class PrefixIndex {
     std::shared_ptr<const WorkerCacheEvents> events;
     uint64_t event_cursor = 0;
 
-    void Clear();
-    // Evicts least recently used entries until at most `n` are left.
-    void TrimTo(int64_t n);
-    // Adds `h` as the most recently used entry unless it is there.
-    void Add(const BlockHash& h);
-    void Remove(const BlockHash& h);
+    void Clear() {
+      pool.Clear();
+      tier.Clear();
+    }
     // Applies the events after event_cursor.
     void ReadEvents();
   };

@@ -33,8 +33,10 @@ PrefixAffinity PrefixRouter::Affinity(WorkerRole role, const std::vector<WorkerS
     const std::vector<BlockHash>& hashes = prompt.Hashes(HashKeyOf(w));
     const int lookup = std::min<int>(PromptBlocks::LookupBlocks(prompt_len, w.block_size),
                                      static_cast<int>(hashes.size()));
-    const int blocks = idx.Match(w.address, std::span<const BlockHash>(hashes).first(lookup));
-    a.cached_tokens[w.address] = blocks * w.block_size;
+    const PrefixMatch m =
+        idx.MatchTiers(w.address, std::span<const BlockHash>(hashes).first(lookup));
+    const double tier_tokens = std::clamp(options_.tier_credit, 0.0, 1.0) * m.tier * w.block_size;
+    a.cached_tokens[w.address] = m.pool * w.block_size + static_cast<int>(tier_tokens);
     a.indexed_blocks[w.address] = idx.size(w.address);
   }
   return a;

@@ -52,6 +52,11 @@ class PromptBlocks {
 struct PrefixRoutingOptions {
   // See PrefixAffinity::load_tokens.
   int load_tokens = 256;
+  // What a prompt token a worker would load from its KV tier (SSD) is
+  // worth against one in its pool, in [0, 1]: a load is far cheaper than a
+  // computation but waits on the disk and can miss (the block was evicted
+  // or found damaged; the worker then computes it).
+  double tier_credit = 0.75;
 };
 
 // Thread-safe.

@@ -23,12 +23,13 @@ void WorkerCacheEvents::Receive(const v1::StatsRequest& request, const v1::Worke
   if (request.cache_epoch() != epoch_ || request.cache_events_after() != cursor_) return;
   if (reply.cache_epoch() != epoch_ || reply.cache_events_lost() || !events.ok()) {
     if (!events.ok()) LOG(WARNING) << "ignoring a worker's cache events: " << events.status();
-    log_.Record(CacheEventKind::kCleared);
+    // Nothing known of the worker holds: every tier is cleared.
+    for (CacheTier tier : kCacheTiers) log_.Record(CacheEventKind::kCleared, {}, tier);
   }
   epoch_ = reply.cache_epoch();
   cursor_ = reply.cache_events_next();
   if (!events.ok()) return;
-  for (const CacheEvent& e : *events) log_.Record(e.kind, e.hash);
+  for (const CacheEvent& e : *events) log_.Record(e.kind, e.hash, e.tier);
 }
 
 bool WorkerCacheEvents::reporting() const {

@@ -149,4 +149,9 @@ void BlockPool::Uncache(int32_t b) {
   ++evictions_;
 }
 
+void BlockPool::RecordTierEvent(const CacheEvent& e) {
+  CHECK(e.tier != CacheTier::kPool);
+  events_.Record(e.kind, e.hash, e.tier);
+}
+
 }  // namespace tandem

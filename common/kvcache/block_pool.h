@@ -82,6 +82,9 @@ class BlockPool {
 
   // The prefix cache's latest events (see above).
   const CacheEventRing& events() const { return events_; }
+  // Adds an event of a tier below the pool (`e.tier` is not kPool) to the
+  // pool's events, so that their reader sees every tier in one order.
+  void RecordTierEvent(const CacheEvent& e);
 
   // Called with each cached block Allocate evicts, before it is handed out
   // (its K/V still intact), so that a lower tier can keep a copy; Flush

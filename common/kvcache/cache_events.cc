@@ -16,8 +16,8 @@ CacheEvent& CacheEventRing::slot(uint64_t n) {
   return slots_[i];
 }
 
-void CacheEventRing::Record(CacheEventKind kind, const BlockHash& hash) {
-  slot(next_) = CacheEvent{kind, hash};
+void CacheEventRing::Record(CacheEventKind kind, const BlockHash& hash, CacheTier tier) {
+  slot(next_) = CacheEvent{kind, hash, tier};
   ++next_;
   if (next_ - first_ > static_cast<uint64_t>(capacity_)) ++first_;
 }
@@ -47,7 +47,7 @@ void CacheEventRing::CatchUp(const CacheEventRing& source) {
   }
   for (uint64_t n = next_; n <= source.last(); ++n) {
     const CacheEvent& e = source.slot(n);
-    Record(e.kind, e.hash);
+    Record(e.kind, e.hash, e.tier);
   }
 }
 

@@ -29,9 +29,17 @@ enum class CacheEventKind : uint8_t {
   kCleared,
 };
 
+// Where an event happened: the worker's block pool, or a tier below it.
+enum class CacheTier : uint8_t {
+  kPool,
+  kSsd,
+};
+inline constexpr CacheTier kCacheTiers[] = {CacheTier::kPool, CacheTier::kSsd};
+
 struct CacheEvent {
   CacheEventKind kind = CacheEventKind::kStored;
   BlockHash hash;
+  CacheTier tier = CacheTier::kPool;
 
   friend bool operator==(const CacheEvent&, const CacheEvent&) = default;
 };
@@ -63,7 +71,7 @@ class CacheEventRing {
   uint64_t last() const { return next_ - 1; }
   uint64_t first() const { return first_; }
 
-  void Record(CacheEventKind kind, const BlockHash& hash = {});
+  void Record(CacheEventKind kind, const BlockHash& hash = {}, CacheTier tier = CacheTier::kPool);
 
   // At most `max_events` (none when <= 0) of the events after `after`.
   CacheEventBatch Read(uint64_t after, int max_events) const;
@@ -93,9 +101,9 @@ class CacheEventLog {
   CacheEventLog(const CacheEventLog&) = delete;
   CacheEventLog& operator=(const CacheEventLog&) = delete;
 
-  void Record(CacheEventKind kind, const BlockHash& hash = {}) {
+  void Record(CacheEventKind kind, const BlockHash& hash = {}, CacheTier tier = CacheTier::kPool) {
     absl::MutexLock lock(&mu_);
-    ring_.Record(kind, hash);
+    ring_.Record(kind, hash, tier);
   }
   void CatchUp(const CacheEventRing& source) {
     absl::MutexLock lock(&mu_);

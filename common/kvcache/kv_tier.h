@@ -103,6 +103,8 @@ class KvTier {
 
   virtual ~KvTier() = default;
   virtual std::string_view name() const = 0;
+  // The tag of its cache events in the worker's stream (cache_events.h).
+  virtual CacheTier level() const = 0;
   virtual const KvTierIdentity& identity() const = 0;
 
   // Whether a readable record of `hash` is held now (a later load can still

@@ -66,6 +66,7 @@ class SsdTier final : public KvTier {
   ~SsdTier() override;
 
   std::string_view name() const override { return "ssd"; }
+  CacheTier level() const override { return CacheTier::kSsd; }
   const KvTierIdentity& identity() const override;
   bool Contains(const BlockHash& hash) const override;
   bool Store(const BlockHash& hash, std::span<const std::span<const uint8_t>> layers) override;

@@ -10,7 +10,24 @@ TierLink::TierLink(KvTier* tier, const KvLayout& layout, uint8_t* kv)
 }
 
 void TierLink::Attach(BlockPool& pool) {
+  pool_ = &pool;
   pool.SetEvictionHook([this](int32_t block, const BlockHash& hash) { Spill(block, hash); });
+}
+
+void TierLink::ForwardEvents() {
+  if (pool_ == nullptr) return;
+  // The pool keeps 64Ki events: a reader behind by more is told it lost
+  // some anyway, so one read per call bounds the work.
+  constexpr int kMaxPerCall = 8192;
+  const CacheEventBatch batch = tier_->EventsAfter(event_cursor_, kMaxPerCall);
+  if (batch.lost && event_cursor_ != 0) {
+    pool_->RecordTierEvent(CacheEvent{CacheEventKind::kCleared, {}, tier_->level()});
+  }
+  for (CacheEvent e : batch.events) {
+    e.tier = tier_->level();
+    pool_->RecordTierEvent(e);
+  }
+  event_cursor_ = batch.next;
 }
 
 template <typename Span>

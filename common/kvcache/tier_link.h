@@ -17,6 +17,12 @@
 // done or its deadline has passed, when the loads still out are cancelled:
 // the caller computes what did not arrive and never waits longer.
 //
+// The tier's cache events reach the pool's event stream (and through it
+// the router) when the pool's thread calls ForwardEvents, tagged with the
+// tier. When the tier dropped events before they were forwarded, a
+// kCleared of the tier goes first: the router forgets what it knew of the
+// tier and learns it again from the blocks stored after.
+//
 // Thread-compatible: the pool's thread drives it.
 #ifndef TANDEM_COMMON_KVCACHE_TIER_LINK_H_
 #define TANDEM_COMMON_KVCACHE_TIER_LINK_H_
@@ -70,8 +76,13 @@ class TierLink {
   // must outlive the link.
   TierLink(KvTier* tier, const KvLayout& layout, uint8_t* kv);
 
-  // Makes `pool` spill its evicted cached blocks through this link.
+  // Makes `pool` spill its evicted cached blocks through this link, and
+  // ForwardEvents add the tier's events to its events. `pool` must outlive
+  // the link.
   void Attach(BlockPool& pool);
+  // Adds the tier's events not yet forwarded to the attached pool's events
+  // (nothing before Attach).
+  void ForwardEvents();
   // Copies `block`'s layers into the tier under `hash`.
   void Spill(int32_t block, const BlockHash& hash);
 
@@ -99,6 +110,8 @@ class TierLink {
   void End(Fetch& fetch);
 
   KvTier* const tier_;
+  BlockPool* pool_ = nullptr;
+  uint64_t event_cursor_ = 0;
   const KvLayout layout_;
   uint8_t* const kv_;
   TierLinkStats stats_;

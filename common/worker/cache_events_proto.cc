@@ -20,6 +20,16 @@ v1::CacheEvent::Kind KindToProto(CacheEventKind kind) {
   return v1::CacheEvent::KIND_UNSPECIFIED;
 }
 
+v1::CacheEvent::Tier TierToProto(CacheTier tier) {
+  switch (tier) {
+    case CacheTier::kPool:
+      return v1::CacheEvent::TIER_POOL;
+    case CacheTier::kSsd:
+      return v1::CacheEvent::TIER_SSD;
+  }
+  return v1::CacheEvent::TIER_POOL;
+}
+
 }  // namespace
 
 uint64_t NewCacheEpoch() {
@@ -45,9 +55,12 @@ void CacheEventsToProto(std::span<const CacheEvent> events, v1::WorkerStats* rep
   v1::CacheEvent* run = nullptr;
   for (const CacheEvent& e : events) {
     const v1::CacheEvent::Kind kind = KindToProto(e.kind);
-    if (run == nullptr || run->kind() != kind || kind == v1::CacheEvent::CLEARED) {
+    const v1::CacheEvent::Tier tier = TierToProto(e.tier);
+    if (run == nullptr || run->kind() != kind || run->tier() != tier ||
+        kind == v1::CacheEvent::CLEARED) {
       run = reply->add_cache_events();
       run->set_kind(kind);
+      run->set_tier(tier);
     }
     if (kind == v1::CacheEvent::CLEARED) continue;
     run->add_hashes_high(e.hash.high);
@@ -64,6 +77,18 @@ absl::StatusOr<std::vector<CacheEvent>> CacheEventsFromProto(const v1::WorkerSta
           absl::StrCat("cache event ", i, " has ", run.hashes_high_size(), " high and ",
                        run.hashes_low_size(), " low hash halves; they must pair up"));
     }
+    CacheTier tier;
+    switch (run.tier()) {
+      case v1::CacheEvent::TIER_POOL:
+        tier = CacheTier::kPool;
+        break;
+      case v1::CacheEvent::TIER_SSD:
+        tier = CacheTier::kSsd;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("cache event ", i, " has unknown tier ", static_cast<int>(run.tier())));
+    }
     CacheEventKind kind;
     switch (run.kind()) {
       case v1::CacheEvent::STORED:
@@ -77,14 +102,14 @@ absl::StatusOr<std::vector<CacheEvent>> CacheEventsFromProto(const v1::WorkerSta
           return absl::InvalidArgumentError(
               absl::StrCat("cache event ", i, " is CLEARED but names hashes"));
         }
-        events.push_back(CacheEvent{CacheEventKind::kCleared, {}});
+        events.push_back(CacheEvent{CacheEventKind::kCleared, {}, tier});
         continue;
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("cache event ", i, " has unknown kind ", static_cast<int>(run.kind())));
     }
     for (int j = 0; j < run.hashes_high_size(); ++j) {
-      events.push_back(CacheEvent{kind, BlockHash{run.hashes_high(j), run.hashes_low(j)}});
+      events.push_back(CacheEvent{kind, BlockHash{run.hashes_high(j), run.hashes_low(j)}, tier});
     }
   }
   return events;

@@ -223,5 +223,71 @@ TEST_F(TierLinkTest, AnEmptyFetchIsOverAtOnce) {
   EXPECT_EQ(link_->stats().fetches, 0u);
 }
 
+TEST_F(TierLinkTest, TheTiersEventsJoinThePoolsTaggedOnceWritten) {
+  CacheAndEvict(60, 2);
+  const uint64_t pool_events = pool_.events().last();
+  link_->ForwardEvents();  // Nothing readable in the tier yet.
+  EXPECT_EQ(pool_.events().last(), pool_events);
+  io_.RunDue();
+  link_->ForwardEvents();
+  const CacheEventBatch batch = pool_.events().Read(pool_events, 100);
+  ASSERT_EQ(batch.events.size(), 2u);
+  // The pool evicts a released run last block first.
+  EXPECT_EQ(batch.events[0], (CacheEvent{CacheEventKind::kStored, Hash(61), CacheTier::kSsd}));
+  EXPECT_EQ(batch.events[1], (CacheEvent{CacheEventKind::kStored, Hash(60), CacheTier::kSsd}));
+  link_->ForwardEvents();  // Each event once.
+  EXPECT_EQ(pool_.events().last(), pool_events + 2);
+}
+
+// A tier whose events the test sets; nothing else of it is used.
+class EventsOnlyTier final : public KvTier {
+ public:
+  std::string_view name() const override { return "events-only"; }
+  CacheTier level() const override { return CacheTier::kSsd; }
+  const KvTierIdentity& identity() const override { return identity_; }
+  bool Contains(const BlockHash&) const override { return false; }
+  bool Store(const BlockHash&, std::span<const std::span<const uint8_t>>) override { return false; }
+  uint64_t Load(const BlockHash&, std::span<const std::span<uint8_t>>) override { return 0; }
+  LoadState Poll(uint64_t) override {
+    LoadState state;
+    state.done = true;
+    return state;
+  }
+  void Cancel(uint64_t) override {}
+  KvTierStats stats() const override { return {}; }
+  CacheEventBatch EventsAfter(uint64_t cursor, int max_events) const override {
+    return log.Read(cursor, max_events);
+  }
+
+  CacheEventRing log{4};
+
+ private:
+  KvTierIdentity identity_;
+};
+
+TEST(TierLinkEvents, EventsTheTierDroppedUnreadClearTheTierFirst) {
+  const KvLayout layout{
+      .n_layers = 1, .num_blocks = 2, .block_size = 4, .kv_dim = 8, .dtype = DType::kF32};
+  std::vector<uint8_t> kv(layout.total_bytes());
+  EventsOnlyTier tier;
+  BlockPool pool(2);
+  TierLink link(&tier, layout, kv.data());
+  link.ForwardEvents();  // Not attached: nothing to forward to.
+  link.Attach(pool);
+  // Dropped before the first read: there was nothing to forget yet.
+  for (uint64_t n = 1; n <= 6; ++n) tier.log.Record(CacheEventKind::kStored, {n, n});
+  link.ForwardEvents();
+  CacheEventBatch batch = pool.events().Read(0, 100);
+  ASSERT_EQ(batch.events.size(), 4u);
+  EXPECT_EQ(batch.events[0], (CacheEvent{CacheEventKind::kStored, {3, 3}, CacheTier::kSsd}));
+  // Dropped between two reads: the router must forget the tier's blocks.
+  for (uint64_t n = 7; n <= 12; ++n) tier.log.Record(CacheEventKind::kEvicted, {n, n});
+  link.ForwardEvents();
+  batch = pool.events().Read(4, 100);
+  ASSERT_EQ(batch.events.size(), 5u);
+  EXPECT_EQ(batch.events[0], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd}));
+  EXPECT_EQ(batch.events[1], (CacheEvent{CacheEventKind::kEvicted, {9, 9}, CacheTier::kSsd}));
+}
+
 }  // namespace
 }  // namespace tandem

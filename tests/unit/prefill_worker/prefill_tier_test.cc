@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -16,6 +17,7 @@
 #include "common/base/clock.h"
 #include "common/base/executor.h"
 #include "common/kvcache/block_hash.h"
+#include "common/kvcache/cache_events.h"
 #include "common/kvcache/ssd_tier.h"
 #include "gtest/gtest.h"
 #include "prefill_worker/prefill_scheduler.h"
@@ -120,6 +122,14 @@ TEST_F(PrefillTierTest, AnEvictedPromptLoadsFromTheTierAndLandsTheSameKv) {
   const std::vector<int32_t> prompt = RandomTokens(72, vocab_, 100);
   ComputeAndEvict(*s, prompt);
   EXPECT_GE(s->tier_link()->stats().spilled, 4u);
+  // The router hears of the prompt's blocks in the tier, through the
+  // pool's events (which the loop publishes to GetStats).
+  s->ForwardTierEvents();
+  absl::flat_hash_set<BlockHash> in_tier;
+  for (const CacheEvent& e : s->engine().block_pool().events().Read(0, 1 << 20).events) {
+    if (e.tier == CacheTier::kSsd && e.kind == CacheEventKind::kStored) in_tier.insert(e.hash);
+  }
+  for (const BlockHash& h : Hashes(prompt)) EXPECT_TRUE(in_tier.contains(h));
 
   const uint64_t steps = s->counters().steps;
   DecodeSide::Lease* lease = nullptr;

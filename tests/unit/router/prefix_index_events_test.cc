@@ -4,6 +4,7 @@
 // events), and what the index then matches. Hashes are made up.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/prefix_index.h"
+#include "router/prefix_routing.h"
 #include "router/worker_cache_events.h"
 #include "tests/testing/status_matchers.h"
 
@@ -20,6 +22,7 @@ namespace tandem::router {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 std::vector<BlockHash> Chain(uint64_t chain, int n, int first = 0) {
@@ -39,6 +42,13 @@ struct FakeWorker {
   }
   void Evict(std::span<const BlockHash> hashes) {
     for (const BlockHash& h : hashes) log.Record(CacheEventKind::kEvicted, h);
+  }
+  // The same in its SSD tier.
+  void StoreSsd(std::span<const BlockHash> hashes) {
+    for (const BlockHash& h : hashes) log.Record(CacheEventKind::kStored, h, CacheTier::kSsd);
+  }
+  void EvictSsd(std::span<const BlockHash> hashes) {
+    for (const BlockHash& h : hashes) log.Record(CacheEventKind::kEvicted, h, CacheTier::kSsd);
   }
 
   // One stats poll of `events`.
@@ -229,6 +239,160 @@ TEST(PrefixIndexEvents, AWorkerReportingEventsIsNotTrimmedByItsCachedCount) {
   EXPECT_EQ(index.Match("a", Chain(1, 100)), 100);
 }
 
+// A worker with an SSD tier below its pool.
+
+TEST(PrefixIndexTiers, TheTierCountsFromThePoolsFirstMissAndIsKeptApart) {
+  auto events = std::make_shared<WorkerCacheEvents>();
+  FakeWorker worker(7);
+  PrefixIndex index;
+  worker.Store(Chain(1, 8));
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  // The pool evicts blocks 2..7, which spill into the tier.
+  worker.Evict(Chain(1, 6, /*first=*/2));
+  worker.StoreSsd(Chain(1, 6, /*first=*/2));
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  PrefixMatch m = index.MatchTiers("a", Chain(1, 8));
+  EXPECT_EQ(m.pool, 2);
+  EXPECT_EQ(m.tier, 6);
+  EXPECT_EQ(index.Match("a", Chain(1, 8)), 2);
+  EXPECT_EQ(index.size("a"), 2);
+  EXPECT_EQ(index.tier_size("a"), 6);
+  // A block held in both counts once, from the pool.
+  worker.Store(Chain(1, 1, /*first=*/2));
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  m = index.MatchTiers("a", Chain(1, 8));
+  EXPECT_EQ(m.pool, 3);
+  EXPECT_EQ(m.tier, 5);
+  // The tier drops block 5: its run ends there.
+  worker.EvictSsd(Chain(1, 1, /*first=*/5));
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  m = index.MatchTiers("a", Chain(1, 8));
+  EXPECT_EQ(m.pool, 3);
+  EXPECT_EQ(m.tier, 2);
+  // Routing history fills the pool only.
+  index.Insert("a", Chain(4, 2));
+  EXPECT_EQ(index.MatchTiers("a", Chain(4, 2)).pool, 2);
+  EXPECT_EQ(index.tier_size("a"), 5);
+}
+
+TEST(PrefixIndexTiers, AClearOfOneTierLeavesTheOther) {
+  auto events = std::make_shared<WorkerCacheEvents>();
+  FakeWorker worker(7);
+  PrefixIndex index;
+  worker.Store(Chain(1, 2));
+  worker.StoreSsd(Chain(2, 3));
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  // A flush of the pool (BlockPool::Flush): the tier keeps its blocks.
+  worker.log.Record(CacheEventKind::kCleared);
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  EXPECT_EQ(index.Match("a", Chain(1, 2)), 0);
+  EXPECT_EQ(index.MatchTiers("a", Chain(2, 3)).tier, 3);
+  // The tier lost events (TierLink::ForwardEvents clears it): the pool
+  // keeps its blocks.
+  worker.Store(Chain(1, 2));
+  worker.log.Record(CacheEventKind::kCleared, {}, CacheTier::kSsd);
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  EXPECT_EQ(index.Match("a", Chain(1, 2)), 2);
+  EXPECT_EQ(index.tier_size("a"), 0);
+  EXPECT_EQ(index.MatchTiers("a", Chain(2, 3)).tier, 0);
+}
+
+TEST(PrefixIndexTiers, ARestartOrLostEventsClearEveryTier) {
+  auto events = std::make_shared<WorkerCacheEvents>();
+  FakeWorker before(7, /*event_capacity=*/4);
+  PrefixIndex index;
+  before.StoreSsd(Chain(1, 2));
+  before.Poll(*events);
+  index.Sync({Snapshot("a", events, /*requests_total=*/5)});
+  ASSERT_EQ(index.tier_size("a"), 2);
+  // Events dropped before the poll.
+  before.EvictSsd(Chain(1, 2));
+  before.Store(Chain(3, 4));
+  before.Poll(*events);
+  index.Sync({Snapshot("a", events, /*requests_total=*/5)});
+  EXPECT_EQ(index.tier_size("a"), 0);
+  EXPECT_EQ(index.size("a"), 4);
+  // A new process at the address.
+  before.StoreSsd(Chain(5, 2));
+  before.Poll(*events);
+  index.Sync({Snapshot("a", events, /*requests_total=*/5)});
+  ASSERT_EQ(index.tier_size("a"), 2);
+  FakeWorker after(8);
+  after.Poll(*events);
+  index.Sync({Snapshot("a", events, /*requests_total=*/9)});
+  EXPECT_EQ(index.tier_size("a"), 0);
+  EXPECT_EQ(index.size("a"), 0);
+}
+
+// Prompt blocks a worker would load from its tier count for the prefill
+// pick at --prefix_routing_tier_credit of blocks in a pool.
+TEST(PrefixIndexTiers, APrefillPickCreditsTierBlocksBelowPoolBlocks) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 65; ++i) prompt.push_back(3 + i % 50);  // 4 looked-up blocks of 16.
+  auto events_a = std::make_shared<WorkerCacheEvents>();
+  auto events_b = std::make_shared<WorkerCacheEvents>();
+  const std::vector<WorkerSnapshot> pool = {Snapshot("a", events_a), Snapshot("b", events_b)};
+  PromptBlocks blocks(prompt);
+  const std::vector<BlockHash> hashes = blocks.Hashes(HashKeyOf(pool[0]));
+  ASSERT_EQ(hashes.size(), 4u);
+  FakeWorker a(7);
+  FakeWorker b(8);
+  b.StoreSsd(hashes);
+  a.Poll(*events_a);
+  b.Poll(*events_b);
+
+  PrefixRouter credited(PrefixRoutingOptions{.load_tokens = 16, .tier_credit = 0.75});
+  const PrefixAffinity affinity = credited.Affinity(WorkerRole::kPrefill, pool, blocks, {});
+  EXPECT_EQ(affinity.cached_tokens.at("a"), 0);
+  EXPECT_EQ(affinity.cached_tokens.at("b"), 48);
+  std::optional<Pick> pick = credited.PickPrefill(pool, blocks);
+  ASSERT_TRUE(pick.has_value());
+  EXPECT_EQ(pick->address, "b");
+
+  // No credit: a tie, which goes to the first address.
+  PrefixRouter uncredited(PrefixRoutingOptions{.load_tokens = 16, .tier_credit = 0});
+  pick = uncredited.PickPrefill(pool, blocks);
+  ASSERT_TRUE(pick.has_value());
+  EXPECT_EQ(pick->address, "a");
+
+  // The same blocks in a's pool beat b's tier.
+  a.Store(hashes);
+  a.Poll(*events_a);
+  pick = credited.PickPrefill(pool, blocks);
+  ASSERT_TRUE(pick.has_value());
+  EXPECT_EQ(pick->address, "a");
+}
+
+TEST(CacheEventsReply, RunsSplitWhereTheTierChangesAndComeBackTagged) {
+  CacheEventLog log;
+  log.Record(CacheEventKind::kStored, {1, 1});
+  log.Record(CacheEventKind::kStored, {1, 2}, CacheTier::kSsd);
+  log.Record(CacheEventKind::kStored, {1, 3}, CacheTier::kSsd);
+  log.Record(CacheEventKind::kCleared, {}, CacheTier::kSsd);
+  v1::StatsRequest request;
+  request.set_max_cache_events(100);
+  v1::WorkerStats reply;
+  CacheEventsReply(log, 5, request, &reply);
+  ASSERT_EQ(reply.cache_events_size(), 3);
+  EXPECT_EQ(reply.cache_events(0).tier(), v1::CacheEvent::TIER_POOL);
+  EXPECT_EQ(reply.cache_events(1).tier(), v1::CacheEvent::TIER_SSD);
+  EXPECT_THAT(reply.cache_events(1).hashes_low(), ElementsAre(2u, 3u));
+  EXPECT_EQ(reply.cache_events(2).kind(), v1::CacheEvent::CLEARED);
+  EXPECT_EQ(reply.cache_events(2).tier(), v1::CacheEvent::TIER_SSD);
+  ASSERT_OK_AND_ASSIGN(std::vector<CacheEvent> back, CacheEventsFromProto(reply));
+  EXPECT_THAT(back, ElementsAre(CacheEvent{CacheEventKind::kStored, {1, 1}, CacheTier::kPool},
+                                CacheEvent{CacheEventKind::kStored, {1, 2}, CacheTier::kSsd},
+                                CacheEvent{CacheEventKind::kStored, {1, 3}, CacheTier::kSsd},
+                                CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd}));
+}
+
 // The poller's side of the protocol.
 
 TEST(WorkerCacheEvents, AsksAfterItsCursorAndIgnoresLateAndEpochlessReplies) {
@@ -257,10 +421,11 @@ TEST(WorkerCacheEvents, AsksAfterItsCursorAndIgnoresLateAndEpochlessReplies) {
   // The same reply again (a late answer to the old request) adds nothing.
   events.Receive(first, reply);
   CacheEventBatch read = events.Read(0, 100);
-  // The first reply of an epoch clears what came before.
-  ASSERT_EQ(read.events.size(), 4u);
-  EXPECT_EQ(read.events[0].kind, CacheEventKind::kCleared);
-  EXPECT_EQ(read.events[3], (CacheEvent{CacheEventKind::kStored, Chain(1, 3)[2]}));
+  // The first reply of an epoch clears what came before, in every tier.
+  ASSERT_EQ(read.events.size(), 5u);
+  EXPECT_EQ(read.events[0], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kPool}));
+  EXPECT_EQ(read.events[1], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd}));
+  EXPECT_EQ(read.events[4], (CacheEvent{CacheEventKind::kStored, Chain(1, 3)[2]}));
 }
 
 TEST(WorkerCacheEvents, AMalformedReplyClearsTheWorker) {
@@ -275,8 +440,22 @@ TEST(WorkerCacheEvents, AMalformedReplyClearsTheWorker) {
   bad->add_hashes_high(1);  // No low half.
   events.Receive(request, reply);
   CacheEventBatch read = events.Read(0, 100);
-  ASSERT_EQ(read.events.size(), 1u);
+  ASSERT_EQ(read.events.size(), 2u);
   EXPECT_EQ(read.events[0].kind, CacheEventKind::kCleared);
+  EXPECT_EQ(read.events[1].kind, CacheEventKind::kCleared);
+
+  // A tier this router does not know of.
+  v1::WorkerStats unknown;
+  unknown.set_cache_epoch(7);
+  unknown.set_cache_events_next(2);
+  v1::CacheEvent* odd = unknown.add_cache_events();
+  odd->set_kind(v1::CacheEvent::STORED);
+  odd->set_tier(static_cast<v1::CacheEvent::Tier>(9));
+  odd->add_hashes_high(1);
+  odd->add_hashes_low(1);
+  EXPECT_THAT(
+      CacheEventsFromProto(unknown).status(),
+      ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown tier 9")));
 }
 
 // The worker's side.
