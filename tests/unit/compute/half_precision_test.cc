@@ -181,14 +181,15 @@ TEST_P(HalfPrecisionTest, DotBf16PathRoundsInputsToNearestEven) {
 
 // A row's result with 16-bit weights must not depend on the other rows of
 // its batch (decode gives a sequence the same tokens whatever is batched
-// with it): each row of m = 4 and m = 32 batches, bit for bit as alone.
+// with it): each row of m = 2, 3, 4 and 32 batches (the skinny product's
+// wide tiles and the 4x4 ones), bit for bit as alone.
 TEST_P(HalfPrecisionTest, RowResultDoesNotDependOnBatch) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const auto& [n, k] : {std::pair{67, 200}, std::pair{5, 33}, std::pair{130, 17}}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " n=" << n << " k=" << k);
       const HalfValues w = RandomHalf(dtype, size_t(n) * k, -1.0, 1.0, rng_);
       const MatrixRef ref{w.bits.data(), dtype};
-      for (int m : {4, cpu::kSmallMatMulMaxRows}) {
+      for (int m : {2, 3, 4, cpu::kSmallMatMulMaxRows}) {
         const std::vector<float> x = RandomFloats(size_t(m) * k, -1.0f, 1.0f, rng_);
         std::vector<float> batch(size_t(m) * n, kNaN);
         backend_->MatMul(x.data(), ref, batch.data(), m, n, k, /*accumulate=*/false);
