@@ -80,6 +80,14 @@ for t in "${tests[@]}"; do
   [[ $(cat "$logs/$t.status" 2>/dev/null) == 0 ]] || failed+=("$t")
 done
 if ((${#failed[@]} > 0)); then
+  # Each failure's cause again, last, where a log's tail shows it: the
+  # tests that failed, the first sanitizer report, the binary's last lines.
+  for t in "${failed[@]}"; do
+    echo "=== tsan.sh: why $t failed (status $(cat "$logs/$t.status" 2>/dev/null))"
+    grep -E '^\[  FAILED  \]|Failure$' "$logs/$t.log" | head -20 || true
+    sed -n '/^WARNING: ThreadSanitizer/,/^SUMMARY: ThreadSanitizer/p' "$logs/$t.log" | head -80
+    tail -n 25 "$logs/$t.log"
+  done
   echo "tsan.sh: failed: ${failed[*]}" >&2
   exit 1
 fi

@@ -239,7 +239,11 @@ TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMoves) {
   auto h = StartHarness({.prefill = 1, .decode = 2, .router = router});
   ASSERT_NE(h, nullptr);
   const int draining = h->FirstDecode();
-  h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
+  // The draining worker holds the old stream open after the offer until
+  // the router cancels it (were it to decode on to the end first, the
+  // cancel would find nothing to cancel).
+  h->decode(draining).SetBehaviour(
+      {.hold_after = 4, .moving_after = 3, .token_interval = absl::Milliseconds(5)});
   const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
@@ -265,7 +269,11 @@ TEST(RouterServiceTest, StreamOfferedByADrainingWorkerMovesWithItsKv) {
   auto h = StartHarness({.prefill = 1, .decode = 2});
   ASSERT_NE(h, nullptr);
   const int draining = h->FirstDecode();
-  h->decode(draining).SetBehaviour({.moving_after = 3, .token_interval = absl::Milliseconds(5)});
+  // The draining worker holds the old stream open after the offer until
+  // the router cancels it (were it to decode on to the end first, the
+  // cancel would find nothing to cancel).
+  h->decode(draining).SetBehaviour(
+      {.hold_after = 4, .moving_after = 3, .token_interval = absl::Milliseconds(5)});
   const Result r = h->Run(TokenRequest({1, 5, 6}, 10));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_THAT(r.tokens, ElementsAre(40, 20, 21, 22, 23, 24, 25, 26, 27, 28));
