@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
                                                        std::unique_ptr<Backend> backend,
                                                        const EngineOptions& options) {
   RETURN_IF_ERROR(weights.config.Validate());
+  if (weights.config.is_mla()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weights from '", weights.source,
+        "' use multi-head latent attention (DeepSeek V2/V3, Kimi K2), which tandem reads but "
+        "does not compute yet; serve a model with grouped-query attention"));
+  }
   if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
   EngineOptions opts = options;
   if (opts.block_size <= 0 || opts.block_size > 4096) {
@@ -228,8 +234,13 @@ absl::Status Engine::Init(const ModelWeights& w) {
         layer.shared.hidden = m.shared_hidden;
         ASSIGN_OR_RETURN(layer.shared.w13, upload({lw.shared_gate, lw.shared_up}, d));
         ASSIGN_OR_RETURN(layer.shared.w2, upload({lw.shared_down}, m.shared_hidden));
-        ASSIGN_OR_RETURN(layer.shared_expert_gate, upload({lw.shared_expert_gate}, d));
+        if (m.shared_gated) {
+          ASSIGN_OR_RETURN(layer.shared_expert_gate, upload({lw.shared_expert_gate}, d));
+        }
       }
+      // The bias steers the choice, made on the host.
+      router_bias_.resize(c.n_layers);
+      if (m.score_bias) router_bias_[l] = lw.router_bias.ToFloats();
     } else {
       ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
       ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}, h));
@@ -266,6 +277,7 @@ absl::Status Engine::Init(const ModelWeights& w) {
     ASSIGN_OR_RETURN(expert_out_, alloc(t * d));
     expert_rows_.resize(c.moe.n_experts);
     expert_weights_.resize(c.moe.n_experts);
+    expert_router_ = std::make_unique<ExpertRouter>(c.moe);
     expert_load_.resize(c.n_layers);
     for (int l = 0; l < c.n_layers; ++l) {
       if (c.IsMoeLayer(l)) expert_load_[l].assign(c.moe.n_experts, 0);

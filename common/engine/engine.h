@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/compute/backend.h"
+#include "common/engine/moe_routing.h"
 #include "common/engine/step_executor.h"
 #include "common/kvcache/block_pool.h"
 #include "common/kvcache/block_table.h"
@@ -260,8 +261,11 @@ class Engine final : public StepExecutor {
   std::vector<int32_t> ids_, positions_, logit_rows_, picked_rows_;
   std::vector<AttentionRow> rows_;
   std::vector<uint8_t> copy_staging_;
-  std::vector<float> host_router_, probs_;
-  std::vector<int32_t> order_, all_rows_;
+  std::vector<float> host_router_, picked_weights_, ones_;
+  std::vector<int32_t> picked_, all_rows_;
+  std::unique_ptr<ExpertRouter> expert_router_;
+  // Per layer: the router's score bias in host memory (empty without).
+  std::vector<std::vector<float>> router_bias_;
   std::vector<std::vector<int32_t>> expert_rows_;
   std::vector<std::vector<float>> expert_weights_;
   std::vector<std::vector<uint64_t>> expert_load_;

@@ -1,5 +1,5 @@
 // The mixture-of-experts FFN of Engine::Forward: each token's experts are
-// chosen on the host from the router's logits, the tokens are grouped by
+// chosen on the host from the router's logits (ExpertRouter), the tokens are grouped by
 // expert, and each touched expert runs once over its rows (one pass over
 // its weights per step), for prefill chunks and decode batches alike.
 #include <algorithm>
@@ -19,30 +19,15 @@ void Engine::MoeFfn(const Layer& layer, int l, int rows) {
     expert_rows_[e].clear();
     expert_weights_[e].clear();
   }
-  probs_.resize(n);
-  order_.resize(n);
+  const int k = m.top_k;
+  picked_.resize(k);
+  picked_weights_.resize(k);
   for (int r = 0; r < rows; ++r) {
-    // Softmax over every expert, then the top k (the lowest index among
-    // equals), renormalised to sum to 1 with norm_topk_prob.
     const float* z = host_router_.data() + static_cast<size_t>(r) * n;
-    const float top = *std::max_element(z, z + n);
-    double sum = 0.0;
-    for (int e = 0; e < n; ++e) sum += probs_[e] = std::exp(z[e] - top);
-    for (int e = 0; e < n; ++e) probs_[e] = static_cast<float>(probs_[e] / sum);
-    for (int e = 0; e < n; ++e) order_[e] = e;
-    std::partial_sort(order_.begin(), order_.begin() + m.top_k, order_.end(), [&](int a, int b) {
-      return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
-    });
-    float scale = 1.0f;
-    if (m.norm_topk_prob) {
-      float kept = 0.0f;
-      for (int i = 0; i < m.top_k; ++i) kept += probs_[order_[i]];
-      scale = 1.0f / kept;
-    }
-    for (int i = 0; i < m.top_k; ++i) {
-      const int e = order_[i];
-      expert_rows_[e].push_back(r);
-      expert_weights_[e].push_back(probs_[e] * scale);
+    expert_router_->Route({z, static_cast<size_t>(n)}, router_bias_[l], picked_, picked_weights_);
+    for (int i = 0; i < k; ++i) {
+      expert_rows_[picked_[i]].push_back(r);
+      expert_weights_[picked_[i]].push_back(picked_weights_[i]);
     }
   }
   for (int e = 0; e < n; ++e) {
@@ -51,15 +36,19 @@ void Engine::MoeFfn(const Layer& layer, int l, int rows) {
     RunExpert(layer.experts[e], expert_rows_[e], expert_weights_[e]);
   }
   if (layer.shared.hidden == 0) return;
+  all_rows_.resize(rows);
+  for (int r = 0; r < rows; ++r) all_rows_[r] = r;
+  if (!m.shared_gated) {
+    // DeepSeek's shared experts see every token as they are.
+    ones_.assign(rows, 1.0f);
+    RunExpert(layer.shared, all_rows_, ones_);
+    return;
+  }
   // The shared expert sees every token, scaled by sigmoid(x . gate).
   MatMul(xb_, layer.shared_expert_gate, router_logits_, rows, 1, d, /*accumulate=*/false);
   host_router_.resize(rows);
   backend_->CopyToHost(router_logits_, host_router_.data(), rows * sizeof(float));
-  all_rows_.resize(rows);
-  for (int r = 0; r < rows; ++r) {
-    all_rows_[r] = r;
-    host_router_[r] = 1.0f / (1.0f + std::exp(-host_router_[r]));
-  }
+  for (int r = 0; r < rows; ++r) host_router_[r] = 1.0f / (1.0f + std::exp(-host_router_[r]));
   RunExpert(layer.shared, all_rows_, {host_router_.data(), static_cast<size_t>(rows)});
 }
 

@@ -226,6 +226,21 @@ std::string GgufName(const TensorSpec& spec) {
       return p + "ffn_up_shexp.weight";
     case R::kSharedExpertGate:
       return p + "ffn_gate_inp_shexp.weight";
+    // llama.cpp's deepseek2 names.
+    case R::kRouterBias:
+      return p + "exp_probs_b.bias";
+    case R::kWqA:
+      return p + "attn_q_a.weight";
+    case R::kQANorm:
+      return p + "attn_q_a_norm.weight";
+    case R::kWqB:
+      return p + "attn_q_b.weight";
+    case R::kWkvA:
+      return p + "attn_kv_a_mqa.weight";
+    case R::kKvANorm:
+      return p + "attn_kv_a_norm.weight";
+    case R::kWkvB:
+      return p + "attn_kv_b.weight";
   }
   return "";
 }
@@ -400,6 +415,12 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
     return absl::InvalidArgumentError(absl::StrCat("weights from '", w.source, "' have ",
                                                    w.layers.size(), " layers; the config says ",
                                                    c.n_layers));
+  }
+  if (c.has_deepseek_parts()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weights from '", w.source, "' (", c.ToString(),
+        ") have DeepSeek's latent attention, routing or YaRN, which this writer does not write "
+        "yet"));
   }
   // The architecture that says this model; what its metadata cannot say
   // would silently change the model.

@@ -72,7 +72,47 @@ absl::StatusOr<bool> BoolField(const Json& j, const std::string& file, const cha
   return j[key].get<bool>();
 }
 
-absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& file) {
+// A float field that may be 0 (DeepSeek's mscale_all_dim: 0 = none).
+absl::StatusOr<float> NonNegativeField(const Json& j, const std::string& file, const char* key,
+                                       float fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const Json& v = j[key];
+  if (!v.is_number() || !(v.get<double>() >= 0.0) || !std::isfinite(v.get<double>())) {
+    return ConfigInvalid(file, absl::StrCat("field 'rope_scaling.", key, "' is ", v.dump(),
+                                            "; it must be a number >= 0"));
+  }
+  return static_cast<float>(v.get<double>());
+}
+
+// DeepSeek's YaRN: the fields of RopeScaling's yarn.
+absl::Status ReadYarn(const Json& r, const std::string& file, RopeScaling& s) {
+  s.type = RopeScaling::Type::kYarn;
+  ASSIGN_OR_RETURN(s.original_max_position,
+                   IntField(r, file, "original_max_position_embeddings", std::nullopt, 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.beta_fast, FloatField(r, file, "beta_fast", 32.0f));
+  ASSIGN_OR_RETURN(s.beta_slow, FloatField(r, file, "beta_slow", 1.0f));
+  ASSIGN_OR_RETURN(s.mscale, NonNegativeField(r, file, "mscale", 1.0f));
+  ASSIGN_OR_RETURN(s.mscale_all_dim, NonNegativeField(r, file, "mscale_all_dim", 0.0f));
+  if (YarnMscale(s.factor, s.mscale) != YarnMscale(s.factor, s.mscale_all_dim)) {
+    return ConfigInvalid(
+        file, absl::StrCat("field 'rope_scaling' has mscale ", s.mscale, " and mscale_all_dim ",
+                           s.mscale_all_dim,
+                           "; a rotation rescaled by their ratio is not supported (make them "
+                           "equal, as every DeepSeek release has them)"));
+  }
+  for (const auto& [key, value] : r.items()) {
+    static const std::set<std::string, std::less<>> kYarnFields = {
+        "type",      "rope_type", "factor", "original_max_position_embeddings",
+        "beta_fast", "beta_slow", "mscale", "mscale_all_dim"};
+    if (!kYarnFields.contains(key)) {
+      return ConfigInvalid(file, absl::StrCat("field 'rope_scaling.", key,
+                                              "' is not one DeepSeek's yarn scaling has"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& file, bool deepseek) {
   RopeScaling s;
   if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
   const Json& r = j["rope_scaling"];
@@ -84,12 +124,17 @@ absl::StatusOr<RopeScaling> ReadRopeScaling(const Json& j, const std::string& fi
   }
   const std::string type = r[type_key].get<std::string>();
   if (type == "default") return s;
-  if (type != "linear" && type != "llama3") {
+  if (type != "linear" && type != "llama3" && !(deepseek && type == "yarn")) {
     return ConfigInvalid(file, absl::StrCat("field 'rope_scaling.", type_key, "' is '", type,
-                                            "'; supported: linear, llama3 (or no scaling)"));
+                                            "'; supported: linear, llama3",
+                                            deepseek ? ", yarn" : "", " (or no scaling)"));
   }
   ASSIGN_OR_RETURN(s.factor, FloatField(r, file, "factor", 0.0f));
   if (s.factor == 0.0f) return ConfigInvalid(file, "field 'rope_scaling.factor' is missing");
+  if (type == "yarn") {
+    RETURN_IF_ERROR(ReadYarn(r, file, s));
+    return s;
+  }
   if (type == "linear") {
     s.type = RopeScaling::Type::kLinear;
     return s;
@@ -154,6 +199,116 @@ absl::StatusOr<MoeConfig> ReadMoe(const Json& j, const std::string& file, const 
   return m;
 }
 
+// A string field that must be one of `allowed` (the first when absent).
+absl::StatusOr<std::string> ChoiceField(const Json& j, const std::string& file, const char* key,
+                                        std::initializer_list<const char*> allowed) {
+  if (!j.contains(key) || j[key].is_null()) return std::string(*allowed.begin());
+  const Json& v = j[key];
+  for (const char* a : allowed) {
+    if (v == a) return std::string(a);
+  }
+  return ConfigInvalid(file, absl::StrCat("field '", key, "' is ", v.dump(), "; supported: \"",
+                                          absl::StrJoin(allowed, "\", \""), "\""));
+}
+
+// DeepSeek V2 and V3's latent attention and experts (Kimi K2 is V3's).
+absl::Status ReadDeepSeek(const Json& j, const std::string& file, bool v3, ModelConfig& c,
+                          int& mtp_layers) {
+  for (const char* key : {"num_local_experts", "num_experts", "shared_expert_intermediate_size",
+                          "decoder_sparse_step", "mlp_only_layers", "head_dim", "clip_qkv",
+                          "use_sliding_window", "sliding_window", "max_window_layers"}) {
+    if (j.contains(key) && !j[key].is_null()) {
+      return ConfigInvalid(file,
+                           absl::StrCat("field '", key, "' is not one this architecture has"));
+    }
+  }
+  MlaConfig& a = c.mla;
+  ASSIGN_OR_RETURN(a.kv_lora_rank, IntField(j, file, "kv_lora_rank", std::nullopt, 1, 1 << 16));
+  ASSIGN_OR_RETURN(a.q_lora_rank, IntField(j, file, "q_lora_rank", 0, 1, 1 << 16));
+  ASSIGN_OR_RETURN(a.qk_nope_head_dim,
+                   IntField(j, file, "qk_nope_head_dim", std::nullopt, 1, 4096));
+  ASSIGN_OR_RETURN(a.qk_rope_head_dim,
+                   IntField(j, file, "qk_rope_head_dim", std::nullopt, 2, 4096));
+  ASSIGN_OR_RETURN(a.v_head_dim, IntField(j, file, "v_head_dim", std::nullopt, 1, 4096));
+  // The rope part of q and of the key is stored pair by pair.
+  ASSIGN_OR_RETURN(bool interleaved, BoolField(j, file, "rope_interleave", true));
+  if (!interleaved) {
+    return ConfigInvalid(file,
+                         "field 'rope_interleave' is false; only DeepSeek's interleaved "
+                         "rope dimensions are supported");
+  }
+  c.rope_layout = RopeLayout::kInterleaved;
+  // Multi-token-prediction layers follow the model's own; the loader skips
+  // their tensors.
+  ASSIGN_OR_RETURN(mtp_layers, IntField(j, file, "num_nextn_predict_layers", 0, 0, 64));
+
+  ASSIGN_OR_RETURN(int routed, IntField(j, file, "n_routed_experts", 0, 1, 4096));
+  if (routed == 0) return absl::OkStatus();  // a dense model
+  MoeConfig& m = c.moe;
+  m.n_experts = routed;
+  ASSIGN_OR_RETURN(m.top_k, IntField(j, file, "num_experts_per_tok", std::nullopt, 1, routed));
+  ASSIGN_OR_RETURN(m.expert_hidden,
+                   IntField(j, file, "moe_intermediate_size", std::nullopt, 1, 1 << 20));
+  ASSIGN_OR_RETURN(int shared, IntField(j, file, "n_shared_experts", 0, 0, 64));
+  m.shared_hidden = shared * m.expert_hidden;
+  m.shared_gated = false;
+  ASSIGN_OR_RETURN(int freq, IntField(j, file, "moe_layer_freq", 1, 1, c.n_layers));
+  if (freq != 1) {
+    return ConfigInvalid(file, absl::StrCat("field 'moe_layer_freq' is ", freq,
+                                            "; only 1 (every layer after the dense ones) is "
+                                            "supported"));
+  }
+  ASSIGN_OR_RETURN(int dense, IntField(j, file, "first_k_dense_replace", 0, 0, c.n_layers));
+  for (int l = 0; l < dense; ++l) m.dense_layers.push_back(l);
+  ASSIGN_OR_RETURN(m.norm_topk_prob, BoolField(j, file, "norm_topk_prob", false));
+  ASSIGN_OR_RETURN(float scale, FloatField(j, file, "routed_scaling_factor", 1.0f));
+  ASSIGN_OR_RETURN(int n_group, IntField(j, file, "n_group", 1, 1, routed));
+  ASSIGN_OR_RETURN(int topk_group, IntField(j, file, "topk_group", 1, 1, routed));
+  if (routed % n_group != 0) {
+    return ConfigInvalid(file, absl::StrCat("field 'n_group' is ", n_group,
+                                            ", which does not divide n_routed_experts ", routed));
+  }
+  if (topk_group > n_group) {
+    return ConfigInvalid(
+        file, absl::StrCat("field 'topk_group' is ", topk_group, ", more than n_group ", n_group));
+  }
+  if (v3) {
+    RETURN_IF_ERROR(ChoiceField(j, file, "scoring_func", {"sigmoid"}).status());
+    RETURN_IF_ERROR(ChoiceField(j, file, "topk_method", {"noaux_tc"}).status());
+    m.scoring = MoeConfig::Scoring::kSigmoid;
+    m.score_bias = true;
+    m.group_score = MoeConfig::GroupScore::kBestTwo;
+    m.n_group = n_group;
+    m.topk_group = topk_group;
+    m.routed_scale = scale;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ChoiceField(j, file, "scoring_func", {"softmax"}).status());
+  ASSIGN_OR_RETURN(std::string method,
+                   ChoiceField(j, file, "topk_method", {"greedy", "group_limited_greedy"}));
+  if (method == "group_limited_greedy") {
+    m.n_group = n_group;
+    m.topk_group = topk_group;
+  }
+  // V2 scales the weights only when it does not renormalise them.
+  if (!(m.norm_topk_prob && m.top_k > 1)) m.routed_scale = scale;
+  m.norm_topk_prob = m.norm_topk_prob && m.top_k > 1;
+  return absl::OkStatus();
+}
+
+// Fields only DeepSeek's configs have (ReadDeepSeek acts on them, or they
+// describe training and the Python runtime).
+bool IsDeepSeekField(const std::string& key) {
+  static const std::set<std::string, std::less<>> kFields = {
+      "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+      "rope_interleave", "n_routed_experts", "n_shared_experts", "moe_layer_freq",
+      "first_k_dense_replace", "routed_scaling_factor", "n_group", "topk_group", "topk_method",
+      "scoring_func", "num_nextn_predict_layers",
+      // Inert: training losses, expert-parallel slicing, the Python classes.
+      "aux_loss_alpha", "seq_aux", "ep_size", "auto_map"};
+  return kFields.contains(key);
+}
+
 // The config.json fields of the architectures read here: what the loader
 // acts on, and what describes training or the Python runtime and changes
 // no output. Any other field is refused, naming it, rather than ignored.
@@ -189,8 +344,9 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
     arch = j["architectures"][0].get<std::string>();
   }
   static const char* const kArchitectures[] = {
-      "LlamaForCausalLM",   "MistralForCausalLM",  "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
-      "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM"};
+      "LlamaForCausalLM",      "MistralForCausalLM",   "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
+      "MixtralForCausalLM",    "Qwen2MoeForCausalLM",  "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
+      "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), arch) ==
       std::end(kArchitectures)) {
     return ConfigInvalid(
@@ -204,8 +360,10 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
   const bool mixtral = arch == "MixtralForCausalLM";
   const bool moe =
       mixtral || olmoe || arch == "Qwen2MoeForCausalLM" || arch == "Qwen3MoeForCausalLM";
+  const bool deepseek_v3 = arch == "DeepseekV3ForCausalLM";
+  const bool deepseek = deepseek_v3 || arch == "DeepseekV2ForCausalLM";
   for (const auto& [key, value] : j.items()) {
-    if (!IsKnownField(key)) {
+    if (!IsKnownField(key) && !(deepseek && IsDeepSeekField(key))) {
       return ConfigInvalid(
           file,
           absl::StrCat("field '", key, "' (", value.dump().substr(0, 60), ") is not one a ", arch,
@@ -256,8 +414,10 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
   if (moe) {
     ASSIGN_OR_RETURN(c.moe, ReadMoe(j, file, c, mixtral || olmoe, /*norm_topk_default=*/mixtral));
   }
-  ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(j, file));
+  ASSIGN_OR_RETURN(c.rope_scaling, ReadRopeScaling(j, file, deepseek));
   c.rope_layout = RopeLayout::kHalfSplit;
+  int mtp_layers = 0;
+  if (deepseek) RETURN_IF_ERROR(ReadDeepSeek(j, file, deepseek_v3, c, mtp_layers));
 
   // Full attention equals sliding-window attention up to the window.
   ASSIGN_OR_RETURN(bool sliding,
@@ -268,7 +428,7 @@ absl::StatusOr<HubConfigFile> ReadHubConfigFile(const std::string& dir) {
 
   if (absl::Status s = c.Validate(); !s.ok()) return ConfigInvalid(file, std::string(s.message()));
   ASSIGN_OR_RETURN(HubQuantization quantization, ReadHubQuantization(j, file));
-  return HubConfigFile{c, quantization};
+  return HubConfigFile{c, quantization, mtp_layers};
 }
 
 absl::StatusOr<ModelConfig> ReadHubConfig(const std::string& dir) {

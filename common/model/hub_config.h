@@ -15,6 +15,9 @@ namespace tandem {
 struct HubConfigFile {
   ModelConfig config;
   HubQuantization quantization;
+  // DeepSeek V3's multi-token-prediction layers, stored after the model's
+  // own (model.layers.<n_layers>...): not part of the model, skipped.
+  int mtp_layers = 0;
 };
 
 // `dir`/config.json read as ReadHubConfig says, with its quantization.

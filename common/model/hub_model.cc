@@ -32,10 +32,10 @@ absl::Status Invalid(const std::string& file, const std::string& problem) {
 // Mixtral names its experts' FFN block_sparse_moe and their matrices w1
 // (gate), w2 (down) and w3 (up); Qwen's and OLMoE's say mlp and gate_proj,
 // down_proj, up_proj. A mixture of experts without q/k norms, biases or a
-// shared expert is Mixtral.
+// shared expert is Mixtral (DeepSeek's say mlp too).
 bool IsMixtral(const ModelConfig& c) {
   return c.moe.n_experts > 0 && c.qk_norm == QkNorm::kNone && !c.attention_bias &&
-         c.moe.shared_hidden == 0;
+         c.moe.shared_hidden == 0 && !c.has_deepseek_parts();
 }
 
 // The hub architecture that says `c`.
@@ -56,6 +56,7 @@ std::string HubName(const TensorSpec& spec, const ModelConfig& c) {
   const bool mixtral = IsMixtral(c);
   const std::string experts =
       absl::StrCat(p, mixtral ? "block_sparse_moe" : "mlp", ".experts.", spec.expert, ".");
+  const char* shared = c.moe.shared_gated ? "mlp.shared_expert." : "mlp.shared_experts.";
   switch (spec.role) {
     case R::kEmbedding:
       return "model.embed_tokens.weight";
@@ -99,14 +100,29 @@ std::string HubName(const TensorSpec& spec, const ModelConfig& c) {
       return experts + (mixtral ? "w2.weight" : "down_proj.weight");
     case R::kExpertUp:
       return experts + (mixtral ? "w3.weight" : "up_proj.weight");
+    // DeepSeek's ungated shared experts, stacked: shared_experts.
     case R::kSharedGate:
-      return p + "mlp.shared_expert.gate_proj.weight";
+      return p + shared + "gate_proj.weight";
     case R::kSharedDown:
-      return p + "mlp.shared_expert.down_proj.weight";
+      return p + shared + "down_proj.weight";
     case R::kSharedUp:
-      return p + "mlp.shared_expert.up_proj.weight";
+      return p + shared + "up_proj.weight";
     case R::kSharedExpertGate:
       return p + "mlp.shared_expert_gate.weight";
+    case R::kRouterBias:
+      return p + "mlp.gate.e_score_correction_bias";
+    case R::kWqA:
+      return p + "self_attn.q_a_proj.weight";
+    case R::kQANorm:
+      return p + "self_attn.q_a_layernorm.weight";
+    case R::kWqB:
+      return p + "self_attn.q_b_proj.weight";
+    case R::kWkvA:
+      return p + "self_attn.kv_a_proj_with_mqa.weight";
+    case R::kKvANorm:
+      return p + "self_attn.kv_a_layernorm.weight";
+    case R::kWkvB:
+      return p + "self_attn.kv_b_proj.weight";
   }
   return "";
 }
@@ -234,8 +250,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
     }
     *row.tensor = Tensor(data, *dtype, t->num_elements);
   }
+  auto in_mtp_layer = [&](const std::string& name) {
+    for (int l = config.n_layers; l < config.n_layers + config_file.mtp_layers; ++l) {
+      if (name.starts_with(absl::StrCat("model.layers.", l, "."))) return true;
+    }
+    return false;
+  };
   for (const std::string& name : st->tensor_names()) {
-    if (expected.count(name) > 0 || IsDerivedBuffer(name)) continue;
+    if (expected.count(name) > 0 || IsDerivedBuffer(name) || in_mtp_layer(name)) continue;
     // Some tied checkpoints also store the classifier: accept an exact copy.
     if (name == "lm_head.weight" && config.shared_classifier) {
       const TensorInfo* lm = st->Find(name);
@@ -321,6 +343,12 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   if (ec)
     return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
 
+  if (c.has_deepseek_parts()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weights from '", w.source, "' (", c.ToString(),
+        ") have DeepSeek's latent attention, routing or YaRN, which this writer does not write "
+        "yet"));
+  }
   const std::string arch = HubArchitecture(c);
   if (c.qk_norm == QkNorm::kWhole && c.moe.n_experts == 0) {
     return absl::InvalidArgumentError(

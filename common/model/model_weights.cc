@@ -65,6 +65,28 @@ std::string ModelWeights::Fingerprint() const {
                           r.high_freq_factor};
   XXH3_64bits_update(state, ints, sizeof(ints));
   XXH3_64bits_update(state, floats, sizeof(floats));
+  // DeepSeek's attention, routing and RoPE scaling, hashed only when a
+  // model has them (so the fingerprints of models without stay as they
+  // were).
+  const MoeConfig& m = c.moe;
+  const MlaConfig& a = c.mla;
+  if (c.has_deepseek_parts()) {
+    const int32_t more_ints[] = {a.q_lora_rank,
+                                 a.kv_lora_rank,
+                                 a.qk_nope_head_dim,
+                                 a.qk_rope_head_dim,
+                                 a.v_head_dim,
+                                 m.shared_gated,
+                                 static_cast<int32_t>(m.scoring),
+                                 m.score_bias,
+                                 m.n_group,
+                                 m.topk_group,
+                                 static_cast<int32_t>(m.group_score)};
+    const float more_floats[] = {m.routed_scale, r.beta_fast, r.beta_slow, r.mscale,
+                                 r.mscale_all_dim};
+    XXH3_64bits_update(state, more_ints, sizeof(more_ints));
+    XXH3_64bits_update(state, more_floats, sizeof(more_floats));
+  }
   // Which layers are dense follows from the rest and this list.
   for (int l = 0; l < c.n_layers; ++l) {
     const uint8_t moe = c.IsMoeLayer(l);

@@ -74,6 +74,21 @@ struct LayerWeights {
   Tensor shared_down;
   Tensor shared_up;
   Tensor shared_expert_gate;
+  // DeepSeek: the router's score bias [n_experts] (config.moe.score_bias).
+  Tensor router_bias;
+  // Latent attention (config.is_mla()) instead of wq (kept without a q
+  // rank), wk and wv: q's down-projection [q_lora_rank, dim], its norm
+  // [q_lora_rank] and up-projection [q_dim, q_lora_rank]; the latent and
+  // rope key's projection [kv_lora_rank + qk_rope_head_dim, dim], the
+  // latent's norm [kv_lora_rank], and the up-projection to each head's key
+  // part and value [n_heads * (qk_nope_head_dim + v_head_dim),
+  // kv_lora_rank], head by head.
+  Tensor wq_a;
+  Tensor q_a_norm;
+  Tensor wq_b;
+  Tensor wkv_a;
+  Tensor kv_a_norm;
+  Tensor wkv_b;
 };
 
 struct ModelWeights {

@@ -59,6 +59,20 @@ const char* TensorRoleName(TensorRole role) {
       return "shared_up";
     case R::kSharedExpertGate:
       return "shared_expert_gate";
+    case R::kWqA:
+      return "wq_a";
+    case R::kQANorm:
+      return "q_a_norm";
+    case R::kWqB:
+      return "wq_b";
+    case R::kWkvA:
+      return "wkv_a";
+    case R::kKvANorm:
+      return "kv_a_norm";
+    case R::kWkvB:
+      return "wkv_b";
+    case R::kRouterBias:
+      return "router_bias";
   }
   return "?";
 }
@@ -96,15 +110,32 @@ std::vector<TensorSpec> ModelTensors(const ModelConfig& c) {
   out.push_back({R::kEmbedding, -1, {v, d}});
   for (int l = 0; l < c.n_layers; ++l) {
     out.push_back({R::kAttnNorm, l, {d}});
-    out.push_back({R::kWq, l, {q, d}});
-    out.push_back({R::kWk, l, {kv, d}});
-    out.push_back({R::kWv, l, {kv, d}});
-    out.push_back({R::kWo, l, {d, q}});
+    if (c.is_mla()) {
+      const MlaConfig& a = c.mla;
+      const int64_t qr = a.q_lora_rank, kr = a.kv_lora_rank;
+      if (qr > 0) {
+        out.push_back({R::kWqA, l, {qr, d}});
+        out.push_back({R::kQANorm, l, {qr}});
+        out.push_back({R::kWqB, l, {q, qr}});
+      } else {
+        out.push_back({R::kWq, l, {q, d}});
+      }
+      out.push_back({R::kWkvA, l, {kr + a.qk_rope_head_dim, d}});
+      out.push_back({R::kKvANorm, l, {kr}});
+      out.push_back({R::kWkvB, l, {int64_t{c.n_heads} * (a.qk_nope_head_dim + a.v_head_dim), kr}});
+      out.push_back({R::kWo, l, {d, c.attention_out_dim()}});
+    } else {
+      out.push_back({R::kWq, l, {q, d}});
+      out.push_back({R::kWk, l, {kv, d}});
+      out.push_back({R::kWv, l, {kv, d}});
+      out.push_back({R::kWo, l, {d, q}});
+    }
     out.push_back({R::kFfnNorm, l, {d}});
     if (c.IsMoeLayer(l)) {
       const MoeConfig& m = c.moe;
       const int64_t eh = m.expert_hidden, sh = m.shared_hidden;
       out.push_back({R::kRouter, l, {m.n_experts, d}});
+      if (m.score_bias) out.push_back({R::kRouterBias, l, {m.n_experts}});
       for (int e = 0; e < m.n_experts; ++e) {
         out.push_back({R::kExpertGate, l, {eh, d}, e});
         out.push_back({R::kExpertDown, l, {d, eh}, e});
@@ -114,7 +145,7 @@ std::vector<TensorSpec> ModelTensors(const ModelConfig& c) {
         out.push_back({R::kSharedGate, l, {sh, d}});
         out.push_back({R::kSharedDown, l, {d, sh}});
         out.push_back({R::kSharedUp, l, {sh, d}});
-        out.push_back({R::kSharedExpertGate, l, {1, d}});
+        if (m.shared_gated) out.push_back({R::kSharedExpertGate, l, {1, d}});
       }
     } else {
       out.push_back({R::kGate, l, {h, d}});
@@ -195,6 +226,20 @@ auto& TensorIn(W& w, const TensorSpec& spec) {
       return w.layers[spec.layer].shared_up;
     case R::kSharedExpertGate:
       return w.layers[spec.layer].shared_expert_gate;
+    case R::kWqA:
+      return w.layers[spec.layer].wq_a;
+    case R::kQANorm:
+      return w.layers[spec.layer].q_a_norm;
+    case R::kWqB:
+      return w.layers[spec.layer].wq_b;
+    case R::kWkvA:
+      return w.layers[spec.layer].wkv_a;
+    case R::kKvANorm:
+      return w.layers[spec.layer].kv_a_norm;
+    case R::kWkvB:
+      return w.layers[spec.layer].wkv_b;
+    case R::kRouterBias:
+      return w.layers[spec.layer].router_bias;
   }
   std::abort();  // not a role: a corrupt spec
 }

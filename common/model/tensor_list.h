@@ -41,6 +41,17 @@ enum class TensorRole : uint8_t {
   kSharedDown,
   kSharedUp,
   kSharedExpertGate,
+  // Latent attention: the q down-projection, its norm and up-projection
+  // (or kWq alone without a q rank); the latent and rope key's projection,
+  // the latent's norm, and the keys' and values' up-projection.
+  kWqA,
+  kQANorm,
+  kWqB,
+  kWkvA,
+  kKvANorm,
+  kWkvB,
+  // DeepSeek V3's per-expert bias on the router's scores, for the choice.
+  kRouterBias,
 };
 
 // A short name of the role, for messages ("wq", "ffn_norm", ...).
@@ -66,7 +77,8 @@ struct TensorSpec {
 };
 
 // The tensors of `c`, in a fixed order: the embedding; per layer the
-// attention norm, q, k, v and output projections, the FFN norm, gate, down
+// attention norm, q, k, v and output projections (with latent attention:
+// q's (a, norm, b, or q alone), kv's (a, norm, b), output), the FFN norm, gate, down
 // and up (in a mixture-of-experts layer: the router, each expert's gate,
 // down and up, and the shared expert's gate, down, up and sigmoid gate),
 // then what the config adds (q/k/v biases, q/k norms); the final norm; the
