@@ -37,6 +37,7 @@ class Tokenizer;
 
 namespace tandem::grammar {
 
+// Immutable once built: thread-safe.
 class Vocabulary {
  public:
   // token_bytes[id] is what token id adds to the text ("" for none).
@@ -70,6 +71,8 @@ struct TokenMask {
   }
 };
 
+// Thread-safe: the requests that share a grammar (GrammarCache) advance
+// and mask it from their own threads.
 class CompiledGrammar {
  public:
   // `forced` (ids inside the vocabulary, at most kMaxForcedTokens) come

@@ -92,6 +92,8 @@ struct KvTierStats {
   uint64_t records = 0;     // now, readable records
 };
 
+// Implementations are thread-safe: the engine's thread looks up, stores and
+// loads while the tier's own I/O runs elsewhere.
 class KvTier {
  public:
   // The result of Poll.

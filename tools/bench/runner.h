@@ -18,6 +18,8 @@ namespace tandem::bench {
 // Where the runner reads time and waits for the next arrival: seconds from
 // any origin. The default is the steady clock; a test gives a fake whose
 // waits move it, so that schedules and durations need no real time.
+// Called from the runner's stream threads at once: an implementation is
+// thread-safe.
 class RunClock {
  public:
   virtual ~RunClock() = default;
