@@ -24,16 +24,21 @@ absl::Status CheckGpuMemoryFraction(double fraction) {
 
 }  // namespace
 
+KvLayout KvLayoutFor(const ModelConfig& config, const EngineOptions& options) {
+  return KvLayout{.n_layers = config.n_layers,
+                  .num_blocks = options.num_blocks,
+                  .block_size = options.block_size,
+                  .kv_dim = config.kv_cache_dim(),
+                  .dtype = options.kv_dtype.value_or(DType::kF32),
+                  .kv_heads = config.is_mla() ? 1 : config.n_kv_heads,
+                  .latent = config.is_mla()};
+}
+
 Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend,
                const EngineOptions& options)
     : config_(config),
       options_(options),
-      layout_{config.n_layers,
-              options.num_blocks,
-              options.block_size,
-              config.kv_dim(),
-              options.kv_dtype.value_or(DType::kF32),
-              config.n_kv_heads},
+      layout_(KvLayoutFor(config, options)),
       backend_(std::move(backend)),
       pool_(options.num_blocks) {}
 

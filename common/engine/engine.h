@@ -46,6 +46,12 @@ inline constexpr double kDefaultGpuMemoryFraction = 0.9;
 absl::StatusOr<double> GpuMemoryFractionFor(Backend& backend, std::optional<double> requested,
                                             int kv_blocks);
 
+struct EngineOptions;
+
+// The KV cache's layout for `config` under `options` (latent for latent
+// attention: one scale per token for int8).
+KvLayout KvLayoutFor(const ModelConfig& config, const EngineOptions& options);
+
 struct EngineOptions {
   int block_size = 16;
   // KV blocks in the pool; 0 sizes the pool for one full-context sequence.

@@ -16,13 +16,20 @@
 // is a byte, and a block's elements count its scales' bytes too: offsets in
 // elements stay offsets in bytes.
 //
+// A latent layout (multi-head latent attention: DeepSeek V2/V3) holds one
+// vector of kv_dim per slot, the latent and the rope key that every head
+// shares, stored as the keys are, and no values (attention reads its values
+// from the latent):
+//
+//   cache[layer][block] = { K[kv_dim][block_size] }, int8: then
+//   { K scales[block_size] } (kv_heads is 1)
+//
 // One block of one layer is a single contiguous range of
-// 2 * block_size * kv_dim elements: the keys of its block_size slots stored
-// dimension-major (element d of every slot's key together), then the values
-// slot-major (each slot's kv_dim values together). A slot holds one token,
-// all KV heads. Keys are transposed so that attention scores of all slots of
-// a block come from one vector operation per key dimension; values are not,
-// because the weighted sum of values runs along the dimension.
+// 2 * block_size * kv_dim elements (block_size * kv_dim when latent): the keys of its block_size
+// slots stored dimension-major (element d of every slot's key together), then the values slot-major
+// (each slot's kv_dim values together). A slot holds one token, all KV heads. Keys are transposed
+// so that attention scores of all slots of a block come from one vector operation per key
+// dimension; values are not, because the weighted sum of values runs along the dimension.
 //
 // One layer of one sequence is therefore one contiguous piece per block, and
 // runs of adjacent block ids (which the pool hands out lowest-first) merge
@@ -54,15 +61,20 @@ struct KvLayout {
   int block_size = 16;
   int kv_dim = 0;
   DType dtype = DType::kF32;
-  int kv_heads = 1;  // KV heads in kv_dim: an int8 cache keeps a scale per head
+  int kv_heads = 1;     // KV heads in kv_dim: an int8 cache keeps a scale per head
+  bool latent = false;  // keys only (see above)
 
+  // The width of a slot's value: kv_dim, or 0 when latent.
+  int value_dim() const { return latent ? 0 : kv_dim; }
   size_t element_bytes() const { return DTypeSize(dtype); }
   // Bytes of one block's scales: 0 unless int8.
   size_t scale_bytes() const {
-    return dtype == DType::kI8 ? size_t{2} * kv_heads * block_size * sizeof(float) : 0;
+    const size_t vectors = latent ? 1 : 2;
+    return dtype == DType::kI8 ? vectors * kv_heads * block_size * sizeof(float) : 0;
   }
   size_t block_elements() const {
-    return size_t{2} * block_size * kv_dim + scale_bytes() / element_bytes();
+    return static_cast<size_t>(block_size) * (kv_dim + value_dim()) +
+           scale_bytes() / element_bytes();
   }
   size_t layer_elements() const { return block_elements() * num_blocks; }
   size_t total_elements() const { return layer_elements() * n_layers; }
@@ -79,15 +91,15 @@ struct KvLayout {
   size_t KeyOffset(int layer, int32_t block, int slot, int dim) const {
     return BlockOffset(layer, block) + static_cast<size_t>(dim) * block_size + slot;
   }
-  // The kv_dim consecutive values of `slot`.
+  // The kv_dim consecutive values of `slot` (not latent).
   size_t ValueOffset(int layer, int32_t block, int slot) const {
     return BlockOffset(layer, block) + static_cast<size_t>(block_size) * kv_dim +
            static_cast<size_t>(slot) * kv_dim;
   }
   // int8 only: the block_size key scales of `head` (its value scales follow
-  // kv_heads * block_size floats later), as an offset in bytes.
+  // kv_heads * block_size floats later, unless latent), as an offset in bytes.
   size_t KeyScaleOffset(int layer, int32_t block, int head) const {
-    return BlockOffset(layer, block) + size_t{2} * block_size * kv_dim +
+    return BlockOffset(layer, block) + static_cast<size_t>(block_size) * (kv_dim + value_dim()) +
            static_cast<size_t>(head) * block_size * sizeof(float);
   }
   size_t ValueScaleOffset(int layer, int32_t block, int head) const {

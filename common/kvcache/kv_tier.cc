@@ -57,7 +57,8 @@ KvTierIdentity KvTierIdentity::Of(const BlockHash& salt, const KvLayout& layout)
           .block_size = layout.block_size,
           .kv_dim = layout.kv_dim,
           .kv_heads = layout.kv_heads,
-          .dtype = layout.dtype};
+          .dtype = layout.dtype,
+          .latent = layout.latent};
 }
 
 size_t KvTierIdentity::payload_bytes() const {
@@ -68,6 +69,7 @@ size_t KvTierIdentity::payload_bytes() const {
   layout.kv_dim = kv_dim;
   layout.kv_heads = kv_heads;
   layout.dtype = dtype;
+  layout.latent = latent;
   return layout.block_bytes() * static_cast<size_t>(n_layers);
 }
 
@@ -95,7 +97,8 @@ uint64_t TierChecksum(std::span<const uint8_t> payload) {
 
 // Layout: magic (8), version (4), dtype (4), salt (16), hash (16),
 // n_layers, block_size, kv_dim, kv_heads (4 each), payload bytes (8),
-// payload checksum (8), zero padding, header checksum (last 8).
+// payload checksum (8), latent (4: 0 for keys and values, as records from
+// before latent layouts have it), zero padding, header checksum (last 8).
 std::array<uint8_t, TierRecordHeader::kBytes> EncodeTierHeader(const TierRecordHeader& header) {
   std::array<uint8_t, TierRecordHeader::kBytes> out{};
   Writer w(out.data());
@@ -112,6 +115,7 @@ std::array<uint8_t, TierRecordHeader::kBytes> EncodeTierHeader(const TierRecordH
   w.Put<int32_t>(header.identity.kv_heads);
   w.Put<uint64_t>(header.payload_bytes);
   w.Put<uint64_t>(header.payload_checksum);
+  w.Put<uint32_t>(header.identity.latent ? 1 : 0);
   const uint64_t own = XXH3_64bits(out.data(), out.size() - 8);
   std::memcpy(out.data() + out.size() - 8, &own, 8);
   return out;
@@ -146,6 +150,9 @@ absl::StatusOr<TierRecordHeader> DecodeTierHeader(std::span<const uint8_t> bytes
   h.identity.kv_heads = r.Get<int32_t>();
   h.payload_bytes = r.Get<uint64_t>();
   h.payload_checksum = r.Get<uint64_t>();
+  const uint32_t latent = r.Get<uint32_t>();
+  if (latent > 1) return absl::DataLossError(absl::StrCat("KV tier record latent flag ", latent));
+  h.identity.latent = latent == 1;
   return h;
 }
 

@@ -3,7 +3,7 @@
 // into pool blocks when a prompt's prefix is found there.
 //
 // A tier holds each block as one record: every layer's range of the block
-// (KvLayout: 2 * block_size * kv_dim elements and, for int8, the scales),
+// (KvLayout::block_elements(), the scales of int8 among them),
 // concatenated in layer order, behind a header that names the layout the
 // bytes were written with and an XXH3-64 checksum of them, computed once
 // when the record is written. Every load verifies the header and the
@@ -43,6 +43,7 @@ struct KvTierIdentity {
   int kv_dim = 0;
   int kv_heads = 0;
   DType dtype = DType::kF32;
+  bool latent = false;  // KvLayout::latent
 
   // From a worker's layout (num_blocks plays no part).
   static KvTierIdentity Of(const BlockHash& salt, const KvLayout& layout);

@@ -202,11 +202,11 @@ absl::Status ModelConfig::Validate() const {
         s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position));
   }
   if (s.type == RopeScaling::Type::kYarn &&
-      !(s.beta_slow > 0.0f && s.beta_fast > s.beta_slow && s.original_max_position > 0 &&
+      !(s.beta_slow > 0.0f && s.beta_fast >= s.beta_slow && s.original_max_position > 0 &&
         s.mscale >= 0.0f && s.mscale_all_dim >= 0.0f && std::isfinite(s.beta_fast) &&
         std::isfinite(s.mscale) && std::isfinite(s.mscale_all_dim))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "yarn rope_scaling needs 0 < beta_slow < beta_fast, finite mscale and mscale_all_dim >= 0 "
+        "yarn rope_scaling needs 0 < beta_slow <= beta_fast, finite mscale and mscale_all_dim >= 0 "
         "and a positive original_max_position_embeddings; got beta_fast ",
         s.beta_fast, ", beta_slow ", s.beta_slow, ", mscale ", s.mscale, ", mscale_all_dim ",
         s.mscale_all_dim, ", original_max_position_embeddings ", s.original_max_position));

@@ -145,6 +145,14 @@ struct ModelConfig {
   int kv_dim() const { return head_dim() * n_kv_heads; }
   // The dimensions of a head that RoPE rotates.
   int rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim(); }
+  // What the KV cache holds per token and layer: a key and a value of
+  // kv_dim() each, or with latent attention one vector of kv_lora_rank +
+  // qk_rope_head_dim (the latent and the rope key; KvLayout::latent).
+  int kv_cache_dim() const { return is_mla() ? mla.kv_lora_rank + mla.qk_rope_head_dim : kv_dim(); }
+  // Values the KV cache holds per token over all layers.
+  int64_t KvCacheValuesPerToken() const {
+    return int64_t{n_layers} * (is_mla() ? kv_cache_dim() : 2 * kv_dim());
+  }
   // The width of the attention's output, which the output projection reads.
   int attention_out_dim() const { return is_mla() ? n_heads * mla.v_head_dim : q_dim(); }
   // The softmax scale of attention: 1/sqrt(key width), with YaRN's

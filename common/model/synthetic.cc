@@ -230,6 +230,90 @@ ModelConfig Mixtral8x7BShape() {
       .moe = {.n_experts = 8, .top_k = 2, .expert_hidden = 14336, .norm_topk_prob = true}};
 }
 
+namespace {
+
+// DeepSeek's YaRN: `factor` over an original context of 4096.
+RopeScaling DeepSeekYarn(float factor, float mscale, float beta_fast) {
+  RopeScaling s;
+  s.type = RopeScaling::Type::kYarn;
+  s.factor = factor;
+  s.original_max_position = 4096;
+  s.beta_fast = beta_fast;
+  s.beta_slow = 1.0f;
+  s.mscale = mscale;
+  s.mscale_all_dim = mscale;
+  return s;
+}
+
+}  // namespace
+
+ModelConfig DeepSeekV2LiteShape() {
+  ModelConfig c{.dim = 2048,
+                .hidden_dim = 10944,
+                .n_layers = 27,
+                .n_heads = 16,
+                .n_kv_heads = 16,
+                .vocab_size = 102400,
+                .seq_len = 163840,
+                .norm_eps = 1e-6f,
+                .shared_classifier = false,
+                .rope_scaling = DeepSeekYarn(40.0f, 0.707f, 32.0f)};
+  c.mla = {.kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64, .v_head_dim = 128};
+  c.moe = {.n_experts = 64,
+           .top_k = 6,
+           .expert_hidden = 1408,
+           .shared_hidden = 2 * 1408,
+           .shared_gated = false,
+           .dense_layers = {0}};
+  return c;
+}
+
+ModelConfig DeepSeekV3Shape() {
+  ModelConfig c{.dim = 7168,
+                .hidden_dim = 18432,
+                .n_layers = 61,
+                .n_heads = 128,
+                .n_kv_heads = 128,
+                .vocab_size = 129280,
+                .seq_len = 163840,
+                .norm_eps = 1e-6f,
+                .shared_classifier = false,
+                .rope_scaling = DeepSeekYarn(40.0f, 1.0f, 32.0f)};
+  c.mla = {.q_lora_rank = 1536,
+           .kv_lora_rank = 512,
+           .qk_nope_head_dim = 128,
+           .qk_rope_head_dim = 64,
+           .v_head_dim = 128};
+  c.moe = {.n_experts = 256,
+           .top_k = 8,
+           .expert_hidden = 2048,
+           .norm_topk_prob = true,
+           .shared_hidden = 2048,
+           .shared_gated = false,
+           .scoring = MoeConfig::Scoring::kSigmoid,
+           .score_bias = true,
+           .n_group = 8,
+           .topk_group = 4,
+           .group_score = MoeConfig::GroupScore::kBestTwo,
+           .routed_scale = 2.5f,
+           .dense_layers = {0, 1, 2}};
+  return c;
+}
+
+ModelConfig KimiK2Shape() {
+  ModelConfig c = DeepSeekV3Shape();
+  c.n_heads = c.n_kv_heads = 64;
+  c.vocab_size = 163840;
+  c.seq_len = 131072;
+  c.rope_theta = 50000.0f;
+  c.rope_scaling = DeepSeekYarn(32.0f, 1.0f, 1.0f);
+  c.moe.n_experts = 384;
+  c.moe.n_group = c.moe.topk_group = 1;
+  c.moe.routed_scale = 2.827f;
+  c.moe.dense_layers = {0};
+  return c;
+}
+
 ModelConfig Olmoe1B7BShape() {
   return ModelConfig{.dim = 2048,
                      .hidden_dim = 1024,
@@ -283,11 +367,19 @@ struct NamedShapeEntry {
   ModelConfig (*make)();
 };
 constexpr NamedShapeEntry kNamedShapes[] = {
-    {"stories15M", Stories15MShape},    {"stories110M", Stories110MShape},
-    {"llama3.2-1b", Llama32_1BShape},   {"llama3-8b", Llama3_8BShape},
-    {"llama3-70b", Llama3_70BShape},    {"qwen3-small", Qwen3SmallShape},
-    {"qwen3-0.6b", Qwen3_0_6BShape},    {"qwen3-30b-a3b", Qwen3_30B_A3BShape},
-    {"mixtral-8x7b", Mixtral8x7BShape}, {"olmoe-1b-7b", Olmoe1B7BShape},
+    {"stories15M", Stories15MShape},
+    {"stories110M", Stories110MShape},
+    {"llama3.2-1b", Llama32_1BShape},
+    {"llama3-8b", Llama3_8BShape},
+    {"llama3-70b", Llama3_70BShape},
+    {"qwen3-small", Qwen3SmallShape},
+    {"qwen3-0.6b", Qwen3_0_6BShape},
+    {"qwen3-30b-a3b", Qwen3_30B_A3BShape},
+    {"mixtral-8x7b", Mixtral8x7BShape},
+    {"olmoe-1b-7b", Olmoe1B7BShape},
+    {"deepseek-v2-lite", DeepSeekV2LiteShape},
+    {"deepseek-v3", DeepSeekV3Shape},
+    {"kimi-k2", KimiK2Shape},
 };
 
 }  // namespace

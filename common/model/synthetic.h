@@ -54,6 +54,15 @@ ModelConfig Qwen3SmallShape();
 ModelConfig Qwen3_30B_A3BShape();
 ModelConfig Mixtral8x7BShape();
 ModelConfig Olmoe1B7BShape();
+// Latent-attention shapes as their config.json say: DeepSeek-V2-Lite (no q
+// rank, 64 experts, top 6, two shared, softmax greedy routing), DeepSeek-V3
+// (q rank 1536, 256 experts in 8 groups, top 8, sigmoid scores with a bias,
+// three dense layers) and Kimi K2 (V3's architecture, 384 experts, 64
+// heads, one dense layer). An engine refuses them until it computes latent
+// attention; the simulator and planner cost them.
+ModelConfig DeepSeekV2LiteShape();
+ModelConfig DeepSeekV3Shape();
+ModelConfig KimiK2Shape();
 // Tiny ones of each mixture-of-experts architecture for tests, by name
 // (mixtral-small, qwen2-moe-small with a shared expert and sparse step 2,
 // qwen3-moe-small with a dense layer, olmoe-small), vocabulary 512.

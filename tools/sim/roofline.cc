@@ -43,19 +43,41 @@ struct LayerParams {
   int sparse_layers = 0;
 };
 
+// The attention's weights in one layer: q, k, v and output projections, or
+// latent attention's q (its rank's two and norm, or one), the latent and
+// rope key's projection, the up-projection and the output.
+double AttentionParams(const ModelConfig& c) {
+  const double d = c.dim, q = c.q_dim();
+  if (!c.is_mla()) return 2 * q * d + 2.0 * c.kv_dim() * d;
+  const MlaConfig& a = c.mla;
+  const double qr = a.q_lora_rank, kr = a.kv_lora_rank, heads = c.n_heads;
+  return (qr > 0 ? qr * d + qr + q * qr : q * d) + (kr + a.qk_rope_head_dim) * d + kr +
+         heads * (a.qk_nope_head_dim + a.v_head_dim) * kr + d * c.attention_out_dim();
+}
+
+// Multiply-adds (2 flops each) of one query over one cached position, every
+// head: the score and the weighted value. Latent attention in its absorbed
+// form scores each head's query against the latent and rope key and sums
+// latents (the up-projections are products, counted with the weights).
+double AttentionFlopsPerPosition(const ModelConfig& c) {
+  if (!c.is_mla()) return 4.0 * c.head_dim() * c.n_heads;
+  const MlaConfig& a = c.mla;
+  return 2.0 * c.n_heads * (2.0 * a.kv_lora_rank + a.qk_rope_head_dim);
+}
+
 LayerParams CountLayerParams(const ModelConfig& c) {
-  const double d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  const double d = c.dim, h = c.hidden_dim;
   const MoeConfig& m = c.moe;
   LayerParams p;
   for (int l = 0; l < c.n_layers; ++l) {
-    p.dense += 2 * q * d + 2 * kv * d;
+    p.dense += AttentionParams(c);
     if (!c.IsMoeLayer(l)) {
       p.dense += 3 * d * h;
       continue;
     }
     ++p.sparse_layers;
     p.dense += static_cast<double>(m.n_experts) * d +
-               (m.shared_hidden > 0 ? 3 * d * m.shared_hidden + d : 0);
+               (m.shared_hidden > 0 ? 3 * d * m.shared_hidden + (m.shared_gated ? d : 0) : 0);
   }
   p.expert = 3 * d * m.expert_hidden;
   return p;
@@ -84,15 +106,15 @@ double RooflineCost::ClassifierBytes() const {
 }
 
 double RooflineCost::KvBytesPerToken() const {
-  return 2.0 * config.kv_dim() * config.n_layers * kv_bytes;
+  return static_cast<double>(config.KvCacheValuesPerToken()) * kv_bytes;
 }
 
 absl::Duration RooflineCost::operator()(const StepShape& shape) const {
   if (shape.tokens == 0) return efficiency.per_step;
   const double products =
       Roof(*this, 2.0 * shape.tokens * ActiveLayerParams(), StepWeightBytes(shape.tokens));
-  const double attention_flops = 4.0 * static_cast<double>(shape.attended) * config.head_dim() *
-                                 config.n_heads * config.n_layers;
+  const double attention_flops =
+      static_cast<double>(shape.attended) * AttentionFlopsPerPosition(config) * config.n_layers;
   // Decode rows read their whole context; a prompt chunk's tokens share
   // theirs, so its attention is bound by its arithmetic.
   const double attention_bytes = static_cast<double>(shape.decode_attended) * KvBytesPerToken() +

@@ -12,12 +12,16 @@ ModelConfig StandInConfig(const ModelConfig& target, int vocab_size) {
   c.n_kv_heads = 1;
   c.head_size = 2;
   c.attention_bias = false;
+  // Grouped-query attention of the same shape stands in for latent
+  // attention (KvByteScale keeps the target's KV bytes).
+  c.mla = MlaConfig{};
   if (vocab_size > 0) c.vocab_size = std::min(target.vocab_size, vocab_size);
   return c;
 }
 
 double KvBytesPerToken(const ModelConfig& config, DType dtype) {
-  return 2.0 * config.kv_dim() * config.n_layers * static_cast<double>(DTypeSize(dtype));
+  return static_cast<double>(config.KvCacheValuesPerToken()) *
+         static_cast<double>(DTypeSize(dtype));
 }
 
 double KvByteScale(const ModelConfig& target, DType target_dtype, DType stand_in_dtype) {

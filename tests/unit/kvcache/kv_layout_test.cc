@@ -60,6 +60,23 @@ TEST(KvLayout, OffsetsMatchTheDocumentedLayout) {
   }
 }
 
+// A latent layout: keys only, one scale per slot for int8.
+TEST(KvLayout, LatentBlocksHoldKeysAlone) {
+  KvLayout l = SmallLayout();
+  l.latent = true;
+  EXPECT_EQ(l.value_dim(), 0);
+  EXPECT_EQ(l.block_elements(), 5u * 6);
+  EXPECT_EQ(l.BlockOffset(1, 2), (1u * 7 + 2) * 5 * 6);
+  EXPECT_EQ(l.KeyOffset(1, 2, 3, 4), l.BlockOffset(1, 2) + 4u * 5 + 3);
+  l.dtype = DType::kI8;
+  l.kv_heads = 1;
+  EXPECT_EQ(l.scale_bytes(), 5u * sizeof(float));
+  EXPECT_EQ(l.block_bytes(), 5u * 6 + 5 * sizeof(float));
+  EXPECT_EQ(l.KeyScaleOffset(0, 1, 0), l.BlockOffset(0, 1) + 5u * 6);
+  l.latent = false;
+  EXPECT_EQ(l.block_bytes(), 2u * 5 * 6 + 2 * 5 * sizeof(float));
+}
+
 // Every float of the cache belongs to exactly one (layer, block, K|V, slot).
 TEST(KvLayout, SlotsTileTheCacheExactlyOnce) {
   const KvLayout l = SmallLayout();

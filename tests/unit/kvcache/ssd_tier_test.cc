@@ -295,5 +295,16 @@ TEST(TierRecordHeaderTest, RoundTripsAndRefusesDamage) {
               StatusIs(absl::StatusCode::kOutOfRange));
 }
 
+TEST(TierRecordHeaderTest, ALatentLayoutIsPartOfTheIdentity) {
+  TierRecordHeader h{.identity = Identity("m", DType::kBF16), .hash = Hash(4)};
+  const KvTierIdentity keys_and_values = h.identity;
+  h.identity.latent = true;
+  EXPECT_FALSE(h.identity == keys_and_values);
+  EXPECT_LT(h.identity.payload_bytes(), keys_and_values.payload_bytes());
+  ASSERT_OK_AND_ASSIGN(TierRecordHeader back, DecodeTierHeader(EncodeTierHeader(h)));
+  EXPECT_TRUE(back.identity.latent);
+  EXPECT_EQ(back.identity, h.identity);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -143,6 +143,17 @@ TEST(DeepSeekConfig, V2LiteIsReadAsPublished) {
   EXPECT_EQ(total, c.NumParameters());
 }
 
+TEST(DeepSeekConfig, TheNamedShapesAreThePublishedConfigs) {
+  absl::StatusOr<ModelConfig> v3 = Read(DeepSeekV3Json());
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->ShapeString(), DeepSeekV3Shape().ShapeString());
+  absl::StatusOr<ModelConfig> lite = Read(DeepSeekV2LiteJson());
+  ASSERT_TRUE(lite.ok()) << lite.status();
+  EXPECT_EQ(lite->ShapeString(), DeepSeekV2LiteShape().ShapeString());
+  EXPECT_OK(KimiK2Shape().Validate());
+  EXPECT_OK(NamedShape("deepseek-v3").status());
+}
+
 TEST(DeepSeekConfig, V2RoutingScalesOnlyWhatItDoesNotRenormalise) {
   Json j = DeepSeekV2LiteJson();
   j["topk_method"] = "group_limited_greedy";

@@ -98,6 +98,39 @@ TEST(Roofline, MixtureOfExpertsStepsReadTheExpertsTheirTokensTouch) {
   EXPECT_LT(cost(Decode(1, 1024)) * 4, cost(Decode(32, 1024)));
 }
 
+// DeepSeek-V3 and Kimi K2 (latent attention): the active and total
+// parameters their papers give, 70,272 bytes of bf16 KV a token (the latent
+// and the rope key), and neither fits one H200.
+TEST(Roofline, LatentAttentionShapesCostTheirOwnWeightsAndKv) {
+  const RooflineCost v3{.config = DeepSeekV3Shape(),
+                        .weight_bytes = 2,
+                        .kv_bytes = 2,
+                        .device = FindDevice("h200").value()};
+  const double v3_embeddings = 2.0 * 129280 * 7168;
+  EXPECT_NEAR((v3.ActiveLayerParams() + v3_embeddings) / 1e9, 37.55, 0.01);  // "37B activated"
+  EXPECT_NEAR(DeepSeekV3Shape().NumParameters() / 1e9, 671.0, 0.1);
+  EXPECT_DOUBLE_EQ(v3.KvBytesPerToken(), 70272);
+  // A Llama-3-70B token's KV is 4.7x that.
+  const RooflineCost llama{.config = Llama3_70BShape(), .weight_bytes = 2, .kv_bytes = 2};
+  EXPECT_NEAR(llama.KvBytesPerToken() / v3.KvBytesPerToken(), 4.66, 0.01);
+  // A decode position costs each of the 128 heads a score over 512 + 64
+  // values and a sum of 512.
+  EXPECT_GT(v3(Decode(1, 4096)), v3(Decode(1, 16)));
+  EXPECT_THAT(DeviceKvBlocks(v3, 16, 0.9),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("several devices")));
+  const RooflineCost kimi{.config = KimiK2Shape(), .weight_bytes = 2, .kv_bytes = 2};
+  EXPECT_NEAR((kimi.ActiveLayerParams() + 2.0 * 163840 * 7168) / 1e9, 32.86, 0.01);
+  EXPECT_NEAR(KimiK2Shape().NumParameters() / 1e12, 1.03, 0.01);  // "1T"
+  // The stand-in the simulator runs keeps DeepSeek's routing, with a GQA
+  // attention of its own, and scales its KV bytes to the target's.
+  const ModelConfig stand_in = StandInConfig(DeepSeekV3Shape());
+  EXPECT_OK(stand_in.Validate());
+  EXPECT_FALSE(stand_in.is_mla());
+  EXPECT_EQ(stand_in.moe.n_group, 8);
+  EXPECT_DOUBLE_EQ(KvByteScale(DeepSeekV3Shape(), DType::kBF16, DType::kF32),
+                   70272.0 / KvBytesPerToken(stand_in, DType::kF32));
+}
+
 TEST(Roofline, TheDefaultSharesGiveBackTandemsH100Figures) {
   const RooflineCost cost = H100Llama3_8B();
   // tandem-engine-bench, bf16 weights and KV: decode from a 1024-token
