@@ -28,7 +28,8 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "With --device and --kv_blocks 0: the share of its memory the weights and KV take");
 ABSL_FLAG(std::string, shape, "stories15M",
           "Model shape simulated: stories15M, stories110M, llama3.2-1b, llama3-8b, llama3-70b, "
-          "qwen3-0.6b, qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b "
+          "qwen3-0.6b, qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b, deepseek-v2-lite, deepseek-v3, "
+          "kimi-k2 "
           "(the workers hold a stand-in of it: the cost model gives the time, the shape the KV "
           "blocks and bytes)");
 ABSL_FLAG(int, seq_len, 2048, "The shape's context length in tokens (1 to 131072)");
