@@ -135,25 +135,8 @@ TEST(EngineLatentAttention, IsRefusedUntilItIsComputed) {
 // bytes against Llama-3-70B's 327,680 (80 layers, 8 KV heads of 128, keys
 // and values), 4.7x less to hold and to ship.
 TEST(EngineLatentAttention, ItsCacheHoldsTheLatentAndRopeKeyAlone) {
-  ModelConfig v3{.dim = 7168,
-                 .hidden_dim = 18432,
-                 .n_layers = 61,
-                 .n_heads = 128,
-                 .n_kv_heads = 128,
-                 .vocab_size = 129280,
-                 .seq_len = 4096};
-  v3.mla = MlaConfig{.q_lora_rank = 1536,
-                     .kv_lora_rank = 512,
-                     .qk_nope_head_dim = 128,
-                     .qk_rope_head_dim = 64,
-                     .v_head_dim = 128};
-  const ModelConfig llama70b{.dim = 8192,
-                             .hidden_dim = 28672,
-                             .n_layers = 80,
-                             .n_heads = 64,
-                             .n_kv_heads = 8,
-                             .vocab_size = 128256,
-                             .seq_len = 4096};
+  const ModelConfig v3 = DeepSeekV3Shape();
+  const ModelConfig llama70b = Llama3_70BShape();
   EngineOptions options{.block_size = 16, .num_blocks = 4, .kv_dtype = DType::kBF16};
   auto bytes_per_token = [&](const ModelConfig& c) {
     const KvLayout l = KvLayoutFor(c, options);
