@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/base/dtype.h"
 #include "common/kvcache/kv_layout.h"
 
@@ -43,6 +45,28 @@ struct AttentionShape {
   // RoPE pairs dimension i with i + head_dim / 2 (Hugging Face checkpoints)
   // instead of 2i with 2i + 1 (llama2.c, GGUF).
   bool rope_half_split = false;
+};
+
+// Multi-head latent attention (DeepSeek V2/V3) over a latent KV cache
+// (KvLayout::latent): each cached slot holds a token's latent c
+// (kv_rank values) and its rotated rope key (rope_dim values). Head h's key
+// is [W_uk[h] c, rope key] and its value W_uv[h] c, where kv_b
+// [n_heads * (nope_dim + v_dim), kv_rank] stacks per head W_uk[h]
+// (nope_dim rows) then W_uv[h] (v_dim rows). The attention can be computed
+// absorbed (W_uk[h] folded into the query, W_uv[h] applied after the
+// weighted sum of latents: the cache is read as it is) or expanded (keys
+// and values of every cached position computed from the latents first):
+// the same numbers within float error, the cheaper one chosen per run of
+// rows unless `form` says which.
+struct LatentShape {
+  enum class Form : uint8_t { kCheaper, kAbsorbed, kExpanded };
+  int n_heads = 0;
+  int kv_rank = 0;
+  int nope_dim = 0;
+  int rope_dim = 0;
+  int v_dim = 0;
+  float scale = 1.0f;  // of the scores (DeepSeek's, YaRN's correction included)
+  Form form = Form::kCheaper;
 };
 
 // A weight matrix in backend memory, in the element type it is stored in.
@@ -200,7 +224,7 @@ class Backend {
 
   // Writes row r's key k[r] and value v[r] (kv_dim floats each, row strides
   // k_stride / v_stride) into the cache slot of rows[r].position, rounded to
-  // layout.dtype.
+  // layout.dtype. A latent layout has no values: v is not read.
   virtual void WriteKv(const float* k, int k_stride, const float* v, int v_stride,
                        std::span<const AttentionRow> rows, int layer, const KvLayout& layout,
                        void* cache) = 0;
@@ -211,6 +235,23 @@ class Backend {
   virtual void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                               int layer, const KvLayout& layout, const void* cache,
                               const AttentionShape& shape, float* out) = 0;
+
+  // OK when this backend computes LatentAttention; otherwise UNIMPLEMENTED
+  // saying so.
+  virtual absl::Status SupportsLatentAttention() const {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", std::string(name()),
+                     " backend does not compute multi-head latent "
+                     "attention (DeepSeek V2/V3) yet; use --backend cpu"));
+  }
+  // Causal latent attention of each row's query over the latents of
+  // positions [0, position] of its sequence. q's rows (stride q_stride) hold
+  // the no-rope parts of every head (n_heads * nope_dim values, head by
+  // head), then the rotated rope parts (n_heads * rope_dim); out[r] holds
+  // n_heads * v_dim values. kv_b is f32 backend memory.
+  virtual void LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
+                               int layer, const KvLayout& layout, const void* cache,
+                               const LatentShape& shape, const float* kv_b, float* out) = 0;
 
   // out[r] = the index of the largest of x[r, 0..n) for r < rows (rows n
   // apart; the lowest index among equals; NaN never wins unless a row is all

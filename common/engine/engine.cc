@@ -48,13 +48,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
                                                        std::unique_ptr<Backend> backend,
                                                        const EngineOptions& options) {
   RETURN_IF_ERROR(weights.config.Validate());
-  if (weights.config.is_mla()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "weights from '", weights.source,
-        "' use multi-head latent attention (DeepSeek V2/V3, Kimi K2), which tandem reads but "
-        "does not compute yet; serve a model with grouped-query attention"));
-  }
   if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
+  if (weights.config.is_mla()) {
+    if (absl::Status s = backend->SupportsLatentAttention(); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("weights from '", weights.source,
+                                       "' use multi-head latent attention: ", s.message()));
+    }
+  }
   EngineOptions opts = options;
   if (opts.block_size <= 0 || opts.block_size > 4096) {
     return absl::InvalidArgumentError(
@@ -133,122 +134,124 @@ absl::StatusOr<int> KvBlocksForDeviceMemory(size_t total_bytes, size_t used_byte
   return static_cast<int>(std::min<double>(blocks, kMaxKvBlocks));
 }
 
+absl::StatusOr<void*> Engine::AllocBytes(size_t bytes) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf,
+                   backend_->Allocate(std::max<size_t>(bytes, 1)));
+  void* p = buf->data();
+  buffers_.push_back(std::move(buf));
+  return p;
+}
+
+absl::StatusOr<Engine::StackedMatrix> Engine::Upload(const std::vector<Tensor>& parts, int64_t k) {
+  StackedMatrix stacked;
+  for (auto run = parts.begin(); run != parts.end();) {
+    const DType type = UploadType(run->dtype);
+    auto end = run;
+    size_t total = 0;
+    int64_t elements = 0;
+    for (; end != parts.end() && UploadType(end->dtype) == type; ++end) {
+      total += DTypeBytes(type, end->numel);
+      elements += end->numel;
+    }
+    ASSIGN_OR_RETURN(void* dst, AllocBytes(total));
+    size_t at = 0;
+    for (auto t = run; t != end; ++t) {
+      const size_t bytes = DTypeBytes(type, t->numel);
+      if (t->dtype == type) {
+        backend_->CopyToDevice(t->data, static_cast<uint8_t*>(dst) + at, bytes);
+      } else {
+        const std::vector<float> wide = t->ToFloats();
+        std::vector<uint16_t> narrow;
+        const void* src = wide.data();
+        if (type != DType::kF32) {
+          narrow.resize(wide.size());
+          for (size_t i = 0; i < wide.size(); ++i) {
+            narrow[i] = type == DType::kBF16 ? Fp32ToBf16(wide[i]) : Fp32ToFp16(wide[i]);
+          }
+          src = narrow.data();
+        }
+        backend_->CopyToDevice(src, static_cast<uint8_t*>(dst) + at, bytes);
+      }
+      at += bytes;
+    }
+    stacked.push_back({backend_->PrepareWeights(MatrixRef{dst, type}, elements / k, k),
+                       static_cast<int>(elements / k)});
+    run = end;
+  }
+  return stacked;
+}
+
+absl::StatusOr<float*> Engine::UploadF32(const std::vector<Tensor>& parts) {
+  std::vector<float> all;
+  for (const Tensor& t : parts) {
+    const std::vector<float> f = t.ToFloats();
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  ASSIGN_OR_RETURN(void* dst, AllocBytes(all.size() * sizeof(float)));
+  backend_->CopyToDevice(all.data(), dst, all.size() * sizeof(float));
+  return static_cast<float*>(dst);
+}
+
 absl::Status Engine::Init(const ModelWeights& w) {
   const ModelConfig& c = config_;
   const size_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
-  auto alloc_bytes = [this](size_t bytes) -> absl::StatusOr<void*> {
-    ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf,
-                     backend_->Allocate(std::max<size_t>(bytes, 1)));
-    void* p = buf->data();
-    buffers_.push_back(std::move(buf));
-    return p;
-  };
   auto alloc = [&](size_t floats) -> absl::StatusOr<float*> {
-    ASSIGN_OR_RETURN(void* p, alloc_bytes(floats * sizeof(float)));
+    ASSIGN_OR_RETURN(void* p, AllocBytes(floats * sizeof(float)));
     return static_cast<float*>(p);
   };
-  // Copies tensors into backend memory, back to back, each in its upload
-  // type: one buffer per run of parts of equal type.
-  auto upload = [&](std::initializer_list<Tensor> parts,
-                    int64_t k) -> absl::StatusOr<StackedMatrix> {
-    StackedMatrix stacked;
-    for (auto run = parts.begin(); run != parts.end();) {
-      const DType type = UploadType(run->dtype);
-      auto end = run;
-      size_t total = 0;
-      int64_t elements = 0;
-      for (; end != parts.end() && UploadType(end->dtype) == type; ++end) {
-        total += DTypeBytes(type, end->numel);
-        elements += end->numel;
-      }
-      ASSIGN_OR_RETURN(void* dst, alloc_bytes(total));
-      size_t at = 0;
-      for (auto t = run; t != end; ++t) {
-        const size_t bytes = DTypeBytes(type, t->numel);
-        if (t->dtype == type) {
-          backend_->CopyToDevice(t->data, static_cast<uint8_t*>(dst) + at, bytes);
-        } else {
-          const std::vector<float> wide = t->ToFloats();
-          std::vector<uint16_t> narrow;
-          const void* src = wide.data();
-          if (type != DType::kF32) {
-            narrow.resize(wide.size());
-            for (size_t i = 0; i < wide.size(); ++i) {
-              narrow[i] = type == DType::kBF16 ? Fp32ToBf16(wide[i]) : Fp32ToFp16(wide[i]);
-            }
-            src = narrow.data();
-          }
-          backend_->CopyToDevice(src, static_cast<uint8_t*>(dst) + at, bytes);
-        }
-        at += bytes;
-      }
-      stacked.push_back({backend_->PrepareWeights(MatrixRef{dst, type}, elements / k, k),
-                         static_cast<int>(elements / k)});
-      run = end;
-    }
-    return stacked;
-  };
-  // Vectors (norms, biases) are small and used as f32 whatever their type.
-  auto upload_f32 = [&](std::initializer_list<Tensor> parts) -> absl::StatusOr<float*> {
-    std::vector<float> all;
-    for (const Tensor& t : parts) {
-      const std::vector<float> f = t.ToFloats();
-      all.insert(all.end(), f.begin(), f.end());
-    }
-    ASSIGN_OR_RETURN(void* dst, alloc_bytes(all.size() * sizeof(float)));
-    backend_->CopyToDevice(all.data(), dst, all.size() * sizeof(float));
-    return static_cast<float*>(dst);
-  };
-
-  ASSIGN_OR_RETURN(StackedMatrix embedding, upload({w.token_embedding}, d));
+  ASSIGN_OR_RETURN(StackedMatrix embedding, Upload({w.token_embedding}, d));
   embedding_ = embedding[0].ref;
   if (c.shared_classifier) {
     classifier_ = embedding_;
   } else {
-    ASSIGN_OR_RETURN(StackedMatrix classifier, upload({w.classifier}, d));
+    ASSIGN_OR_RETURN(StackedMatrix classifier, Upload({w.classifier}, d));
     classifier_ = classifier[0].ref;
   }
-  ASSIGN_OR_RETURN(rms_final_, upload_f32({w.rms_final}));
+  ASSIGN_OR_RETURN(rms_final_, UploadF32({w.rms_final}));
   for (const LayerWeights& lw : w.layers) {
     Layer layer;
-    ASSIGN_OR_RETURN(float* p, upload_f32({lw.rms_att, lw.rms_ffn}));
+    ASSIGN_OR_RETURN(float* p, UploadF32({lw.rms_att, lw.rms_ffn}));
     layer.rms_att = p;
     layer.rms_ffn = p + d;
-    ASSIGN_OR_RETURN(layer.wqkv, upload({lw.wq, lw.wk, lw.wv}, d));
     layer.bqkv = nullptr;
-    if (c.attention_bias) {
-      ASSIGN_OR_RETURN(layer.bqkv, upload_f32({lw.bq, lw.bk, lw.bv}));
-    }
     layer.q_norm = layer.k_norm = nullptr;
-    if (c.qk_norm != QkNorm::kNone) {
-      ASSIGN_OR_RETURN(layer.q_norm, upload_f32({lw.q_norm, lw.k_norm}));
-      layer.k_norm = layer.q_norm + lw.q_norm.numel;
+    if (c.is_mla()) {
+      RETURN_IF_ERROR(InitLatent(lw, layer));
+    } else {
+      ASSIGN_OR_RETURN(layer.wqkv, Upload({lw.wq, lw.wk, lw.wv}, d));
+      if (c.attention_bias) {
+        ASSIGN_OR_RETURN(layer.bqkv, UploadF32({lw.bq, lw.bk, lw.bv}));
+      }
+      if (c.qk_norm != QkNorm::kNone) {
+        ASSIGN_OR_RETURN(layer.q_norm, UploadF32({lw.q_norm, lw.k_norm}));
+        layer.k_norm = layer.q_norm + lw.q_norm.numel;
+      }
     }
-    ASSIGN_OR_RETURN(layer.wo, upload({lw.wo}, q));
+    ASSIGN_OR_RETURN(layer.wo, Upload({lw.wo}, c.attention_out_dim()));
     const int l = static_cast<int>(layers_.size());
     if (c.IsMoeLayer(l)) {
       const MoeConfig& m = c.moe;
-      ASSIGN_OR_RETURN(layer.router, upload({lw.router}, d));
+      ASSIGN_OR_RETURN(layer.router, Upload({lw.router}, d));
       for (int e = 0; e < m.n_experts; ++e) {
         Expert expert{.hidden = m.expert_hidden};
-        ASSIGN_OR_RETURN(expert.w13, upload({lw.expert_gate[e], lw.expert_up[e]}, d));
-        ASSIGN_OR_RETURN(expert.w2, upload({lw.expert_down[e]}, m.expert_hidden));
+        ASSIGN_OR_RETURN(expert.w13, Upload({lw.expert_gate[e], lw.expert_up[e]}, d));
+        ASSIGN_OR_RETURN(expert.w2, Upload({lw.expert_down[e]}, m.expert_hidden));
         layer.experts.push_back(std::move(expert));
       }
       if (m.shared_hidden > 0) {
         layer.shared.hidden = m.shared_hidden;
-        ASSIGN_OR_RETURN(layer.shared.w13, upload({lw.shared_gate, lw.shared_up}, d));
-        ASSIGN_OR_RETURN(layer.shared.w2, upload({lw.shared_down}, m.shared_hidden));
+        ASSIGN_OR_RETURN(layer.shared.w13, Upload({lw.shared_gate, lw.shared_up}, d));
+        ASSIGN_OR_RETURN(layer.shared.w2, Upload({lw.shared_down}, m.shared_hidden));
         if (m.shared_gated) {
-          ASSIGN_OR_RETURN(layer.shared_expert_gate, upload({lw.shared_expert_gate}, d));
+          ASSIGN_OR_RETURN(layer.shared_expert_gate, Upload({lw.shared_expert_gate}, d));
         }
       }
       // The bias steers the choice, made on the host.
       router_bias_.resize(c.n_layers);
       if (m.score_bias) router_bias_[l] = lw.router_bias.ToFloats();
     } else {
-      ASSIGN_OR_RETURN(layer.w13, upload({lw.w1, lw.w3}, d));
-      ASSIGN_OR_RETURN(layer.w2, upload({lw.w2}, h));
+      ASSIGN_OR_RETURN(layer.w13, Upload({lw.w1, lw.w3}, d));
+      ASSIGN_OR_RETURN(layer.w2, Upload({lw.w2}, h));
     }
     layers_.push_back(std::move(layer));
   }
@@ -256,7 +259,7 @@ absl::Status Engine::Init(const ModelWeights& w) {
   // RoPE table in float arithmetic, as the reference implementations do, so
   // that greedy text matches theirs token for token.
   const std::vector<float> freqs = c.RopeFrequencies();
-  const int half = c.head_dim() / 2;
+  const int half = c.rope_dim() / 2;
   std::vector<float> rope(static_cast<size_t>(c.seq_len) * half * 2);
   for (int pos = 0; pos < c.seq_len; ++pos) {
     for (int i = 0; i < half; ++i) {
@@ -265,13 +268,17 @@ absl::Status Engine::Init(const ModelWeights& w) {
       rope[(static_cast<size_t>(pos) * half + i) * 2 + 1] = std::sin(angle);
     }
   }
-  ASSIGN_OR_RETURN(rope_, upload_f32({Tensor(std::span<const float>(rope))}));
+  ASSIGN_OR_RETURN(rope_, UploadF32({Tensor(std::span<const float>(rope))}));
 
   const size_t t = options_.max_batch_tokens;
   ASSIGN_OR_RETURN(x_, alloc(t * d));
   ASSIGN_OR_RETURN(xb_, alloc(t * d));
-  ASSIGN_OR_RETURN(qkv_, alloc(t * (q + 2 * kv)));
-  ASSIGN_OR_RETURN(att_, alloc(t * q));
+  ASSIGN_OR_RETURN(qkv_, alloc(t * (c.is_mla() ? q : q + 2 * kv)));
+  ASSIGN_OR_RETURN(att_, alloc(t * c.attention_out_dim()));
+  if (c.is_mla()) {
+    ASSIGN_OR_RETURN(q_low_, alloc(t * c.mla.q_lora_rank));
+    ASSIGN_OR_RETURN(latent_, alloc(t * c.kv_cache_dim()));
+  }
   // The widest SwiGLU: the dense layers', an expert's or the shared one's.
   const size_t wide = std::max({h, size_t(c.moe.expert_hidden), size_t(c.moe.shared_hidden)});
   ASSIGN_OR_RETURN(hb_, alloc(t * 2 * wide));
@@ -289,13 +296,13 @@ absl::Status Engine::Init(const ModelWeights& w) {
     }
   }
   ASSIGN_OR_RETURN(logits_, alloc(static_cast<size_t>(options_.max_logit_rows) * v));
-  ASSIGN_OR_RETURN(void* picks, alloc_bytes(sizeof(int32_t) * options_.max_logit_rows));
+  ASSIGN_OR_RETURN(void* picks, AllocBytes(sizeof(int32_t) * options_.max_logit_rows));
   picks_ = static_cast<int32_t*>(picks);
 
   // Last, so that a pool sized from the device's memory sees everything
   // else allocated.
   RETURN_IF_ERROR(SizeKvPool());
-  if (absl::StatusOr<void*> cache = alloc_bytes(layout_.total_bytes()); cache.ok()) {
+  if (absl::StatusOr<void*> cache = AllocBytes(layout_.total_bytes()); cache.ok()) {
     cache_ = *cache;
   } else {
     return absl::Status(
@@ -469,7 +476,7 @@ absl::Status Engine::CopySequence(const BlockTable& src, int tokens, BlockTable&
 
 void Engine::Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written) {
   const ModelConfig& c = config_;
-  const int d = c.dim, qd = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  const int d = c.dim, qd = c.q_dim(), kv = c.kv_dim();
   const int qkv_stride = qd + 2 * kv;
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim(),
                              c.rope_layout == RopeLayout::kHalfSplit};
@@ -479,6 +486,12 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& layer = layers_[l];
     b.RmsNorm(x_, layer.rms_att, xb_, rows, d, c.norm_eps);
+    if (c.is_mla()) {
+      if (!LatentAttentionLayer(layer, l, rows, kv_written)) return;
+      MatMul(att_, layer.wo, x_, rows, d, c.attention_out_dim(), /*accumulate=*/true);
+      Ffn(layer, l, rows);
+      continue;
+    }
     MatMul(xb_, layer.wqkv, qkv_, rows, qkv_stride, d, /*accumulate=*/false);
     if (layer.bqkv != nullptr) b.AddBias(qkv_, qkv_stride, layer.bqkv, rows, qkv_stride);
     float* q = qkv_;
@@ -500,20 +513,26 @@ void Engine::Forward(int rows, int logit_rows, const std::function<void(int laye
     if (kv_written) kv_written(l);
     b.PagedAttention(q, qkv_stride, rows_, l, layout_, cache_, shape, att_);
     MatMul(att_, layer.wo, x_, rows, d, qd, /*accumulate=*/true);
-    b.RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
-    if (!layer.experts.empty()) {
-      MoeFfn(layer, l, rows);
-      continue;
-    }
-    MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
-    b.SwiGlu(hb_, hb2_, rows, h);
-    MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);
+    Ffn(layer, l, rows);
   }
   if (logit_rows == 0) return;
   for (int i = 0; i < logit_rows; ++i) {
     b.RmsNorm(x_ + int64_t{logit_rows_[i]} * d, rms_final_, xb_ + int64_t{i} * d, 1, d, c.norm_eps);
   }
   b.MatMul(xb_, classifier_, logits_, logit_rows, c.vocab_size, d, /*accumulate=*/false);
+}
+
+void Engine::Ffn(const Layer& layer, int l, int rows) {
+  const ModelConfig& c = config_;
+  const int d = c.dim, h = c.hidden_dim;
+  backend_->RmsNorm(x_, layer.rms_ffn, xb_, rows, d, c.norm_eps);
+  if (!layer.experts.empty()) {
+    MoeFfn(layer, l, rows);
+    return;
+  }
+  MatMul(xb_, layer.w13, hb_, rows, 2 * h, d, /*accumulate=*/false);
+  backend_->SwiGlu(hb_, hb2_, rows, h);
+  MatMul(hb2_, layer.w2, x_, rows, d, h, /*accumulate=*/true);
 }
 
 DType Engine::UploadType(DType stored) const {

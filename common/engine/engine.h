@@ -70,6 +70,9 @@ struct EngineOptions {
   // share), nor do the backend's own workspaces (the rest is headroom for
   // them). In (0, 1]. Unset, or a backend in host memory: num_blocks.
   std::optional<double> gpu_memory_fraction = std::nullopt;
+  // Latent attention (DeepSeek): which form computes it, by default the
+  // cheaper per run of rows (LatentShape); tests pin one to compare them.
+  LatentShape::Form latent_form = LatentShape::Form::kCheaper;
 };
 
 // The KV blocks of `block_bytes` each (every layer of one block) that fit
@@ -216,6 +219,17 @@ class Engine final : public StepExecutor {
     std::vector<Expert> experts;
     Expert shared;
     StackedMatrix shared_expert_gate;
+    // Latent attention instead of wqkv: q's down-projection and norm (or
+    // none without a q rank) and up-projection (or the whole projection),
+    // its rows ordered as every head's no-rope part, then every head's rope
+    // part; the latent and rope key's projection and the latent's norm;
+    // the per-head up-projection kv_b in f32 (LatentAttention).
+    StackedMatrix wq_a;
+    const float* q_a_norm = nullptr;
+    StackedMatrix wq_b;
+    StackedMatrix wkv_a;
+    const float* kv_a_norm = nullptr;
+    const float* kv_b = nullptr;
   };
 
   // out[m, n] (+)= x[m, k] * w^T over the parts of `w`.
@@ -234,6 +248,22 @@ class Engine final : public StepExecutor {
   // engine's failure (listener told); returns status().
   absl::Status CheckBackend();
   void Forward(int rows, int logit_rows, const std::function<void(int layer)>& kv_written);
+  // Backend memory of `bytes` (at least 1), kept in buffers_.
+  absl::StatusOr<void*> AllocBytes(size_t bytes);
+  // Copies tensors into backend memory, back to back, each in its upload
+  // type, as a matrix of rows of k values: one buffer per run of parts of
+  // equal type.
+  absl::StatusOr<StackedMatrix> Upload(const std::vector<Tensor>& parts, int64_t k);
+  // Vectors (norms, biases) are small and kept as f32 whatever their type.
+  absl::StatusOr<float*> UploadF32(const std::vector<Tensor>& parts);
+  // Uploads layer `lw`'s latent attention into `layer` (engine_mla.cc).
+  absl::Status InitLatent(const LayerWeights& lw, Layer& layer);
+  // att_ = the layer's latent attention of xb_, its latents written to the
+  // cache (engine_mla.cc); false when the backend failed.
+  bool LatentAttentionLayer(const Layer& layer, int l, int rows,
+                            const std::function<void(int layer)>& kv_written);
+  // x_ += the layer's FFN (dense or mixture of experts) of norm(x_).
+  void Ffn(const Layer& layer, int l, int rows);
   // x_ += the layer's mixture of experts of xb_ (engine_moe.cc): routes on
   // the host, then runs each touched expert once over the rows routed to it.
   void MoeFfn(const Layer& layer, int l, int rows);
@@ -254,13 +284,16 @@ class Engine final : public StepExecutor {
   MatrixRef embedding_{nullptr, DType::kF32};
   const float* rms_final_ = nullptr;
   MatrixRef classifier_{nullptr, DType::kF32};
-  const float* rope_ = nullptr;  // [seq_len][head_dim / 2][cos, sin]
+  const float* rope_ = nullptr;  // [seq_len][rope_dim / 2][cos, sin]
   void* cache_ = nullptr;
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
   // Mixture of experts: router logits [tokens, n_experts], the rows routed
   // to one expert gathered [tokens, dim], and its outputs [tokens, dim].
   float *router_logits_ = nullptr, *expert_in_ = nullptr, *expert_out_ = nullptr;
+  // Latent attention: q's down-projection [tokens, q_lora_rank] and the
+  // latent and rope key [tokens, kv_lora_rank + qk_rope_head_dim].
+  float *q_low_ = nullptr, *latent_ = nullptr;
   int32_t* picks_ = nullptr;  // [max_logit_rows] greedy picks
 
   // Per-step host scratch.

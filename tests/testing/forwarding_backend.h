@@ -76,6 +76,14 @@ class ForwardingBackend : public Backend {
                       float* out) override {
     inner_->PagedAttention(q, qs, rows, layer, layout, cache, shape, out);
   }
+  absl::Status SupportsLatentAttention() const override {
+    return inner_->SupportsLatentAttention();
+  }
+  void LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
+                       const KvLayout& layout, const void* cache, const LatentShape& shape,
+                       const float* kv_b, float* out) override {
+    inner_->LatentAttention(q, q_stride, rows, layer, layout, cache, shape, kv_b, out);
+  }
   void Argmax(const float* x, int rows, int n, int32_t* out) override {
     inner_->Argmax(x, rows, n, out);
   }

@@ -408,6 +408,14 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
     if (layout.dtype == DType::kI8) {
       // Each token's head is rounded on its own, its scale beside the block's.
       const int head_dim = layout.kv_dim / layout.kv_heads;
+      if (layout.latent) {
+        cpu::QuantizeInt8(
+            k + r * k_stride, layout.kv_dim,
+            reinterpret_cast<int8_t*>(base + layout.KeyOffset(layer, block, slot, 0)),
+            layout.block_size,
+            reinterpret_cast<float*>(base + layout.KeyScaleOffset(layer, block, 0)) + slot);
+        continue;
+      }
       for (int h = 0; h < layout.kv_heads; ++h) {
         const int off = h * head_dim;
         auto* key_scales = reinterpret_cast<float*>(base + layout.KeyScaleOffset(layer, block, h));
@@ -428,6 +436,7 @@ void CpuBackend::WriteKv(const float* k, int k_stride, const float* v, int v_str
     cpu::Narrow(k + r * k_stride, layout.dtype,
                 base + layout.KeyOffset(layer, block, slot, 0) * element, layout.kv_dim,
                 layout.block_size);
+    if (layout.latent) continue;
     cpu::Narrow(v + r * v_stride, layout.dtype,
                 base + layout.ValueOffset(layer, block, slot) * element, layout.kv_dim, 1);
   }

@@ -81,6 +81,10 @@ class CpuBackend final : public Backend {
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
                       const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
+  absl::Status SupportsLatentAttention() const override;
+  void LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
+                       const KvLayout& layout, const void* cache, const LatentShape& shape,
+                       const float* kv_b, float* out) override;
   void Argmax(const float* x, int rows, int n, int32_t* out) override;
 
  private:
@@ -90,6 +94,11 @@ class CpuBackend final : public Backend {
   void AttendTile(const float* q, int q_stride, std::span<const AttentionRow> rows, int kv_head,
                   int group, int head_dim, int layer, const KvLayout& layout, const void* cache,
                   std::vector<float>& scratch, float* out, int out_stride) const;
+  // Latent attention of one run of rows (one sequence, consecutive
+  // positions) for heads [h0, h1) (cpu/latent_attention.cc).
+  void LatentTask(const float* q, int q_stride, std::span<const AttentionRow> rows, int h0, int h1,
+                  int layer, const KvLayout& layout, const void* cache, const LatentShape& shape,
+                  const float* kv_b, std::vector<float>& scratch, float* out) const;
   // f32 product of x with 16-bit or quantized weights for many rows:
   // panels of w are widened to f32 into scratch and multiplied by BLAS, so
   // the f32 copy of w that exists at any time is one panel. out's rows are

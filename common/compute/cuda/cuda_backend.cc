@@ -505,11 +505,22 @@ void CudaBackend::WriteKv(const float* k, int k_stride, const float* v, int v_st
     Keep(std::move(s));
     return;
   }
+  if (layout.latent) {
+    Keep(SupportsLatentAttention());
+    return;
+  }
   DeviceRows device_rows;
   if (!UploadRows(rows, device_rows)) return;
   Keep(TANDEM_CUDA_STATUS(cuda::LaunchWriteKv(k, k_stride, v, v_stride, device_rows.meta,
                                               static_cast<int>(rows.size()), layer, layout,
                                               cache_bytes)));
+}
+
+void CudaBackend::LatentAttention(const float*, int, std::span<const AttentionRow>, int,
+                                  const KvLayout&, const void*, const LatentShape&, const float*,
+                                  float*) {
+  if (!Begin("LatentAttention")) return;
+  Keep(SupportsLatentAttention());
 }
 
 void CudaBackend::PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,

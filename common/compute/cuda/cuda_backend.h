@@ -129,6 +129,11 @@ class CudaBackend final : public Backend {
   void PagedAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
                       const KvLayout& layout, const void* cache, const AttentionShape& shape,
                       float* out) override;
+  // Not computed yet (SupportsLatentAttention says so): a call fails the
+  // backend with UNIMPLEMENTED.
+  void LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows, int layer,
+                       const KvLayout& layout, const void* cache, const LatentShape& shape,
+                       const float* kv_b, float* out) override;
   void Argmax(const float* x, int rows, int n, int32_t* out) override;
 
  private:
