@@ -327,6 +327,63 @@ absl::Status WriteJson(const std::string& path, const Json& j) {
   return absl::OkStatus();
 }
 
+// config.json's fields of DeepSeek's latent attention, routing and YaRN
+// (as DeepSeek's own configs say them), or INVALID_ARGUMENT for a model
+// that no DeepSeek config can say.
+absl::Status DeepSeekFields(const ModelConfig& c, Json& j) {
+  const MlaConfig& a = c.mla;
+  const MoeConfig& m = c.moe;
+  auto refuse = [&](const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("this model (", c.ToString(), ") ", why,
+                                                   "; no DeepSeek config.json can say that"));
+  };
+  if (!c.is_mla()) return refuse("has DeepSeek's routing or YaRN without latent attention");
+  j["kv_lora_rank"] = a.kv_lora_rank;
+  j["q_lora_rank"] = a.q_lora_rank > 0 ? Json(a.q_lora_rank) : Json(nullptr);
+  j["qk_nope_head_dim"] = a.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = a.qk_rope_head_dim;
+  j["v_head_dim"] = a.v_head_dim;
+  if (const RopeScaling& s = c.rope_scaling; s.type == RopeScaling::Type::kYarn) {
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", ShortestDecimal(s.factor)},
+                         {"original_max_position_embeddings", s.original_max_position},
+                         {"beta_fast", ShortestDecimal(s.beta_fast)},
+                         {"beta_slow", ShortestDecimal(s.beta_slow)},
+                         {"mscale", ShortestDecimal(s.mscale)},
+                         {"mscale_all_dim", ShortestDecimal(s.mscale_all_dim)}};
+  } else if (s.type != RopeScaling::Type::kNone) {
+    return refuse("scales RoPE other than by yarn");
+  }
+  if (m.n_experts == 0) return absl::OkStatus();
+  const bool v3 = m.scoring == MoeConfig::Scoring::kSigmoid;
+  const int dense = static_cast<int>(m.dense_layers.size());
+  for (int l = 0; l < dense; ++l) {
+    if (m.dense_layers[l] != l) return refuse("has dense layers other than the first ones");
+  }
+  if (m.shared_gated || m.sparse_step != 1 || m.shared_hidden % m.expert_hidden != 0) {
+    return refuse("has a gated shared expert, a sparse step or shared experts of another width");
+  }
+  if (v3 != m.score_bias || v3 != (m.group_score == MoeConfig::GroupScore::kBestTwo)) {
+    return refuse("mixes V2's and V3's routing");
+  }
+  if (!v3 && m.norm_topk_prob && m.top_k > 1 && m.routed_scale != 1.0f) {
+    return refuse("scales renormalised softmax weights");
+  }
+  j["n_routed_experts"] = m.n_experts;
+  j["num_experts_per_tok"] = m.top_k;
+  j["moe_intermediate_size"] = m.expert_hidden;
+  j["n_shared_experts"] = m.shared_hidden / m.expert_hidden;
+  j["moe_layer_freq"] = 1;
+  j["first_k_dense_replace"] = dense;
+  j["norm_topk_prob"] = m.norm_topk_prob;
+  j["routed_scaling_factor"] = ShortestDecimal(m.routed_scale);
+  j["n_group"] = m.n_group;
+  j["topk_group"] = m.topk_group;
+  j["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  j["topk_method"] = v3 ? "noaux_tc" : m.n_group > 1 ? "group_limited_greedy" : "greedy";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
@@ -343,14 +400,16 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
   if (ec)
     return absl::InvalidArgumentError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
 
-  if (c.has_deepseek_parts()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "weights from '", w.source, "' (", c.ToString(),
-        ") have DeepSeek's latent attention, routing or YaRN, which this writer does not write "
-        "yet"));
-  }
-  const std::string arch = HubArchitecture(c);
-  if (c.qk_norm == QkNorm::kWhole && c.moe.n_experts == 0) {
+  const bool deepseek = c.has_deepseek_parts();
+  Json deepseek_fields = Json::object();
+  if (deepseek) RETURN_IF_ERROR(DeepSeekFields(c, deepseek_fields));
+  const std::string arch =
+      deepseek ? (c.moe.scoring == MoeConfig::Scoring::kSigmoid ? "DeepseekV3ForCausalLM"
+                                                                : "DeepseekV2ForCausalLM")
+               : HubArchitecture(c);
+  if (deepseek) {
+    // Checked by DeepSeekFields.
+  } else if (c.qk_norm == QkNorm::kWhole && c.moe.n_experts == 0) {
     return absl::InvalidArgumentError(
         "a whole-projection q/k norm without experts belongs to no architecture this writer "
         "writes");
@@ -370,15 +429,19 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
         arch, " says its experts' width in intermediate_size and has no dense layers; this model (",
         c.ToString(), ") cannot be written as one"));
   }
-  const char* model_type = arch == "Qwen3ForCausalLM"      ? "qwen3"
-                           : arch == "Qwen2ForCausalLM"    ? "qwen2"
-                           : arch == "Qwen3MoeForCausalLM" ? "qwen3_moe"
-                           : arch == "Qwen2MoeForCausalLM" ? "qwen2_moe"
-                           : mixtral                       ? "mixtral"
-                           : olmoe                         ? "olmoe"
-                                                           : "llama";
+  const char* model_type = arch == "DeepseekV3ForCausalLM"   ? "deepseek_v3"
+                           : arch == "DeepseekV2ForCausalLM" ? "deepseek_v2"
+                           : arch == "Qwen3ForCausalLM"      ? "qwen3"
+                           : arch == "Qwen2ForCausalLM"      ? "qwen2"
+                           : arch == "Qwen3MoeForCausalLM"   ? "qwen3_moe"
+                           : arch == "Qwen2MoeForCausalLM"   ? "qwen2_moe"
+                           : mixtral                         ? "mixtral"
+                           : olmoe                           ? "olmoe"
+                                                             : "llama";
 
-  const bool permute = c.rope_layout == RopeLayout::kInterleaved && options.permute_qk;
+  // DeepSeek's rope parts are stored pair by pair in its own files.
+  const bool permute =
+      c.rope_layout == RopeLayout::kInterleaved && options.permute_qk && !c.is_mla();
   SafetensorsWriter writer;
   for (const auto& row : TensorTable(w)) {
     int64_t n = 1;
@@ -403,7 +466,6 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
       {"num_hidden_layers", c.n_layers},
       {"num_attention_heads", c.n_heads},
       {"num_key_value_heads", c.n_kv_heads},
-      {"head_dim", c.head_dim()},
       {"vocab_size", c.vocab_size},
       {"max_position_embeddings", c.seq_len},
       {"rms_norm_eps", ShortestDecimal(c.norm_eps)},
@@ -414,8 +476,10 @@ absl::Status WriteHubModel(const ModelWeights& w, const std::string& dir,
                       : options.dtype == DType::kBF16 ? "bfloat16"
                                                       : "float16"},
   };
+  if (!deepseek) config["head_dim"] = c.head_dim();
   if (!qwen2) config["attention_bias"] = c.attention_bias;
-  if (const MoeConfig& m = c.moe; m.n_experts > 0) {
+  config.update(deepseek_fields);
+  if (const MoeConfig& m = c.moe; m.n_experts > 0 && !deepseek) {
     config[mixtral ? "num_local_experts" : "num_experts"] = m.n_experts;
     config["num_experts_per_tok"] = m.top_k;
     config["norm_topk_prob"] = m.norm_topk_prob;

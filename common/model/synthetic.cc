@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> MakeSyntheticModel(const ModelConf
         break;
       case TensorRole::kQNorm:
       case TensorRole::kKNorm:
+      case TensorRole::kQANorm:
+      case TensorRole::kKvANorm:
         // Far from 1, so that a norm applied to the wrong dimensions shows.
         t = vector(spec.numel(), 1.0f, 0.5f);
         break;
@@ -360,6 +362,48 @@ std::vector<std::pair<std::string, ModelConfig>> SmallMoeShapes() {
           {"olmoe-small", olmoe}};
 }
 
+std::vector<std::pair<std::string, ModelConfig>> SmallDeepSeekShapes() {
+  ModelConfig lite{.dim = 64,
+                   .hidden_dim = 80,
+                   .n_layers = 3,
+                   .n_heads = 4,
+                   .n_kv_heads = 4,
+                   .vocab_size = 512,
+                   .seq_len = 256,
+                   .norm_eps = 1e-6f,
+                   .shared_classifier = false};
+  lite.mla = {.kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8, .v_head_dim = 16};
+  lite.moe = {.n_experts = 8,
+              .top_k = 3,
+              .expert_hidden = 24,
+              .shared_hidden = 48,
+              .shared_gated = false,
+              .dense_layers = {0}};
+  ModelConfig v2 = lite;
+  v2.mla.q_lora_rank = 24;
+  v2.mla.v_head_dim = 12;
+  v2.moe.n_group = 4;
+  v2.moe.topk_group = 2;
+  v2.moe.routed_scale = 1.5f;
+  ModelConfig v3 = v2;
+  v3.moe = {.n_experts = 16,
+            .top_k = 4,
+            .expert_hidden = 16,
+            .norm_topk_prob = true,
+            .shared_hidden = 16,
+            .shared_gated = false,
+            .scoring = MoeConfig::Scoring::kSigmoid,
+            .score_bias = true,
+            .n_group = 4,
+            .topk_group = 2,
+            .group_score = MoeConfig::GroupScore::kBestTwo,
+            .routed_scale = 2.5f,
+            .dense_layers = {0}};
+  v3.rope_scaling = DeepSeekYarn(4.0f, 1.0f, 32.0f);
+  v3.rope_scaling.original_max_position = 64;
+  return {{"deepseek-v2-lite-small", lite}, {"deepseek-v2-small", v2}, {"deepseek-v3-small", v3}};
+}
+
 namespace {
 
 struct NamedShapeEntry {
@@ -396,6 +440,9 @@ absl::StatusOr<ModelConfig> NamedShape(std::string_view name) {
     if (name == e.name) return e.make();
   }
   for (const auto& [small, config] : SmallMoeShapes()) {
+    if (name == small) return config;
+  }
+  for (const auto& [small, config] : SmallDeepSeekShapes()) {
     if (name == small) return config;
   }
   return absl::InvalidArgumentError(absl::StrCat("no model shape is called '", std::string(name),

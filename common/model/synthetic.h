@@ -58,8 +58,7 @@ ModelConfig Olmoe1B7BShape();
 // rank, 64 experts, top 6, two shared, softmax greedy routing), DeepSeek-V3
 // (q rank 1536, 256 experts in 8 groups, top 8, sigmoid scores with a bias,
 // three dense layers) and Kimi K2 (V3's architecture, 384 experts, 64
-// heads, one dense layer). An engine refuses them until it computes latent
-// attention; the simulator and planner cost them.
+// heads, one dense layer).
 ModelConfig DeepSeekV2LiteShape();
 ModelConfig DeepSeekV3Shape();
 ModelConfig KimiK2Shape();
@@ -67,6 +66,12 @@ ModelConfig KimiK2Shape();
 // (mixtral-small, qwen2-moe-small with a shared expert and sparse step 2,
 // qwen3-moe-small with a dense layer, olmoe-small), vocabulary 512.
 std::vector<std::pair<std::string, ModelConfig>> SmallMoeShapes();
+// Tiny latent-attention ones for tests: deepseek-v2-lite-small (no q rank,
+// softmax greedy routing, two shared experts, a dense first layer),
+// deepseek-v2-small (q rank, group-limited softmax routing scaled by 1.5)
+// and deepseek-v3-small (q rank, sigmoid scores with a bias, groups scored
+// by their best two, renormalised and scaled, YaRN), vocabulary 512.
+std::vector<std::pair<std::string, ModelConfig>> SmallDeepSeekShapes();
 
 // The shapes above by name ("stories15M", "llama3-8b", "qwen3-0.6b", ...);
 // INVALID_ARGUMENT listing the names for another.

@@ -1,5 +1,7 @@
 """An independent float64 reference of Hugging Face's Llama, Qwen2, Qwen3,
-Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE forward passes, written from the transformers modeling code's semantics
+Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and DeepSeek V2/V3 forward passes (DeepSeek's
+latent attention computed expanded, per head, as its modeling code does),
+written from the transformers modeling code's semantics
 (not from tandem's engine): reads a hub folder (config.json and
 model.safetensors in F32, F16 or BF16) with numpy and writes the logits of
 every position of a token sequence as JSON.
@@ -86,6 +88,121 @@ def mixture(config, w, p, h, mixtral):
     return out
 
 
+def yarn_mscale(factor, m):
+    return 1.0 if factor <= 1 else 0.1 * m * np.log(factor) + 1.0
+
+
+def deepseek_rope(config, positions):
+    """cos and sin of DeepSeek's rope part, with its YaRN frequencies."""
+    dim = config["qk_rope_head_dim"]
+    base = config.get("rope_theta", 10000.0)
+    exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
+    inv_freq = 1.0 / base ** exponents
+    scaling = config.get("rope_scaling")
+    if scaling:
+        if scaling.get("type", scaling.get("rope_type")) != "yarn":
+            raise SystemExit("unsupported rope_scaling for DeepSeek")
+        factor = scaling["factor"]
+        original = scaling["original_max_position_embeddings"]
+
+        def turning_dim(rotations):
+            return dim * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+        low = max(np.floor(turning_dim(scaling.get("beta_fast", 32))), 0)
+        high = min(np.ceil(turning_dim(scaling.get("beta_slow", 1))), dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+        keep = 1.0 - ramp
+        inv_freq = inv_freq / factor * (1 - keep) + inv_freq * keep
+    emb = np.outer(positions, inv_freq)
+    emb = np.concatenate([emb, emb], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+def deepseek_attention(config, w, p, h, mask):
+    """Latent attention expanded: every head's key and value from the latent."""
+    seq = h.shape[0]
+    heads = config["num_attention_heads"]
+    nope, rope = config["qk_nope_head_dim"], config["qk_rope_head_dim"]
+    v_dim, rank = config["v_head_dim"], config["kv_lora_rank"]
+    a = p + "self_attn."
+    if config.get("q_lora_rank"):
+        q = rms_norm(h @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], 1e-6)
+        q = q @ w[a + "q_b_proj.weight"].T
+    else:
+        q = h @ w[a + "q_proj.weight"].T
+    q = q.reshape(seq, heads, nope + rope)
+    compressed = h @ w[a + "kv_a_proj_with_mqa.weight"].T
+    latent = rms_norm(compressed[:, :rank], w[a + "kv_a_layernorm.weight"], 1e-6)
+    kv = (latent @ w[a + "kv_b_proj.weight"].T).reshape(seq, heads, nope + v_dim)
+    cos, sin = deepseek_rope(config, np.arange(seq, dtype=np.float64))
+
+    def rotate(x):  # pairs (2i, 2i + 1), regrouped into halves first
+        x = x.reshape(x.shape[:-1] + (rope // 2, 2)).swapaxes(-1, -2).reshape(x.shape)
+        return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
+
+    q_pe = rotate(q[:, :, nope:])
+    k_pe = rotate(compressed[:, None, rank:])
+    k = np.concatenate([kv[:, :, :nope], np.repeat(k_pe, heads, axis=1)], axis=-1)
+    q = np.concatenate([q[:, :, :nope], q_pe], axis=-1)
+    scale = (nope + rope) ** -0.5
+    scaling = config.get("rope_scaling")
+    if scaling and scaling.get("mscale_all_dim"):
+        m = yarn_mscale(scaling["factor"], scaling["mscale_all_dim"])
+        scale *= m * m
+    scores = np.einsum("qhd,khd->hqk", q, k) * scale + mask
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    attn = np.einsum("hqk,khd->qhd", scores, kv[:, :, nope:]).reshape(seq, heads * v_dim)
+    return attn @ w[a + "o_proj.weight"].T
+
+
+def deepseek_moe(config, w, p, h):
+    """DeepSeek's gate: V2's softmax (greedy or group-limited), V3's sigmoid
+    with the correction bias steering the choice and groups scored by their
+    best two; renormalised and/or scaled; plus the shared experts."""
+    m = p + "mlp."
+    logits = h @ w[m + "gate.weight"].T
+    n, k = logits.shape[1], config["num_experts_per_tok"]
+    v3 = config.get("scoring_func") == "sigmoid"
+    if v3:
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        choice = scores + w[m + "gate.e_score_correction_bias"]
+    else:
+        scores = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        choice = scores
+    groups = config.get("n_group") or 1
+    if config.get("topk_method") in ("group_limited_greedy", "noaux_tc") and groups > 1:
+        grouped = choice.reshape(h.shape[0], groups, n // groups)
+        if v3:
+            group_scores = np.sort(grouped, axis=-1)[:, :, -2:].sum(axis=-1)
+        else:
+            group_scores = grouped.max(axis=-1)
+        best = np.argsort(-group_scores, axis=-1, kind="stable")[:, :config["topk_group"]]
+        allowed = np.zeros_like(group_scores, dtype=bool)
+        np.put_along_axis(allowed, best, True, axis=-1)
+        choice = np.where(np.repeat(allowed, n // groups, axis=-1), choice, -np.inf)
+    chosen = np.argsort(-choice, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(scores, chosen, axis=-1)
+    if k > 1 and config.get("norm_topk_prob"):
+        weights /= weights.sum(axis=-1, keepdims=True) + 1e-20
+        if v3:
+            weights *= config.get("routed_scaling_factor", 1.0)
+    else:
+        weights *= config.get("routed_scaling_factor", 1.0)
+    names = ("gate_proj", "up_proj", "down_proj")
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        for j in range(k):
+            e = m + "experts.%d." % chosen[t, j]
+            out[t] += weights[t, j] * swiglu(h[t:t + 1], *(w[e + x + ".weight"] for x in names))[0]
+    if config.get("n_shared_experts"):
+        out += swiglu(h, *(w[m + "shared_experts." + x + ".weight"] for x in names))
+    return out
+
+
 def main():
     folder, out_path, ids_text = sys.argv[1], sys.argv[2], sys.argv[3]
     config = json.load(open(folder + "/config.json"))
@@ -93,7 +210,7 @@ def main():
     arch = config["architectures"][0]
     if arch not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                     "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-                    "OlmoeForCausalLM"):
+                    "OlmoeForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"):
         raise SystemExit("unsupported architecture " + arch)
     ids = [int(t) for t in ids_text.split(",")]
     n_heads = config["num_attention_heads"]
@@ -104,7 +221,8 @@ def main():
     theta = config.get("rope_theta", 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     scaling = config.get("rope_scaling")
-    if scaling:
+    deepseek = arch.startswith("Deepseek")  # its rope part: deepseek_rope
+    if scaling and not deepseek:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "linear":
             raise SystemExit("unsupported rope_scaling " + str(kind))
@@ -120,6 +238,15 @@ def main():
     for layer in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % layer
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        if deepseek:
+            x = x + deepseek_attention(config, w, p, h, mask)
+            h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+            if config.get("n_routed_experts") and layer >= config.get("first_k_dense_replace", 0):
+                x = x + deepseek_moe(config, w, p, h)
+            else:
+                x = x + swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                               w[p + "mlp.down_proj.weight"])
+            continue
         proj = {}
         for name in ("q", "k", "v"):
             y = h @ w[p + "self_attn.%s_proj.weight" % name].T

@@ -1,10 +1,13 @@
 // ExpertRouter: each token's experts and weights by the rule of its config
 // (softmax or sigmoid scores, a bias for the choice only, expert groups,
 // renormalisation, a routed scale), against values worked out by hand; and
-// the engine's refusal of latent attention, which it does not compute yet.
+// the engine's refusal of latent attention on a backend that does not
+// compute it.
 #include "common/engine/moe_routing.h"
 
 #include <cmath>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "common/compute/cpu/cpu_backend.h"
@@ -12,12 +15,14 @@
 #include "common/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_backend.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tandem {
 namespace {
 
 using ::tandem::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::HasSubstr;
@@ -109,7 +114,17 @@ TEST(ExpertRouter, GroupsSeeTheBiasedScores) {
   EXPECT_THAT(r.weights, Pointwise(FloatNear(1e-6), {0.1f, 0.6f}));
 }
 
-TEST(EngineLatentAttention, IsRefusedUntilItIsComputed) {
+// A backend that says it has no latent attention (as CUDA's does for now).
+class WithoutLatentAttention : public ::tandem::testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::string_view name() const override { return "restricted"; }
+  absl::Status SupportsLatentAttention() const override {
+    return Backend::SupportsLatentAttention();
+  }
+};
+
+TEST(EngineLatentAttention, IsRefusedOnABackendWithoutIt) {
   ModelConfig c{.dim = 32,
                 .hidden_dim = 48,
                 .n_layers = 1,
@@ -127,8 +142,11 @@ TEST(EngineLatentAttention, IsRefusedUntilItIsComputed) {
   ASSERT_TRUE(w.ok()) << w.status();
   absl::StatusOr<std::unique_ptr<CpuBackend>> backend = CpuBackend::Create();
   ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_THAT(Engine::Create(**w, *std::move(backend), EngineOptions{}),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("latent attention")));
+  EXPECT_THAT(Engine::Create(**w, std::make_unique<WithoutLatentAttention>(*std::move(backend)),
+                             EngineOptions{}),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("synthetic"), HasSubstr("multi-head latent attention"),
+                             HasSubstr("the restricted backend"), HasSubstr("--backend cpu"))));
 }
 
 // DeepSeek-V3's cache holds 61 x (512 + 64) bf16 values a token: 70,272
