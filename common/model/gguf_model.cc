@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/model/gguf.h"
+#include "common/model/gguf_deepseek.h"
 #include "common/model/gguf_writer.h"
 #include "common/model/tensor_list.h"
 
@@ -317,6 +318,67 @@ bool UsableInPlace(const GgufTensorInfo& t) {
   return reinterpret_cast<uintptr_t>(t.data.data()) % align == 0;
 }
 
+// The metadata of the llama family's architectures.
+absl::Status WriteMetadata(const ModelConfig& c, const Architecture& arch, GgufWriter& writer) {
+  const std::string a = arch.name;
+  auto key = [&a](const char* field) { return absl::StrCat(a, ".", field); };
+  writer.AddUint32(key("context_length"), c.seq_len);
+  writer.AddUint32(key("embedding_length"), c.dim);
+  writer.AddUint32(key("block_count"), c.n_layers);
+  writer.AddUint32(key("feed_forward_length"), c.hidden_dim);
+  writer.AddUint32(key("attention.head_count"), c.n_heads);
+  writer.AddUint32(key("attention.head_count_kv"), c.n_kv_heads);
+  writer.AddUint32(key("rope.dimension_count"), c.head_dim());
+  if (c.head_size != 0) {
+    writer.AddUint32(key("attention.key_length"), c.head_dim());
+    writer.AddUint32(key("attention.value_length"), c.head_dim());
+  }
+  writer.AddFloat32(key("rope.freq_base"), c.rope_theta);
+  writer.AddFloat32(key("attention.layer_norm_rms_epsilon"), c.norm_eps);
+  writer.AddUint32(key("vocab_size"), c.vocab_size);
+  if (c.moe.n_experts > 0) {
+    writer.AddUint32(key("expert_count"), c.moe.n_experts);
+    writer.AddUint32(key("expert_used_count"), c.moe.top_k);
+    if (arch.experts == Experts::kRequired && arch.qk_norm != QkNorm::kWhole) {
+      writer.AddUint32(key("expert_feed_forward_length"), c.moe.expert_hidden);
+    } else if (c.moe.expert_hidden != c.hidden_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          arch.name, " GGUF files say the experts' width in feed_forward_length; this model's (",
+          c.moe.expert_hidden, ") differs from its dense width (", c.hidden_dim, ")"));
+    }
+    if (c.moe.shared_hidden > 0) {
+      writer.AddUint32(key("expert_shared_feed_forward_length"), c.moe.shared_hidden);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The vocabulary, or the key llama.cpp requires without one.
+absl::Status WriteVocab(const ModelConfig& c, const GgufVocab* vocab, GgufWriter& writer) {
+  if (vocab == nullptr) {
+    // Weights only: llama.cpp requires the key and accepts "no_vocab".
+    writer.AddString("tokenizer.ggml.model", "no_vocab");
+  } else {
+    const size_t n = vocab->tokens.size();
+    if (n != static_cast<size_t>(c.vocab_size) || vocab->scores.size() != n ||
+        vocab->types.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a vocabulary of ", n, " tokens (", vocab->scores.size(), " scores, ",
+                       vocab->types.size(), " types) cannot go with a model of ", c.vocab_size));
+    }
+    writer.AddString("tokenizer.ggml.model", "llama");
+    writer.AddStringArray("tokenizer.ggml.tokens", vocab->tokens);
+    writer.AddFloat32Array("tokenizer.ggml.scores", vocab->scores);
+    writer.AddInt32Array("tokenizer.ggml.token_type", vocab->types);
+    if (vocab->bos_id >= 0) writer.AddUint32("tokenizer.ggml.bos_token_id", vocab->bos_id);
+    if (vocab->eos_id >= 0) writer.AddUint32("tokenizer.ggml.eos_token_id", vocab->eos_id);
+    if (vocab->unk_id >= 0) writer.AddUint32("tokenizer.ggml.unknown_token_id", vocab->unk_id);
+    writer.AddBool("tokenizer.ggml.add_bos_token", vocab->bos_id >= 0);
+    writer.AddBool("tokenizer.ggml.add_eos_token", false);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path) {
@@ -331,14 +393,19 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   }
   absl::StatusOr<std::string> architecture = file.GetString("general.architecture");
   if (!architecture.ok()) return AsInvalid(architecture.status());
+  const bool deepseek = *architecture == kGgufDeepSeek;
   const Architecture* arch = FindArchitecture(*architecture);
-  if (arch == nullptr) {
+  if (arch == nullptr && !deepseek) {
     return Invalid(path, absl::StrCat("has architecture '", *architecture,
                                       "'; supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, "
-                                      "olmoe"));
+                                      "olmoe, deepseek2"));
   }
   auto weights = std::make_unique<ModelWeights>();
-  ASSIGN_OR_RETURN(weights->config, ReadConfig(file, *arch));
+  if (deepseek) {
+    ASSIGN_OR_RETURN(weights->config, ReadGgufDeepSeek(file));
+  } else {
+    ASSIGN_OR_RETURN(weights->config, ReadConfig(file, *arch));
+  }
   weights->source = path;
   SizeLayers(*weights);
   const auto table = TensorTable(*weights);
@@ -374,7 +441,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
   // output if ignored, so they are refused rather than skipped.
   for (const GgufTensorInfo& t : file.tensors()) {
     if (expected.count(t.name) == 0) {
-      return Invalid(path, absl::StrCat("has tensor '", t.name, "', which a ", arch->name,
+      return Invalid(path, absl::StrCat("has tensor '", t.name, "', which a ", *architecture,
                                         " model without extensions does not use"));
     }
   }
@@ -416,12 +483,7 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
                                                    w.layers.size(), " layers; the config says ",
                                                    c.n_layers));
   }
-  if (c.has_deepseek_parts()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "weights from '", w.source, "' (", c.ToString(),
-        ") have DeepSeek's latent attention, routing or YaRN, which this writer does not write "
-        "yet"));
-  }
+  const bool deepseek = c.has_deepseek_parts();
   // The architecture that says this model; what its metadata cannot say
   // would silently change the model.
   const Architecture* arch = nullptr;
@@ -437,8 +499,8 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   }
   const bool all_sparse = c.moe.sparse_step == 1 && c.moe.dense_layers.empty();
   const bool shared_fits = c.moe.shared_hidden == 0 || (arch != nullptr && arch->attention_bias);
-  if (arch == nullptr || c.rope_scaling.type != RopeScaling::Type::kNone || !all_sparse ||
-      !shared_fits) {
+  if (!deepseek && (arch == nullptr || c.rope_scaling.type != RopeScaling::Type::kNone ||
+                    !all_sparse || !shared_fits)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights from '", w.source, "' (", c.ToString(),
         ") match no GGUF architecture this writer writes (llama: interleaved RoPE; qwen2: "
@@ -461,60 +523,15 @@ absl::Status WriteGgufModel(const ModelWeights& w, const std::string& path, Gguf
   const bool half = type != GgufTensorType::kF32;
   const bool bf16 = type == GgufTensorType::kBF16;
   GgufWriter writer;
-  const std::string a = arch->name;
-  auto key = [&a](const char* field) { return absl::StrCat(a, ".", field); };
-  writer.AddString("general.architecture", a);
+  writer.AddString("general.architecture", deepseek ? kGgufDeepSeek : arch->name);
   // ALL_F32, MOSTLY_F16 or MOSTLY_BF16, as llama.cpp numbers them.
   writer.AddUint32("general.file_type", bf16 ? 32 : half ? 1 : 0);
-  writer.AddUint32(key("context_length"), c.seq_len);
-  writer.AddUint32(key("embedding_length"), c.dim);
-  writer.AddUint32(key("block_count"), c.n_layers);
-  writer.AddUint32(key("feed_forward_length"), c.hidden_dim);
-  writer.AddUint32(key("attention.head_count"), c.n_heads);
-  writer.AddUint32(key("attention.head_count_kv"), c.n_kv_heads);
-  writer.AddUint32(key("rope.dimension_count"), c.head_dim());
-  if (c.head_size != 0) {
-    writer.AddUint32(key("attention.key_length"), c.head_dim());
-    writer.AddUint32(key("attention.value_length"), c.head_dim());
-  }
-  writer.AddFloat32(key("rope.freq_base"), c.rope_theta);
-  writer.AddFloat32(key("attention.layer_norm_rms_epsilon"), c.norm_eps);
-  writer.AddUint32(key("vocab_size"), c.vocab_size);
-  if (moe) {
-    writer.AddUint32(key("expert_count"), c.moe.n_experts);
-    writer.AddUint32(key("expert_used_count"), c.moe.top_k);
-    if (arch->experts == Experts::kRequired && arch->qk_norm != QkNorm::kWhole) {
-      writer.AddUint32(key("expert_feed_forward_length"), c.moe.expert_hidden);
-    } else if (c.moe.expert_hidden != c.hidden_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          arch->name, " GGUF files say the experts' width in feed_forward_length; this model's (",
-          c.moe.expert_hidden, ") differs from its dense width (", c.hidden_dim, ")"));
-    }
-    if (c.moe.shared_hidden > 0) {
-      writer.AddUint32(key("expert_shared_feed_forward_length"), c.moe.shared_hidden);
-    }
-  }
-  if (vocab == nullptr) {
-    // Weights only: llama.cpp requires the key and accepts "no_vocab".
-    writer.AddString("tokenizer.ggml.model", "no_vocab");
+  if (deepseek) {
+    RETURN_IF_ERROR(WriteGgufDeepSeek(c, writer));
   } else {
-    const size_t n = vocab->tokens.size();
-    if (n != static_cast<size_t>(c.vocab_size) || vocab->scores.size() != n ||
-        vocab->types.size() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a vocabulary of ", n, " tokens (", vocab->scores.size(), " scores, ",
-                       vocab->types.size(), " types) cannot go with a model of ", c.vocab_size));
-    }
-    writer.AddString("tokenizer.ggml.model", "llama");
-    writer.AddStringArray("tokenizer.ggml.tokens", vocab->tokens);
-    writer.AddFloat32Array("tokenizer.ggml.scores", vocab->scores);
-    writer.AddInt32Array("tokenizer.ggml.token_type", vocab->types);
-    if (vocab->bos_id >= 0) writer.AddUint32("tokenizer.ggml.bos_token_id", vocab->bos_id);
-    if (vocab->eos_id >= 0) writer.AddUint32("tokenizer.ggml.eos_token_id", vocab->eos_id);
-    if (vocab->unk_id >= 0) writer.AddUint32("tokenizer.ggml.unknown_token_id", vocab->unk_id);
-    writer.AddBool("tokenizer.ggml.add_bos_token", vocab->bos_id >= 0);
-    writer.AddBool("tokenizer.ggml.add_eos_token", false);
+    RETURN_IF_ERROR(WriteMetadata(c, *arch, writer));
   }
+  RETURN_IF_ERROR(WriteVocab(c, vocab, writer));
   for (const auto& row : table) {
     std::vector<float> values;
     for (const Tensor* span : row.spans) {

@@ -12,6 +12,10 @@
 #include "nlohmann/json.hpp"
 
 namespace tandem {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 namespace {
 
 using Json = nlohmann::json;
@@ -81,10 +85,6 @@ float ScaleAt(const TensorInfo& scale, int64_t i) {
   uint16_t h;
   std::memcpy(&h, scale.bytes.data() + 2 * i, 2);
   return scale.dtype == SafetensorsDType::kBF16 ? Bf16ToFp32(h) : Fp16ToFp32(h);
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 absl::StatusOr<std::vector<float>> ReadScales(const TensorInfo* scale, int64_t rows,

@@ -51,6 +51,8 @@ absl::StatusOr<HubQuantization> ReadHubQuantization(const nlohmann::json& config
 // The companion tensors of FP8 weight `weight_name` ("X.weight"):
 // "X.weight_scale" (required) and "X.input_scale" (optional, not used).
 std::string Fp8WeightScaleName(const std::string& weight_name);
+// "[a, b, ...]": a tensor's shape in messages.
+std::string ShapeText(const std::vector<int64_t>& shape);
 std::string Fp8InputScaleName(const std::string& weight_name);
 
 // The values Fp8E4M3ToFloat(code) * scale (an f32 product) of the 2-D

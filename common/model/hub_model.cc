@@ -152,10 +152,6 @@ bool IsDerivedBuffer(const std::string& name) {
   return name.ends_with(".self_attn.rotary_emb.inv_freq");
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Owns what a loaded model's tensors point into.
 struct HubStorage {
   std::shared_ptr<const void> mapping;

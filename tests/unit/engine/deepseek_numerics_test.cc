@@ -5,9 +5,13 @@
 // head's keys and values as DeepSeek's modeling code does), prefill and
 // decode, in each attention form; a sequence continued from a copied prefix
 // gives the same logits; the KV cache holds layers x (kv_lora_rank +
-// qk_rope_head_dim) values a token.
+// qk_rope_head_dim) values a token. The same models as deepseek2 GGUF
+// files.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -16,8 +20,11 @@
 
 #include "common/compute/cpu/cpu_backend.h"
 #include "common/engine/engine.h"
+#include "common/model/gguf.h"
+#include "common/model/gguf_model.h"
 #include "common/model/hub_model.h"
 #include "common/model/synthetic.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/model_files.h"
 #include "tests/testing/reference_model.h"
@@ -117,6 +124,63 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DeepSeekNumerics, ::testing::ValuesIn([] {
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// The same models through llama.cpp's deepseek2 GGUF metadata: read back
+// with the same fingerprint, they compute the same logits as from the hub
+// folder, bit for bit.
+TEST(DeepSeekGguf, WrittenAndReadBackComputesAsTheHubFolder) {
+  for (const auto& [name, config] : SmallDeepSeekShapes()) {
+    SCOPED_TRACE(name);
+    ASSERT_OK_AND_ASSIGN(auto original, MakeSyntheticModel(config, 29));
+    const std::string path = ::tandem::testing::TempDir() + "/" + name + ".gguf";
+    ASSERT_OK(WriteGgufModel(*original, path));
+    ASSERT_OK_AND_ASSIGN(auto loaded, LoadGgufModel(path));
+    EXPECT_EQ(loaded->config.ToString(), config.ToString());
+    EXPECT_EQ(loaded->Fingerprint(), original->Fingerprint());
+    std::vector<int32_t> tokens(12);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 37 % 512);
+    std::vector<std::vector<float>> logits;
+    for (const ModelWeights* w : {original.get(), loaded.get()}) {
+      ASSERT_OK_AND_ASSIGN(auto backend, CpuBackend::Create(CpuBackendOptions{.num_threads = 1}));
+      ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(*w, std::move(backend), EngineOptions{}));
+      BlockTable table = engine->NewSequence();
+      BatchItem item{&table, tokens, true};
+      item.all_logits = true;
+      ASSERT_OK_AND_ASSIGN(std::vector<float> out, engine->Step({&item, 1}));
+      logits.push_back(std::move(out));
+      engine->Release(table);
+    }
+    EXPECT_EQ(logits[0], logits[1]);
+  }
+}
+
+// A deepseek2 file without its latent rank, or with a gating function
+// llama.cpp does not define, is refused naming the key.
+TEST(DeepSeekGguf, MissingOrUnknownMetadataIsNamed) {
+  const ModelConfig config = SmallDeepSeekShapes()[2].second;  // V3-like
+  ASSERT_OK_AND_ASSIGN(auto model, MakeSyntheticModel(config, 3));
+  const std::string path = ::tandem::testing::TempDir() + "/deepseek-bad.gguf";
+  ASSERT_OK(WriteGgufModel(*model, path));
+  ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(path));
+  // Rewrites one key's value in place: the same width, another meaning.
+  auto patched = [&](const std::string& key, uint32_t value) -> std::string {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = bytes.find(key);
+    EXPECT_NE(at, std::string::npos) << key;
+    // key, then its uint32 type tag, then the value.
+    std::memcpy(&bytes[at + key.size() + 4], &value, 4);
+    const std::string out = path + ".patched";
+    std::ofstream(out, std::ios::binary | std::ios::trunc) << bytes;
+    return out;
+  };
+  EXPECT_THAT(LoadGgufModel(patched("deepseek2.expert_gating_func", 3)).status(),
+              ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("deepseek2.expert_gating_func")));
+  EXPECT_THAT(LoadGgufModel(patched("deepseek2.attention.kv_lora_rank", 0)).status(),
+              ::tandem::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("kv_lora_rank")));
+}
 
 }  // namespace
 }  // namespace tandem
