@@ -49,6 +49,11 @@ ABSL_FLAG(int32_t, top_k, 0,
           "Experts each token chooses (a mixture of experts); 0 keeps the shape's.");
 ABSL_FLAG(int32_t, expert_hidden, 0,
           "SwiGLU inner width of each expert (a mixture of experts); 0 keeps the shape's.");
+ABSL_FLAG(int32_t, n_group, 0,
+          "Expert groups of DeepSeek's routing (1: none, as llama.cpp c392e50 computes); 0 keeps "
+          "the shape's.");
+ABSL_FLAG(int32_t, topk_group, 0,
+          "Groups each token's experts may come from (DeepSeek); 0 keeps the shape's.");
 ABSL_FLAG(int32_t, seq_len, 0, "Context length; 0 keeps the shape's.");
 ABSL_FLAG(bool, untied, false,
           "Store a classifier of its own instead of sharing the token embedding (the shape's "
@@ -131,6 +136,8 @@ int Run(int argc, char** argv) {
       {"n_experts", absl::GetFlag(FLAGS_n_experts), &config.moe.n_experts},
       {"top_k", absl::GetFlag(FLAGS_top_k), &config.moe.top_k},
       {"expert_hidden", absl::GetFlag(FLAGS_expert_hidden), &config.moe.expert_hidden},
+      {"n_group", absl::GetFlag(FLAGS_n_group), &config.moe.n_group},
+      {"topk_group", absl::GetFlag(FLAGS_topk_group), &config.moe.topk_group},
   };
   for (const SizeFlag& s : expert_sizes) {
     if (s.value == 0) continue;

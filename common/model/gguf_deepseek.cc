@@ -191,8 +191,10 @@ absl::Status WriteGgufDeepSeek(const ModelConfig& c, GgufWriter& writer) {
     writer.AddString(DeepSeekKey("rope.scaling.type"), "yarn");
     writer.AddFloat32(DeepSeekKey("rope.scaling.factor"), s.factor);
     writer.AddUint32(DeepSeekKey("rope.scaling.original_context_length"), s.original_max_position);
-    writer.AddFloat32(DeepSeekKey("rope.scaling.yarn_log_multiplier"), 0.1f * s.mscale_all_dim);
   }
+  // llama.cpp requires the key, and reads 0 as no correction.
+  writer.AddFloat32(DeepSeekKey("rope.scaling.yarn_log_multiplier"),
+                    s.type == RopeScaling::Type::kYarn ? 0.1f * s.mscale_all_dim : 0.0f);
   if (m.n_experts == 0) return absl::OkStatus();
   writer.AddUint32(DeepSeekKey("leading_dense_block_count"),
                    static_cast<uint32_t>(m.dense_layers.size()));
