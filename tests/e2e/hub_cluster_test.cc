@@ -1,5 +1,6 @@
 // A cluster serving a Hugging Face folder: stories260K converted to bf16
-// safetensors and tokenizer.json (and a synthetic Qwen3 folder), loaded by every worker and by the
+// safetensors and tokenizer.json (and synthetic Qwen3, mixture-of-experts and DeepSeek folders),
+// loaded by every worker and by the
 // router (its tokenizer) from the folder alone. Tokens through the cluster equal the single-process
 // engine's on the same folder, the KV cache travels as bf16 (half the bytes of f32), and the
 // workers report one identity.
@@ -235,6 +236,34 @@ TEST(HubClusterTest, MixtureOfExpertsFoldersGiveTheSameTokensDisaggregated) {
     }
     EXPECT_GT(decoded, 0);
     EXPECT_EQ(std::fmod(decoded, top_k), 0);
+  }
+}
+
+// DeepSeek's latent attention on a prefill + decode pair (V2-Lite-like
+// without a q rank, and V3-like with sigmoid routing and YaRN): the
+// disaggregated tokens are the single-process engine's, and what crosses is
+// exactly layers x blocks x 16 slots x (kv_lora_rank + qk_rope_head_dim) x
+// 2 bytes of bf16: the latent and rope key alone, no values.
+TEST(HubClusterTest, LatentAttentionFoldersShipTheLatentAlone) {
+  TANDEM_MODEL_FILE_OR_SKIP(tokenizer_path, "tok512.bin");
+  for (const auto& [name, config] : SmallDeepSeekShapes()) {
+    if (name == "deepseek-v2-small") continue;  // its parts are in the other two
+    SCOPED_TRACE(name);
+    const std::string dir = WriteSyntheticHubFolder(name + "-bf16", config, DType::kBF16);
+    auto cluster = Cluster::Start({.prefill = 1, .decode = 1, .model = dir, .tokenizer = dir});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    const std::vector<int32_t> want = LocalGreedy(dir, kLongPrompt, 32);
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats before, (*cluster)->Stats((*cluster)->prefill(0)));
+    const Completion got = RunGenerate((*cluster)->router(), TextRequest(kLongPrompt, 32));
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << (*cluster)->Logs();
+    EXPECT_TRUE(got.finished.disaggregated()) << (*cluster)->Logs();
+    EXPECT_EQ(got.tokens, want);
+    ASSERT_OK_AND_ASSIGN(v1::WorkerStats after, (*cluster)->Stats((*cluster)->prefill(0)));
+    const int64_t blocks = (got.finished.usage().prompt_tokens() + 15) / 16;
+    const int64_t latent = config.mla.kv_lora_rank + config.mla.qk_rope_head_dim;
+    EXPECT_EQ(static_cast<int64_t>(after.kv_transfer_bytes() - before.kv_transfer_bytes()),
+              int64_t{config.n_layers} * blocks * 16 * latent * 2);
+    EXPECT_OK((*cluster)->WaitUntilIdle(absl::Seconds(30)));
   }
 }
 
