@@ -139,6 +139,8 @@ int Run(int argc, char** argv) {
       {"n_group", absl::GetFlag(FLAGS_n_group), &config.moe.n_group},
       {"topk_group", absl::GetFlag(FLAGS_topk_group), &config.moe.topk_group},
   };
+  // DeepSeek's shared experts are whole experts: they keep their count.
+  const int old_expert_hidden = config.moe.expert_hidden;
   for (const SizeFlag& s : expert_sizes) {
     if (s.value == 0) continue;
     if (s.value < 0 || config.moe.n_experts == 0) {
@@ -146,6 +148,11 @@ int Run(int argc, char** argv) {
                                    "; give a positive size, with a mixture-of-experts --shape"));
     }
     *s.field = s.value;
+  }
+  if (!config.moe.shared_gated && old_expert_hidden > 0 &&
+      config.moe.expert_hidden != old_expert_hidden) {
+    config.moe.shared_hidden =
+        config.moe.shared_hidden / old_expert_hidden * config.moe.expert_hidden;
   }
   // A new head count without a KV head count means MHA, not the old ratio.
   if (absl::GetFlag(FLAGS_n_heads) > 0 && absl::GetFlag(FLAGS_n_kv_heads) == 0) {

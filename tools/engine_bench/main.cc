@@ -40,6 +40,8 @@ ABSL_FLAG(std::vector<std::string>, shapes, std::vector<std::string>({"stories15
 ABSL_FLAG(std::vector<std::string>, dtype, std::vector<std::string>({"f32"}),
           "Weight types to measure, each shape in each: f32, bf16, f16 (e.g. --dtype=f32,bf16)");
 ABSL_FLAG(std::string, kv_dtype, "", "KV cache type; empty = the weights' type");
+ABSL_FLAG(std::string, latent_form, "cheaper",
+          "Latent attention (DeepSeek): cheaper (chosen per run of rows), absorbed or expanded");
 ABSL_FLAG(std::string, model, "",
           "A model file or hub folder to measure (e.g. a GGUF file llama.cpp runs too) instead "
           "of --shapes in --dtype");
@@ -130,6 +132,15 @@ int Run() {
     }
     kv_dtype = *parsed;
   }
+  LatentShape::Form latent_form = LatentShape::Form::kCheaper;
+  if (const std::string form = absl::GetFlag(FLAGS_latent_form); form == "absorbed") {
+    latent_form = LatentShape::Form::kAbsorbed;
+  } else if (form == "expanded") {
+    latent_form = LatentShape::Form::kExpanded;
+  } else if (form != "cheaper") {
+    std::cerr << "--latent_form is '" << form << "'; use cheaper, absorbed or expanded\n";
+    return 2;
+  }
   if (const std::string dir = absl::GetFlag(FLAGS_load); !dir.empty()) {
     if (int rc = MeasureLoad(dir, backend_name, threads, repeats); rc != 0) return rc;
   }
@@ -199,6 +210,7 @@ int Run() {
     options.max_logit_rows = max_batch;
     options.num_blocks = max_batch * ((longest + 15) / 16) + 8;
     options.kv_dtype = kv_dtype;
+    options.latent_form = latent_form;
     auto backend = ChooseBackend({.name = backend_name, .threads = threads});
     CHECK_OK(backend.status());
 #ifdef TANDEM_HAVE_CUDA

@@ -76,6 +76,42 @@ void GatherLatents(std::span<const int32_t> blocks, int ctx, int layer, const Kv
   }
 }
 
+// Below this many rows the up-projections run as plain loops: BLAS would
+// copy each head's [nope or v, r] slice of kv_b into its panel format on
+// every call, which costs more than the product of a decode row.
+constexpr int kLatentLoopRows = 4;
+
+// out[i, :r] = scale * q[i, :nope] W (W [nope, r], row-major), rows of q
+// `q_stride` apart and of out `out_stride` apart.
+void AbsorbRows(const float* q, int q_stride, const float* w, int nope, int r, float scale, int m,
+                float* out, int out_stride) {
+  for (int i = 0; i < m; ++i) {
+    float* o = out + static_cast<size_t>(i) * out_stride;
+    std::fill(o, o + r, 0.0f);
+    for (int k = 0; k < nope; ++k) {
+      const float a = scale * q[static_cast<size_t>(i) * q_stride + k];
+      const float* wk = w + static_cast<size_t>(k) * r;
+#pragma omp simd
+      for (int j = 0; j < r; ++j) o[j] += a * wk[j];
+    }
+  }
+}
+
+// out[i, :v] = W x[i, :r] (W [v, r], row-major).
+void ProjectRows(const float* x, int x_stride, const float* w, int v, int r, int m, float* out,
+                 int out_stride) {
+  for (int i = 0; i < m; ++i) {
+    const float* xi = x + static_cast<size_t>(i) * x_stride;
+    for (int k = 0; k < v; ++k) {
+      const float* wk = w + static_cast<size_t>(k) * r;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < r; ++j) sum += wk[j] * xi[j];
+      out[static_cast<size_t>(i) * out_stride + k] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status CpuBackend::SupportsLatentAttention() const { return absl::OkStatus(); }
@@ -185,9 +221,14 @@ void CpuBackend::LatentTask(const float* q, int q_stride, std::span<const Attent
     for (int h = h0; h < h1; ++h) {
       float* qh = qp + (h - h0) * dim;
       // q_lat = q_nope W_uk[h] ([nope, r]), scaled; then the scaled rope part.
-      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, r, s.nope_dim, s.scale,
-                   q + static_cast<size_t>(i0) * q_stride + h * s.nope_dim, q_stride,
-                   kv_b + static_cast<size_t>(h) * up * r, r, 0.0f, qh, qp_stride);
+      const float* qn = q + static_cast<size_t>(i0) * q_stride + h * s.nope_dim;
+      const float* w_uk = kv_b + static_cast<size_t>(h) * up * r;
+      if (m <= kLatentLoopRows) {
+        AbsorbRows(qn, q_stride, w_uk, s.nope_dim, r, s.scale, m, qh, qp_stride);
+      } else {
+        blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, r, s.nope_dim, s.scale, qn, q_stride,
+                     w_uk, r, 0.0f, qh, qp_stride);
+      }
       for (int i = 0; i < m; ++i) {
         const float* src = q_rope + static_cast<size_t>(i0 + i) * q_stride + h * s.rope_dim;
         float* dst = qh + static_cast<size_t>(i) * qp_stride + r;
@@ -208,10 +249,15 @@ void CpuBackend::LatentTask(const float* q, int q_stride, std::span<const Attent
                  o_lat, r);
     for (int h = h0; h < h1; ++h) {
       // out[h] = o_lat[h] W_uv[h]^T, W_uv[h] [v, r].
-      blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, s.v_dim, r, 1.0f,
-                   o_lat + static_cast<size_t>(h - h0) * r, heads * r,
-                   kv_b + (static_cast<size_t>(h) * up + s.nope_dim) * r, r, 0.0f,
-                   out + static_cast<size_t>(i0) * out_stride + h * s.v_dim, out_stride);
+      const float* oh = o_lat + static_cast<size_t>(h - h0) * r;
+      const float* w_uv = kv_b + (static_cast<size_t>(h) * up + s.nope_dim) * r;
+      float* dst = out + static_cast<size_t>(i0) * out_stride + h * s.v_dim;
+      if (m <= kLatentLoopRows) {
+        ProjectRows(oh, heads * r, w_uv, s.v_dim, r, m, dst, out_stride);
+      } else {
+        blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, s.v_dim, r, 1.0f, oh, heads * r, w_uv, r,
+                     0.0f, dst, out_stride);
+      }
     }
   }
 }
