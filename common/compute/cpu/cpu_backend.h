@@ -95,10 +95,16 @@ class CpuBackend final : public Backend {
                   int group, int head_dim, int layer, const KvLayout& layout, const void* cache,
                   std::vector<float>& scratch, float* out, int out_stride) const;
   // Latent attention of one run of rows (one sequence, consecutive
-  // positions) for heads [h0, h1) (cpu/latent_attention.cc).
-  void LatentTask(const float* q, int q_stride, std::span<const AttentionRow> rows, int h0, int h1,
-                  int layer, const KvLayout& layout, const void* cache, const LatentShape& shape,
-                  const float* kv_b, std::vector<float>& scratch, float* out) const;
+  // positions) for heads [h0, h1) (cpu/latent_attention.cc): expanded, from
+  // the queries; absorbed, from the absorbed queries qp [rows][heads][kv_rank
+  // + rope_dim] into the weighted latents o_lat [rows][heads][kv_rank].
+  void LatentExpanded(const float* q, int q_stride, std::span<const AttentionRow> rows, int h0,
+                      int h1, int layer, const KvLayout& layout, const void* cache,
+                      const LatentShape& shape, const float* kv_b, std::vector<float>& scratch,
+                      float* out) const;
+  void LatentAbsorbed(const float* qp, std::span<const AttentionRow> rows, int h0, int h1,
+                      int layer, const KvLayout& layout, const void* cache,
+                      const LatentShape& shape, std::vector<float>& scratch, float* o_lat) const;
   // f32 product of x with 16-bit or quantized weights for many rows:
   // panels of w are widened to f32 into scratch and multiplied by BLAS, so
   // the f32 copy of w that exists at any time is one panel. out's rows are
@@ -130,6 +136,9 @@ class CpuBackend final : public Backend {
   std::vector<uint16_t> panel_bf16_;   // MatMulQuantizedBf16 scratch
   std::vector<uint16_t> x_bf16_;       // inputs rounded to bf16 for dot_bf16_
   cpu::QuantizedRows quantized_rows_;  // inputs rounded to int8 for quant_matmul_
+  // LatentAttention scratch: absorbed queries, weighted latents, and the
+  // absorbed rows' no-rope queries (then their outputs).
+  std::vector<float> latent_q_, latent_o_, latent_in_;
 };
 
 }  // namespace tandem

@@ -34,11 +34,6 @@ constexpr int64_t kLatentScoreFloats = int64_t{1} << 21;
 // Below this much work the call runs on the calling thread.
 constexpr int64_t kLatentParallelThreshold = 1 << 14;
 
-struct LatentRun {
-  int64_t first;  // index into rows
-  int n;
-};
-
 double AbsorbedCost(const LatentShape& s, int64_t n, int64_t ctx) {
   const double r = s.kv_rank;
   return static_cast<double>(n) * (r * (s.nope_dim + s.v_dim) + ctx * (2 * r + s.rope_dim));
@@ -118,146 +113,210 @@ absl::Status CpuBackend::SupportsLatentAttention() const { return absl::OkStatus
 
 void CpuBackend::LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                                  int layer, const KvLayout& layout, const void* cache,
-                                 const LatentShape& shape, const float* kv_b, float* out) {
-  std::vector<LatentRun> runs;
-  for (size_t r = 0; r < rows.size();) {
-    size_t e = r + 1;
-    while (e < rows.size() && rows[e].blocks.data() == rows[r].blocks.data() &&
+                                 const LatentShape& s, const float* kv_b, float* out) {
+  // Runs of rows, each expanded or absorbed; the absorbed ones' rows are
+  // numbered compactly, so that the up-projections run once for all of
+  // them (one pass over kv_b a step, not one a sequence).
+  struct Run {
+    int64_t first;  // into rows
+    int n;
+    bool expand;
+    int64_t compact;  // the first row's number among the absorbed rows
+  };
+  std::vector<Run> runs;
+  int64_t absorbed = 0;
+  for (size_t i = 0; i < rows.size();) {
+    size_t e = i + 1;
+    while (e < rows.size() && rows[e].blocks.data() == rows[i].blocks.data() &&
            rows[e].position == rows[e - 1].position + 1) {
       ++e;
     }
-    runs.push_back({static_cast<int64_t>(r), static_cast<int>(e - r)});
-    r = e;
+    const int n = static_cast<int>(e - i), ctx = rows[e - 1].position + 1;
+    const bool expand = s.form == LatentShape::Form::kExpanded ||
+                        (s.form == LatentShape::Form::kCheaper &&
+                         ExpandedCost(s, n, ctx) < AbsorbedCost(s, n, ctx));
+    runs.push_back({static_cast<int64_t>(i), n, expand, expand ? -1 : absorbed});
+    if (!expand) absorbed += n;
+    i = e;
   }
+  const int h_total = s.n_heads, r = s.kv_rank, dim = r + s.rope_dim, up = s.nope_dim + s.v_dim;
+  const int out_stride = h_total * s.v_dim;
+  int64_t work = 0;
+  for (const AttentionRow& row : rows) work += int64_t{row.position + 1} * layout.kv_dim;
+  const bool parallel = work * h_total > kLatentParallelThreshold;
+  const CBLAS_ORDER kRow = CblasRowMajor;
+
+  // Absorbed queries [rows][heads][dim]: q_nope W_uk[h], scaled, then the
+  // scaled rope part.
+  latent_q_.resize(static_cast<size_t>(absorbed) * h_total * dim);
+  latent_o_.resize(static_cast<size_t>(absorbed) * h_total * r);
+  std::vector<int64_t> absorbed_rows;
+  for (const Run& run : runs) {
+    if (run.expand) continue;
+    for (int i = 0; i < run.n; ++i) absorbed_rows.push_back(run.first + i);
+  }
+  latent_in_.resize(static_cast<size_t>(absorbed) * h_total * std::max(s.nope_dim, s.v_dim));
+  float* q_nope = latent_in_.data();  // the absorbed rows' no-rope parts, contiguous
+  const int nope_stride = h_total * s.nope_dim;
+  for (int64_t a = 0; a < absorbed; ++a) {
+    const float* src = q + absorbed_rows[a] * q_stride;
+    std::copy(src, src + nope_stride, q_nope + a * nope_stride);
+    float* qp = latent_q_.data() + a * h_total * dim;
+    const float* rope = src + nope_stride;
+    for (int h = 0; h < h_total; ++h) {
+      for (int d = 0; d < s.rope_dim; ++d) qp[h * dim + r + d] = rope[h * s.rope_dim + d] * s.scale;
+    }
+  }
+  const int m = static_cast<int>(absorbed);
+#pragma omp parallel for num_threads(num_threads_) if (parallel && m > 0)
+  for (int h = 0; h < h_total; ++h) {
+    omp_set_num_threads(1);
+    const float* w_uk = kv_b + static_cast<size_t>(h) * up * r;
+    float* dst = latent_q_.data() + static_cast<size_t>(h) * dim;
+    if (m <= kLatentLoopRows) {
+      AbsorbRows(q_nope + h * s.nope_dim, nope_stride, w_uk, s.nope_dim, r, s.scale, m, dst,
+                 h_total * dim);
+    } else if (m > 0) {
+      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, r, s.nope_dim, s.scale,
+                   q_nope + h * s.nope_dim, nope_stride, w_uk, r, 0.0f, dst, h_total * dim);
+    }
+  }
+
   // Heads are split into chunks so that one run still feeds every thread.
-  const int h_total = shape.n_heads;
   const int chunks =
       std::clamp(static_cast<int>((num_threads_ + runs.size() - 1) / runs.size()), 1, h_total);
   const int64_t tasks = static_cast<int64_t>(runs.size()) * chunks;
-  int64_t work = 0;
-  for (const AttentionRow& row : rows) work += int64_t{row.position + 1} * layout.kv_dim;
-
-#pragma omp parallel num_threads(num_threads_) if (work * h_total > kLatentParallelThreshold)
+#pragma omp parallel num_threads(num_threads_) if (parallel)
   {
     omp_set_num_threads(1);  // BLAS on this task's thread (see PagedAttention)
     thread_local std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const LatentRun& run = runs[task / chunks];
+      const Run& run = runs[task / chunks];
       const int chunk = static_cast<int>(task % chunks);
       const int h0 = static_cast<int>(int64_t{h_total} * chunk / chunks);
       const int h1 = static_cast<int>(int64_t{h_total} * (chunk + 1) / chunks);
-      LatentTask(q + run.first * q_stride, q_stride, rows.subspan(run.first, run.n), h0, h1, layer,
-                 layout, cache, shape, kv_b, scratch,
-                 out + run.first * shape.n_heads * shape.v_dim);
+      const std::span<const AttentionRow> run_rows = rows.subspan(run.first, run.n);
+      if (run.expand) {
+        LatentExpanded(q + run.first * q_stride, q_stride, run_rows, h0, h1, layer, layout, cache,
+                       s, kv_b, scratch, out + run.first * out_stride);
+      } else {
+        LatentAbsorbed(latent_q_.data() + run.compact * h_total * dim, run_rows, h0, h1, layer,
+                       layout, cache, s, scratch, latent_o_.data() + run.compact * h_total * r);
+      }
+    }
+  }
+
+  // out[h] = o_lat[h] W_uv[h]^T for the absorbed rows, then to their places.
+  float* projected = latent_in_.data();  // [rows][heads * v_dim]
+#pragma omp parallel for num_threads(num_threads_) if (parallel && m > 0)
+  for (int h = 0; h < h_total; ++h) {
+    omp_set_num_threads(1);
+    const float* oh = latent_o_.data() + static_cast<size_t>(h) * r;
+    const float* w_uv = kv_b + (static_cast<size_t>(h) * up + s.nope_dim) * r;
+    float* dst = projected + static_cast<size_t>(h) * s.v_dim;
+    if (m <= kLatentLoopRows) {
+      ProjectRows(oh, h_total * r, w_uv, s.v_dim, r, m, dst, out_stride);
+    } else if (m > 0) {
+      blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, s.v_dim, r, 1.0f, oh, h_total * r, w_uv, r,
+                   0.0f, dst, out_stride);
+    }
+  }
+  for (int64_t a = 0; a < absorbed; ++a) {
+    std::copy(projected + a * out_stride, projected + (a + 1) * out_stride,
+              out + absorbed_rows[a] * out_stride);
+  }
+}
+
+void CpuBackend::LatentExpanded(const float* q, int q_stride, std::span<const AttentionRow> rows,
+                                int h0, int h1, int layer, const KvLayout& layout,
+                                const void* cache, const LatentShape& s, const float* kv_b,
+                                std::vector<float>& scratch, float* out) const {
+  const int n = static_cast<int>(rows.size());
+  const int ctx = rows.back().position + 1;
+  const int r = s.kv_rank, dim = r + s.rope_dim, up = s.nope_dim + s.v_dim;
+  const int out_stride = s.n_heads * s.v_dim;
+  const float* q_rope = q + static_cast<size_t>(s.n_heads) * s.nope_dim;
+  const size_t key_floats = static_cast<size_t>(dim) * ctx;
+  const CBLAS_ORDER kRow = CblasRowMajor;
+  // Per head: k_nope and v of every position [ctx][up], then scores of
+  // tiles of rows.
+  const int tile = static_cast<int>(std::clamp<int64_t>(kLatentScoreFloats / ctx, 1, n));
+  const size_t need = key_floats + static_cast<size_t>(ctx) * up + size_t{1} * tile * ctx;
+  if (scratch.size() < need) scratch.resize(need);
+  float* keys = scratch.data();
+  float* kv = keys + key_floats;
+  float* scores = kv + static_cast<size_t>(ctx) * up;
+  GatherLatents(rows[0].blocks, ctx, layer, layout, cache, keys);
+  for (int h = h0; h < h1; ++h) {
+    // kv[t] = W_kv_b[h] c_t: (c^T)^T [ctx, r] times W_kv_b[h]^T [r, up].
+    blas_->sgemm(kRow, CblasTrans, CblasTrans, ctx, up, r, 1.0f, keys, ctx,
+                 kv_b + static_cast<size_t>(h) * up * r, r, 0.0f, kv, up);
+    for (int i0 = 0; i0 < n; i0 += tile) {
+      const int m = std::min(tile, n - i0);
+      const float* qn = q + static_cast<size_t>(i0) * q_stride + h * s.nope_dim;
+      const float* qr = q_rope + static_cast<size_t>(i0) * q_stride + h * s.rope_dim;
+      blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, ctx, s.nope_dim, s.scale, qn, q_stride, kv,
+                   up, 0.0f, scores, ctx);
+      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, ctx, s.rope_dim, s.scale, qr, q_stride,
+                   keys + static_cast<size_t>(r) * ctx, ctx, 1.0f, scores, ctx);
+      for (int i = 0; i < m; ++i) {
+        cpu::CausalSoftmaxRow(scores + static_cast<size_t>(i) * ctx, rows[i0 + i].position + 1,
+                              ctx);
+      }
+      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, s.v_dim, ctx, 1.0f, scores, ctx,
+                   kv + s.nope_dim, up, 0.0f,
+                   out + static_cast<size_t>(i0) * out_stride + h * s.v_dim, out_stride);
     }
   }
 }
 
-void CpuBackend::LatentTask(const float* q, int q_stride, std::span<const AttentionRow> rows,
-                            int h0, int h1, int layer, const KvLayout& layout, const void* cache,
-                            const LatentShape& s, const float* kv_b, std::vector<float>& scratch,
-                            float* out) const {
+void CpuBackend::LatentAbsorbed(const float* qp, std::span<const AttentionRow> rows, int h0, int h1,
+                                int layer, const KvLayout& layout, const void* cache,
+                                const LatentShape& s, std::vector<float>& scratch,
+                                float* o_lat) const {
+  // Scores of the run's rows for heads [h0, h1) in one product (queries
+  // [rows][all heads][dim]: rows h_total * dim apart), softmax, then the
+  // weighted sums of the latents.
   const int n = static_cast<int>(rows.size());
   const int ctx = rows.back().position + 1;
-  const int r = s.kv_rank, dim = r + s.rope_dim, heads = h1 - h0, up = s.nope_dim + s.v_dim;
-  const int out_stride = s.n_heads * s.v_dim;
-  const float* q_rope = q + static_cast<size_t>(s.n_heads) * s.nope_dim;
-  const bool expand =
-      s.form == LatentShape::Form::kExpanded ||
-      (s.form == LatentShape::Form::kCheaper && ExpandedCost(s, n, ctx) < AbsorbedCost(s, n, ctx));
+  const int r = s.kv_rank, dim = r + s.rope_dim, heads = h1 - h0, h_total = s.n_heads;
   const size_t key_floats = static_cast<size_t>(dim) * ctx;
-  const CBLAS_ORDER kRow = CblasRowMajor;
-
-  if (expand) {
-    // Per head: k_nope and v of every position [ctx][up], then scores of
-    // tiles of rows.
-    const int tile = static_cast<int>(std::clamp<int64_t>(kLatentScoreFloats / ctx, 1, n));
-    const size_t need = key_floats + static_cast<size_t>(ctx) * up + size_t{1} * tile * ctx;
-    if (scratch.size() < need) scratch.resize(need);
-    float* keys = scratch.data();
-    float* kv = keys + key_floats;
-    float* scores = kv + static_cast<size_t>(ctx) * up;
-    GatherLatents(rows[0].blocks, ctx, layer, layout, cache, keys);
-    for (int h = h0; h < h1; ++h) {
-      // kv[t] = W_kv_b[h] c_t: (c^T)^T [ctx, r] times W_kv_b[h]^T [r, up].
-      blas_->sgemm(kRow, CblasTrans, CblasTrans, ctx, up, r, 1.0f, keys, ctx,
-                   kv_b + static_cast<size_t>(h) * up * r, r, 0.0f, kv, up);
-      for (int i0 = 0; i0 < n; i0 += tile) {
-        const int m = std::min(tile, n - i0);
-        const float* qn = q + static_cast<size_t>(i0) * q_stride + h * s.nope_dim;
-        const float* qr = q_rope + static_cast<size_t>(i0) * q_stride + h * s.rope_dim;
-        blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, ctx, s.nope_dim, s.scale, qn, q_stride, kv,
-                     up, 0.0f, scores, ctx);
-        blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, ctx, s.rope_dim, s.scale, qr, q_stride,
-                     keys + static_cast<size_t>(r) * ctx, ctx, 1.0f, scores, ctx);
-        for (int i = 0; i < m; ++i) {
-          cpu::CausalSoftmaxRow(scores + static_cast<size_t>(i) * ctx, rows[i0 + i].position + 1,
-                                ctx);
-        }
-        blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, s.v_dim, ctx, 1.0f, scores, ctx,
-                     kv + s.nope_dim, up, 0.0f,
-                     out + static_cast<size_t>(i0) * out_stride + h * s.v_dim, out_stride);
-      }
-    }
-    return;
-  }
-
-  // Absorbed: queries [rows][heads][dim] so that one product scores all.
   const int tile =
       static_cast<int>(std::clamp<int64_t>(kLatentScoreFloats / (int64_t{heads} * ctx), 1, n));
-  const size_t qp_floats = static_cast<size_t>(tile) * heads * dim;
-  const size_t need = key_floats + qp_floats + static_cast<size_t>(tile) * heads * ctx +
-                      static_cast<size_t>(tile) * heads * r;
+  const size_t need = key_floats + static_cast<size_t>(tile) * heads * ctx;
   if (scratch.size() < need) scratch.resize(need);
   float* keys = scratch.data();
-  float* qp = keys + key_floats;
-  float* scores = qp + qp_floats;
-  float* o_lat = scores + static_cast<size_t>(tile) * heads * ctx;
+  float* scores = keys + key_floats;
   GatherLatents(rows[0].blocks, ctx, layer, layout, cache, keys);
+  const CBLAS_ORDER kRow = CblasRowMajor;
   for (int i0 = 0; i0 < n; i0 += tile) {
     const int m = std::min(tile, n - i0);
-    const int qp_stride = heads * dim;
-    for (int h = h0; h < h1; ++h) {
-      float* qh = qp + (h - h0) * dim;
-      // q_lat = q_nope W_uk[h] ([nope, r]), scaled; then the scaled rope part.
-      const float* qn = q + static_cast<size_t>(i0) * q_stride + h * s.nope_dim;
-      const float* w_uk = kv_b + static_cast<size_t>(h) * up * r;
-      if (m <= kLatentLoopRows) {
-        AbsorbRows(qn, q_stride, w_uk, s.nope_dim, r, s.scale, m, qh, qp_stride);
-      } else {
-        blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m, r, s.nope_dim, s.scale, qn, q_stride,
-                     w_uk, r, 0.0f, qh, qp_stride);
-      }
+    if (heads == h_total) {  // the tile's queries are contiguous: one product
+      const float* qi = qp + static_cast<size_t>(i0) * h_total * dim;
+      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, m * heads, ctx, dim, 1.0f, qi, dim, keys, ctx,
+                   0.0f, scores, ctx);
       for (int i = 0; i < m; ++i) {
-        const float* src = q_rope + static_cast<size_t>(i0 + i) * q_stride + h * s.rope_dim;
-        float* dst = qh + static_cast<size_t>(i) * qp_stride + r;
-        for (int d = 0; d < s.rope_dim; ++d) dst[d] = src[d] * s.scale;
+        for (int h = 0; h < heads; ++h) {
+          cpu::CausalSoftmaxRow(scores + (static_cast<size_t>(i) * heads + h) * ctx,
+                                rows[i0 + i].position + 1, ctx);
+        }
       }
+      blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m * heads, r, ctx, 1.0f, scores, ctx, keys, ctx,
+                   0.0f, o_lat + static_cast<size_t>(i0) * h_total * r, r);
+      continue;
     }
-    const int mh = m * heads;
-    blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, mh, ctx, dim, 1.0f, qp, dim, keys, ctx, 0.0f,
-                 scores, ctx);
     for (int i = 0; i < m; ++i) {
+      const float* qi = qp + (static_cast<size_t>(i0 + i) * h_total + h0) * dim;
+      float* si = scores + static_cast<size_t>(i) * heads * ctx;
+      blas_->sgemm(kRow, CblasNoTrans, CblasNoTrans, heads, ctx, dim, 1.0f, qi, dim, keys, ctx,
+                   0.0f, si, ctx);
       for (int h = 0; h < heads; ++h) {
-        cpu::CausalSoftmaxRow(scores + (static_cast<size_t>(i) * heads + h) * ctx,
-                              rows[i0 + i].position + 1, ctx);
+        cpu::CausalSoftmaxRow(si + static_cast<size_t>(h) * ctx, rows[i0 + i].position + 1, ctx);
       }
-    }
-    // o_lat = P c: c^T is the first r rows of keys.
-    blas_->sgemm(kRow, CblasNoTrans, CblasTrans, mh, r, ctx, 1.0f, scores, ctx, keys, ctx, 0.0f,
-                 o_lat, r);
-    for (int h = h0; h < h1; ++h) {
-      // out[h] = o_lat[h] W_uv[h]^T, W_uv[h] [v, r].
-      const float* oh = o_lat + static_cast<size_t>(h - h0) * r;
-      const float* w_uv = kv_b + (static_cast<size_t>(h) * up + s.nope_dim) * r;
-      float* dst = out + static_cast<size_t>(i0) * out_stride + h * s.v_dim;
-      if (m <= kLatentLoopRows) {
-        ProjectRows(oh, heads * r, w_uv, s.v_dim, r, m, dst, out_stride);
-      } else {
-        blas_->sgemm(kRow, CblasNoTrans, CblasTrans, m, s.v_dim, r, 1.0f, oh, heads * r, w_uv, r,
-                     0.0f, dst, out_stride);
-      }
+      // o_lat = P c: c^T is the first r rows of keys.
+      blas_->sgemm(kRow, CblasNoTrans, CblasTrans, heads, r, ctx, 1.0f, si, ctx, keys, ctx, 0.0f,
+                   o_lat + (static_cast<size_t>(i0 + i) * h_total + h0) * r, r);
     }
   }
 }
