@@ -114,6 +114,7 @@ absl::Status CpuBackend::SupportsLatentAttention() const { return absl::OkStatus
 void CpuBackend::LatentAttention(const float* q, int q_stride, std::span<const AttentionRow> rows,
                                  int layer, const KvLayout& layout, const void* cache,
                                  const LatentShape& s, const float* kv_b, float* out) {
+  if (rows.empty()) return;
   // Runs of rows, each expanded or absorbed; the absorbed ones' rows are
   // numbered compactly, so that the up-projections run once for all of
   // them (one pass over kv_b a step, not one a sequence).
