@@ -29,25 +29,24 @@ absl::Status CheckSizes(const float* w, int rows, int cols) {
   return absl::OkStatus();
 }
 
-// The largest magnitude in w[0, n); refuses a NaN or an infinity, naming
-// its row and column (the first element of the block is at `row`, col 0).
-absl::StatusOr<float> Amax(const float* w, size_t n, int row, int cols) {
+// The largest magnitude of the block_rows x block_cols block at (row, col)
+// of the matrix w, `cols` wide; refuses a NaN or an infinity, naming its row and
+// column.
+absl::StatusOr<float> BlockAmax(const float* w, int cols, int row, int col, int block_rows,
+                                int block_cols) {
   float amax = 0.0f;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(w[i])) {
-      const int r = row + static_cast<int>(i / static_cast<size_t>(cols));
-      const int c = static_cast<int>(i % static_cast<size_t>(cols));
-      return absl::InvalidArgumentError(absl::StrCat("FP8 quantization: weight at row ", r,
-                                                     ", column ", c, " is ", w[i],
-                                                     "; only finite weights have a scale"));
+  for (int r = row; r < row + block_rows; ++r) {
+    for (int c = col; c < col + block_cols; ++c) {
+      const float x = w[static_cast<size_t>(r) * cols + c];
+      if (!std::isfinite(x)) {
+        return absl::InvalidArgumentError(absl::StrCat("FP8 quantization: weight at row ", r,
+                                                       ", column ", c, " is ", x,
+                                                       "; only finite weights have a scale"));
+      }
+      amax = std::max(amax, std::fabs(x));
     }
-    amax = std::max(amax, std::fabs(w[i]));
   }
   return amax;
-}
-
-void QuantizeBlock(const float* w, size_t n, float scale, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = FloatToFp8E4M3(w[i] / scale);
 }
 
 }  // namespace
@@ -59,42 +58,54 @@ float Fp8ScaleForAmax(float amax) {
   return scale > 0.0f ? scale : 1.0f;
 }
 
-absl::StatusOr<Fp8Quantized> QuantizeFp8PerChannel(const float* w, int rows, int cols) {
+absl::StatusOr<Fp8Quantized> QuantizeFp8PerBlock(const float* w, int rows, int cols, int block_rows,
+                                                 int block_cols) {
   if (absl::Status s = CheckSizes(w, rows, cols); !s.ok()) return s;
+  if (block_rows < 1 || block_cols < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 quantization in ", block_rows, " x ",
+                                                   block_cols,
+                                                   " blocks: blocks need 1 x 1 or more"));
+  }
   Fp8Quantized q;
   q.rows = rows;
   q.cols = cols;
+  q.block_rows = block_rows;
+  q.block_cols = block_cols;
   q.codes.resize(static_cast<size_t>(rows) * cols);
-  q.scales.resize(rows);
-  for (int r = 0; r < rows; ++r) {
-    const size_t offset = static_cast<size_t>(r) * cols;
-    absl::StatusOr<float> amax = Amax(w + offset, cols, r, cols);
-    if (!amax.ok()) return amax.status();
-    q.scales[r] = Fp8ScaleForAmax(*amax);
-    QuantizeBlock(w + offset, cols, q.scales[r], q.codes.data() + offset);
+  const int grid_rows = (rows + block_rows - 1) / block_rows;
+  q.scales.resize(static_cast<size_t>(grid_rows) * q.grid_cols());
+  for (int br = 0; br < grid_rows; ++br) {
+    const int r0 = br * block_rows, nr = std::min(block_rows, rows - r0);
+    for (int bc = 0; bc < q.grid_cols(); ++bc) {
+      const int c0 = bc * block_cols, nc = std::min(block_cols, cols - c0);
+      absl::StatusOr<float> amax = BlockAmax(w, cols, r0, c0, nr, nc);
+      if (!amax.ok()) return amax.status();
+      const float scale = Fp8ScaleForAmax(*amax);
+      q.scales[static_cast<size_t>(br) * q.grid_cols() + bc] = scale;
+      for (int r = r0; r < r0 + nr; ++r) {
+        for (int c = c0; c < c0 + nc; ++c) {
+          const size_t i = static_cast<size_t>(r) * cols + c;
+          q.codes[i] = FloatToFp8E4M3(w[i] / scale);
+        }
+      }
+    }
   }
   return q;
 }
 
+absl::StatusOr<Fp8Quantized> QuantizeFp8PerChannel(const float* w, int rows, int cols) {
+  return QuantizeFp8PerBlock(w, rows, cols, 1, std::max(cols, 1));
+}
+
 absl::StatusOr<Fp8Quantized> QuantizeFp8PerTensor(const float* w, int rows, int cols) {
-  if (absl::Status s = CheckSizes(w, rows, cols); !s.ok()) return s;
-  const size_t n = static_cast<size_t>(rows) * cols;
-  absl::StatusOr<float> amax = Amax(w, n, 0, cols);
-  if (!amax.ok()) return amax.status();
-  Fp8Quantized q;
-  q.rows = rows;
-  q.cols = cols;
-  q.codes.resize(n);
-  q.scales = {Fp8ScaleForAmax(*amax)};
-  QuantizeBlock(w, n, q.scales[0], q.codes.data());
-  return q;
+  return QuantizeFp8PerBlock(w, rows, cols, std::max(rows, 1), std::max(cols, 1));
 }
 
 void DequantizeFp8(const Fp8Quantized& q, float* out) {
   for (int r = 0; r < q.rows; ++r) {
-    const float scale = q.scale_of_row(r);
     const size_t offset = static_cast<size_t>(r) * q.cols;
-    for (int c = 0; c < q.cols; ++c) out[offset + c] = kTable[q.codes[offset + c]] * scale;
+    for (int c = 0; c < q.cols; ++c)
+      out[offset + c] = kTable[q.codes[offset + c]] * q.scale_at(r, c);
   }
 }
 

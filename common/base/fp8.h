@@ -15,7 +15,8 @@
 // that path has not been compared here (no GPU).
 //
 // Quantized weights carry f32 scales: value = Fp8E4M3ToFloat(code) * scale,
-// one scale per output channel (row) or one per tensor.
+// one scale per output channel (row), one per tensor, or one per block of
+// rows x columns (DeepSeek-V3's 128 x 128).
 #ifndef TANDEM_COMMON_BASE_FP8_H_
 #define TANDEM_COMMON_BASE_FP8_H_
 
@@ -139,16 +140,25 @@ const std::array<float, 256>& Fp8E4M3Table();
 
 // E4M3 weights with f32 scales. `codes` is rows x cols, row-major, the
 // layout of a weight matrix in common/model: a row is one output channel
-// (out_features x in_features, as in safetensors checkpoints). `scales`
-// holds one scale per row (per-channel) or a single one (per-tensor); the
-// value of element (r, c) is Fp8E4M3ToFloat(codes[r * cols + c]) * scale.
+// (out_features x in_features, as in safetensors checkpoints). Each scale
+// covers a block of block_rows x block_cols elements; the blocks tile the
+// matrix row-major, ceil(rows / block_rows) x ceil(cols / block_cols) of
+// them, the last of each row and column cut short where the size is not a
+// multiple. Per channel is 1 x cols, per tensor rows x cols. The value of
+// element (r, c) is Fp8E4M3ToFloat(codes[r * cols + c]) * scale_at(r, c).
 struct Fp8Quantized {
   int rows = 0;
   int cols = 0;
+  int block_rows = 1;
+  int block_cols = 1;
   std::vector<uint8_t> codes;
   std::vector<float> scales;
 
-  float scale_of_row(int row) const { return scales.size() == 1 ? scales[0] : scales[row]; }
+  // Blocks in a row of blocks.
+  int grid_cols() const { return (cols + block_cols - 1) / block_cols; }
+  float scale_at(int r, int c) const {
+    return scales[static_cast<size_t>(r / block_rows) * grid_cols() + c / block_cols];
+  }
 };
 
 // The scale of a block whose largest magnitude is `amax`: amax / 448, so the
@@ -159,12 +169,16 @@ struct Fp8Quantized {
 float Fp8ScaleForAmax(float amax);
 
 // Quantizes rows x cols row-major f32 weights: q = FloatToFp8E4M3(w / scale)
-// with one scale per row (PerChannel) or one for the tensor (PerTensor).
-// A NaN or infinite weight is refused with INVALID_ARGUMENT naming its row
-// and column; so are negative sizes. Each dequantized value is within half
-// an E4M3 quantum of w / scale, times scale (plus f32 rounding).
+// with one scale per row (PerChannel), one for the tensor (PerTensor) or one
+// per block_rows x block_cols block (PerBlock), each Fp8ScaleForAmax of its
+// block. A NaN or infinite weight is refused with INVALID_ARGUMENT naming
+// its row and column; so are negative sizes and blocks smaller than 1 x 1.
+// Each dequantized value is within half an E4M3 quantum of w / scale, times
+// scale (plus f32 rounding).
 absl::StatusOr<Fp8Quantized> QuantizeFp8PerChannel(const float* w, int rows, int cols);
 absl::StatusOr<Fp8Quantized> QuantizeFp8PerTensor(const float* w, int rows, int cols);
+absl::StatusOr<Fp8Quantized> QuantizeFp8PerBlock(const float* w, int rows, int cols, int block_rows,
+                                                 int block_cols);
 
 // Writes the rows x cols values of `q` to `out` (row-major). A NaN code
 // dequantizes to NaN.

@@ -206,17 +206,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
     if (t->dtype == SafetensorsDType::kF8E4M3) {
       if (!config_file.quantization.fp8_weights) {
         return Invalid(dir, absl::StrCat("tensor '", row.name,
-                                         "' is F8_E4M3, but config.json has no compressed-tensors "
-                                         "FP8 'quantization_config' to say how it is scaled"));
+                                         "' is F8_E4M3, but config.json has no FP8 "
+                                         "'quantization_config' to say how it is scaled"));
       }
       // The scale is required; the input scale was calibrated for FP8
       // activations, which are computed here in 16 or 32 bits instead, so
       // it is accepted and not used.
-      const std::string scale_name = Fp8WeightScaleName(row.name);
+      const std::string scale_name = Fp8WeightScaleName(row.name, config_file.quantization);
       expected.insert(scale_name);
       expected.insert(Fp8InputScaleName(row.name));
-      ASSIGN_OR_RETURN(std::vector<uint64_t> widened,
-                       WidenFp8Weight(*t, st->Find(scale_name), widened_type, dir));
+      ASSIGN_OR_RETURN(
+          std::vector<uint64_t> widened,
+          WidenFp8Weight(*t, st->Find(scale_name), config_file.quantization, widened_type, dir));
       *row.tensor = Tensor(storage->copies.emplace_back(std::move(widened)).data(), widened_type,
                            t->num_elements);
       if (!matrix_type.has_value()) matrix_type = widened_type;
@@ -227,7 +228,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHubModel(const std::string& di
       return Invalid(dir, absl::StrCat("tensor '", row.name, "' is ",
                                        std::string(SafetensorsDTypeName(t->dtype)),
                                        "; supported: F32, F16 and BF16, and F8_E4M3 matrices with "
-                                       "a compressed-tensors FP8 quantization_config"));
+                                       "an FP8 quantization_config (compressed-tensors or fp8)"));
     }
     if (row.shape.size() == 2) {
       if (matrix_type.has_value() && *matrix_type != *dtype) {

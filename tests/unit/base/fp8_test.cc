@@ -5,6 +5,7 @@
 // conversion is fp8_reference_test.cc (built where the toolkit is).
 #include "common/base/fp8.h"
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -203,8 +204,8 @@ void ExpectWithinHalfQuantum(const std::vector<float>& w, const Fp8Quantized& q)
   std::vector<float> out(w.size());
   DequantizeFp8(q, out.data());
   for (int r = 0; r < q.rows; ++r) {
-    const double scale = q.scale_of_row(r);
     for (int c = 0; c < q.cols; ++c) {
+      const double scale = q.scale_at(r, c);
       const size_t i = static_cast<size_t>(r) * q.cols + c;
       const double bound =
           HalfQuantum(w[i] / scale) * scale + std::fabs(static_cast<double>(w[i])) * 0x1p-21;
@@ -261,7 +262,9 @@ TEST(Fp8Quantize, PerTensorHasOneScale) {
   for (float x : w) amax = std::max(amax, std::fabs(x));
   ASSERT_EQ(q->scales.size(), 1u);
   EXPECT_EQ(q->scales[0], amax / 448.0f);
-  for (int r = 0; r < rows; ++r) EXPECT_EQ(q->scale_of_row(r), q->scales[0]);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) EXPECT_EQ(q->scale_at(r, c), q->scales[0]);
+  }
   ExpectWithinHalfQuantum(w, *q);
 }
 
@@ -342,10 +345,53 @@ TEST(Fp8Quantize, RefusesNegativeSizesAndAcceptsEmpty) {
   EXPECT_TRUE(q->codes.empty());
 }
 
+// DeepSeek-V3's layout: one scale per block, the last blocks of a row and
+// of a column cut short (10 x 13 in 4 x 5 blocks is a 3 x 3 grid whose last
+// row of blocks has 2 rows and last column 3 columns).
+TEST(Fp8Quantize, PerBlockScaleIsBlockAmaxOver448) {
+  const int rows = 10, cols = 13, br = 4, bc = 5;
+  const std::vector<float> w = RandomWeights(rows, cols, 5);
+  absl::StatusOr<Fp8Quantized> q = QuantizeFp8PerBlock(w.data(), rows, cols, br, bc);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(q->grid_cols(), 3);
+  ASSERT_EQ(q->scales.size(), 9u);
+  for (int gr = 0; gr < 3; ++gr) {
+    for (int gc = 0; gc < 3; ++gc) {
+      float amax = 0.0f;
+      for (int r = gr * br; r < std::min(rows, gr * br + br); ++r) {
+        for (int c = gc * bc; c < std::min(cols, gc * bc + bc); ++c) {
+          amax = std::max(amax, std::fabs(w[r * cols + c]));
+        }
+      }
+      EXPECT_EQ(q->scales[gr * 3 + gc], amax / 448.0f) << gr << " " << gc;
+    }
+  }
+  EXPECT_EQ(q->scale_at(9, 12), q->scales[8]);
+  EXPECT_EQ(q->scale_at(3, 5), q->scales[1]);
+  EXPECT_EQ(q->scale_at(4, 4), q->scales[3]);
+  ExpectWithinHalfQuantum(w, *q);
+  // One block per row of the matrix is the per-channel layout.
+  absl::StatusOr<Fp8Quantized> rows_q = QuantizeFp8PerBlock(w.data(), rows, cols, 1, cols);
+  absl::StatusOr<Fp8Quantized> channel = QuantizeFp8PerChannel(w.data(), rows, cols);
+  ASSERT_TRUE(rows_q.ok() && channel.ok());
+  EXPECT_EQ(rows_q->scales, channel->scales);
+  EXPECT_EQ(rows_q->codes, channel->codes);
+}
+
+TEST(Fp8Quantize, PerBlockRefusesEmptyBlocksAndNamesANonFiniteWeight) {
+  std::vector<float> w(6 * 6, 0.5f);
+  EXPECT_THAT(QuantizeFp8PerBlock(w.data(), 6, 6, 0, 4).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 x 4 blocks")));
+  w[4 * 6 + 5] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(QuantizeFp8PerBlock(w.data(), 6, 6, 4, 4).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("row 4, column 5")));
+}
+
 TEST(Fp8Quantize, NaNCodeDequantizesToNaN) {
   Fp8Quantized q;
   q.rows = 1;
   q.cols = 3;
+  q.block_cols = 3;
   q.codes = {0x7F, 0xFF, 0x38};
   q.scales = {2.0f};
   std::vector<float> out(3);

@@ -2,12 +2,16 @@
 // tensors: multi-head latent attention, DeepSeek's routing and YaRN, each
 // field as the published configs give it, and each impossible combination
 // refused naming the field. A small V3-shaped folder loads, its
-// multi-token-prediction layer skipped.
+// multi-token-prediction layer skipped, and in DeepSeek's block-scaled FP8
+// loads as the bf16 folder of its widened values.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/base/float16.h"
+#include "common/base/fp8.h"
 #include "common/model/hub_model.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
@@ -411,6 +415,89 @@ TEST(DeepSeekModel, ATensorOfNoLayerIsStillRefused) {
   WriteTinyV3(dir, {"model.layers.3.eh_proj.weight"});  // past the one MTP layer
   EXPECT_THAT(LoadHubModel(dir), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("model.layers.3.eh_proj.weight")));
+}
+
+std::vector<uint8_t> Bf16Bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = Fp32ToBf16(values[i]);
+    std::memcpy(&bytes[2 * i], &h, 2);
+  }
+  return bytes;
+}
+
+// Every projection of a V3-shaped folder (attention, dense MLP, routed and
+// shared experts) as F8_E4M3 codes with F32 weight_scale_inv blocks, the
+// router, norms, embedding and classifier left in bf16 as DeepSeek-V3's
+// checkpoint leaves them, and an FP8 prediction layer to skip: the model
+// loaded is, weight for weight, the bf16 folder of code * scale.
+TEST(DeepSeekModel, AV3FolderInBlockFp8IsTheBf16FolderOfItsWidenedValues) {
+  ModelConfig config;
+  for (const auto& [name, c] : SmallDeepSeekShapes()) {
+    if (name == "deepseek-v3-small") config = c;
+  }
+  ASSERT_TRUE(config.is_mla());
+  ASSERT_OK_AND_ASSIGN(auto original, MakeSyntheticModel(config, 5));
+  const std::string fp8_dir = NewDir("v3-fp8"), plain_dir = NewDir("v3-fp8-widened");
+  HubWriteOptions options;
+  options.dtype = DType::kBF16;
+  ASSERT_OK(WriteHubModel(*original, fp8_dir, options));
+  ASSERT_OK(WriteHubModel(*original, plain_dir, options));
+  const std::map<std::string, TensorData> stored = ReadTensors(fp8_dir);
+  std::map<std::string, TensorData> fp8 = stored, plain = stored;
+  constexpr int kRows = 16, kCols = 32;  // small blocks, so that matrices span several
+  int quantized = 0, multi_block = 0;
+  for (const auto& [name, t] : stored) {
+    if (t.shape.size() != 2 ||
+        !(name.ends_with("_proj.weight") || name.ends_with("_proj_with_mqa.weight"))) {
+      continue;
+    }
+    ASSERT_EQ(t.dtype, SafetensorsDType::kBF16) << name;
+    const int rows = static_cast<int>(t.shape[0]), cols = static_cast<int>(t.shape[1]);
+    std::vector<float> values(t.bytes.size() / 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, &t.bytes[2 * i], 2);
+      values[i] = Bf16ToFp32(h);
+    }
+    ASSERT_OK_AND_ASSIGN(Fp8Quantized q,
+                         QuantizeFp8PerBlock(values.data(), rows, cols, kRows, kCols));
+    const int64_t grid_rows = (rows + kRows - 1) / kRows;
+    if (grid_rows * q.grid_cols() > 1) ++multi_block;
+    std::vector<uint8_t> scales(q.scales.size() * 4);
+    std::memcpy(scales.data(), q.scales.data(), scales.size());
+    fp8[name] = {SafetensorsDType::kF8E4M3, t.shape, q.codes};
+    fp8[name + "_scale_inv"] = {SafetensorsDType::kF32, {grid_rows, q.grid_cols()}, scales};
+    DequantizeFp8(q, values.data());
+    plain[name] = {SafetensorsDType::kBF16, t.shape, Bf16Bytes(values)};
+    ++quantized;
+  }
+  // 5 attention projections a layer, the dense layer's 3, and each sparse
+  // layer's 16 routed experts and shared expert of 3.
+  EXPECT_EQ(quantized, 3 * 5 + 3 + 2 * (16 + 1) * 3);
+  EXPECT_GT(multi_block, 20);
+  const std::string mtp = "model.layers." + std::to_string(config.n_layers) + ".eh_proj.weight";
+  fp8[mtp] = {SafetensorsDType::kF8E4M3, {8, 8}, std::vector<uint8_t>(64, 0x38)};
+  fp8[mtp + "_scale_inv"] = {SafetensorsDType::kF32, {1, 1}, {0, 0, 128, 63}};  // 1.0f
+  WriteTensors(fp8_dir, fp8);
+  WriteTensors(plain_dir, plain);
+  EditConfig(fp8_dir, [&](Json& c) {
+    c["num_nextn_predict_layers"] = 1;
+    c["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {kRows, kCols}}};
+  });
+  ASSERT_OK_AND_ASSIGN(auto from_fp8, LoadHubModel(fp8_dir));
+  ASSERT_OK_AND_ASSIGN(auto from_bf16, LoadHubModel(plain_dir));
+  EXPECT_EQ(from_fp8->dtype(), DType::kBF16);
+  EXPECT_EQ(from_fp8->Fingerprint(), from_bf16->Fingerprint());
+  // The codes changed the values: the bf16 folder as first written is
+  // another model.
+  const std::string bf16_dir = NewDir("v3-bf16");
+  ASSERT_OK(WriteHubModel(*original, bf16_dir, options));
+  ASSERT_OK_AND_ASSIGN(auto unquantized, LoadHubModel(bf16_dir));
+  EXPECT_NE(from_fp8->Fingerprint(), unquantized->Fingerprint());
 }
 
 }  // namespace
