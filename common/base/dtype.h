@@ -34,11 +34,13 @@ enum class DType : uint8_t {
   kQ6_K = 7,
   kI8 = 8,
   kQ8_0R16 = 9,
+  kQ5_0 = 10,
+  kQ5_1 = 11,
 };
 
 inline bool IsQuantized(DType dtype) {
   const auto v = static_cast<uint8_t>(dtype);
-  return (v >= 3 && v <= 7) || dtype == DType::kQ8_0R16;
+  return (v >= 3 && v <= 7) || (v >= 9 && v <= 11);
 }
 
 // Elements per block: 1 for element types, 32 or 256 for quantized ones.
@@ -47,6 +49,8 @@ inline int DTypeBlockElements(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ8_0R16:
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
       return 32;
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -70,6 +74,10 @@ inline size_t DTypeBlockBytes(DType dtype) {
       return 34;
     case DType::kQ4_0:
       return 18;
+    case DType::kQ5_0:
+      return 22;
+    case DType::kQ5_1:
+      return 24;
     case DType::kQ4_K:
       return 144;
     case DType::kQ5_K:
@@ -92,8 +100,8 @@ inline size_t DTypeBytes(DType dtype, int64_t elements) {
   return static_cast<size_t>(elements / DTypeBlockElements(dtype)) * DTypeBlockBytes(dtype);
 }
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "int8" or
-// "q8_0_r16"; "unknown" for a value outside the enum.
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k",
+// "q6_k", "int8" or "q8_0_r16"; "unknown" for a value outside the enum.
 inline std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -106,6 +114,10 @@ inline std::string_view DTypeName(DType dtype) {
       return "q8_0";
     case DType::kQ4_0:
       return "q4_0";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
     case DType::kQ4_K:
       return "q4_k";
     case DType::kQ5_K:

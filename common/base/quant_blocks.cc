@@ -29,6 +29,30 @@ void Q4_0(const BlockQ4_0& b, float* y) {
   }
 }
 
+// The 32 five-bit values of a Q5_0 or Q5_1 block, unsigned.
+void Five(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int i = 0; i < 16; ++i) {
+    q[i] = (qs[i] & 0xf) | static_cast<int>(((qh >> i) & 1) << 4);
+    q[i + 16] = (qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+  }
+}
+
+void Q5_0(const BlockQ5_0& b, float* y) {
+  const float d = Fp16ToFp32(b.d);
+  int q[32];
+  Five(b.qh, b.qs, q);
+  for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(q[i] - 16);
+}
+
+void Q5_1(const BlockQ5_1& b, float* y) {
+  const float d = Fp16ToFp32(b.d), m = Fp16ToFp32(b.m);
+  int q[32];
+  Five(b.qh, b.qs, q);
+  for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(q[i]) + m;
+}
+
 // Q4_K without qh; Q5_K with it.
 void K4(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, const uint8_t* qs,
         const uint8_t* qh, float* y) {
@@ -93,6 +117,12 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
       return;
     case DType::kQ4_0:
       for (int64_t i = 0; i < blocks; ++i) Q4_0(Blocks<BlockQ4_0>(src)[i], dst + 32 * i);
+      return;
+    case DType::kQ5_0:
+      for (int64_t i = 0; i < blocks; ++i) Q5_0(Blocks<BlockQ5_0>(src)[i], dst + 32 * i);
+      return;
+    case DType::kQ5_1:
+      for (int64_t i = 0; i < blocks; ++i) Q5_1(Blocks<BlockQ5_1>(src)[i], dst + 32 * i);
       return;
     case DType::kQ4_K:
       for (int64_t i = 0; i < blocks; ++i) {

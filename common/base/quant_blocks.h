@@ -1,14 +1,18 @@
 // The block layouts of GGUF's quantized weight types, as llama.cpp writes
 // them, and their reference dequantization.
 //
-// A block stores 32 (Q8_0, Q4_0) or 256 (the K types) consecutive weights
-// of one row as small integers with shared fp16 scales:
+// A block stores 32 (Q8_0, Q4_0, Q5_0, Q5_1) or 256 (the K types)
+// consecutive weights of one row as small integers with shared fp16 scales:
 //   Q8_0  w = d * q,                      q in [-128, 127]
 //   Q4_0  w = d * (q - 8),                q in [0, 15]
+//   Q5_0  w = d * (q - 16),               q in [0, 31]
+//   Q5_1  w = d * q + m,                  q in [0, 31],  fp16 minimum m
 //   Q4_K  w = d * sc_j * q - dmin * m_j,  q in [0, 15],  6-bit sc_j, m_j per 32
 //   Q5_K  as Q4_K with a fifth bit,       q in [0, 31]
 //   Q6_K  w = d * sc_j * (q - 32),        q in [0, 63],  int8 sc_j per 16
-// Q4_K_M and Q5_K_M files mix these types tensor by tensor.
+// Q4_K_M and Q5_K_M files mix these types tensor by tensor; where a row's
+// length is no multiple of 256, llama-quantize writes Q5_0 for Q4_K, Q5_1
+// for Q5_K and Q8_0 for Q6_K (DeepSeek-V2-Lite's 1408-wide experts).
 #ifndef TANDEM_COMMON_BASE_QUANT_BLOCKS_H_
 #define TANDEM_COMMON_BASE_QUANT_BLOCKS_H_
 
@@ -25,6 +29,19 @@ struct BlockQ8_0 {
 struct BlockQ4_0 {
   uint16_t d;
   uint8_t qs[16];  // element i in the low nibble of byte i, i + 16 in the high
+};
+// Q5_0 and Q5_1: element i's fifth bit is bit i of qh (read as a
+// little-endian 32-bit word); its low four bits are packed as in Q4_0.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
 };
 // Q4_K and Q5_K: sub-block j of 32 has scale d * sc_j and minimum
 // dmin * m_j; the eight 6-bit (sc, m) pairs are packed in `scales`
@@ -54,8 +71,9 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
+              sizeof(BlockQ6_K) == 210);
 
 // The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K or Q5_K block.
 inline void K4ScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {

@@ -299,6 +299,10 @@ std::optional<DType> DTypeOf(GgmlType type) {
       return DType::kQ8_0;
     case GgmlType::kQ4_0:
       return DType::kQ4_0;
+    case GgmlType::kQ5_0:
+      return DType::kQ5_0;
+    case GgmlType::kQ5_1:
+      return DType::kQ5_1;
     case GgmlType::kQ4_K:
       return DType::kQ4_K;
     case GgmlType::kQ5_K:
@@ -426,8 +430,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const GgufFile& file
     if (!type.has_value()) {
       return Invalid(path,
                      absl::StrCat("has tensor '", row.name, "' of type ", GgmlTypeName(t->type),
-                                  "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
-                                  "Q6_K (re-quantize it to one of them, e.g. Q4_K_M)"));
+                                  "; supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, "
+                                  "Q5_K, Q6_K (re-quantize it to one of them, e.g. Q4_K_M)"));
     }
     // Norms are applied element by element; llama.cpp never quantizes them.
     if (IsQuantized(*type) && row.dims.size() == 1) {

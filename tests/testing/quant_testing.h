@@ -18,7 +18,7 @@ namespace tandem::testing {
 
 // Blocks of `dtype` for `n` elements (a whole number of blocks), every
 // integer field random, each fp16 scale uniform in [scale / 2, scale]
-// (K-type minima too), so that values are about `scale * 8` at most.
+// (K-type minima too; Q5_1's minimum of either sign), so that values are about `scale * 8` at most.
 inline std::vector<uint8_t> RandomQuantBlocks(DType dtype, int64_t n, float scale,
                                               std::mt19937_64& rng) {
   std::vector<uint8_t> bytes(DTypeBytes(dtype, n));
@@ -34,7 +34,13 @@ inline std::vector<uint8_t> RandomQuantBlocks(DType dtype, int64_t n, float scal
     switch (dtype) {
       case DType::kQ8_0:
       case DType::kQ4_0:
+      case DType::kQ5_0:
         fp16(b);
+        break;
+      case DType::kQ5_1:
+        fp16(b);
+        fp16(b + 2);  // the minimum, of either sign: values in [m, m + 31 d]
+        b[3] ^= static_cast<uint8_t>((rng() & 1) << 7);
         break;
       case DType::kQ4_K:
       case DType::kQ5_K:
@@ -76,8 +82,10 @@ inline void ScaleQuantBlocks(DType dtype, std::vector<uint8_t>& bytes, float fac
   switch (dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
       fields = {0};
       break;
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
       fields = {0, 2};

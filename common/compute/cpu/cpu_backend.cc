@@ -243,7 +243,7 @@ void CpuBackend::MatMulQuantized(const float* x, MatrixRef w, float* out, int ld
     MatMulQuantizedBf16(x, w, out, ldo, m, n, k, accumulate);
     return;
   }
-  if (!quant_matmul_ || m > cpu::kQuantMatMulMaxRows) {
+  if (!quant_matmul_ || m > cpu::kQuantMatMulMaxRows || !cpu::QuantMatMulHandles(w.dtype)) {
     MatMulWidened(x, w, out, ldo, m, n, k, accumulate);
     return;
   }

@@ -385,6 +385,20 @@ bool QuantMatMulSupported() {
          __builtin_cpu_supports("avx512vnni");
 }
 
+bool QuantMatMulHandles(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ8_0R16:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows) {
   rows->m = m;
   rows->k = k;

@@ -25,6 +25,10 @@ inline constexpr int kQuantMatMulMaxRows = 32;
 // True when this CPU has AVX512-VNNI (with F, BW and VL).
 bool QuantMatMulSupported();
 
+// The weight types QuantMatMul has kernels for: Q8_0 (and kQ8_0R16), Q4_0
+// and the K types. Q5_0 and Q5_1 have none; their products widen panels.
+bool QuantMatMulHandles(DType dtype);
+
 // Rows of activations rounded for a product with one weight type; reused
 // between calls.
 struct QuantizedRows {
@@ -49,7 +53,7 @@ void QuantizeRows(const float* x, int m, int k, DType dtype, QuantizedRows* rows
 // out[r, j] (+)= sum_i x[r, i] * w[j, i] for output columns [n_begin,
 // n_end), out's rows `ldo` apart; w's rows are k values of x.dtype. For
 // kQ8_0R16 (quant_repack.h) n_begin and n_end are multiples of 16.
-// Requires QuantMatMulSupported().
+// Requires QuantMatMulSupported() and QuantMatMulHandles(x.dtype).
 void QuantMatMul(const QuantizedRows& x, const void* w, float* out, int ldo, bool accumulate,
                  int n_begin, int n_end);
 

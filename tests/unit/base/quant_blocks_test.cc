@@ -23,6 +23,8 @@ std::vector<float> Dequantize(DType dtype, const void* block) {
 TEST(QuantBlocks, SizesAreGgufs) {
   EXPECT_EQ(DTypeBytes(DType::kQ8_0, 64), 68u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_0, 2048), 64u * 18);
+  EXPECT_EQ(DTypeBytes(DType::kQ5_0, 1408), 44u * 22);
+  EXPECT_EQ(DTypeBytes(DType::kQ5_1, 64), 48u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_K, 2048), 8u * 144);
   EXPECT_EQ(DTypeBytes(DType::kQ5_K, 256), 176u);
   EXPECT_EQ(DTypeBytes(DType::kQ6_K, 512), 420u);
@@ -56,6 +58,38 @@ TEST(QuantBlocks, Q4_0TakesLowNibblesFirstAndCentresOnEight) {
   EXPECT_EQ(y[15], 2.0f);    // (9 - 8) * 2
   EXPECT_EQ(y[31], -14.0f);  // (1 - 8) * 2
   EXPECT_EQ(y[1], -16.0f);
+}
+
+// Bit i of qh is element i's fifth bit: elements 0-15 take the low
+// nibbles and bits 0-15, elements 16-31 the high nibbles and bits 16-31.
+TEST(QuantBlocks, Q5_0TakesTheFifthBitFromQhAndCentresOnSixteen) {
+  BlockQ5_0 b{};
+  b.d = 0x4000;  // 2
+  b.qs[0] = 0xf0;
+  b.qs[3] = 0x2a;
+  b.qh[0] = 0x09;  // bits 0 and 3: elements 0 and 3
+  b.qh[2] = 0x01;  // bit 16: element 16
+  b.qh[3] = 0x80;  // bit 31: element 31
+  const std::vector<float> y = Dequantize(DType::kQ5_0, &b);
+  EXPECT_EQ(y[0], 0.0f);     // (0 + 16 - 16) * 2
+  EXPECT_EQ(y[16], 30.0f);   // (15 + 16 - 16) * 2
+  EXPECT_EQ(y[3], 20.0f);    // (10 + 16 - 16) * 2
+  EXPECT_EQ(y[19], -28.0f);  // (2 - 16) * 2
+  EXPECT_EQ(y[31], 0.0f);    // (0 + 16 - 16) * 2
+  EXPECT_EQ(y[1], -32.0f);   // (0 - 16) * 2
+}
+
+TEST(QuantBlocks, Q5_1AddsItsMinimum) {
+  BlockQ5_1 b{};
+  b.d = 0x3800;  // 0.5
+  b.m = 0xc000;  // -2
+  b.qs[5] = 0x7f;
+  b.qh[0] = 0x20;  // bit 5: element 5
+  b.qh[2] = 0x20;  // bit 21: element 21
+  const std::vector<float> y = Dequantize(DType::kQ5_1, &b);
+  EXPECT_EQ(y[5], 0.5f * 31 - 2);
+  EXPECT_EQ(y[21], 0.5f * 23 - 2);
+  EXPECT_EQ(y[0], -2.0f);
 }
 
 TEST(QuantBlocks, Q4_KUnpacksSixBitScalesAndMinima) {
@@ -130,6 +164,16 @@ float Reference(DType dtype, const uint8_t* block, int i) {
       product = half(0) * static_cast<float>(q - 8);
       return product;
     }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const bool one = dtype == DType::kQ5_1;
+      const uint8_t* qh = block + (one ? 4 : 2);
+      const uint8_t* qs = qh + 4;
+      int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+      q |= ((qh[i / 8] >> (i % 8)) & 1) << 4;
+      product = half(0) * static_cast<float>(one ? q : q - 16);
+      return one ? product + half(2) : product;
+    }
     case DType::kQ4_K:
     case DType::kQ5_K: {
       const bool five = dtype == DType::kQ5_K;
@@ -165,7 +209,8 @@ float Reference(DType dtype, const uint8_t* block, int i) {
 
 TEST(QuantBlocks, RandomBlocksMatchTheFormulaBitForBit) {
   std::mt19937_64 rng(5);
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                      DType::kQ5_K, DType::kQ6_K}) {
     const int n = 4 * DTypeBlockElements(dtype);
     const std::vector<uint8_t> bytes = testing::RandomQuantBlocks(dtype, n, 0.1f, rng);
     std::vector<float> y(n);

@@ -133,7 +133,8 @@ TEST_P(QuantMatMulTest, EmbedsWidenedRows) {
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatMulTest,
                          ::testing::Values(Case{DType::kQ8_0, 96}, Case{DType::kQ8_0, 512},
-                                           Case{DType::kQ4_0, 160}, Case{DType::kQ4_K, 512},
+                                           Case{DType::kQ4_0, 160}, Case{DType::kQ5_0, 1408},
+                                           Case{DType::kQ5_1, 160}, Case{DType::kQ4_K, 512},
                                            Case{DType::kQ5_K, 768}, Case{DType::kQ6_K, 512}),
                          [](const auto& info) {
                            return std::string(DTypeName(info.param.dtype)) + "_k" +

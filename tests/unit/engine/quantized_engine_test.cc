@@ -82,8 +82,12 @@ TwinModels MakeTwins(bool tied) {
     Quantize(DType::kQ4_K, from.wk, &q.wk, &w.wk, *q_storage, *w_storage, rng);
     Quantize(v_type, from.wv, &q.wv, &w.wv, *q_storage, *w_storage, rng);
     Quantize(DType::kQ5_K, from.wo, &q.wo, &w.wo, *q_storage, *w_storage, rng);
-    Quantize(DType::kQ8_0, from.w1, &q.w1, &w.w1, *q_storage, *w_storage, rng);
-    Quantize(DType::kQ4_0, from.w3, &q.w3, &w.w3, *q_storage, *w_storage, rng);
+    // Layer 1's gate and up are Q5_1 and Q5_0, which llama-quantize writes
+    // for rows of no multiple of 256 (they have no int8 kernel: widened).
+    Quantize(l == 0 ? DType::kQ8_0 : DType::kQ5_1, from.w1, &q.w1, &w.w1, *q_storage, *w_storage,
+             rng);
+    Quantize(l == 0 ? DType::kQ4_0 : DType::kQ5_0, from.w3, &q.w3, &w.w3, *q_storage, *w_storage,
+             rng);
     Quantize(DType::kQ6_K, from.w2, &q.w2, &w.w2, *q_storage, *w_storage, rng);
   }
   Quantize(DType::kQ6_K, s.token_embedding, &twins.quantized->token_embedding,

@@ -386,12 +386,18 @@ TEST(GgufModelTest, LoadsQuantizedMatricesInTheirOwnTypes) {
       if (t.dims.size() == 2) t.type = GgmlType::kQ8_0;
     }
     spec.Find("blk.0.ffn_up.weight")->type = GgmlType::kQ4_0;
+    // What llama-quantize writes for Q4_K and Q5_K rows of no multiple of 256.
+    spec.Find("blk.1.ffn_up.weight")->type = GgmlType::kQ5_0;
+    spec.Find("blk.1.ffn_gate.weight")->type = GgmlType::kQ5_1;
     const std::string path = WriteSpec(spec, "quantized.gguf");
     ASSERT_OK_AND_ASSIGN(auto w, LoadGgufModel(path));
     ASSERT_OK_AND_ASSIGN(GgufFile file, GgufFile::Open(path));
     EXPECT_EQ(w->dtype(), DType::kQ8_0);
     EXPECT_EQ(w->layers[0].w3.dtype, DType::kQ4_0);
-    EXPECT_EQ(w->layers[1].w3.dtype, DType::kQ8_0);
+    EXPECT_EQ(w->layers[1].w3.dtype, DType::kQ5_0);
+    EXPECT_EQ(w->layers[1].w1.dtype, DType::kQ5_1);
+    EXPECT_EQ(w->layers[1].w2.dtype, DType::kQ8_0);
+    EXPECT_EQ(w->layers[1].w3.size_bytes(), file.FindTensor("blk.1.ffn_up.weight")->data.size());
     EXPECT_EQ(w->rms_final.dtype, DType::kF32);
     const Tensor& up = w->layers[0].w3;
     const GgufTensorInfo* info = file.FindTensor("blk.0.ffn_up.weight");
@@ -452,7 +458,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadModelCase{
             "unsupported_quantization",
             [](auto& s) { s.Find("blk.0.attn_q.weight")->type = static_cast<GgmlType>(20); },
-            "of type IQ4_NL; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"},
+            "of type IQ4_NL; supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"},
         BadModelCase{"quantized_norm",
                      [](auto& s) { s.Find("blk.1.ffn_norm.weight")->type = GgmlType::kQ8_0; },
                      "vector 'blk.1.ffn_norm.weight' of type Q8_0; vectors must be F32"},
