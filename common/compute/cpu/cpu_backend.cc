@@ -272,8 +272,19 @@ void CpuBackend::MatMulWidened(const float* x, MatrixRef w, float* out, int ldo,
         cpu::Widen(src + size_t(j) * row_bytes, w.dtype, panel_.data() + size_t(j) * k, k);
       }
     }
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (m <= cpu::kSmallMatMulMaxRows) {
+      // Decode-sized products take a row at a time, so that a row's result
+      // does not depend on the rows batched with it: OpenBLAS sums in
+      // another order for other row counts.
+      for (int r = 0; r < m; ++r) {
+        blas_->sgemv(CblasRowMajor, CblasNoTrans, nb, k, 1.0f, panel_.data(), k, x + int64_t{r} * k,
+                     1, beta, out + int64_t{r} * ldo + j0, 1);
+      }
+      continue;
+    }
     blas_->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, panel_.data(), k,
-                 accumulate ? 1.0f : 0.0f, out + j0, ldo);
+                 beta, out + j0, ldo);
   }
 }
 
