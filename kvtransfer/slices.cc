@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "xxhash.h"
+#include "common/base/xxhash_dispatch.h"
 
 namespace tandem::kvtransfer {
 

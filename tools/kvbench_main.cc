@@ -42,8 +42,8 @@
 #include "absl/time/clock.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/base/xxhash_dispatch.h"
 #include "kvtransfer/ucx/ucx_transport.h"
-#include "xxhash.h"
 
 ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"64KiB", "1MiB"}),
           "Message (one layer's KV) sizes: bytes, or with a KiB / MiB suffix");

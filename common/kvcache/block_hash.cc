@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "xxhash.h"
+#include "common/base/xxhash_dispatch.h"
 
 namespace tandem {
 namespace {

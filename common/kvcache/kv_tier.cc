@@ -1,11 +1,10 @@
 #include "common/kvcache/kv_tier.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/xxhash_dispatch.h"
 
 namespace tandem {
 namespace {

@@ -1,7 +1,5 @@
 #include "common/model/model_weights.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/quant_blocks.h"
+#include "common/base/xxhash_dispatch.h"
 #include "common/model/ggml_types.h"
 #include "common/model/gguf_model.h"
 #include "common/model/hub_model.h"
