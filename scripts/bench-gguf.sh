@@ -15,7 +15,7 @@
 # llama-batched-bench's S_TG (16 sequences of 128 prompt tokens, 16 steps)
 # against tandem's 16 steps of 16 sequences after 128-token prompts.
 # To make the files: tandem-synth --format gguf --gguf_type bf16 (the shape
-# flags as in the README), then llama.cpp's llama-quantize FILE OUT Q4_K_M.
+# flags as in docs/benchmarks/engine-cpu.md), then llama.cpp's llama-quantize FILE OUT Q4_K_M.
 set -euo pipefail
 llama_bin="$1"
 rounds="$2"

@@ -158,8 +158,8 @@ pair "colocated 1x2 threads, 3 req/s" "--prefill 0 --decode 1 --profile $work/pr
 up --prefill 0 --decode 2 --threads 1
 pair "colocated 2x1, 6 req/s" "--prefill 0 --decode 2 --profile $work/profile1.json" \
   "${uniform[@]}" --request_rate 6 --seed 63
-# KV over UCX's shared memory: about 10 GB/s on this host (README, KV
-# checksums).
+# KV over UCX's shared memory: about 10 GB/s on this host (docs/architecture.md,
+# KV transfer).
 up --prefill 1 --decode 1 --prefill_cpus 0 --decode_cpus "$last_cpu" --threads 1
 pair "1P+1D pinned, 3 req/s" \
   "--prefill 1 --decode 1 --profile $work/profile1.json --link_bandwidth 10 --link_latency 20us" \

@@ -87,7 +87,7 @@ constexpr char kNotModelled[] =
     "    computing; a KV type other than the profile's changes the link's bytes and the pools'\n"
     "    blocks (with --device, its roofline too), not a profile's step times;\n"
     "  - the time a worker spends between steps sending each row's tokens (measured on this\n"
-    "    machine, simulated TPOT medians run 8-18% low: README, simulator validation);\n"
+    "    machine, simulated TPOT medians run 8-18% low: docs/planning.md, simulator validation);\n"
     "  - the router's CPU unless --router_request_cost/--router_token_cost are given;\n"
     "  - worker start-up, failures, restarts and network faults; tensor parallelism (a worker\n"
     "    is one device or one CPU process);\n"

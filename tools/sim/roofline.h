@@ -11,7 +11,7 @@
 //   classifier        2 flops per parameter and row      | its weights
 //   logits            a host cost per logit of each row (copied back and
 //                     sampled on the host)
-// The default shares are tandem's own on an H100 (README, "On a GPU":
+// The default shares are tandem's own on an H100 (docs/benchmarks/gpu.md:
 // Llama-3-8B shape in bf16, decode at batches 1, 8 and 32 with a 1024-token
 // context, prefill of 512 and 2048 tokens): they reproduce those figures
 // within 5% (tests/unit/sim/roofline_test.cc). Other devices get the same

@@ -162,7 +162,7 @@ TEST_F(PerplexityTest, SmallStepsGiveTheSameFigure) {
 }
 
 // An int8 KV cache costs stories260K little perplexity on its own text
-// (measured: +0.25% at chunks of 64, see README); a cache that mangled
+// (measured: +0.25% at chunks of 64, see docs/benchmarks/engine-cpu.md); a cache that mangled
 // values would not.
 TEST_F(PerplexityTest, Int8KvCostsLittle) {
   std::unique_ptr<Engine> f32 = MakeEngine(DType::kF32);

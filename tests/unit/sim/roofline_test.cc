@@ -1,6 +1,6 @@
 // The roofline cost model: exact on a hand-computed step, and with its
-// default shares it gives back tandem's own H100 figures (README, "On a
-// GPU"), from which those shares were taken.
+// default shares it gives back tandem's own H100 figures
+// (docs/benchmarks/gpu.md), from which those shares were taken.
 #include "tools/sim/roofline.h"
 
 #include <cmath>
