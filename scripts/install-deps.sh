@@ -16,6 +16,9 @@ packages=(
   libucx-dev ucx-utils iproute2 curl python3 python3-jinja2
   # The numpy reference of tests/unit/engine/hf_reference.py.
   python3-numpy
+  # The Python client (clients/python), pip-installed into a venv made with
+  # --system-site-packages; its stubs come from protoc and grpc_python_plugin.
+  python3-grpcio python3-protobuf python3-venv python3-pip python3-setuptools python3-wheel
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   libboost1.81-dev libssl-dev openssl

@@ -12,6 +12,13 @@
 #    their --helpfull, the arguments parsed by the binary itself;
 #  - each bad-values/*.yaml fails where its "# expect:" line says: the
 #    schema, the rendering (with that message) or the flag check;
+#  - each rendering's Grafana dashboard and PrometheusRule (observability.mjs):
+#    there exactly when the values turn them on, the dashboard's JSON
+#    parsed, the rules well-formed with runbook sections that
+#    docs/operations.md has, every metric name one the C++ source registers
+#    (tests/deploy/observability/metric_names.py); with a promtool on PATH,
+#    also promtool check rules, and promtool test rules on alerts_test.yaml
+#    (skipped when there is none);
 #  - with a helm on PATH, also helm lint --strict and helm template, whose
 #    output gets the same object checks (skipped when there is none).
 # The npm packages are installed into CACHE_DIR/npm-kubernetes-models on
@@ -26,6 +33,7 @@ bin="$(cd "$2" && pwd)"
 work="$(cd "$3" && pwd)"
 cache="$(cd "$4" && pwd)/npm-kubernetes-models"
 here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
 packages=(kubernetes-models@4.5.1 @kubernetes-models/prometheus-operator@4.4.4 ajv@8.20.0)
 failures=0
 passes=0
@@ -61,6 +69,12 @@ done
 
 mkdir -p "$work/out" || fail "cannot create $work"
 rm -rf "${work:?}/out"/*
+
+# The metrics the binaries register, from the source: the dashboard's and
+# the alerts' names must be among them.
+python3 "$root/tests/deploy/observability/metric_names.py" source --root "$root" \
+  >"$work/metric-names.json" 2>"$work/metric-names.err" ||
+  fail "reading the metric names from the source failed: $(cat "$work/metric-names.err")"
 
 # The renderer, from the Debian Go packages only (GOPATH mode, no modules).
 (cd "$here/render" && GO111MODULE=off GOPATH="$work/gopath:/usr/share/gocode" GOCACHE="$work/gocache" \
@@ -111,6 +125,13 @@ render_case() {
   check "$name: objects" node "$here/check.mjs" manifests "$modules" "$out.json" $expect
   check "$name: flags" node "$here/check.mjs" flags "$out.json" "$bin"
   check "$name: NOTES.txt" grep -q "headless Service" "$out.notes"
+  check "$name: dashboard and alerts" node "$here/observability.mjs" "$out.json" "$out.values.json" \
+    "$work/metric-names.json" "$root/docs/operations.md"
+  if command -v promtool >/dev/null && grep -q '"kind": "PrometheusRule"' "$out.json"; then
+    node -e 'const o = require(process.argv[1]).find((m) => m.object.kind === "PrometheusRule").object;
+      console.log(JSON.stringify({groups: o.spec.groups}, null, 1))' "$out.json" >"$out.rules.yaml"
+    check "$name: promtool check rules" promtool check rules "$out.rules.yaml"
+  fi
 }
 
 render_case default "$here/values/default.expect.json"
@@ -120,6 +141,16 @@ for values in "$here"/values/*.yaml; do
 done
 render_case long-release-name "" --name release-name-of-fifty-three-characters-helm-s-longest \
   --namespace serving -f "$here/values/gpu-scaled.yaml"
+
+# The alerts on series made to trip each one, and not the others
+# (alerts_test.yaml, over the rules of values/observability.yaml).
+if command -v promtool >/dev/null; then
+  cp "$here/alerts_test.yaml" "$work/out/alerts_test.yaml"
+  cp "$work/out/observability.rules.yaml" "$work/out/alerts_rules.yaml" 2>/dev/null
+  check "promtool test rules alerts_test.yaml" promtool test rules "$work/out/alerts_test.yaml"
+else
+  echo "promtool is not in PATH: promtool check rules and test rules skipped"
+fi
 
 # Chart.yaml's kubeVersion: the preStop sleep action needs Kubernetes 1.30.
 if "$work/render" --kube_version v1.29.4 "$chart" >/dev/null 2>"$work/out/kube-1.29.err"; then

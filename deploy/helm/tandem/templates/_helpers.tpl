@@ -194,3 +194,27 @@ livenessProbe:
   failureThreshold: 3
 {{- end }}
 {{- end }}
+
+{{/* A duration of the values (500ms, 2s, 1m, 1h) in seconds, as a
+number; empty for an empty one. */}}
+{{- define "tandem.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "ms" $d }}{{ divf (trimSuffix "ms" $d) 1000 }}
+{{- else if hasSuffix "s" $d }}{{ trimSuffix "s" $d | float64 }}
+{{- else if hasSuffix "m" $d }}{{ mulf (trimSuffix "m" $d) 60 }}
+{{- else if hasSuffix "h" $d }}{{ mulf (trimSuffix "h" $d) 3600 }}
+{{- end }}
+{{- end }}
+
+{{/* The label selector of the alert rules: alerts.selector, or this
+release's series as the ServiceMonitor labels them: the namespace, and the
+job of each Service it scrapes (FULLNAME-router, -prefill, -decode and
+-planner; another release's FULLNAME-x-router does not match). */}}
+{{- define "tandem.alertSelector" -}}
+{{- if .Values.alerts.selector }}
+{{- .Values.alerts.selector }}
+{{- else }}
+{{- $full := include "tandem.fullname" . }}
+{{- printf "namespace=%q,job=~%q" .Release.Namespace (printf "%s-[a-z]+" $full) }}
+{{- end }}
+{{- end }}

@@ -7,7 +7,9 @@
 // -f file in order, maps merged deeply, a null deleting a key), .Release,
 // .Chart (Chart.yaml's fields under Helm's names), .Capabilities
 // (KubeVersion, APIVersions.Has; Chart.yaml's kubeVersion must admit
-// --kube_version), .Template, and Helm's own functions
+// --kube_version), .Template, .Files (Get and GetBytes of the chart's
+// other files: not templates/, Chart.yaml, values.yaml, values.schema.json
+// or what .helmignore names, as Helm loads them), and Helm's own functions
 // include, tpl, required, toYaml, fromYaml, toJson, fromJson and lookup
 // (always empty, as in helm template). Files whose name starts with "_"
 // define templates only; NOTES.txt is rendered apart (--notes_out). Missing
@@ -78,6 +80,68 @@ func (a apiVersions) Has(v string) bool {
 
 type kubeVersion struct {
 	Version, Major, Minor, GitVersion string
+}
+
+// chartFiles answers .Files.Get and .Files.GetBytes: a file missing is
+// empty, as in Helm.
+type chartFiles map[string][]byte
+
+func (f chartFiles) Get(name string) string      { return string(f[name]) }
+func (f chartFiles) GetBytes(name string) []byte { return f[name] }
+
+// readFiles loads the chart's files that are neither templates nor the
+// chart's own metadata, leaving out what .helmignore names (each line a
+// pattern matched against the path and the base name; # comments).
+func readFiles(chartDir string) (chartFiles, error) {
+	var ignore []string
+	if data, err := os.ReadFile(filepath.Join(chartDir, ".helmignore")); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				ignore = append(ignore, strings.TrimSuffix(line, "/"))
+			}
+		}
+	}
+	own := map[string]bool{"Chart.yaml": true, "values.yaml": true, "values.schema.json": true,
+		"Chart.lock": true, ".helmignore": true}
+	files := chartFiles{}
+	err := filepath.WalkDir(chartDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(chartDir, path)
+		rel = filepath.ToSlash(rel)
+		for _, pattern := range ignore {
+			if m, _ := filepath.Match(pattern, rel); m {
+				return skip(d)
+			}
+			if m, _ := filepath.Match(pattern, d.Name()); m {
+				return skip(d)
+			}
+		}
+		if d.IsDir() {
+			if rel == "templates" || rel == "charts" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if own[rel] {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files[rel] = data
+		return nil
+	})
+	return files, err
+}
+
+func skip(d os.DirEntry) error {
+	if d.IsDir() {
+		return filepath.SkipDir
+	}
+	return nil
 }
 
 type stringList []string
@@ -305,8 +369,13 @@ func run() error {
 	}
 	sort.Strings(names)
 
+	files, err := readFiles(chartDir)
+	if err != nil {
+		return err
+	}
 	top := map[string]interface{}{
 		"Values": values,
+		"Files":  files,
 		"Chart":  meta,
 		"Release": map[string]interface{}{
 			"Name": *release, "Namespace": *namespace, "Service": "Helm",
