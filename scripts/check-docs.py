@@ -29,10 +29,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s]+)\)|!\[([^\]]*)\]\(([^)\s]+)\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # a link or an image
 PROGRAM_NAME = re.compile(r"^tandem-[a-z][a-z-]*[a-z]$")
 FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9_-]*)")
 SEPARATORS = {"|", "||", "&&", ";", "&", ">", "<", "2>", "2>&1", "$("}
+# Words that may stand before a command's program.
+PREFIXES = {"time", "sudo", "nice", "exec", "env", "taskset", "numactl", "gdb", "--args", "-c"}
 
 
 def pages():
@@ -89,7 +91,7 @@ def check_links(page, problems):
             continue
         prose = re.sub(r"`[^`]*`", "", line)
         for m in LINK.finditer(prose):
-            target = m.group(2) or m.group(4)
+            target = m.group(1)
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                 continue  # http:, https:, mailto:
             path, _, anchor = target.partition("#")
@@ -145,10 +147,6 @@ def commands(page):
         elif fenced is False:
             for span in re.findall(r"`([^`]+)`", line):
                 yield n, span
-
-
-# Words that may stand before a command's program.
-PREFIXES = {"time", "sudo", "nice", "exec", "env", "taskset", "numactl", "gdb", "--args", "-c"}
 
 
 def program_runs(text):
