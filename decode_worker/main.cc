@@ -69,12 +69,19 @@ ABSL_FLAG(bool, kv_checksums, true,
           "Ask prefill workers for an XXH3-64 checksum per KV chunk and verify it on receipt "
           "(a mismatch fails the transfer and the prompt is computed again); "
           "--nokv_checksums turns them off");
+ABSL_FLAG(int, kv_verify_threads, 1,
+          "Threads that verify KV checksums while the next chunks land (0 to 8); 0 = each chunk "
+          "is checked on the worker's loop thread as it lands");
 namespace tandem {
 namespace {
 
 absl::Status Run() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  if (const int n = absl::GetFlag(FLAGS_kv_verify_threads); n < 0 || n > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_verify_threads is ", n, "; give 0 (check inline) to 8"));
+  }
   ASSIGN_OR_RETURN(const std::string served_model_name,
                    ServedModelName(absl::GetFlag(FLAGS_served_model_name),
                                    absl::GetFlag(FLAGS_model_name), model_path));
@@ -129,6 +136,7 @@ absl::Status Run() {
   options.kv_timeout = absl::GetFlag(FLAGS_kv_timeout);
   options.receiver.chunk_bytes = absl::GetFlag(FLAGS_kv_chunk_bytes);
   options.receiver.checksums = absl::GetFlag(FLAGS_kv_checksums);
+  options.receiver.verify_threads = absl::GetFlag(FLAGS_kv_verify_threads);
   options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.handoff_transport = handoff_transport.get();
   ASSIGN_OR_RETURN(

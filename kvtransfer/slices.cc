@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/xxhash_dispatch.h"
 
 namespace tandem::kvtransfer {
@@ -79,16 +80,34 @@ absl::StatusOr<std::span<std::byte>> RegionMap::Bytes(const Slice& slice) const 
   return std::span<std::byte>(r.base + slice.offset, slice.length);
 }
 
-absl::StatusOr<uint64_t> RegionMap::Checksum(std::span<const Slice> slices) const {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  if (state == nullptr || XXH3_64bits_reset(state.get()) != XXH_OK) {
-    return absl::ResourceExhaustedError("cannot allocate an XXH3 state");
-  }
+absl::StatusOr<std::vector<std::span<const std::byte>>> RegionMap::Resolve(
+    std::span<const Slice> slices) const {
+  std::vector<std::span<const std::byte>> parts;
+  parts.reserve(slices.size());
   for (const Slice& s : slices) {
     absl::StatusOr<std::span<std::byte>> bytes = Bytes(s);
     if (!bytes.ok()) return bytes.status();
-    XXH3_64bits_update(state.get(), bytes->data(), bytes->size());
+    parts.push_back(*bytes);
+  }
+  return parts;
+}
+
+absl::StatusOr<uint64_t> RegionMap::Checksum(std::span<const Slice> slices) const {
+  absl::StatusOr<std::vector<std::span<const std::byte>>> parts = Resolve(slices);
+  if (!parts.ok()) return parts.status();
+  return Xxh3Of(*parts);
+}
+
+uint64_t Xxh3Of(std::span<const std::span<const std::byte>> parts) {
+  if (parts.size() == 1) return XXH3_64bits(parts[0].data(), parts[0].size());
+  // One streaming state a thread, made once: a chunk of many slices costs
+  // no allocation.
+  thread_local const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
+      XXH3_createState(), &XXH3_freeState);
+  CHECK(state != nullptr) << "cannot allocate an XXH3 state";
+  XXH3_64bits_reset(state.get());
+  for (std::span<const std::byte> part : parts) {
+    XXH3_64bits_update(state.get(), part.data(), part.size());
   }
   return XXH3_64bits_digest(state.get());
 }

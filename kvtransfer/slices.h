@@ -31,6 +31,9 @@ std::vector<std::vector<Slice>> PagedKvSlices(RegionId region, int n_layers, uin
 absl::StatusOr<std::vector<Slice>> SubSlices(std::span<const Slice> slices, uint64_t offset,
                                              uint64_t length);
 
+// XXH3-64 of the concatenation of `parts`. Thread-safe.
+uint64_t Xxh3Of(std::span<const std::span<const std::byte>> parts);
+
 // Where registered host regions lie in this process, so that code above a
 // transport can read the bytes of a Slice. Thread-compatible.
 class RegionMap {
@@ -42,6 +45,9 @@ class RegionMap {
   // for an unknown region, OUT_OF_RANGE past its end.
   absl::StatusOr<std::span<std::byte>> Bytes(const Slice& slice) const;
 
+  // The bytes of each of `slices`, in order, failing as Bytes does.
+  absl::StatusOr<std::vector<std::span<const std::byte>>> Resolve(
+      std::span<const Slice> slices) const;
   // XXH3-64 of the concatenated bytes of `slices`.
   absl::StatusOr<uint64_t> Checksum(std::span<const Slice> slices) const;
 

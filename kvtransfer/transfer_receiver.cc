@@ -34,9 +34,16 @@ TransferReceiver::TransferReceiver(KvTransport* transport, const Clock* clock,
       options_(options),
       // Seeded from the clock so that a restarted receiver does not reissue
       // the generations of its previous life.
-      next_generation_(std::max<int64_t>(1, absl::ToUnixMicros(clock->Now()))) {}
+      next_generation_(std::max<int64_t>(1, absl::ToUnixMicros(clock->Now()))),
+      verify_pool_(options.verify_executor == nullptr && options.verify_threads > 0
+                       ? std::make_unique<ThreadPoolExecutor>(options.verify_threads)
+                       : nullptr),
+      verifier_(options.verify_executor != nullptr ? options.verify_executor : verify_pool_.get(),
+                options.verify_offload_bytes) {}
 
 TransferReceiver::~TransferReceiver() {
+  // Every check has read its bytes before `done` gives them back.
+  verify_pool_.reset();
   for (auto& [generation, t] : transfers_) {
     t->done(t->lease.request_id, generation,
             absl::CancelledError(absl::StrCat(t->Name(), ": receiver shut down")));
@@ -248,15 +255,27 @@ void TransferReceiver::HandleReceiveDone(const TransportEvent& e) {
     return;
   }
   if (t.lease.checksums) {
-    absl::StatusOr<uint64_t> sum = regions_.Checksum(r.destination);
-    if (!sum.ok() || *sum != r.checksum) {
-      Fail(t,
-           absl::DataLossError(absl::StrCat(t.Name(), ": checksum mismatch in layer ", r.layer,
-                                            " chunk ", r.chunk)),
-           true);
+    absl::StatusOr<std::vector<std::span<const std::byte>>> bytes = regions_.Resolve(r.destination);
+    if (!bytes.ok()) {
+      Fail(
+          t,
+          absl::DataLossError(absl::StrCat(t.Name(), ": layer ", r.layer, " chunk ", r.chunk,
+                                           " cannot be read to check: ", bytes.status().message())),
+          true);
       return;
     }
+    // The chunk stays in flight until its verdict is read.
+    ++t.in_flight;
+    const uint64_t tag = next_check_++;
+    const uint64_t expected = r.checksum;
+    checks_.emplace(tag, Check{std::move(r), e.peer});
+    verifier_.Submit(tag, *std::move(bytes), expected);
+    return;
   }
+  Land(t, r, e.peer);
+}
+
+void TransferReceiver::Land(Transfer& t, const Receive& r, PeerId peer) {
   t.chunks[r.layer][r.chunk] = Transfer::ChunkState::kLanded;
   const uint64_t bytes = TotalBytes(r.destination);
   t.bytes_landed += bytes;
@@ -265,7 +284,30 @@ void TransferReceiver::HandleReceiveDone(const TransportEvent& e) {
     t.ending = true;
     t.outcome = absl::OkStatus();
     live_by_request_.erase(t.lease.request_id);
-    SendControl(e.peer, absl::StatusCode::kOk, t);
+    SendControl(peer, absl::StatusCode::kOk, t);
+  }
+}
+
+void TransferReceiver::HandleVerdicts() {
+  verdicts_.clear();
+  verifier_.Collect(verdicts_);
+  for (const ChunkVerifier::Verdict& v : verdicts_) {
+    auto cit = checks_.find(v.tag);
+    if (cit == checks_.end()) continue;
+    const Check c = std::move(cit->second);
+    checks_.erase(cit);
+    // Present: the check holds the transfer in flight.
+    Transfer& t = *transfers_.at(c.receive.generation);
+    --t.in_flight;
+    if (t.ending) continue;
+    if (!v.ok) {
+      Fail(t,
+           absl::DataLossError(absl::StrCat(t.Name(), ": checksum mismatch in layer ",
+                                            c.receive.layer, " chunk ", c.receive.chunk)),
+           true);
+      continue;
+    }
+    Land(t, c.receive, c.peer);
   }
 }
 
@@ -300,6 +342,7 @@ void TransferReceiver::Poll() {
         break;  // Control messages only: nothing to release.
     }
   }
+  HandleVerdicts();
   const absl::Time now = clock_->Now();
   std::vector<std::unique_ptr<Transfer>> finished;
   for (auto it = transfers_.begin(); it != transfers_.end();) {
@@ -333,6 +376,10 @@ void TransferReceiver::Poll() {
 }
 
 void TransferReceiver::WaitForActivity(absl::Time deadline) {
+  // A verdict wakes nothing the transport waits on, so while checks run the
+  // transport is only progressed: the caller polls again at once, and the
+  // chunks still landing are not kept waiting for their accept.
+  if (verifier_.outstanding() > 0) deadline = absl::InfinitePast();
   for (const auto& [generation, t] : transfers_) {
     if (!t->ending) deadline = std::min(deadline, t->lease.deadline);
     if (t->ending && t->in_flight == 0) deadline = absl::InfinitePast();

@@ -9,7 +9,8 @@
 //     everything else (late, duplicate, foreign, stale generation, malformed)
 //     is Discard()ed before a byte of it lands, and counted;
 //   - verifies the XXH3-64 checksum of each chunk when the lease asks for
-//     checksums (a mismatch fails the transfer with DATA_LOSS);
+//     checksums (a mismatch fails the transfer with DATA_LOSS), inline or on
+//     verifier threads while the next chunks land (ReceiverOptions);
 //   - completes the transfer only when every chunk of every layer has
 //     landed, and then tells the sender (kComplete);
 //   - fails it on a sender abort, a local Cancel(), a broken sender
@@ -19,10 +20,12 @@
 // Every lease ends exactly once: its `done` callback runs from Poll() with
 // OK (the destination holds every byte: commit it) or an error (free it).
 // It runs only after every receive accepted into the destination has
-// finished, so the destination is never written after `done`.
+// finished and every check of it has been read, so the destination is never
+// written or read after `done`.
 //
 // Thread-compatible: one thread drives the receiver, and the receiver is
-// the only consumer of its transport's events.
+// the only consumer of its transport's events. Checks run on the verifier
+// threads (or executor) only, and report back through Poll.
 #ifndef TANDEM_KVTRANSFER_TRANSFER_RECEIVER_H_
 #define TANDEM_KVTRANSFER_TRANSFER_RECEIVER_H_
 
@@ -38,6 +41,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/executor.h"
+#include "kvtransfer/chunk_verifier.h"
 #include "kvtransfer/kv_transport.h"
 #include "kvtransfer/slices.h"
 #include "kvtransfer/wire_format.h"
@@ -51,6 +56,19 @@ struct ReceiverOptions {
   // Ask senders for a per-chunk XXH3-64 checksum and verify it on receipt
   // (on by default: KV that arrives wrong is refused, never served).
   bool checksums = true;
+  // Threads of the receiver's own that verify checksums, so that a chunk's
+  // check overlaps the next chunks' landing instead of delaying them (with a
+  // core to spare the check then costs the transfer almost nothing); 0:
+  // each chunk is checked inline, in the Poll that sees it land.
+  int verify_threads = 0;
+  // Where the checks run instead of verify_threads' own (tests: a
+  // ManualExecutor). It must run every check posted before the destination
+  // memory is freed.
+  Executor* verify_executor = nullptr;
+  // Chunks smaller than this are checked inline all the same: they are read
+  // back from the caches in microseconds, less than waking a thread costs
+  // (docs/architecture.md, KV transfer, has the figures).
+  uint64_t verify_offload_bytes = 256 << 10;
   // How many ended leases are remembered to tell late messages from foreign
   // ones (for the statistics only; both are dropped).
   size_t remembered_leases = 4096;
@@ -97,7 +115,8 @@ class TransferReceiver {
   // `transport` and `clock` must outlive the receiver.
   TransferReceiver(KvTransport* transport, const Clock* clock, ReceiverOptions options = {});
   // Ends every lease still open with CANCELLED without touching the
-  // transport: destroy it when idle(), or after the transport can no longer
+  // transport, once its own verifier threads have finished what they were
+  // checking: destroy it when idle(), or after the transport can no longer
   // write into the destinations.
   ~TransferReceiver();
 
@@ -122,7 +141,8 @@ class TransferReceiver {
   // Handles transport events and deadlines; runs `done` callbacks. Never blocks.
   void Poll();
   // Waits for transport activity until `deadline` or the earliest lease
-  // deadline, whichever is first.
+  // deadline, whichever is first; while checks run it only progresses the
+  // transport (a verdict does not wake the transport's wait).
   void WaitForActivity(absl::Time deadline);
 
   // Leases whose `done` has not run yet.
@@ -144,6 +164,11 @@ class TransferReceiver {
   void HandleIncoming(const TransportEvent& event);
   void HandleReceiveDone(const TransportEvent& event);
   void HandlePeerFailed(PeerId peer);
+  // Counts the chunk `r` names as landed (it arrived on `peer`), completing
+  // its transfer with its last chunk.
+  void Land(Transfer& t, const Receive& r, PeerId peer);
+  // Lands or fails the chunks whose checks have ended.
+  void HandleVerdicts();
   // Starts ending `t` with `status`; `notify_sender` sends kAbort to the
   // peers it heard from.
   void Fail(Transfer& t, absl::Status status, bool notify_sender);
@@ -164,6 +189,16 @@ class TransferReceiver {
   std::deque<uint64_t> ended_order_;
   absl::flat_hash_set<uint64_t> ended_;
   ReceiverStats stats_;
+  // Null without verify_threads; joined first thing in the destructor.
+  std::unique_ptr<ThreadPoolExecutor> verify_pool_;
+  ChunkVerifier verifier_;
+  struct Check {
+    Receive receive;
+    PeerId peer;
+  };
+  absl::flat_hash_map<uint64_t, Check> checks_;  // By verifier tag.
+  uint64_t next_check_ = 1;
+  std::vector<ChunkVerifier::Verdict> verdicts_;  // Reused by HandleVerdicts.
 };
 
 }  // namespace tandem::kvtransfer

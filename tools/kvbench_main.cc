@@ -40,9 +40,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/base/executor.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/base/xxhash_dispatch.h"
+#include "kvtransfer/chunk_verifier.h"
+#include "kvtransfer/transfer_receiver.h"
 #include "kvtransfer/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"64KiB", "1MiB"}),
@@ -83,6 +86,12 @@ ABSL_FLAG(std::vector<std::string>, checksums, std::vector<std::string>({"off", 
 ABSL_FLAG(std::string, role, "", "Internal: 'receiver' runs the receiving process");
 ABSL_FLAG(int, ready_fd, -1, "Internal: where the receiver writes its address");
 ABSL_FLAG(std::string, size, "", "Internal: the receiver's message size");
+ABSL_FLAG(int, verify_threads, 1,
+          "Threads that verify checksums in the receiver, as a decode worker's "
+          "--kv_verify_threads; 0 = inline on the thread that polls");
+ABSL_FLAG(bool, sender_waits, true,
+          "The sender sleeps on the transport while it has nothing to post, as a prefill "
+          "worker's loop does; false = it polls without pause");
 ABSL_FLAG(bool, verify, false, "Internal: the receiver verifies each layer's checksum");
 
 namespace tandem::kvtransfer {
@@ -167,9 +176,32 @@ int RunReceiver() {
   };
   absl::flat_hash_map<IncomingId, Placing> placing;
   const bool checksums = absl::GetFlag(FLAGS_verify);
+  // The decode worker's ChunkVerifier, on threads of its own as there.
+  std::unique_ptr<ThreadPoolExecutor> verify_pool;
+  if (absl::GetFlag(FLAGS_verify_threads) > 0) {
+    verify_pool = std::make_unique<ThreadPoolExecutor>(absl::GetFlag(FLAGS_verify_threads));
+  }
+  ChunkVerifier verifier(verify_pool.get(), ReceiverOptions{}.verify_offload_bytes);
+  std::vector<ChunkVerifier::Verdict> verdicts;
+  absl::flat_hash_map<uint64_t, Placing> checking;  // By verifier tag.
+  uint64_t next_check = 1;
+  auto land = [&](const Placing& p) {
+    if (++landed[p.transfer] == layers) {
+      landed.erase(p.transfer);
+      CHECK_OK((*transport)->PostSend(p.peer, absl::StrCat(p.transfer), {}).status());
+    }
+  };
   const absl::Time give_up = absl::Now() + kConfigTimeout;
   for (uint64_t round = 0; absl::Now() < give_up; ++round) {
     if (round % 4096 == 0 && getppid() == 1) return 1;
+    verdicts.clear();
+    verifier.Collect(verdicts);
+    for (const ChunkVerifier::Verdict& v : verdicts) {
+      const Placing p = checking[v.tag];
+      checking.erase(v.tag);
+      CHECK(v.ok) << "layer " << p.layer << " of transfer " << p.transfer << " arrived corrupted";
+      land(p);
+    }
     events.clear();
     (*transport)->Poll(events);
     for (const TransportEvent& event : events) {
@@ -187,16 +219,14 @@ int RunReceiver() {
       } else if (event.kind == Kind::kReceiveDone) {
         CHECK_OK(event.status);
         const Placing p = placing[event.id];
-        const uint64_t transfer = p.transfer;
-        const PeerId peer = p.peer;
         placing.erase(event.id);
         if (checksums) {
-          CHECK(XXH3_64bits(slots.get() + p.layer * size, size) == p.checksum)
-              << "layer " << p.layer << " of transfer " << transfer << " arrived corrupted";
-        }
-        if (++landed[transfer] == layers) {
-          landed.erase(transfer);
-          CHECK_OK((*transport)->PostSend(peer, absl::StrCat(transfer), {}).status());
+          const std::span<const std::byte> bytes(
+              reinterpret_cast<const std::byte*>(slots.get()) + p.layer * size, size);
+          checking[next_check] = p;
+          verifier.Submit(next_check++, {bytes}, p.checksum);
+        } else {
+          land(p);
         }
       } else if (event.kind == Kind::kPeerFailed) {
         return 1;
@@ -244,6 +274,7 @@ std::pair<pid_t, std::string> SpawnReceiver(uint64_t size, bool checksums) {
          absl::StrCat("--size=", size), absl::StrCat("--layers=", absl::GetFlag(FLAGS_layers)),
          absl::StrCat("--slices=", absl::GetFlag(FLAGS_slices)),
          absl::StrCat("--verify=", checksums),
+         absl::StrCat("--verify_threads=", absl::GetFlag(FLAGS_verify_threads)),
          absl::StrCat("--detect_peer_failure=", absl::GetFlag(FLAGS_detect_peer_failure)),
          absl::StrCat("--huge_pages=", absl::GetFlag(FLAGS_huge_pages))});
     std::vector<char*> argv;
@@ -324,6 +355,9 @@ Result RunSender(uint64_t size, int lanes, bool checksums) {
       CHECK(absl::Now() < give_up) << "transfers did not finish in time";
       events.clear();
       (*transport)->Poll(events);
+      if (events.empty() && absl::GetFlag(FLAGS_sender_waits)) {
+        (*transport)->WaitForActivity(absl::Now() + absl::Milliseconds(1));
+      }
       for (const TransportEvent& event : events) {
         CHECK(event.kind != Kind::kPeerFailed) << event.status;
         if (event.kind == Kind::kSendDone) {
