@@ -110,18 +110,28 @@ def chart(panel, x0, y0, span, slo):
                    f'stroke-dasharray="6 4" stroke-width="1.5"/>')
         out.append(f'<text x="{x0 + W - PAD_R - 2}" y="{y - 4:.1f}" fill="#f2495c" font-size="10" '
                    f'text-anchor="end">SLO {escape(label(slo, "s"))}</text>')
-    legend_x = x0 + PAD_L
+    # The legend in as many rows as it takes (two fit under the axis).
+    rows, row, x = [], [], x0 + PAD_L
+    for i, s in enumerate(series[:6]):
+        name = s["name"][:22]
+        width = 24 + 6 * len(name)
+        if row and x + width - 10 > x0 + W:
+            rows.append(row)
+            row, x = [], x0 + PAD_L
+        row.append((i, name, x))
+        x += width
+    if row:
+        rows.append(row)
+    row_ys = [y0 + H - 12] if len(rows) == 1 else [y0 + H - 19, y0 + H - 7]
     for i, s in enumerate(series[:6]):
         color = COLORS[i % len(COLORS)]
         path = " ".join(f"{sx(t):.1f},{sy(min(y, ymax)):.1f}" for t, y in s["points"])
         out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        name = s["name"][:22]
-        if legend_x + 14 + 6 * len(name) > x0 + W:
-            continue
-        ly = y0 + H - 12
-        out.append(f'<rect x="{legend_x}" y="{ly - 7}" width="10" height="3" fill="{color}"/>')
-        out.append(f'<text x="{legend_x + 14}" y="{ly}" fill="#ccccdc" font-size="10">{escape(name)}</text>')
-        legend_x += 24 + 6 * len(name)
+    for row, ly in zip(rows, row_ys):
+        for i, name, lx in row:
+            color = COLORS[i % len(COLORS)]
+            out.append(f'<rect x="{lx}" y="{ly - 7}" width="10" height="3" fill="{color}"/>')
+            out.append(f'<text x="{lx + 14}" y="{ly}" fill="#ccccdc" font-size="10">{escape(name)}</text>')
     return out
 
 
