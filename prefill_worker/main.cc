@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
       "       [--threads N] [--kv_blocks N | --gpu_memory_fraction F] [--block_size N]\n"
       "       [--max_batch_tokens N] [--max_queue N]\n"
       "       [--drain_timeout 30s] [--noprefix_cache] [--kv_lanes N] [--kv_net_devices DEVICES]\n"
-      "       [--kv_tier_dir DIR --kv_tier_gib G [--kv_tier_wait 250ms] [--kv_tier_io_threads N]]\n"
+      "       [--kv_host_tier_gib G] [--kv_tier_dir DIR --kv_tier_gib G]\n"
+      "       [--kv_tier_wait 250ms] [--kv_tier_io_threads N]\n"
       "       [--tls_cert FILE --tls_key FILE [--tls_client_ca FILE]]\n"
       "       [--metrics_listen HOST:PORT] [--metrics_port_file FILE]");
   if (absl::Status s = tandem::Run(); !s.ok()) {

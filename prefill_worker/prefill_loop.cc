@@ -329,7 +329,10 @@ void PrefillLoop::Publish(const std::vector<Reply>& replies) {
   cache_events_.CatchUp(engine_.block_pool().events());
   if (const KvTier* tier = scheduler_->kv_tier(); tier != nullptr) {
     stats_.kv_tier = true;
-    stats_.tier = tier->stats();
+    stats_.tiers.clear();
+    for (const KvTier* t = tier; t != nullptr; t = t->below()) {
+      stats_.tiers.emplace_back(t->level(), t->stats());
+    }
     stats_.tier_link = scheduler_->tier_link()->stats();
     stats_.tier_queried_tokens = c.tier_queried_tokens;
     stats_.tier_hit_tokens = c.tier_hit_tokens;

@@ -128,11 +128,12 @@ struct PrefillStats : WorkerStatsRecord {
   // fall back once decode workers are gone: a rising figure is a leak.
   uint64_t kv_connections = 0;
   uint64_t kv_peers = 0;
-  // The KV tier (PrefillLoopOptions::make_kv_tier): whether there is one,
-  // its counters and its link's, and the prompt tokens looked up in it and
-  // loaded from it (SchedulerCounters).
+  // The KV tiers (PrefillLoopOptions::make_kv_tier): whether there are any,
+  // each one's counters (the top one first, then those below it), its
+  // link's, and the prompt tokens looked up in them and loaded from them
+  // (SchedulerCounters).
   bool kv_tier = false;
-  KvTierStats tier;
+  std::vector<std::pair<CacheTier, KvTierStats>> tiers;
   TierLinkStats tier_link;
   uint64_t tier_queried_tokens = 0;
   uint64_t tier_hit_tokens = 0;

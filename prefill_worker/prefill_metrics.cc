@@ -74,7 +74,7 @@ void PrefillMetrics::Publish(const PrefillStats& stats) {
   engine_.Publish(stats.device_memory_total_bytes, stats.kv_cache_bytes,
                   !stats.engine_error.empty());
   if (stats.kv_tier) {
-    tier_.Publish(stats.tier, stats.tier_link, stats.tier_queried_tokens, stats.tier_hit_tokens);
+    tier_.Publish(stats.tiers, stats.tier_link, stats.tier_queried_tokens, stats.tier_hit_tokens);
   }
 }
 

@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
     return absl::InvalidArgumentError(
         we.staging != nullptr
             ? "a KV tier needs the KV cache in host memory; this backend keeps it on the device "
-              "(run without --kv_tier_dir)"
+              "(run without --kv_host_tier_gib and --kv_tier_dir)"
             : "a KV tier sits below the prefix cache: turn the prefix cache on or drop the tier");
   }
   std::unique_ptr<PrefillScheduler> s(

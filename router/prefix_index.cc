@@ -50,7 +50,7 @@ void PrefixIndex::Entries::ReadEvents() {
   // Blocks dropped in the events missed may still be listed.
   if (batch.lost) Clear();
   for (const CacheEvent& e : batch.events) {
-    Blocks& blocks = e.tier == CacheTier::kPool ? pool : tier;
+    Blocks& blocks = e.tier == CacheTier::kPool ? pool : e.tier == CacheTier::kHost ? host : ssd;
     switch (e.kind) {
       case CacheEventKind::kStored:
         if (!cache_off) blocks.Add(e.hash);
@@ -63,7 +63,8 @@ void PrefixIndex::Entries::ReadEvents() {
         break;
     }
   }
-  tier.TrimTo(kMaxTierBlocks);
+  host.TrimTo(kMaxTierBlocks);
+  ssd.TrimTo(kMaxTierBlocks);
 }
 
 void PrefixIndex::Sync(const std::vector<WorkerSnapshot>& pool) {
@@ -137,7 +138,7 @@ PrefixMatch PrefixIndex::MatchTiers(const std::string& worker,
   const int n = static_cast<int>(hashes.size());
   while (m.pool < n && e.pool.contains(hashes[m.pool])) ++m.pool;
   // The worker looks its tier up from its pool's first miss on.
-  while (m.pool + m.tier < n && e.tier.contains(hashes[m.pool + m.tier])) ++m.tier;
+  while (m.pool + m.tier < n && e.in_tier(hashes[m.pool + m.tier])) ++m.tier;
   return m;
 }
 
@@ -150,7 +151,7 @@ int64_t PrefixIndex::size(const std::string& worker) const {
 int64_t PrefixIndex::tier_size(const std::string& worker) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = workers_.find(worker);
-  return it == workers_.end() ? 0 : it->second.tier.size();
+  return it == workers_.end() ? 0 : it->second.host.size() + it->second.ssd.size();
 }
 
 std::optional<BlockHashKey> PrefixIndex::KeyOf(const std::string& worker) const {

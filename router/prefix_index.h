@@ -16,12 +16,12 @@
 //     worker restart seen as a new cache epoch, events lost because the
 //     router fell behind) clears the worker's entries; the events after it
 //     rebuild them.
-//   - a worker with a KV tier below its pool (an SSD tier) reports that
-//     tier's events too, tagged with it: the index keeps the blocks of
-//     each tier apart (a block can be in both), a tier's kCleared clears
-//     that tier only, and MatchTiers says how many of a prompt's blocks
-//     the worker holds in its pool and how many more it would load from
-//     the tier. The routing history (Insert) fills the pool's entries only.
+//   - a worker with KV tiers below its pool (host memory, an SSD) reports
+//     their events too, tagged with the tier: the index keeps the blocks
+//     of each tier apart (a block can be in several), a tier's kCleared
+//     clears that tier only, and MatchTiers says how many of a prompt's
+//     blocks the worker holds in its pool and how many more it would load
+//     from its tiers. The routing history (Insert) fills the pool's entries only.
 //
 // The view is also kept in bounds and near the truth with the workers'
 // stats (Sync, with the pool's latest snapshots):
@@ -88,7 +88,7 @@ class PrefixIndex {
  public:
   // Entries per worker before its stats say how many KV blocks it has.
   static constexpr int kDefaultCapacityBlocks = 4096;
-  // Tier entries kept per worker (the stats do not say the tier's size):
+  // Entries kept per tier and worker (the stats do not say a tier's size):
   // least recently stored dropped first. 256Ki blocks is 4Mi tokens of 16.
   static constexpr int kMaxTierBlocks = 1 << 18;
   // A drop of kv_blocks_cached trims the index only when it holds more
@@ -113,12 +113,12 @@ class PrefixIndex {
   int Match(const std::string& worker, std::span<const BlockHash> hashes) const {
     return MatchTiers(worker, hashes).pool;
   }
-  // The same, and how many of the blocks after those its tier holds.
+  // The same, and how many of the blocks after those its tiers hold.
   PrefixMatch MatchTiers(const std::string& worker, std::span<const BlockHash> hashes) const;
 
   // The pool entries held for `worker` (0 when unknown).
   int64_t size(const std::string& worker) const;
-  // The tier entries held for `worker` (0 when unknown).
+  // The tier entries held for `worker`, every tier's (0 when unknown).
   int64_t tier_size(const std::string& worker) const;
 
   // The hash inputs of `worker` per its last synced snapshot; nullopt when
@@ -145,7 +145,10 @@ class PrefixIndex {
 
   struct Entries {
     Blocks pool;
-    Blocks tier;
+    // The tiers below the pool, each apart: a block moving from host memory
+    // to the SSD is stored in one and evicted from the other, in either order.
+    Blocks host;
+    Blocks ssd;
     int64_t capacity = kDefaultCapacityBlocks;
     // The last snapshot's stats, to see restarts and drops.
     bool synced = false;
@@ -161,8 +164,10 @@ class PrefixIndex {
 
     void Clear() {
       pool.Clear();
-      tier.Clear();
+      host.Clear();
+      ssd.Clear();
     }
+    bool in_tier(const BlockHash& h) const { return host.contains(h) || ssd.contains(h); }
     // Applies the events after event_cursor.
     void ReadEvents();
   };

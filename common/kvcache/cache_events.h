@@ -33,8 +33,9 @@ enum class CacheEventKind : uint8_t {
 enum class CacheTier : uint8_t {
   kPool,
   kSsd,
+  kHost,
 };
-inline constexpr CacheTier kCacheTiers[] = {CacheTier::kPool, CacheTier::kSsd};
+inline constexpr CacheTier kCacheTiers[] = {CacheTier::kPool, CacheTier::kSsd, CacheTier::kHost};
 
 struct CacheEvent {
   CacheEventKind kind = CacheEventKind::kStored;

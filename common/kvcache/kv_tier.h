@@ -108,6 +108,9 @@ class KvTier {
   virtual std::string_view name() const = 0;
   // The tag of its cache events in the worker's stream (cache_events.h).
   virtual CacheTier level() const = 0;
+  // The tier this one spills into and passes its misses to, if any (its
+  // events and stats are its own: TierLink forwards each tier's).
+  virtual const KvTier* below() const { return nullptr; }
   virtual const KvTierIdentity& identity() const = 0;
 
   // Whether a readable record of `hash` is held now (a later load can still

@@ -7,6 +7,7 @@ namespace tandem {
 TierLink::TierLink(KvTier* tier, const KvLayout& layout, uint8_t* kv)
     : tier_(tier), layout_(layout), kv_(kv) {
   CHECK(tier_ != nullptr && kv_ != nullptr);
+  for (const KvTier* t = tier_; t != nullptr; t = t->below()) chain_.push_back({t, 0});
 }
 
 void TierLink::Attach(BlockPool& pool) {
@@ -19,15 +20,17 @@ void TierLink::ForwardEvents() {
   // The pool keeps 64Ki events: a reader behind by more is told it lost
   // some anyway, so one read per call bounds the work.
   constexpr int kMaxPerCall = 8192;
-  const CacheEventBatch batch = tier_->EventsAfter(event_cursor_, kMaxPerCall);
-  if (batch.lost && event_cursor_ != 0) {
-    pool_->RecordTierEvent(CacheEvent{CacheEventKind::kCleared, {}, tier_->level()});
+  for (auto& [tier, cursor] : chain_) {
+    const CacheEventBatch batch = tier->EventsAfter(cursor, kMaxPerCall);
+    if (batch.lost && cursor != 0) {
+      pool_->RecordTierEvent(CacheEvent{CacheEventKind::kCleared, {}, tier->level()});
+    }
+    for (CacheEvent e : batch.events) {
+      e.tier = tier->level();
+      pool_->RecordTierEvent(e);
+    }
+    cursor = batch.next;
   }
-  for (CacheEvent e : batch.events) {
-    e.tier = tier_->level();
-    pool_->RecordTierEvent(e);
-  }
-  event_cursor_ = batch.next;
 }
 
 template <typename Span>

@@ -17,10 +17,11 @@
 // done or its deadline has passed, when the loads still out are cancelled:
 // the caller computes what did not arrive and never waits longer.
 //
-// The tier's cache events reach the pool's event stream (and through it
-// the router) when the pool's thread calls ForwardEvents, tagged with the
-// tier. When the tier dropped events before they were forwarded, a
-// kCleared of the tier goes first: the router forgets what it knew of the
+// The cache events of the tier and of every tier below it (KvTier::below,
+// such as the SSD under host memory) reach the pool's event stream (and
+// through it the router) when the pool's thread calls ForwardEvents, each
+// tagged with its tier. When a tier dropped events before they were
+// forwarded, a kCleared of that tier goes first: the router forgets what it knew of the
 // tier and learns it again from the blocks stored after.
 //
 // Thread-compatible: the pool's thread drives it.
@@ -29,6 +30,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -111,7 +113,8 @@ class TierLink {
 
   KvTier* const tier_;
   BlockPool* pool_ = nullptr;
-  uint64_t event_cursor_ = 0;
+  // The tier and those below it, each with the cursor of its events.
+  std::vector<std::pair<const KvTier*, uint64_t>> chain_;
   const KvLayout layout_;
   uint8_t* const kv_;
   TierLinkStats stats_;

@@ -26,6 +26,8 @@ v1::CacheEvent::Tier TierToProto(CacheTier tier) {
       return v1::CacheEvent::TIER_POOL;
     case CacheTier::kSsd:
       return v1::CacheEvent::TIER_SSD;
+    case CacheTier::kHost:
+      return v1::CacheEvent::TIER_HOST;
   }
   return v1::CacheEvent::TIER_POOL;
 }
@@ -84,6 +86,9 @@ absl::StatusOr<std::vector<CacheEvent>> CacheEventsFromProto(const v1::WorkerSta
         break;
       case v1::CacheEvent::TIER_SSD:
         tier = CacheTier::kSsd;
+        break;
+      case v1::CacheEvent::TIER_HOST:
+        tier = CacheTier::kHost;
         break;
       default:
         return absl::InvalidArgumentError(

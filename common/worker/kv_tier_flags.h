@@ -1,7 +1,8 @@
-// The KV tier flags both workers take (--kv_tier_dir, --kv_tier_gib,
-// --kv_tier_wait, --kv_tier_io_threads) and the tier they make: an SSD
-// tier (common/kvcache/ssd_tier.h) under the directory, its disk
-// operations on threads of its own.
+// The KV tier flags a worker takes (--kv_host_tier_gib, --kv_tier_dir,
+// --kv_tier_gib, --kv_tier_wait, --kv_tier_io_threads) and the tiers they
+// make: host memory (common/kvcache/host_tier.h), an SSD tier under the
+// directory (common/kvcache/ssd_tier.h), or host memory spilling into the
+// SSD, their copies and disk operations on threads of their own.
 #ifndef TANDEM_COMMON_WORKER_KV_TIER_FLAGS_H_
 #define TANDEM_COMMON_WORKER_KV_TIER_FLAGS_H_
 
@@ -16,6 +17,7 @@
 #include "common/base/executor.h"
 #include "common/kvcache/kv_tier.h"
 
+ABSL_DECLARE_FLAG(double, kv_host_tier_gib);
 ABSL_DECLARE_FLAG(std::string, kv_tier_dir);
 ABSL_DECLARE_FLAG(double, kv_tier_gib);
 ABSL_DECLARE_FLAG(absl::Duration, kv_tier_wait);
@@ -25,9 +27,10 @@ namespace tandem {
 
 using MakeKvTierFn = std::function<absl::StatusOr<std::unique_ptr<KvTier>>(const KvTierIdentity&)>;
 
-struct SsdTierConfig {
-  std::string dir;  // empty: no tier
-  uint64_t capacity_bytes = 0;
+struct KvTierConfig {
+  uint64_t host_capacity_bytes = 0;  // 0: no host tier
+  std::string dir;                   // empty: no SSD tier
+  uint64_t capacity_bytes = 0;       // the SSD tier's
   absl::Duration wait = absl::Milliseconds(250);
   int io_threads = 2;
 };
@@ -39,13 +42,13 @@ struct WorkerKvTier {
   std::unique_ptr<Executor> io;
   MakeKvTierFn make;
   absl::Duration wait;
-  std::string description;  // for the start-up log line: "off" or "ssd DIR, N GiB"
+  std::string description;  // for the start-up log line: "off", "host N GiB", "ssd DIR, N GiB"
 };
 
-// INVALID_ARGUMENT, saying which flag to change, for a size without a
+// INVALID_ARGUMENT, saying which flag to change, for an SSD size without a
 // directory, a directory without a positive size, a wait that is not
 // positive, or fewer than one I/O thread.
-absl::StatusOr<WorkerKvTier> MakeWorkerKvTier(const SsdTierConfig& config);
+absl::StatusOr<WorkerKvTier> MakeWorkerKvTier(const KvTierConfig& config);
 absl::StatusOr<WorkerKvTier> WorkerKvTierFromFlags();
 
 }  // namespace tandem

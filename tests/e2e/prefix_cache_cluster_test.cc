@@ -313,7 +313,7 @@ TEST_F(PrefixCacheClusterTest, APromptEvictedFromThePrefillPoolComesBackFromItsS
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   Samples m = Scrape(port);
   while (!(Get(m, "tandem_prefill_kv_tier_spilled_blocks_total") >= 5 &&
-           Get(m, "tandem_prefill_kv_tier_records") ==
+           Get(m, "tandem_prefill_kv_tier_records{tier=\"ssd\"}") ==
                Get(m, "tandem_prefill_kv_tier_spilled_blocks_total"))) {
     ASSERT_LT(absl::Now(), deadline) << "tier writes did not land\n" << on.Logs();
     absl::SleepFor(absl::Milliseconds(20));
@@ -331,10 +331,47 @@ TEST_F(PrefixCacheClusterTest, APromptEvictedFromThePrefillPoolComesBackFromItsS
   EXPECT_EQ(b.finished.usage().cached_tokens(), 80);
   m = Scrape(port);
   EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_hit_tokens_total"), 80);
-  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_load_misses_total{reason=\"corrupt\"}"), 0);
+  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_load_misses_total{reason=\"corrupt\",tier=\"ssd\"}"), 0);
   // The request log says the prefix came from the tier.
   ASSERT_OK(WaitForCount(request_log, "\"request_id\":\"again\"", 1));
   EXPECT_THAT(ReadAll(request_log), ::testing::HasSubstr("\"tier_cached_tokens\":80"));
+  EXPECT_TRUE(on.WaitUntilIdle(absl::Seconds(30)).ok());
+}
+
+// The same over a tier of host memory: the prompt's blocks come back from
+// it, and the router counted them as the worker's host-tier blocks.
+TEST_F(PrefixCacheClusterTest, APromptEvictedFromThePrefillPoolComesBackFromHostMemory) {
+  const std::string dir = TempDir();
+  auto started = Cluster::Start(ClusterOptions{
+      .prefill = 1,
+      .decode = 1,
+      .model = model_,
+      .tokenizer = tokenizer_,
+      .prefill_flags = {"--kv_blocks=16", "--kv_host_tier_gib=0.05", "--metrics_listen=127.0.0.1:0",
+                        "--metrics_port_file=" + dir + "/prefill.mport"},
+      .decode_flags = {"--noprefix_cache"}});
+  ASSERT_TRUE(started.ok()) << started.status();
+  Cluster& on = **started;
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(dir + "/prefill.mport")), &port))
+      << on.Logs();
+  const std::vector<int32_t> prompt = Tokens(84, 11);
+  const Completion first = RunGenerate(on.router(), Greedy(prompt, 8));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message() << on.Logs();
+  for (int32_t from : {2000, 3000}) {
+    const Completion c = RunGenerate(on.router(), Greedy(Tokens(240, from), 2));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message() << on.Logs();
+  }
+  Samples m = Scrape(port);
+  EXPECT_GE(Get(m, "tandem_prefill_kv_tier_records{tier=\"host\"}"), 5);
+  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_records{tier=\"ssd\"}"), 0);
+  const Completion again = RunGenerate(on.router(), Greedy(prompt, 8));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message() << on.Logs();
+  EXPECT_EQ(again.tokens, first.tokens);
+  EXPECT_EQ(again.finished.usage().cached_tokens(), 80);
+  m = Scrape(port);
+  EXPECT_EQ(Get(m, "tandem_prefill_kv_tier_hit_tokens_total"), 80);
+  EXPECT_GT(Get(m, "tandem_prefill_kv_tier_read_bytes_total{tier=\"host\"}"), 0);
   EXPECT_TRUE(on.WaitUntilIdle(absl::Seconds(30)).ok());
 }
 

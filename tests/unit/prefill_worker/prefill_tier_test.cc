@@ -1,9 +1,11 @@
-// The prefill worker over an SSD KV tier: a prompt whose blocks the pool
-// evicted loads them back from the tier, verified, and lands the same K/V
-// and first token as a worker without cache or tier; a damaged record, a
+// The prefill worker over an SSD KV tier (and host memory over it): a
+// prompt whose blocks the pool evicted loads them back from the tier,
+// verified, and lands the same K/V and first token as a worker without
+// cache or tier; a damaged record, a
 // slow disk or a cancel makes it compute what did not arrive, never fail;
 // the tier survives a restart of the worker.
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -18,6 +20,7 @@
 #include "common/base/executor.h"
 #include "common/kvcache/block_hash.h"
 #include "common/kvcache/cache_events.h"
+#include "common/kvcache/host_tier.h"
 #include "common/kvcache/ssd_tier.h"
 #include "gtest/gtest.h"
 #include "prefill_worker/prefill_scheduler.h"
@@ -46,18 +49,24 @@ class PrefillTierTest : public PrefillCacheTest {
     StartLoops({.max_batch_tokens = kBlock});
   }
 
-  SchedulerOptions Options(absl::Duration wait = kWait) {
+  // With `host_records`, a host-memory tier of that many blocks over the SSD.
+  SchedulerOptions Options(absl::Duration wait = kWait, uint64_t host_records = 0) {
     SchedulerOptions options{.kv_blocks = 8, .max_batch_tokens = kBlock};
     options.kv_tier_wait = wait;
     options.make_kv_tier =
-        [this](const KvTierIdentity& id) -> absl::StatusOr<std::unique_ptr<KvTier>> {
+        [this, host_records](const KvTierIdentity& id) -> absl::StatusOr<std::unique_ptr<KvTier>> {
       ASSIGN_OR_RETURN(
           std::unique_ptr<SsdTier> tier,
           SsdTier::Open(
               {.dir = dir_, .capacity_bytes = 64 * (TierRecordHeader::kBytes + id.payload_bytes())},
               id, &io_));
       tier_ = tier.get();
-      return std::unique_ptr<KvTier>(std::move(tier));
+      if (host_records == 0) return std::unique_ptr<KvTier>(std::move(tier));
+      ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host,
+                       HostTier::Create({.capacity_bytes = host_records * id.payload_bytes()}, id,
+                                        &io_, std::move(tier)));
+      host_ = host.get();
+      return std::unique_ptr<KvTier>(std::move(host));
     };
     return options;
   }
@@ -113,7 +122,8 @@ class PrefillTierTest : public PrefillCacheTest {
                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   FakeClock io_clock_;
   ManualExecutor io_{&io_clock_};
-  SsdTier* tier_ = nullptr;  // The scheduler's, once made.
+  SsdTier* tier_ = nullptr;   // The scheduler's, once made.
+  HostTier* host_ = nullptr;  // Its host tier, when Options made one.
   JobId next_id_ = 0;
 };
 
@@ -144,6 +154,42 @@ TEST_F(PrefillTierTest, AnEvictedPromptLoadsFromTheTierAndLandsTheSameKv) {
             ::tandem::prefill::testing::ReferenceTokens(*reference_, prompt, 4));
   s->Shutdown(absl::CancelledError("test over"), absl::Now() + kWait);
   EXPECT_EQ(s->free_blocks(), s->total_blocks());
+}
+
+// Host memory over the SSD: with room for the prompt the blocks come back
+// from host memory; with room for only the last evicted blocks, the
+// prompt's went on down and come back from the SSD through it. Either way
+// the K/V are those of a worker without cache or tier.
+TEST_F(PrefillTierTest, AnEvictedPromptLoadsFromHostMemoryOrTheSsdBelowIt) {
+  for (const uint64_t host_records : {64u, 4u}) {
+    SCOPED_TRACE(absl::StrCat(host_records, " host records"));
+    std::filesystem::remove_all(dir_);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PrefillScheduler> s,
+                         MakeScheduler(Options(kWait, host_records)));
+    const std::vector<int32_t> prompt = RandomTokens(72, vocab_, 100 + host_records);
+    ComputeAndEvict(*s, prompt);
+    s->ForwardTierEvents();
+    absl::flat_hash_set<BlockHash> in_host, on_ssd;
+    for (const CacheEvent& e : s->engine().block_pool().events().Read(0, 1 << 20).events) {
+      auto& set = e.tier == CacheTier::kHost ? in_host : on_ssd;
+      if (e.tier == CacheTier::kPool) continue;
+      if (e.kind == CacheEventKind::kStored) set.insert(e.hash);
+      if (e.kind == CacheEventKind::kEvicted) set.erase(e.hash);
+    }
+    const bool from_host = host_records == 64;
+    for (const BlockHash& h : Hashes(prompt)) {
+      EXPECT_EQ(in_host.contains(h), from_host);
+      EXPECT_EQ(on_ssd.contains(h), !from_host);
+    }
+    DecodeSide::Lease* lease = nullptr;
+    ASSERT_OK_AND_ASSIGN(PrefillResult again, Prefill(*s, prompt, &lease));
+    EXPECT_EQ(again.cached_tokens, 64);
+    EXPECT_EQ(s->counters().tier_hit_tokens, 64u);
+    EXPECT_EQ(host_->stats().hits, from_host ? 4u : 0u);
+    EXPECT_EQ(tier_->stats().hits, from_host ? 0u : 4u);
+    ExpectSameAsUncached(prompt, again, *lease);
+    s->Shutdown(absl::CancelledError("test over"), absl::Now() + kWait);
+  }
 }
 
 TEST_F(PrefillTierTest, ADamagedRecordIsComputedFromThereOn) {

@@ -304,6 +304,34 @@ TEST(PrefixIndexTiers, AClearOfOneTierLeavesTheOther) {
   EXPECT_EQ(index.MatchTiers("a", Chain(2, 3)).tier, 0);
 }
 
+// A block moving from host memory down to the SSD is stored in one tier
+// and evicted from the other, in either order: it stays counted, and a
+// clear of one tier leaves what the other holds.
+TEST(PrefixIndexTiers, BlocksMovingFromHostMemoryToTheSsdStayCounted) {
+  auto events = std::make_shared<WorkerCacheEvents>();
+  FakeWorker worker(7);
+  PrefixIndex index;
+  const std::vector<BlockHash> chain = Chain(1, 4);
+  for (const BlockHash& h : chain) worker.log.Record(CacheEventKind::kStored, h, CacheTier::kHost);
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  EXPECT_EQ(index.MatchTiers("a", chain).tier, 4);
+  // Blocks 0 and 1 go down: the SSD's store after the host's eviction for
+  // one, before it for the other.
+  worker.log.Record(CacheEventKind::kEvicted, chain[0], CacheTier::kHost);
+  worker.log.Record(CacheEventKind::kStored, chain[0], CacheTier::kSsd);
+  worker.log.Record(CacheEventKind::kStored, chain[1], CacheTier::kSsd);
+  worker.log.Record(CacheEventKind::kEvicted, chain[1], CacheTier::kHost);
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  EXPECT_EQ(index.MatchTiers("a", chain).tier, 4);
+  EXPECT_EQ(index.tier_size("a"), 4);
+  worker.log.Record(CacheEventKind::kCleared, {}, CacheTier::kHost);
+  worker.Poll(*events);
+  index.Sync({Snapshot("a", events)});
+  EXPECT_EQ(index.MatchTiers("a", chain).tier, 2) << "the SSD still holds blocks 0 and 1";
+}
+
 TEST(PrefixIndexTiers, ARestartOrLostEventsClearEveryTier) {
   auto events = std::make_shared<WorkerCacheEvents>();
   FakeWorker before(7, /*event_capacity=*/4);
@@ -376,21 +404,24 @@ TEST(CacheEventsReply, RunsSplitWhereTheTierChangesAndComeBackTagged) {
   log.Record(CacheEventKind::kStored, {1, 2}, CacheTier::kSsd);
   log.Record(CacheEventKind::kStored, {1, 3}, CacheTier::kSsd);
   log.Record(CacheEventKind::kCleared, {}, CacheTier::kSsd);
+  log.Record(CacheEventKind::kStored, {1, 4}, CacheTier::kHost);
   v1::StatsRequest request;
   request.set_max_cache_events(100);
   v1::WorkerStats reply;
   CacheEventsReply(log, 5, request, &reply);
-  ASSERT_EQ(reply.cache_events_size(), 3);
+  ASSERT_EQ(reply.cache_events_size(), 4);
   EXPECT_EQ(reply.cache_events(0).tier(), v1::CacheEvent::TIER_POOL);
   EXPECT_EQ(reply.cache_events(1).tier(), v1::CacheEvent::TIER_SSD);
   EXPECT_THAT(reply.cache_events(1).hashes_low(), ElementsAre(2u, 3u));
   EXPECT_EQ(reply.cache_events(2).kind(), v1::CacheEvent::CLEARED);
   EXPECT_EQ(reply.cache_events(2).tier(), v1::CacheEvent::TIER_SSD);
+  EXPECT_EQ(reply.cache_events(3).tier(), v1::CacheEvent::TIER_HOST);
   ASSERT_OK_AND_ASSIGN(std::vector<CacheEvent> back, CacheEventsFromProto(reply));
   EXPECT_THAT(back, ElementsAre(CacheEvent{CacheEventKind::kStored, {1, 1}, CacheTier::kPool},
                                 CacheEvent{CacheEventKind::kStored, {1, 2}, CacheTier::kSsd},
                                 CacheEvent{CacheEventKind::kStored, {1, 3}, CacheTier::kSsd},
-                                CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd}));
+                                CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd},
+                                CacheEvent{CacheEventKind::kStored, {1, 4}, CacheTier::kHost}));
 }
 
 // The poller's side of the protocol.
@@ -422,10 +453,11 @@ TEST(WorkerCacheEvents, AsksAfterItsCursorAndIgnoresLateAndEpochlessReplies) {
   events.Receive(first, reply);
   CacheEventBatch read = events.Read(0, 100);
   // The first reply of an epoch clears what came before, in every tier.
-  ASSERT_EQ(read.events.size(), 5u);
+  ASSERT_EQ(read.events.size(), 6u);
   EXPECT_EQ(read.events[0], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kPool}));
   EXPECT_EQ(read.events[1], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kSsd}));
-  EXPECT_EQ(read.events[4], (CacheEvent{CacheEventKind::kStored, Chain(1, 3)[2]}));
+  EXPECT_EQ(read.events[2], (CacheEvent{CacheEventKind::kCleared, {}, CacheTier::kHost}));
+  EXPECT_EQ(read.events[5], (CacheEvent{CacheEventKind::kStored, Chain(1, 3)[2]}));
 }
 
 TEST(WorkerCacheEvents, AMalformedReplyClearsTheWorker) {
@@ -440,9 +472,8 @@ TEST(WorkerCacheEvents, AMalformedReplyClearsTheWorker) {
   bad->add_hashes_high(1);  // No low half.
   events.Receive(request, reply);
   CacheEventBatch read = events.Read(0, 100);
-  ASSERT_EQ(read.events.size(), 2u);
-  EXPECT_EQ(read.events[0].kind, CacheEventKind::kCleared);
-  EXPECT_EQ(read.events[1].kind, CacheEventKind::kCleared);
+  ASSERT_EQ(read.events.size(), 3u);
+  for (const CacheEvent& e : read.events) EXPECT_EQ(e.kind, CacheEventKind::kCleared);
 
   // A tier this router does not know of.
   v1::WorkerStats unknown;
