@@ -18,9 +18,10 @@
 #     TTFT of 512-token prompts whose 448-token prefix (one of 4, taken in
 #     turn) the prefill worker computed before: with a pool that holds all
 #     four, with a pool of 48 blocks that evicts each before it comes back
-#     (recomputed), and the same pool over an SSD KV tier (loaded back);
-#     then prompts that share nothing, with and without the tier (its cost
-#     when it cannot help). TTFT from the router's request log, after one
+#     (recomputed), and the same pool over an SSD KV tier, a host-memory
+#     tier, and a host tier too small for them over the SSD (loaded back);
+#     then prompts that share nothing, with and without the tiers (their
+#     cost when they cannot help). TTFT from the router's request log, after one
 #     warm-up request per prefix.
 set -euo pipefail
 mode="${1:-ttft}"
@@ -126,9 +127,16 @@ PY
   run_case "prefixes evicted, no tier" shared "--kv_blocks=48"
   rm -rf "$work/tier"
   run_case "prefixes evicted, SSD tier" shared "--kv_blocks=48 --kv_tier_dir=$work/tier --kv_tier_gib=1"
+  run_case "prefixes evicted, host tier" shared "--kv_blocks=48 --kv_host_tier_gib=1"
+  # Host memory for about 32 blocks (221 KB each) over the SSD: a prefix
+  # (28 blocks) has gone on down by the time it comes back.
+  rm -rf "$work/tier"
+  run_case "prefixes evicted, small host + SSD" shared \
+    "--kv_blocks=48 --kv_host_tier_gib=0.0066 --kv_tier_dir=$work/tier --kv_tier_gib=1"
   run_case "no reuse, no tier" synthetic "--kv_blocks=48"
   rm -rf "$work/tier"
   run_case "no reuse, SSD tier" synthetic "--kv_blocks=48 --kv_tier_dir=$work/tier --kv_tier_gib=1"
+  run_case "no reuse, host tier" synthetic "--kv_blocks=48 --kv_host_tier_gib=1"
 else
   echo "usage: $0 ttft [REQUESTS] | chat [CONVERSATIONS] [TURNS] | tier [REQUESTS]" >&2
   exit 2
