@@ -36,14 +36,6 @@ struct HostTier::State {
     TierMiss miss = TierMiss::kAbsent;
   };
 
-  template <typename Span>
-  bool Shaped(std::span<const Span> layers) const {
-    const size_t per_layer = payload_bytes / static_cast<size_t>(identity.n_layers);
-    return layers.size() == static_cast<size_t>(identity.n_layers) &&
-           std::all_of(layers.begin(), layers.end(),
-                       [&](const Span& layer) { return layer.size() == per_layer; });
-  }
-
   // Drops the record of `hash`; returns it.
   std::shared_ptr<Record> Remove(const BlockHash& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = entries.find(hash);
@@ -179,7 +171,7 @@ bool HostTier::Contains(const BlockHash& hash) const {
 
 bool HostTier::Store(const BlockHash& hash, std::span<const std::span<const uint8_t>> layers) {
   State& s = *state_;
-  if (!s.Shaped(layers)) {
+  if (!s.identity.Fits(layers)) {
     absl::MutexLock lock(&s.mu);
     ++s.stats.stores_refused;
     return false;
@@ -229,7 +221,7 @@ bool HostTier::Store(const BlockHash& hash, std::span<const std::span<const uint
 
 uint64_t HostTier::Load(const BlockHash& hash, std::span<const std::span<uint8_t>> layers) {
   State& s = *state_;
-  const bool shaped = s.Shaped(layers);
+  const bool shaped = s.identity.Fits(layers);
   absl::MutexLock lock(&s.mu);
   const uint64_t ticket = s.next_ticket++;
   ++s.stats.loads;

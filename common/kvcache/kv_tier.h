@@ -49,6 +49,16 @@ struct KvTierIdentity {
   static KvTierIdentity Of(const BlockHash& salt, const KvLayout& layout);
   // The bytes of one block's record payload: every layer's block range.
   size_t payload_bytes() const;
+  // Whether `layers` are one span per layer of one block's bytes each.
+  template <typename Span>
+  bool Fits(std::span<const Span> layers) const {
+    if (n_layers <= 0 || layers.size() != static_cast<size_t>(n_layers)) return false;
+    const size_t per_layer = payload_bytes() / static_cast<size_t>(n_layers);
+    for (const Span& layer : layers) {
+      if (layer.size() != per_layer) return false;
+    }
+    return true;
+  }
   friend bool operator==(const KvTierIdentity&, const KvTierIdentity&) = default;
 };
 

@@ -109,15 +109,6 @@ struct SsdTier::State {
     return true;
   }
 
-  // Whether `layers` are one span per layer of one block's bytes each.
-  template <typename Span>
-  bool Shaped(std::span<const Span> layers) const {
-    const size_t per_layer = payload_bytes / static_cast<size_t>(identity.n_layers);
-    return layers.size() == static_cast<size_t>(identity.n_layers) &&
-           std::all_of(layers.begin(), layers.end(),
-                       [&](const Span& layer) { return layer.size() == per_layer; });
-  }
-
   void Touch(Entry& e, const BlockHash& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     lru.erase(e.seq);
     e.seq = next_seq++;
@@ -376,7 +367,7 @@ bool SsdTier::Contains(const BlockHash& hash) const {
 
 bool SsdTier::Store(const BlockHash& hash, std::span<const std::span<const uint8_t>> layers) {
   State& s = *state_;
-  const bool shaped = s.Shaped(layers);
+  const bool shaped = s.identity.Fits(layers);
   uint64_t generation;
   {
     absl::MutexLock lock(&s.mu);
@@ -405,7 +396,7 @@ bool SsdTier::Store(const BlockHash& hash, std::span<const std::span<const uint8
 
 uint64_t SsdTier::Load(const BlockHash& hash, std::span<const std::span<uint8_t>> layers) {
   State& s = *state_;
-  const bool shaped = s.Shaped(layers);
+  const bool shaped = s.identity.Fits(layers);
   absl::MutexLock lock(&s.mu);
   const uint64_t ticket = s.next_ticket++;
   ++s.stats.loads;

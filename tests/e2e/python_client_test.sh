@@ -3,10 +3,10 @@
 # --system-site-packages (Debian's grpcio and protobuf), `pip install
 # --no-build-isolation --no-index` of a copy of clients/python beside the
 # protos (offline; the stubs are generated at build time), then
-# python_client_test.py against a local cluster: deploy/local/cluster.sh
-# starts a router with an API key, one prefill and one decode worker, and a
-# second router over the same workers serves TLS with a self-signed
-# certificate.
+# python_client_test.py and examples/stream.py against a local cluster:
+# deploy/local/cluster.sh starts a router with an API key, one prefill and
+# one decode worker, and a second router over the same workers serves TLS
+# with a self-signed certificate.
 # Usage: python_client_test.sh BIN_DIR MODELS_DIR
 set -uo pipefail
 bin="$1"
@@ -92,14 +92,29 @@ cat "$tmp/unittest.out"
 [ "$rc" -eq 0 ] || fail "python_client_test.py failed (exit $rc)"
 echo "python_client_test.py took $((SECONDS - start)) s"
 
+# The README's example, as a user runs it: a greedy completion streamed to
+# the end, then one cancelled after two chunks.
+example="$tmp/src/clients/python/examples/stream.py"
+timeout 60 "$tmp/venv/bin/python" "$example" --router "127.0.0.1:$port" --api-key "$key" \
+  --prompt "Once upon a time" --max-tokens 12 >"$tmp/example.out" 2>"$tmp/example.err" ||
+  fail "examples/stream.py failed: $(cat "$tmp/example.err")"
+[ -s "$tmp/example.out" ] || fail "examples/stream.py printed no text"
+grep -Eq '^\[(length|stop): [0-9]+ prompt tokens, [0-9]+ generated; TTFT [0-9.]+ ms; decode worker ' \
+  "$tmp/example.err" || fail "examples/stream.py's summary: $(cat "$tmp/example.err")"
+timeout 60 "$tmp/venv/bin/python" "$example" --router "127.0.0.1:$port" --api-key "$key" \
+  --max-tokens 64 --stop-after 2 >/dev/null 2>"$tmp/example-cancel.err" ||
+  fail "examples/stream.py --stop-after failed: $(cat "$tmp/example-cancel.err")"
+grep -q '^\[cancelled after [0-9]\+ tokens' "$tmp/example-cancel.err" ||
+  fail "examples/stream.py --stop-after 2: $(cat "$tmp/example-cancel.err")"
+
 # Every process survived the cancels, deadlines and refusals.
 "$root/deploy/local/cluster.sh" status >"$tmp/status" || fail "status failed"
 [ "$(grep -c running "$tmp/status")" -eq 3 ] || fail "status shows $(cat "$tmp/status")"
 kill -0 "$tls_pid" 2>/dev/null || fail "the TLS router exited"
 "$root/deploy/local/cluster.sh" down 2>"$tmp/down.err" || fail "down failed"
 grep -q "did not drain" "$tmp/down.err" && fail "a process had to be killed"
-# The router logged the cancels of test_cancel_mid_stream (11; a call past
-# its 1 ms deadline may count too), once it had drained.
+# The router logged the cancels of test_cancel_mid_stream and the example's
+# (12; a call past its 1 ms deadline may count too), once it had drained.
 cancelled=$(grep -c '"status":"cancelled"' "$tmp/cluster/requests.jsonl")
-[ "$cancelled" -ge 11 ] || fail "the router logged $cancelled cancelled requests, not 11 or more"
+[ "$cancelled" -ge 12 ] || fail "the router logged $cancelled cancelled requests, not 12 or more"
 echo "PASS"
